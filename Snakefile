@@ -1,0 +1,32 @@
+# dpscaling: scaling laws of differentially private language-model training.
+# The stages live in workflow/rules/; the code behind them in src/dpscaling/.
+
+
+# Found next to this file, so `snakemake --directory DIR` works; --configfile merges on top.
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/accounting.smk"
+include: "workflow/rules/fit.smk"
+include: "workflow/rules/figures.smk"
+
+
+localrules:
+    all,
+    data,
+    train,
+    accounting,
+    fit,
+    figures,
+    tables,
+    report,
+
+
+rule all:
+    default_target: True
+    input:
+        rules.data.input,
+        rules.train.input,

@@ -1,0 +1,1 @@
+"""Subcommands of the ``dpscaling`` CLI; each module exposes ``register(subparsers)``."""

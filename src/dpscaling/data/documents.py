@@ -1,0 +1,163 @@
+"""Reading a corpus into documents and splitting it into train / held-out.
+
+The embedded default is the vendored real-English corpus
+(``resources/corpus/core.txt.xz``: one paragraph per line, a blank line between
+documents). Users may instead point the config at local text files in the same
+layout, at Parquet files with one document per row, or — with network access
+and the optional ``datasets`` package — at a HuggingFace dataset name.
+
+The split is by *document*, so no document contributes sequences to both
+sides: the held-out sequences are text the model never trained on.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from dpscaling.errors import UserError
+
+SOURCES = ("core", "text", "parquet", "huggingface")
+SPLITS = ("train", "heldout")
+
+_OPENERS = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where the documents come from (the config's ``data`` block)."""
+
+    source: str = "core"
+    paths: tuple[str, ...] = ()
+    text_column: str = "text"
+    hf_dataset: str | None = None
+    hf_config: str | None = None
+    hf_split: str = "train"
+    max_documents: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise UserError(f"data.source: {self.source!r} is not one of {list(SOURCES)}")
+        if self.source in ("text", "parquet", "core") and not self.paths:
+            raise UserError(f"data.paths: source {self.source!r} needs at least one file")
+        if self.source == "huggingface" and not self.hf_dataset:
+            raise UserError("data.hf_dataset: source 'huggingface' needs a dataset name")
+        if self.max_documents is not None and self.max_documents < 2:
+            raise UserError(f"data.max_documents: {self.max_documents} must be >= 2 (or null)")
+
+
+def _open_text(path: Path):
+    opener = _OPENERS.get(path.suffix, open)
+    return opener(path, "rt", encoding="utf-8")
+
+
+def read_blank_line_documents(path: str | Path) -> Iterator[str]:
+    """Yield documents of a text file where a blank line separates documents.
+
+    Paragraphs (lines) inside a document are joined with a newline.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"data.paths: no such file {str(path)!r}")
+    paragraphs: list[str] = []
+    with _open_text(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                paragraphs.append(line)
+            elif paragraphs:
+                yield "\n".join(paragraphs)
+                paragraphs = []
+    if paragraphs:
+        yield "\n".join(paragraphs)
+
+
+def _read_parquet_documents(path: str | Path, column: str) -> Iterator[str]:
+    table = pq.read_table(path)
+    if column not in table.column_names:
+        raise UserError(
+            f"data.text_column: {column!r} is not a column of {str(path)!r} "
+            f"(columns: {table.column_names})"
+        )
+    for text in table.column(column).to_pylist():
+        if text and text.strip():
+            yield text.strip()
+
+
+def _read_huggingface_documents(spec: CorpusSpec) -> Iterator[str]:
+    try:
+        import datasets  # optional: only for users with network access
+    except ImportError as error:
+        raise UserError(
+            "data.source: 'huggingface' needs the optional package `datasets` "
+            "(pip install datasets); the default corpus needs no network"
+        ) from error
+    dataset = datasets.load_dataset(spec.hf_dataset, spec.hf_config, split=spec.hf_split)
+    for row in dataset:
+        text = row.get(spec.text_column)
+        if text and text.strip():
+            yield text.strip()
+
+
+def iter_documents(spec: CorpusSpec) -> Iterator[str]:
+    """Yield the corpus's documents in file order."""
+    if spec.source == "huggingface":
+        yield from _read_huggingface_documents(spec)
+        return
+    for path in spec.paths:
+        if spec.source == "parquet":
+            yield from _read_parquet_documents(path, spec.text_column)
+        else:
+            yield from read_blank_line_documents(path)
+
+
+def load_documents(spec: CorpusSpec) -> list[str]:
+    """All documents (or the first ``max_documents``), failing if there are too few."""
+    documents: list[str] = []
+    for document in iter_documents(spec):
+        documents.append(document)
+        if spec.max_documents is not None and len(documents) >= spec.max_documents:
+            break
+    if len(documents) < 2:
+        raise UserError(
+            f"data: the corpus has {len(documents)} document(s); a train/held-out split needs >= 2"
+        )
+    return documents
+
+
+def split_documents(
+    documents: Sequence[str], heldout_fraction: float, seed: int
+) -> pd.DataFrame:
+    """Assign each document to ``train`` or ``heldout`` by a seeded permutation.
+
+    At least one document lands on each side. Returns a frame with columns
+    ``doc_id`` (position in the corpus), ``split`` and ``text``, in corpus order.
+    """
+    if not 0.0 < heldout_fraction < 1.0:
+        raise UserError(f"data.heldout_fraction: {heldout_fraction} must be in (0, 1)")
+    n = len(documents)
+    n_heldout = min(n - 1, max(1, math.ceil(heldout_fraction * n)))
+    heldout = np.zeros(n, dtype=bool)
+    heldout[np.random.default_rng(seed).permutation(n)[:n_heldout]] = True
+    return pd.DataFrame(
+        {
+            "doc_id": np.arange(n, dtype=np.int64),
+            "split": np.where(heldout, "heldout", "train"),
+            "text": list(documents),
+        }
+    )
+
+
+def documents_of_split(frame: pd.DataFrame, split: str) -> Iterable[str]:
+    if split not in SPLITS:
+        raise UserError(f"split: {split!r} is not one of {list(SPLITS)}")
+    return frame.loc[frame["split"] == split, "text"]

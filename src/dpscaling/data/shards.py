@@ -1,0 +1,95 @@
+"""Packed sequences on disk: Parquet shards plus ``meta.json``.
+
+Layout of a packed data directory::
+
+    meta.json                      sequence length, vocabulary, special ids, counts
+    train/part-00000.parquet …     column ``input_ids``: fixed_size_list<int32>[seq_len]
+    heldout/part-00000.parquet …
+
+This module is the one reader and writer of that layout; training and the
+analysis load data only through :func:`load_meta` and :func:`load_split`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpscaling.data.documents import SPLITS
+from dpscaling.errors import UserError
+from dpscaling.io import atomic_path, write_json_atomic
+
+COLUMN = "input_ids"
+META_FILE = "meta.json"
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """What a training job needs to know about a packed data directory."""
+
+    seq_len: int
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    n_train: int
+    n_heldout: int
+    tokenizer: str
+    vocab_sha256: str
+    source: dict = field(default_factory=dict)
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        return (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
+
+
+def write_split(rows: np.ndarray, directory: str | Path, shard_rows: int) -> list[Path]:
+    """Write ``rows`` (n, seq_len) as Parquet shards of at most ``shard_rows`` rows."""
+    if rows.ndim != 2:
+        raise ValueError(f"rows must be 2-D (n, seq_len), got shape {rows.shape}")
+    seq_len = rows.shape[1]
+    written = []
+    with atomic_path(directory, directory=True) as tmp:
+        n_shards = max(1, -(-rows.shape[0] // shard_rows))
+        for shard in range(n_shards):
+            block = np.ascontiguousarray(rows[shard * shard_rows : (shard + 1) * shard_rows])
+            values = pa.array(block.reshape(-1), type=pa.int32())
+            column = pa.FixedSizeListArray.from_arrays(values, seq_len)
+            name = f"part-{shard:05d}.parquet"
+            pq.write_table(pa.table({COLUMN: column}), tmp / name)
+            written.append(Path(directory) / name)
+    return written
+
+
+def load_split(data_dir: str | Path, split: str) -> np.ndarray:
+    """All sequences of ``split`` as an (n, seq_len) int32 array, in shard order."""
+    if split not in SPLITS:
+        raise UserError(f"split: {split!r} is not one of {list(SPLITS)}")
+    directory = Path(data_dir) / split
+    shards = sorted(directory.glob("part-*.parquet"))
+    if not shards:
+        raise UserError(f"data: no shards in {str(directory)!r}; run the data stage first")
+    blocks = []
+    for shard in shards:
+        column = pq.read_table(shard, columns=[COLUMN]).column(COLUMN).combine_chunks()
+        width = column.type.list_size
+        blocks.append(column.values.to_numpy(zero_copy_only=False).reshape(-1, width))
+    return np.concatenate(blocks).astype(np.int32, copy=False)
+
+
+def write_meta(data_dir: str | Path, meta: DatasetMeta) -> None:
+    write_json_atomic(Path(data_dir) / META_FILE, asdict(meta))
+
+
+def load_meta(data_dir: str | Path) -> DatasetMeta:
+    path = Path(data_dir) / META_FILE
+    if not path.is_file():
+        raise UserError(f"data: {str(path)!r} is missing; run the data stage first")
+    return DatasetMeta(**json.loads(path.read_text(encoding="utf-8")))

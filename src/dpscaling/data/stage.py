@@ -1,0 +1,79 @@
+"""The two steps of the data stage, as the workflow's rules call them.
+
+1. :func:`prepare_documents` — read the configured corpus, split it by document
+   into train / held-out, and store the documents (``documents.parquet``).
+2. :func:`pack_documents` — tokenize each split and pack it into fixed-length
+   sequences (Parquet shards + ``meta.json``, see :mod:`dpscaling.data.shards`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from dpscaling.data.documents import SPLITS, CorpusSpec, documents_of_split, load_documents, split_documents
+from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
+from dpscaling.data.shards import DatasetMeta, write_meta, write_split
+from dpscaling.errors import UserError
+from dpscaling.io import atomic_path
+
+
+def prepare_documents(
+    spec: CorpusSpec, heldout_fraction: float, seed: int, output: str | Path
+) -> pd.DataFrame:
+    """Read and split the corpus; write ``output`` (Parquet) atomically."""
+    frame = split_documents(load_documents(spec), heldout_fraction, seed)
+    with atomic_path(output) as tmp:
+        frame.to_parquet(tmp, index=False)
+    return frame
+
+
+def pack_documents(
+    documents: str | Path,
+    vocab: str | Path,
+    tokenizer_name: str,
+    seq_len: int,
+    shard_rows: int,
+    output_dir: str | Path,
+    source: dict | None = None,
+) -> DatasetMeta:
+    """Tokenize and pack each split of ``documents`` into ``output_dir``."""
+    frame = pd.read_parquet(documents)
+    vocabulary = load_vocabulary(vocab)
+    tokenizer = make_tokenizer(vocabulary)
+    output_dir = Path(output_dir)
+    counts = {}
+    for split in SPLITS:
+        ids = tokenize_documents(tokenizer, documents_of_split(frame, split))
+        rows = pack_sequences(ids, seq_len, vocabulary.cls_id, vocabulary.sep_id)
+        if rows.shape[0] == 0:
+            raise UserError(
+                f"data.seq_len: the {split} split has too few tokens for one sequence of {seq_len}"
+            )
+        write_split(rows, output_dir / split, shard_rows)
+        counts[split] = int(rows.shape[0])
+    meta = DatasetMeta(
+        seq_len=seq_len,
+        vocab_size=vocabulary.size,
+        pad_id=vocabulary.pad_id,
+        unk_id=vocabulary.unk_id,
+        cls_id=vocabulary.cls_id,
+        sep_id=vocabulary.sep_id,
+        mask_id=vocabulary.mask_id,
+        n_train=counts["train"],
+        n_heldout=counts["heldout"],
+        tokenizer=tokenizer_name,
+        vocab_sha256=vocabulary.sha256,
+        source=dict(source or {}),
+    )
+    write_meta(output_dir, meta)
+    return meta
+
+
+def describe_spec(spec: CorpusSpec) -> dict:
+    """A JSON-able record of where the data came from (stored in meta.json)."""
+    record = asdict(spec)
+    record["paths"] = list(spec.paths)
+    return record

@@ -1,0 +1,77 @@
+"""The experiment grid and its canonical names (paper §3.2 "Detailed Experimental Setup").
+
+The workflow expands model size × noise-batch ratio × learning rate (× physical
+batch × seed for ablations) into one training job per point. Every number that
+appears in a path is written by :func:`canonical`, so one value has exactly one
+spelling: no ``1e-05`` next to ``1.0e-5``, no ``0.30000000000000004``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from dpscaling.errors import UserError
+
+
+def canonical(value: float | int) -> str:
+    """The one spelling of a number in paths and wildcards.
+
+    Integers print as integers; floats as the shortest positional decimal that
+    reads back as the same float (for the paper's 2^-k, k <= 23, that decimal is
+    the exact binary value), never in exponent notation.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("booleans are not grid values")
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = float(value)
+    if not np.isfinite(value):
+        raise UserError(f"grid values must be finite, got {value}")
+    if value == int(value) and abs(value) < 2**53:
+        return str(int(value))
+    return np.format_float_positional(value, unique=True, trim="-")
+
+
+def alternation(values: Iterable[float | int | str]) -> str:
+    """A regex matching exactly the canonical spellings of ``values``."""
+    spellings = sorted({v if isinstance(v, str) else canonical(v) for v in values})
+    return "|".join(re.escape(s) for s in spellings)
+
+
+@dataclass(frozen=True, order=True)
+class TrainPoint:
+    """One training job: a model at one noise-batch ratio and learning rate."""
+
+    model: str
+    batch: int
+    seed: int
+    noise_batch_ratio: float
+    learning_rate: float
+
+    @property
+    def wildcards(self) -> dict[str, str]:
+        return {
+            "model": self.model,
+            "batch": canonical(self.batch),
+            "seed": canonical(self.seed),
+            "nbr": canonical(self.noise_batch_ratio),
+            "lr": canonical(self.learning_rate),
+        }
+
+
+def main_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
+    """The main grid: every model × noise-batch ratio × learning rate at the physical batch."""
+    training = config["training"]
+    return [
+        TrainPoint(model, int(training["physical_batch"]), int(training["seed"]), float(nbr), float(lr))
+        for model, nbr, lr in product(
+            config["models"]["names"], training["noise_batch_ratios"], training["learning_rates"]
+        )
+    ]
+

@@ -1,0 +1,137 @@
+"""Glue between the workflow's config and the library: checks and path layout.
+
+The JSON schema (``workflow/schemas/config.schema.yaml``) checks types, ranges
+and unknown keys; :func:`check_config` adds the checks a schema cannot express
+(model names against the family, files that must exist, cross-field rules),
+always naming the config key and the accepted values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dpscaling.data.documents import CorpusSpec
+from dpscaling.errors import UserError
+
+# Paper Table 1; the architectures themselves live in dpscaling.models.family.
+PAPER_MODEL_NAMES = (
+    "BertTiny",
+    "BertMini",
+    "BertSmall",
+    "BertMedium",
+    "BertBase",
+    "BertLarge",
+    "BertMega",
+)
+VENDORED_CORPUS = "resources/corpus/core.txt.xz"
+VENDORED_VOCAB = "resources/vocab/{name}/vocab.txt"
+
+
+def validate_config(config: dict[str, Any], schema: str | Path) -> None:
+    """Validate ``config`` with ``snakemake.utils.validate`` (filling defaults).
+
+    The JSON-schema error is re-raised as a :class:`UserError` of one line that
+    names the config key, what is wrong and what is accepted, instead of
+    jsonschema's dump of the whole schema.
+    """
+    from jsonschema.exceptions import ValidationError
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(schema))
+    except WorkflowError as error:
+        cause = error.__context__  # WorkflowError keeps only the text; the original is the context
+        if not isinstance(cause, ValidationError):
+            raise
+        raise UserError(describe_schema_error(cause)) from error
+
+
+def describe_schema_error(error: Any) -> str:
+    """``config key 'a.b': <problem>; accepted: <what the schema allows>``."""
+    key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    accepted = ""
+    if error.validator == "additionalProperties" and isinstance(error.schema, dict):
+        accepted = f"; accepted keys: {sorted(error.schema.get('properties', {}))}"
+    elif error.validator == "type":
+        if "number" in str(error.validator_value) and isinstance(error.instance, str):
+            accepted = "; write numbers as 1.0e-3, not 1e-3 (YAML reads that as a string)"
+    return f"config key {key!r}: {error.message}{accepted}"
+
+
+def output_root(config: Mapping[str, Any]) -> str:
+    """Where this config's outputs land: ``results/<run_name>``."""
+    return f"results/{config['run_name']}"
+
+
+def known_model_names(config: Mapping[str, Any]) -> tuple[str, ...]:
+    return PAPER_MODEL_NAMES + tuple(sorted(config["models"]["custom"]))
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """Semantic checks beyond the schema; raises :class:`UserError` naming the key."""
+    known = known_model_names(config)
+    for name in config["models"]["names"]:
+        if name not in known:
+            raise UserError(f"models.names: {name!r} is not one of {list(known)} (add it under models.custom)")
+    clash = set(config["models"]["custom"]) & set(PAPER_MODEL_NAMES)
+    if clash:
+        raise UserError(f"models.custom: {sorted(clash)} would redefine the paper's models; choose other names")
+    for name, arch in config["models"]["custom"].items():
+        if arch["hidden"] % arch["heads"]:
+            raise UserError(
+                f"models.custom.{name}: hidden ({arch['hidden']}) must be divisible by heads ({arch['heads']})"
+            )
+    training = config["training"]
+    if training["warmup_steps"] >= training["steps"] and training["steps"] > 1:
+        raise UserError(
+            f"training.warmup_steps: {training['warmup_steps']} must be below training.steps ({training['steps']})"
+        )
+    micro = training["microbatch_size"]
+    if micro is not None and training["physical_batch"] % micro:
+        raise UserError(
+            f"training.microbatch_size: {micro} must divide training.physical_batch ({training['physical_batch']})"
+        )
+    data = config["data"]
+    if data["tokenizer"] == "custom" and not data["vocab_file"]:
+        raise UserError("data.vocab_file: required when data.tokenizer is 'custom'")
+    if data["tokenizer"] != "custom" and data["vocab_file"]:
+        raise UserError(
+            f"data.vocab_file: only used with data.tokenizer 'custom' (got tokenizer {data['tokenizer']!r})"
+        )
+    corpus_spec(config)  # source-specific checks
+
+
+def corpus_spec(config: Mapping[str, Any], repo: str | Path = ".") -> CorpusSpec:
+    """The corpus the config asks for; ``core`` means the corpus vendored in ``repo``."""
+    data = config["data"]
+    if data["source"] == "core":
+        if data["paths"]:
+            raise UserError("data.paths: not used with data.source 'core' (use source 'text' for your own files)")
+        paths: tuple[str, ...] = (str(Path(repo) / VENDORED_CORPUS),)
+    else:
+        paths = tuple(data["paths"])
+    return CorpusSpec(
+        source=data["source"],
+        paths=paths,
+        text_column=data["text_column"],
+        hf_dataset=data["hf_dataset"],
+        hf_config=data["hf_config"],
+        hf_split=data["hf_split"],
+        max_documents=data["max_documents"],
+    )
+
+
+def vocab_path(config: Mapping[str, Any], repo: str | Path = ".") -> str:
+    """The vocabulary file: a vendored one in ``repo``, or the user's ``vocab_file``."""
+    data = config["data"]
+    if data["tokenizer"] == "custom":
+        return str(data["vocab_file"])
+    return str(Path(repo) / VENDORED_VOCAB.format(name=data["tokenizer"]))
+
+
+def corpus_inputs(spec: CorpusSpec) -> list[str]:
+    """Local files the data stage reads (Snakemake inputs, so edits trigger reruns)."""
+    return [] if spec.source == "huggingface" else list(spec.paths)

@@ -1,0 +1,131 @@
+"""The data stage on a slice of the real corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake
+from dpscaling.data.documents import CorpusSpec, load_documents, read_blank_line_documents, split_documents
+from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
+from dpscaling.data.shards import load_meta, load_split
+from dpscaling.data.stage import pack_documents, prepare_documents
+from dpscaling.errors import UserError
+
+CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
+VOCABS = {
+    "bert-base-uncased": REPO / "resources" / "vocab" / "bert-base-uncased" / "vocab.txt",
+    "wordpiece-core-8192": REPO / "resources" / "vocab" / "wordpiece-core-8192" / "vocab.txt",
+}
+SLICE = CorpusSpec(source="core", paths=(str(CORPUS),), max_documents=30)
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[str]:
+    return load_documents(SLICE)
+
+
+@pytest.mark.parametrize("name", sorted(VOCABS))
+def test_tokenizer_round_trip(name: str, documents: list[str]) -> None:
+    tokenizer = make_tokenizer(load_vocabulary(VOCABS[name]))
+    paragraph = next(p for d in documents for p in d.split("\n") if len(p.split()) > 20)
+    ids = tokenizer.encode(paragraph, add_special_tokens=False).ids
+    decoded = tokenizer.decode(ids)
+    # BERT-uncased: lower-cased, accents stripped, punctuation split off; decoding
+    # joins word pieces back, so comparing without spaces checks every character.
+    normalised = tokenizer.normalizer.normalize_str(paragraph)
+    assert decoded.replace(" ", "") == normalised.replace(" ", "")
+    unknown = load_vocabulary(VOCABS[name]).unk_id
+    assert sum(i == unknown for i in ids) <= len(ids) // 100  # real English is covered
+
+
+def test_bert_vocab_has_the_paper_size() -> None:
+    vocabulary = load_vocabulary(VOCABS["bert-base-uncased"])
+    assert vocabulary.size == 30522
+    assert (vocabulary.pad_id, vocabulary.unk_id, vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id) == (
+        0,
+        100,
+        101,
+        102,
+        103,
+    )
+
+
+def test_documents_are_blank_line_separated(tmp_path: Path) -> None:
+    path = tmp_path / "two.txt"
+    path.write_text("first para\nsecond para\n\n\nother doc\n")
+    assert list(read_blank_line_documents(path)) == ["first para\nsecond para", "other doc"]
+
+
+def test_split_is_disjoint_deterministic_and_covers_every_document(documents: list[str]) -> None:
+    frame = split_documents(documents, heldout_fraction=0.2, seed=7)
+    again = split_documents(documents, heldout_fraction=0.2, seed=7)
+    pd.testing.assert_frame_equal(frame, again)
+    train = set(frame.loc[frame.split == "train", "doc_id"])
+    heldout = set(frame.loc[frame.split == "heldout", "doc_id"])
+    assert not train & heldout
+    assert train | heldout == set(range(len(documents)))
+    assert len(heldout) == 6
+    other = split_documents(documents, heldout_fraction=0.2, seed=8)
+    assert set(other.loc[other.split == "heldout", "doc_id"]) != heldout
+
+
+def test_pack_sequences_layout() -> None:
+    docs = [np.arange(10, 20, dtype=np.int32), np.arange(30, 35, dtype=np.int32)]
+    rows = pack_sequences(docs, seq_len=8, cls_id=2, sep_id=3)
+    # stream: 10..19, SEP, 30..34 = 16 tokens -> 2 rows of 6 body tokens, 4 dropped
+    assert rows.shape == (2, 8)
+    assert rows[:, 0].tolist() == [2, 2] and rows[:, -1].tolist() == [3, 3]
+    assert rows[0, 1:-1].tolist() == [10, 11, 12, 13, 14, 15]
+    assert rows[1, 1:-1].tolist() == [16, 17, 18, 19, 3, 30]
+
+
+def test_stage_end_to_end_on_a_slice(tmp_path: Path) -> None:
+    frame = prepare_documents(SLICE, heldout_fraction=0.1, seed=0, output=tmp_path / "documents.parquet")
+    meta = pack_documents(
+        tmp_path / "documents.parquet",
+        VOCABS["wordpiece-core-8192"],
+        "wordpiece-core-8192",
+        seq_len=64,
+        shard_rows=100,
+        output_dir=tmp_path / "packed",
+    )
+    assert meta == load_meta(tmp_path / "packed")
+    train, heldout = load_split(tmp_path / "packed", "train"), load_split(tmp_path / "packed", "heldout")
+    assert train.shape == (meta.n_train, 64) and heldout.shape == (meta.n_heldout, 64)
+    assert train.dtype == np.int32
+    assert len(list((tmp_path / "packed" / "train").glob("part-*.parquet"))) == -(-meta.n_train // 100)
+    assert (train[:, 0] == meta.cls_id).all() and (train[:, -1] == meta.sep_id).all()
+    assert 0 <= train.min() and train.max() < meta.vocab_size
+    # split disjointness at the sequence level: no held-out row appears in train
+    train_rows = {row.tobytes() for row in train}
+    assert not any(row.tobytes() in train_rows for row in heldout)
+    # the tokens are the documents' own: the first train row decodes to text of a train document
+    tokenizer = make_tokenizer(load_vocabulary(VOCABS["wordpiece-core-8192"]))
+    first_words = tokenizer.decode(train[0, 1:9].tolist()).split()[:3]
+    train_text = " ".join(frame.loc[frame.split == "train", "text"]).lower()
+    assert all(word.replace("##", "") in train_text for word in first_words)
+
+
+def test_too_long_sequences_fail_clearly(tmp_path: Path) -> None:
+    tiny = CorpusSpec(source="core", paths=(str(CORPUS),), max_documents=2)
+    prepare_documents(tiny, heldout_fraction=0.5, seed=0, output=tmp_path / "documents.parquet")
+    with pytest.raises(UserError, match="data.seq_len"):
+        pack_documents(tmp_path / "documents.parquet", VOCABS["wordpiece-core-8192"], "x", 10**7, 10, tmp_path / "p")
+
+
+def test_data_target_through_snakemake(tmp_path: Path) -> None:
+    run_snakemake("data", "--cores", "2", "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), cwd=tmp_path)
+    packed = tmp_path / "results" / "smoke" / "data" / "packed"
+    meta = json.loads((packed / "meta.json").read_text())
+    assert meta["seq_len"] == 64 and meta["vocab_size"] == 8192
+    assert meta["source"]["max_documents"] == 40
+    assert load_split(packed, "train").shape == (meta["n_train"], 64)
+    assert (tmp_path / "results" / "smoke" / "logs" / "data" / "pack_sequences.log").read_text().strip()
+    # a second run has nothing to do
+    rerun = run_snakemake("data", "--cores", "2", "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), cwd=tmp_path)
+    assert "Nothing to be done" in rerun.stdout + rerun.stderr

@@ -1,0 +1,87 @@
+"""The grid: canonical spellings, and the paper's grid planned job by job."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake
+from dpscaling.grid import TrainPoint, alternation, canonical, main_grid
+
+
+@pytest.mark.parametrize(
+    "value, spelling",
+    [
+        (0.0, "0"),
+        (0, "0"),
+        (1024, "1024"),
+        (1.0, "1"),
+        (2.0**-7, "0.0078125"),
+        (1.0e-5, "0.00001"),
+        (0.1 + 0.2, "0.30000000000000004"),
+        (2.0**-23, "0.00000011920928955078125"),
+    ],
+)
+def test_canonical_spelling(value: float, spelling: str) -> None:
+    assert canonical(value) == spelling
+
+
+@pytest.mark.parametrize("k", range(0, 40))
+def test_canonical_round_trips_powers_of_two_exactly(k: int) -> None:
+    value = 2.0**-k
+    spelling = canonical(value)
+    assert "e" not in spelling
+    assert float(spelling) == value
+    if k <= 23:  # the paper's grid: short enough that the decimal is the exact binary value
+        assert Fraction(spelling) == Fraction(value)
+
+
+def test_canonical_is_one_spelling_per_value() -> None:
+    assert canonical(1.0e-3) == canonical(0.001) == canonical(float("1e-3"))
+
+
+def test_alternation_matches_exactly_the_values() -> None:
+    pattern = re.compile(f"^(?:{alternation([0.0, 2.0**-6, 2.0**-7])})$")
+    assert pattern.match("0.015625") and pattern.match("0") and pattern.match("0.0078125")
+    assert not pattern.match("0.0156250") and not pattern.match("1.5625e-02") and not pattern.match("00")
+
+
+def test_paper_grid_in_config() -> None:
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    training = config["training"]
+    assert training["noise_batch_ratios"] == [0.0] + [2.0**-k for k in range(6, 24)]
+    assert training["learning_rates"] == [2.0**-7, 2.0**-8, 2.0**-9]
+    assert (training["physical_batch"], training["steps"], training["warmup_steps"], training["log_every"]) == (
+        1024,
+        128000,
+        1000,
+        100,
+    )
+    assert config["data"]["seq_len"] == 512
+    assert config["models"]["names"] == ["BertTiny", "BertMini", "BertSmall", "BertMedium", "BertBase", "BertLarge"]
+
+
+def test_main_grid_expands_the_product() -> None:
+    config = {
+        "models": {"names": ["A", "B"]},
+        "training": {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.1, 0.2, 0.3], "physical_batch": 8, "seed": 3},
+    }
+    grid = main_grid(config)
+    assert len(grid) == 12 and len(set(grid)) == 12
+    assert TrainPoint("B", 8, 3, 0.5, 0.3) in grid
+
+
+def test_paper_dry_run_plans_342_training_jobs_with_canonical_wildcards(tmp_path) -> None:
+    result = run_snakemake("-n", "train", "--configfile", str(REPO / "config" / "paper.yaml"), cwd=tmp_path)
+    stats = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", result.stdout, flags=re.MULTILINE))
+    assert int(stats["train_run"]) == 6 * 19 * 3 == 342
+    wildcards = re.findall(r"wildcards: (.*)", result.stdout)
+    nbr = {re.search(r"nbr=([^,]+)", line).group(1) for line in wildcards if "nbr=" in line}
+    lr = {re.search(r"lr=([^,\s]+)", line).group(1) for line in wildcards if "lr=" in line}
+    assert nbr == {canonical(0.0)} | {canonical(2.0**-k) for k in range(6, 24)}
+    assert lr == {"0.0078125", "0.00390625", "0.001953125"}
+    assert not any("e-" in value for value in nbr | lr)
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing

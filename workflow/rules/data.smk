@@ -1,0 +1,53 @@
+from dataclasses import asdict
+
+from dpscaling.workflow import corpus_inputs
+
+
+rule prepare_documents:
+    input:
+        corpus_inputs(CORPUS),
+    output:
+        f"{RESULTS}/data/documents.parquet",
+    log:
+        f"{RESULTS}/logs/data/prepare_documents.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        spec=asdict(CORPUS),
+        heldout_fraction=config["data"]["heldout_fraction"],
+        seed=config["data"]["split_seed"],
+    script:
+        "../scripts/prepare_documents.py"
+
+
+rule pack_sequences:
+    input:
+        documents=rules.prepare_documents.output[0],
+        vocab=VOCAB,
+    output:
+        meta=f"{RESULTS}/data/packed/meta.json",
+        train=directory(f"{RESULTS}/data/packed/train"),
+        heldout=directory(f"{RESULTS}/data/packed/heldout"),
+    log:
+        f"{RESULTS}/logs/data/pack_sequences.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    params:
+        tokenizer=config["data"]["tokenizer"],
+        seq_len=config["data"]["seq_len"],
+        shard_rows=config["data"]["shard_sequences"],
+        source=asdict(CORPUS),
+    script:
+        "../scripts/pack_sequences.py"
+
+
+rule data:
+    input:
+        rules.pack_sequences.output,

@@ -1,0 +1,16 @@
+from pathlib import Path
+
+from dpscaling.data.stage import pack_documents
+from dpscaling.logs import log_to_file
+
+with log_to_file(snakemake.log[0]) as log:
+    meta = pack_documents(
+        documents=snakemake.input.documents,
+        vocab=snakemake.input.vocab,
+        tokenizer_name=snakemake.params.tokenizer,
+        seq_len=snakemake.params.seq_len,
+        shard_rows=snakemake.params.shard_rows,
+        output_dir=Path(snakemake.output.meta).parent,
+        source=snakemake.params.source,
+    )
+    log.info("packed %d train and %d held-out sequences of %d tokens", meta.n_train, meta.n_heldout, meta.seq_len)

@@ -1,0 +1,13 @@
+from dpscaling.data.documents import CorpusSpec
+from dpscaling.data.stage import prepare_documents
+from dpscaling.logs import log_to_file
+
+with log_to_file(snakemake.log[0]) as log:
+    spec = snakemake.params.spec
+    frame = prepare_documents(
+        CorpusSpec(**{**spec, "paths": tuple(spec["paths"])}),
+        heldout_fraction=snakemake.params.heldout_fraction,
+        seed=snakemake.params.seed,
+        output=snakemake.output[0],
+    )
+    log.info("documents per split: %s", frame["split"].value_counts().to_dict())
