@@ -17,7 +17,9 @@ from dpscaling import __version__
 from dpscaling.errors import UserError
 
 # Modules that provide subcommands, in the order `dpscaling --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "dpscaling.commands.law",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

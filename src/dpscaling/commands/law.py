@@ -1,0 +1,366 @@
+"""``dpscaling fit``, ``dpscaling query`` and ``dpscaling table saturating`` (issue 5; paper §3.3–§3.4, Table 2).
+
+Thin wrappers: parse flags, load inputs, call :mod:`dpscaling.law`, print.
+σ comes from, in order: ``--accounting-amplified/--accounting-unamplified``
+given to the command, the accounting tables saved with the law, or dpscaling's
+own accounting package (:mod:`dpscaling.accounting`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.commands._output import add_json_flag, emit
+from dpscaling.errors import UserError
+from dpscaling.law import LawSettings, fit_law, load_law
+from dpscaling.law.artifact import Law
+from dpscaling.law.collect import (
+    TIDY_COLUMNS, collect_training_curves, read_reference_results, read_tidy_results, run_constants)
+from dpscaling.law.columns import (
+    BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO,
+    PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH, PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
+from dpscaling.law.interpolation import reason_counts
+from dpscaling.law.noise import SigmaFunction, read_accounting_csv, sigma_from_tables
+from dpscaling.law.queries import (
+    DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, compute_optimal, evaluate_configurations, model_size_grid,
+    saturating_table)
+
+RESULTS_FORMATS = ("dpscaling", "reference")
+CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
+DEFAULT_DELTA = 1e-8
+TABLE2_DATA_BUDGETS = [1e5, 1e6, 1e7, 1e8, 1e9]
+TABLE2_PRIVACY_BUDGETS = [1.0, 4.0, 16.0, 64.0]
+# Table 2's candidate budgets: batch sizes from the paper's physical batch up to 2^20 sequences.
+_SMALLEST_BATCH, _LARGEST_BATCH = 1024, 2**20
+COMPUTE_BUDGET_COUNT = 100
+# The authors' notebook: budgets from 6·S·4e6·1000·1024 to 6·S·335e6·128000·2^20 (reference-method.md, table).
+REFERENCE_COMPUTE_RANGE_PER_TOKEN_FLOP = (4e6 * 1000 * 1024, 335e6 * 128_000 * 2**20)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_fit(subparsers)
+    _register_query(subparsers)
+    _register_table(subparsers)
+
+
+# ---------------------------------------------------------------------------------------------- flags
+
+def _add_accounting_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accounting-amplified", metavar="CSV",
+                        help="Poisson-amplified σ table in the authors' headerless CSV format")
+    parser.add_argument("--accounting-unamplified", metavar="CSV",
+                        help="unamplified (deterministic batching) σ table in the authors' CSV format")
+
+
+def _add_law_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--law", required=True, metavar="DIR", help="a law directory written by `dpscaling fit`")
+
+
+def _add_model_size_range(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-size-range", nargs=2, type=float, metavar=("MIN", "MAX"),
+                        help="ends of the candidate model-size grid (default: smallest and largest trained model; "
+                             "4.52e6 335e6 reproduces the paper's Table 2)")
+
+
+def _register_fit(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("fit", help="fit the semi-parametric scaling law and save it",
+                                   description="Smooth, extrapolate and interpolate training results into a "
+                                               "reusable law directory (paper §3.3).")
+    parser.add_argument("--results", required=True, metavar="PATH",
+                        help="dpscaling: a tidy results table (Parquet/CSV) or a directory of training-curve "
+                             "Parquet files; reference: the authors' results.csv")
+    parser.add_argument("--results-format", choices=RESULTS_FORMATS, default="dpscaling")
+    _add_accounting_flags(parser)
+    parser.add_argument("--reference-compatible", action="store_true",
+                        help="reproduce the authors' analysis code instead of the paper's text")
+    parser.add_argument("--warmup-steps", type=float, default=1000,
+                        help="drop measurements before this many steps (paper: 1000)")
+    parser.add_argument("--rolling-window", type=int,
+                        help="trailing rolling mean over this many measurements, 0 = off "
+                             "(default: 10; off with --reference-compatible)")
+    parser.add_argument("--seq-len", type=int, help="sequence length S in C = 6·M·B·S·T "
+                                                    "(default: from the curves, else 512)")
+    parser.add_argument("--physical-batch", type=int,
+                        help="training batch size, for the parametric fits' N (default: from the curves, else 1024)")
+    parser.add_argument("--parametric", action="store_true", help="also fit the appendix's L̂1 and L̂2")
+    parser.add_argument("--out", required=True, metavar="DIR")
+    add_json_flag(parser)
+    parser.set_defaults(func=run_fit)
+
+
+def _register_query(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("query", help="compute-optimal configuration, or losses of given configurations",
+                                   description="Either --compute/--epsilon/--users (compute-optimal search) or "
+                                               "--configs CSV (evaluate rows of Model Size, Batch Size, Iterations, "
+                                               "Privacy Budget, Data Budget).")
+    _add_law_flag(parser)
+    parser.add_argument("--compute", type=float, help="compute budget C in FLOPs")
+    parser.add_argument("--epsilon", type=float, help="privacy budget ε")
+    parser.add_argument("--users", type=float, help="data budget N (privacy units)")
+    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA)
+    parser.add_argument("--tolerance", type=float,
+                        help="near-optimal set: loss within this fraction of the optimum (default: the paper's "
+                             "0.01; 0.02, the authors' code's band, for a reference-compatible law)")
+    _add_model_size_range(parser)
+    parser.add_argument("--configs", metavar="CSV", help="configurations to evaluate")
+    parser.add_argument("--out", metavar="CSV", help="with --configs: write the evaluated rows here")
+    _add_accounting_flags(parser)
+    add_json_flag(parser)
+    parser.set_defaults(func=run_query)
+
+
+def _register_table(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("table", help="tables of the paper computed from a law")
+    tables = parser.add_subparsers(dest="table", metavar="TABLE", required=True)
+    saturating = tables.add_parser("saturating", help="saturating compute budgets (paper Table 2)",
+                                   description="Smallest compute budget whose best loss is within --tolerance of "
+                                               "the best over all budgets, per data and privacy budget.")
+    _add_law_flag(saturating)
+    _add_model_size_range(saturating)
+    saturating.add_argument("--users", type=float, nargs="+", default=TABLE2_DATA_BUDGETS)
+    saturating.add_argument("--epsilons", type=float, nargs="+", default=TABLE2_PRIVACY_BUDGETS)
+    saturating.add_argument("--delta", type=float, default=DEFAULT_DELTA)
+    saturating.add_argument("--compute-range", nargs=2, type=float, metavar=("MIN", "MAX"),
+                            help="candidate budgets (default: smallest model × first iteration × batch 1024 to "
+                                 "largest model × trained horizon × batch 2^20, times 6·S; with a reference-"
+                                 "compatible law the notebook's 6·S·4e6·1000·1024 to 6·S·335e6·128000·2^20)")
+    saturating.add_argument("--compute-count", type=int, default=COMPUTE_BUDGET_COUNT)
+    saturating.add_argument("--tolerance", type=float, default=SATURATION_TOLERANCE)
+    _add_accounting_flags(saturating)
+    saturating.add_argument("--out", required=True, metavar="CSV")
+    add_json_flag(saturating)
+    saturating.set_defaults(func=run_table_saturating)
+
+
+# ---------------------------------------------------------------------------------------------- fit
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _require_file(path: str | None, flag: str) -> Path | None:
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise UserError(f"{flag}: no such file {path}")
+    return Path(path)
+
+
+def load_results(path: str, results_format: str) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Results in any supported form → (tidy table, run constants like seq_len/physical_batch)."""
+    source = Path(path)
+    if not source.exists():
+        raise UserError(f"--results: no such file or directory {path}")
+    if results_format == "reference":
+        return read_reference_results(source), {"seq_len": PAPER_SEQUENCE_LENGTH,
+                                                 "physical_batch": PAPER_PHYSICAL_BATCH}
+    if source.is_dir():
+        return collect_training_curves(sorted(source.rglob("*.parquet")))
+    raw = pd.read_parquet(source) if source.suffix == ".parquet" else pd.read_csv(source)
+    if not set(TIDY_COLUMNS[:6]) <= set(raw.columns):
+        if source.suffix != ".parquet":
+            raise UserError(f"--results {path}: not a tidy results table; expected columns "
+                            f"{', '.join(TIDY_COLUMNS[:6])} (or use --results-format reference)")
+        return collect_training_curves([source])
+    return read_tidy_results(source), run_constants([raw])
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    results, constants = load_results(args.results, args.results_format)
+    overrides: dict[str, Any] = {"warmup_steps": args.warmup_steps}
+    if args.rolling_window is not None:
+        overrides["rolling_window"] = args.rolling_window or None
+    settings = LawSettings.create(args.reference_compatible, **overrides)
+    amplified_path = _require_file(args.accounting_amplified, "--accounting-amplified")
+    unamplified_path = _require_file(args.accounting_unamplified, "--accounting-unamplified")
+    sources = {"results": {"path": str(Path(args.results).resolve()), "format": args.results_format}}
+    if Path(args.results).is_file():
+        sources["results"]["sha256"] = _sha256(Path(args.results))
+    for kind, path in (("accounting_amplified", amplified_path), ("accounting_unamplified", unamplified_path)):
+        if path is not None:
+            sources[kind] = {"path": str(path.resolve()), "sha256": _sha256(path)}
+    if not (amplified_path or unamplified_path):
+        sources["accounting"] = "dpscaling.accounting at query time"
+    law = fit_law(
+        results, settings,
+        seq_len=args.seq_len or constants.get("seq_len", PAPER_SEQUENCE_LENGTH),
+        physical_batch=args.physical_batch or constants.get("physical_batch", PAPER_PHYSICAL_BATCH),
+        accounting_amplified=read_accounting_csv(amplified_path) if amplified_path else None,
+        accounting_unamplified=read_accounting_csv(unamplified_path) if unamplified_path else None,
+        parametric=args.parametric, sources=sources)
+    law.save(args.out)
+    report = law.report
+    emit({"law": str(Path(args.out)), "models": len(law.loss.model_sizes),
+          "iterations": f"{law.iteration_bounds()[0]:g}..{law.iteration_bounds()[1]:g}",
+          "noise_batch_ratios": len(law.loss.noise_batch_ratios),
+          "failed_fits": len(report["failed_fits"]), "missing_cells": report["missing_cells"],
+          "filled_cells": report["filled_cells"], "runs_excluded": len(report["runs_excluded"]),
+          "accounting": ",".join(sorted(law.accounting)) or "dpscaling.accounting"}, args.json)
+    for failure in report["failed_fits"]:
+        print(f"dpscaling fit: warning: {failure['kind']} fit failed for {failure['model']} "
+              f"σ̄={failure['noise_batch_ratio']:g}: {failure['reason']}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- σ
+
+def _package_sigma(delta: float, sampling: str, allow_per_row: bool) -> SigmaFunction:
+    """σ from dpscaling's accounting package (issue 4), imported only when needed."""
+    try:
+        from dpscaling.accounting.calibrate import calibrate_sigma
+    except ImportError as error:
+        raise UserError("this law has no accounting tables and dpscaling.accounting is not available "
+                        f"({error}); pass --accounting-amplified/--accounting-unamplified") from error
+    if not allow_per_row:
+        raise UserError("a compute-optimal search needs a σ table (thousands of candidates); this law has none: "
+                        "pass --accounting-amplified/--accounting-unamplified CSVs (the authors' format)")
+
+    def sigma(epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> np.ndarray:
+        # Exact calibration once per distinct (ε, T, q); the accountant counts whole steps.
+        rows = np.column_stack([np.atleast_1d(epsilon), np.ceil(np.atleast_1d(steps)), np.atleast_1d(q)])
+        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+        values = np.array([calibrate_sigma(float(e), float(p), int(t), delta, sampling) for e, t, p in distinct])
+        return values[inverse.ravel()]
+    return sigma
+
+
+def resolve_sigma(args: argparse.Namespace, law: Law, allow_per_row: bool = False) -> tuple[SigmaFunction, str]:
+    """The σ function for a query and a short description of where it comes from."""
+    amplified_path = _require_file(args.accounting_amplified, "--accounting-amplified")
+    unamplified_path = _require_file(args.accounting_unamplified, "--accounting-unamplified")
+    if amplified_path or unamplified_path:
+        sigma, delta = sigma_from_tables(read_accounting_csv(amplified_path) if amplified_path else None,
+                                         read_accounting_csv(unamplified_path) if unamplified_path else None,
+                                         law.settings.accounting_rule)
+        source = "command-line accounting tables"
+    elif law.accounting:
+        sigma, delta = law.sigma_function()
+        source = "the law's accounting tables"
+    else:
+        sampling = "poisson" if law.settings.accounting_rule == "amplified" else "min"
+        return _package_sigma(args.delta, sampling, allow_per_row), f"dpscaling.accounting ({sampling})"
+    if not np.isclose(delta, args.delta, rtol=1e-9, atol=0):
+        raise UserError(f"--delta {args.delta:g} differs from the accounting tables' delta {delta:g}")
+    return sigma, source
+
+
+def _candidate_model_sizes(args: argparse.Namespace, law: Law) -> np.ndarray:
+    smallest, largest = args.model_size_range or law.model_size_range()
+    return model_size_grid(smallest, largest)
+
+
+# ---------------------------------------------------------------------------------------------- query
+
+def run_query(args: argparse.Namespace) -> int:
+    budget_flags = {"--compute": args.compute, "--epsilon": args.epsilon, "--users": args.users}
+    if args.configs and any(v is not None for v in budget_flags.values()):
+        raise UserError("give either --configs or --compute/--epsilon/--users, not both")
+    if args.configs:
+        return _query_configs(args)
+    missing = [flag for flag, value in budget_flags.items() if value is None]
+    if missing:
+        raise UserError(f"missing {', '.join(missing)} (or give --configs CSV)")
+    if args.out:
+        raise UserError("--out is for --configs; use --json for a machine-readable compute-optimal answer")
+    for flag, value in budget_flags.items():
+        if not value > 0:
+            raise UserError(f"{flag} must be positive, got {value:g}")
+    law = load_law(args.law)
+    sigma, source = resolve_sigma(args, law)
+    if args.tolerance is None:
+        args.tolerance = REFERENCE_BAND_TOLERANCE if law.settings.reference_compatible else DEFAULT_TOLERANCE
+    if not args.tolerance >= 0:
+        raise UserError(f"--tolerance must be >= 0, got {args.tolerance:g}")
+    answer = compute_optimal(args.compute, args.epsilon, args.users, law.loss, sigma, law.seq_len,
+                             _candidate_model_sizes(args, law), law.iteration_bounds(), args.tolerance)
+    best = answer.optimum
+    result: dict[str, Any] = {
+        "compute": args.compute, "epsilon": args.epsilon, "users": args.users, "delta": args.delta,
+        "model_size": best[MODEL_SIZE], "batch_size": best[BATCH_SIZE], "iterations": best[ITERATIONS],
+        "sigma": best[SIGMA], "noise_batch_ratio": best[NOISE_BATCH_RATIO], "tokens": best[TOKENS],
+        "tokens_per_parameter": best[TOKENS_PER_PARAMETER], "predicted_loss": best[CROSS_ENTROPY],
+        "tolerance": args.tolerance, "near_optimal_count": len(answer.near_optimal),
+    }
+    for column, (low, high) in answer.ranges().items():
+        result[f"near_optimal_{_snake(column)}"] = [low, high]
+    result["candidates"] = answer.candidates
+    result["candidates_without_answer"] = answer.unanswered
+    result["accounting"] = source
+    emit(result, args.json)
+    return 0
+
+
+def _snake(column: str) -> str:
+    return column.lower().replace(" / ", "_per_").replace(" ", "_")
+
+
+def _query_configs(args: argparse.Namespace) -> int:
+    path = _require_file(args.configs, "--configs")
+    configs = pd.read_csv(path, skipinitialspace=True)
+    missing = [c for c in CONFIG_COLUMNS if c not in configs.columns]
+    if missing:
+        raise UserError(f"--configs {path}: missing column(s) {', '.join(missing)}; "
+                        f"expected {', '.join(CONFIG_COLUMNS)}")
+    values = configs[CONFIG_COLUMNS].apply(pd.to_numeric, errors="coerce")
+    bad = values.index[~(values > 0).all(axis=1)]
+    if len(bad):
+        raise UserError(f"--configs {path}: row(s) {', '.join(str(i + 2) for i in bad[:10])} have a missing, "
+                        "non-numeric or non-positive value (line numbers count the header)")
+    law = load_law(args.law)
+    sigma, source = resolve_sigma(args, law, allow_per_row=True)
+    evaluated = evaluate_configurations(configs.assign(**values), law.loss, sigma, law.seq_len)
+    unanswered = reason_counts(evaluated[REASON].to_numpy())
+    if args.out:
+        evaluated.to_csv(args.out, index=False)
+    elif not args.json:
+        evaluated.to_csv(sys.stdout, index=False)
+    if args.json:
+        emit({"rows": evaluated.to_dict("records"), "rows_without_answer": unanswered, "accounting": source}, True)
+    for reason, count in unanswered.items():
+        # Never a silent NaN row: each one has its Reason column and is counted here.
+        print(f"dpscaling query: warning: {count} row(s) without a predicted loss: {reason}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+def default_compute_range(law: Law, model_sizes: np.ndarray) -> tuple[float, float]:
+    """From (smallest model, first iteration, batch 1024) to (largest model, trained horizon, batch 2^20).
+
+    Reference-compatible laws use the authors' notebook's range, 6·S·(4e6·1000·1024, 335e6·128000·2^20).
+    """
+    if law.settings.reference_compatible:
+        return tuple(6.0 * law.seq_len * np.array(REFERENCE_COMPUTE_RANGE_PER_TOKEN_FLOP))
+    measured = law.grid.loc[law.grid["Source"] == "measured", ITERATIONS]
+    first, horizon = float(measured.min()), float(measured.max())
+    scale = 6.0 * law.seq_len
+    return (scale * model_sizes[0] * first * _SMALLEST_BATCH, scale * model_sizes[-1] * horizon * _LARGEST_BATCH)
+
+
+def run_table_saturating(args: argparse.Namespace) -> int:
+    law = load_law(args.law)
+    sigma, source = resolve_sigma(args, law)
+    model_sizes = _candidate_model_sizes(args, law)
+    low, high = args.compute_range or default_compute_range(law, model_sizes)
+    if not 0 < low < high or args.compute_count < 2:
+        raise UserError("--compute-range must satisfy 0 < MIN < MAX and --compute-count >= 2")
+    budgets = np.geomspace(low, high, args.compute_count)
+    table = saturating_table(budgets, args.epsilons, args.users, law.loss, sigma, law.seq_len, model_sizes,
+                             law.iteration_bounds(), args.tolerance)
+    table.to_csv(args.out, index=False)
+    emit({"out": args.out, "rows": len(table), "compute_budgets": len(budgets),
+          "compute_range": [float(low), float(high)], "accounting": source,
+          "budgets_without_answer": int(table["Budgets Without Answer"].sum())}, args.json)
+    return 0
+

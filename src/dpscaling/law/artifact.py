@@ -1,0 +1,200 @@
+"""The saved, reusable law: fit once, query many times (paper §3.3 → §3.4).
+
+A law is a directory holding Parquet tables and a JSON manifest:
+
+- ``grid.parquet``: the smoothed, extrapolated and σ̄-filled grid the
+  interpolants are built from (Model, Model Size, Iterations, Noise Batch
+  Ratio, Cross Entropy, Learning Rate, Source);
+- ``fits.parquet``: every power-law fit (E* per model and one per (model, σ̄)),
+  failures included with their reason;
+- ``accounting_amplified.parquet`` / ``accounting_unamplified.parquet`` when the
+  law was fitted with the authors' accounting tables;
+- ``parametric.json`` + ``parametric_diagnostics.parquet`` when parametric fits were requested;
+- ``manifest.json``: format version, library versions, settings, S, physical
+  batch, sources and the fit report (counts of dropped / missing / failed items).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.errors import UserError
+from dpscaling.io import atomic_path
+from dpscaling.law.collect import EXCLUDED_STATUSES
+from dpscaling.law.columns import (
+    CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PAPER_PHYSICAL_BATCH,
+    PAPER_SEQUENCE_LENGTH, SOURCE, STATUS)
+from dpscaling.law.extrapolation import extrapolate
+from dpscaling.law.interpolation import LossFunction, fill_missing_noise_batch_ratios
+from dpscaling.law.noise import SigmaFunction, sigma_from_tables
+from dpscaling.law.settings import LawSettings
+from dpscaling.law.smoothing import smooth_results
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ACCOUNTING_KINDS = ("amplified", "unamplified")
+RUN_KEYS = [MODEL, "Learning Rate", NOISE_BATCH_RATIO, "Seed"]
+
+
+@dataclass
+class Law:
+    """A fitted law: its grid, fits, settings, optional accounting tables, and the interpolated L(M, T, σ̄)."""
+    grid: pd.DataFrame
+    fits: pd.DataFrame
+    settings: LawSettings
+    seq_len: int
+    physical_batch: int
+    accounting: dict[str, pd.DataFrame] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
+    parametric: dict[str, Any] | None = None
+    parametric_diagnostics: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss)
+
+    def model_size_range(self) -> tuple[float, float]:
+        return float(self.loss.model_sizes[0]), float(self.loss.model_sizes[-1])
+
+    def iteration_bounds(self) -> tuple[float, float]:
+        return float(self.loss.iterations[0]), float(self.loss.iterations[-1])
+
+    def sigma_function(self) -> tuple[SigmaFunction, float] | None:
+        """σ(ε, T, q) and δ from the accounting tables saved with the law, or None if there are none."""
+        if not self.accounting:
+            return None
+        return sigma_from_tables(self.accounting.get("amplified"), self.accounting.get("unamplified"),
+                                 self.settings.accounting_rule)
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "versions": _versions(),
+            "settings": self.settings.to_json(),
+            "seq_len": self.seq_len,
+            "physical_batch": self.physical_batch,
+            "accounting": sorted(self.accounting) or None,
+            "model_sizes": [float(m) for m in self.loss.model_sizes],
+            "iterations": list(self.iteration_bounds()),
+            "noise_batch_ratios": [float(s) for s in self.loss.noise_batch_ratios],
+            "sources": self.sources,
+            "report": self.report,
+            "parametric": self.parametric,
+        }
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write the law atomically: a reader sees the old directory or the complete new one."""
+        with atomic_path(directory, directory=True) as tmp:
+            self.grid.to_parquet(tmp / "grid.parquet", index=False)
+            self.fits.to_parquet(tmp / "fits.parquet", index=False)
+            for kind, table in self.accounting.items():
+                table.to_parquet(tmp / f"accounting_{kind}.parquet", index=False)
+            if self.parametric_diagnostics is not None:
+                self.parametric_diagnostics.to_parquet(tmp / "parametric_diagnostics.parquet", index=False)
+            (tmp / MANIFEST).write_text(json.dumps(_jsonable(self.manifest()), indent=2, sort_keys=True) + "\n")
+        return Path(directory)
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in ("dpscaling", "numpy", "scipy", "pandas", "pyarrow"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "unknown"
+    return versions
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def exclude_unfit_runs(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Drop runs whose status is diverged or still running; return (kept rows, dropped runs with their status).
+
+    A diverged run's loss is not a training curve; the other learning rates cover its cells
+    (minimum over learning rates), and cells no run covers are reported as missing.
+    """
+    excluded = results[STATUS].astype(str).str.lower().isin(EXCLUDED_STATUSES)
+    keys = [k for k in RUN_KEYS if k in results.columns] + [STATUS]
+    dropped_runs = results.loc[excluded, keys].drop_duplicates()
+    return results[~excluded], dropped_runs.reset_index(drop=True)
+
+
+def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
+            seq_len: int = PAPER_SEQUENCE_LENGTH, physical_batch: int = PAPER_PHYSICAL_BATCH,
+            accounting_amplified: pd.DataFrame | None = None, accounting_unamplified: pd.DataFrame | None = None,
+            parametric: bool = False, sources: dict[str, Any] | None = None) -> Law:
+    """Tidy measurements → a :class:`Law` (smoothing → extrapolation → σ̄ fill → interpolants).
+
+    Raises UserError if nothing survives the warm-up cut or the grid cannot be interpolated.
+    """
+    settings = settings or LawSettings()
+    kept, excluded = exclude_unfit_runs(results)
+    smoothed = smooth_results(kept, settings)
+    if smoothed.empty or smoothed[CROSS_ENTROPY].notna().sum() == 0:
+        raise UserError(f"no measurements at or after the warm-up ({settings.warmup_steps:g} steps); "
+                        "lower the warm-up or train longer")
+    extended, fits = extrapolate(smoothed, settings)
+    grid = fill_missing_noise_batch_ratios(extended, settings.fill_missing_nbr)
+    failed = fits[fits["status"] != "ok"]
+    report = {
+        "measurements": int(len(results)),
+        "runs_excluded": excluded.to_dict("records"),
+        "warmup_measurements_dropped": int((kept[ITERATIONS] < settings.warmup_steps).sum()),
+        "nan_cells_after_smoothing": int(smoothed[CROSS_ENTROPY].isna().sum()),
+        "failed_fits": failed[["model", "noise_batch_ratio", "kind", "reason"]].to_dict("records"),
+        "filled_cells": int((grid[SOURCE] == "filled").sum()),
+        "missing_cells": _missing_cells(grid),
+    }
+    accounting = {kind: table for kind, table in zip(ACCOUNTING_KINDS, (accounting_amplified, accounting_unamplified))
+                  if table is not None}
+    law = Law(grid, fits, settings, int(seq_len), int(physical_batch), accounting, report, sources or {})
+    if accounting:
+        law.sigma_function()  # validate the tables now, not at the first query
+    if parametric:
+        from dpscaling.law.parametric import fit_paper_forms
+        law.parametric, law.parametric_diagnostics = fit_paper_forms(smoothed, physical_batch=physical_batch)
+    return law
+
+
+def _missing_cells(grid: pd.DataFrame) -> int:
+    """Cells of the full (M × T × σ̄) grid without a finite value: queries there come back NaN with a reason."""
+    full = grid[MODEL_SIZE].nunique() * grid[ITERATIONS].nunique() * grid[NOISE_BATCH_RATIO].nunique()
+    return int(full - grid[CROSS_ENTROPY].notna().sum())
+
+
+def load_law(directory: str | os.PathLike[str]) -> Law:
+    """Read a law written by :meth:`Law.save`."""
+    directory = Path(directory)
+    manifest_path = directory / MANIFEST
+    if not manifest_path.is_file():
+        raise UserError(f"{directory} is not a fitted law (no {MANIFEST}); create one with `dpscaling fit`")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise UserError(f"{directory}: law format {manifest.get('format_version')} is not {FORMAT_VERSION}; refit it")
+    accounting = {kind: pd.read_parquet(directory / f"accounting_{kind}.parquet") for kind in ACCOUNTING_KINDS
+                  if (directory / f"accounting_{kind}.parquet").is_file()}
+    diagnostics_path = directory / "parametric_diagnostics.parquet"
+    return Law(
+        grid=pd.read_parquet(directory / "grid.parquet"), fits=pd.read_parquet(directory / "fits.parquet"),
+        settings=LawSettings.from_json(manifest["settings"]), seq_len=manifest["seq_len"],
+        physical_batch=manifest["physical_batch"], accounting=accounting, report=manifest["report"],
+        sources=manifest["sources"], parametric=manifest.get("parametric"),
+        parametric_diagnostics=pd.read_parquet(diagnostics_path) if diagnostics_path.is_file() else None)

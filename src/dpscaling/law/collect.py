@@ -1,0 +1,133 @@
+"""Collect training curves into one tidy table (paper §3.2 "Metrics", §3.3 input data).
+
+Two sources: the training job's per-run curve Parquet files (one row per
+logging interval) and the authors' published ``results.csv``. Both end up with
+the columns of :mod:`dpscaling.law.columns`: Model, Model Size, Learning Rate,
+Iterations, Noise Batch Ratio, Cross Entropy, Status, Seed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.errors import UserError
+from dpscaling.io import atomic_path
+from dpscaling.law.columns import (
+    BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
+    SEED, STATUS)
+
+TIDY_COLUMNS = [MODEL, MODEL_SIZE, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY, STATUS, SEED]
+REFERENCE_RESULTS_COLUMNS = [MODEL, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY]
+# Runs whose curve is not a training curve to fit: diverged ones, and partial files of unfinished runs.
+EXCLUDED_STATUSES = ("diverged", "running")
+
+# Tidy column ← training-curve column(s), first present wins. The one place to edit when the training
+# job's schema changes: dpscaling.train.metrics writes n_params / batch_size; the issue-3 draft said
+# params / physical_batch.
+TRAINING_CURVE_COLUMNS: dict[str, tuple[str, ...]] = {
+    MODEL: ("model",),
+    MODEL_SIZE: ("n_params", "params"),  # total parameter count, as the paper's model table
+    LEARNING_RATE: ("learning_rate",),
+    ITERATIONS: ("step",),  # steps completed at the END of the logging interval
+    NOISE_BATCH_RATIO: ("noise_batch_ratio",),
+    CROSS_ENTROPY: ("loss",),  # mean training loss over the interval
+    STATUS: ("status",),
+    SEED: ("seed",),
+}
+OPTIONAL_CURVE_COLUMNS = {STATUS: "finished", SEED: 0}
+# Run constants the law keeps (C = 6·M·B·S·T needs S; the parametric fit's N = physical batch · T).
+RUN_CONSTANT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "physical_batch": ("batch_size", "physical_batch"),
+    "seq_len": ("seq_len",),
+}
+
+
+def _first_present(frame: pd.DataFrame, candidates: tuple[str, ...]) -> str | None:
+    return next((name for name in candidates if name in frame.columns), None)
+
+
+def tidy_training_curve(curve: pd.DataFrame) -> pd.DataFrame:
+    """Rename one training curve's columns to the tidy names; non-finite losses become NaN."""
+    columns = {}
+    for tidy_name, candidates in TRAINING_CURVE_COLUMNS.items():
+        source = _first_present(curve, candidates)
+        if source is not None:
+            columns[tidy_name] = curve[source]
+        elif tidy_name in OPTIONAL_CURVE_COLUMNS:
+            columns[tidy_name] = OPTIONAL_CURVE_COLUMNS[tidy_name]
+        else:
+            raise UserError(f"training curve lacks column {' or '.join(candidates)} (for {tidy_name})")
+    return _with_finite_losses(pd.DataFrame(columns, index=curve.index)[TIDY_COLUMNS])
+
+
+def run_constants(curves: Iterable[pd.DataFrame]) -> dict[str, int]:
+    """The physical batch and sequence length shared by all runs (a mix would make C ambiguous)."""
+    found: dict[str, set[int]] = {name: set() for name in RUN_CONSTANT_COLUMNS}
+    for curve in curves:
+        for name, candidates in RUN_CONSTANT_COLUMNS.items():
+            source = _first_present(curve, candidates)
+            if source is not None:
+                found[name].update(int(v) for v in curve[source].dropna().unique())
+    constants = {}
+    for name, values in found.items():
+        if len(values) > 1:
+            raise UserError(f"training curves disagree on {name}: {sorted(values)}")
+        if values:
+            constants[name] = values.pop()
+    return constants
+
+
+def collect_training_curves(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Read per-run curve Parquet files → (tidy table, run constants such as seq_len)."""
+    curves = [pd.read_parquet(path) for path in paths]
+    if not curves:
+        raise UserError("no training curves to collect")
+    tidy = pd.concat([tidy_training_curve(curve) for curve in curves], ignore_index=True)
+    return tidy, run_constants(curves)
+
+
+def collect_to_parquet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> pd.DataFrame:
+    """Collect curves into one tidy Parquet table; the run constants ride along as columns for ``dpscaling fit``."""
+    tidy, constants = collect_training_curves(paths)
+    tidy = tidy.assign(**constants)
+    with atomic_path(out) as tmp:
+        tidy.to_parquet(tmp, index=False)
+    return tidy
+
+
+def read_reference_results(path: str | os.PathLike[str],
+                           model_sizes: Mapping[str, float] = BERT_MODEL_SIZES) -> pd.DataFrame:
+    """Import the authors' ``results.csv`` (Model, Learning Rate, Iterations, Noise Batch Ratio, Cross Entropy)."""
+    frame = pd.read_csv(path, skipinitialspace=True)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = sorted(set(REFERENCE_RESULTS_COLUMNS) - set(frame.columns))
+    if missing:
+        raise UserError(f"{path}: not in the authors' results.csv format, missing column(s) {', '.join(missing)}")
+    unknown = sorted(set(frame[MODEL]) - set(model_sizes))
+    if unknown:
+        raise UserError(f"{path}: unknown model name(s) {', '.join(unknown)}; known: {', '.join(model_sizes)}")
+    frame = frame.assign(**{MODEL_SIZE: frame[MODEL].map(model_sizes), STATUS: "finished", SEED: 0})
+    return _with_finite_losses(frame[TIDY_COLUMNS])
+
+
+def read_tidy_results(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a table this module wrote (Parquet or CSV with the tidy columns)."""
+    path = str(path)
+    frame = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+    missing = sorted(set(TIDY_COLUMNS[:6]) - set(frame.columns))
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
+    frame = frame.assign(**{STATUS: frame.get(STATUS, "finished"), SEED: frame.get(SEED, 0)})
+    return _with_finite_losses(frame[TIDY_COLUMNS])
+
+
+def _with_finite_losses(frame: pd.DataFrame) -> pd.DataFrame:
+    """Coerce dtypes; ±inf losses (a blown-up run) become NaN so every later step sees one 'missing' marker."""
+    numeric = [MODEL_SIZE, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY]
+    frame = frame.astype({column: "float64" for column in numeric})
+    loss = frame[CROSS_ENTROPY].to_numpy()
+    return frame.assign(**{CROSS_ENTROPY: np.where(np.isfinite(loss), loss, np.nan)}).reset_index(drop=True)

@@ -1,0 +1,144 @@
+"""Training-step extrapolation (paper §3.3 "Training Step Extrapolation").
+
+L(T) = E + A·T^(−α), fitted with ``scipy.optimize.curve_fit`` (Levenberg–Marquardt)
+in the authors' parameterisation exp(m·log T + b) + E (A = e^b, α = −m).
+As the authors do, E is tied per model: E* is fitted first on the noise-free
+curve over [warm-up, H]; every (model, σ̄) curve, σ̄ = 0 included, is then
+fitted with E = E* on the extrapolation window ([16K, 128K] = [H/8, H] in the
+paper) and evaluated at H·2^k (256K … 8.192M in the paper).
+A fit that fails is a row of the fits table with status "failed" and a reason;
+its extrapolated cells are NaN, so queries that need them say so.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import OptimizeWarning, curve_fit
+
+from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
+from dpscaling.law.settings import LawSettings
+
+MEASURED = "measured"
+EXTRAPOLATED = "extrapolated"
+# The authors' initial slope m (α = 0.3) and intercept for the E* fit.
+_INITIAL_SLOPE = -0.3
+_INITIAL_INTERCEPT = 1.94
+_MIN_POINTS = 3
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    """One fitted curve L(T) = E + A·T^(−α); status "failed" carries NaNs and a reason."""
+    model: str
+    noise_batch_ratio: float
+    kind: str  # "asymptote" (E* fit, E free) or "curve" (E tied to E*)
+    E: float
+    A: float
+    alpha: float
+    points: int
+    status: str
+    reason: str = ""
+
+    def __call__(self, iterations: np.ndarray) -> np.ndarray:
+        return self.E + self.A * np.asarray(iterations, dtype=float) ** (-self.alpha)
+
+
+def power_law(iterations: np.ndarray, E: float, A: float, alpha: float) -> np.ndarray:
+    return E + A * np.asarray(iterations, dtype=float) ** (-alpha)
+
+
+def _window(curve: pd.Series, window: tuple[float, float]) -> pd.Series:
+    inside = curve[(curve.index >= window[0]) & (curve.index <= window[1])]
+    return inside.dropna()
+
+
+def _failed(model: str, nbr: float, kind: str, points: int, reason: str) -> PowerLawFit:
+    return PowerLawFit(model, nbr, kind, np.nan, np.nan, np.nan, points, "failed", reason)
+
+
+def _curve_fit(function, curve: pd.Series, p0: list[float]) -> np.ndarray:
+    """curve_fit on log T; warnings (e.g. covariance not estimable) don't matter, only the optimum."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)
+        params, _ = curve_fit(function, np.log(curve.index.to_numpy(float)), curve.to_numpy(float), p0=p0,
+                              maxfev=20_000)
+    return params
+
+
+def fit_asymptote(model: str, curve: pd.Series, window: tuple[float, float]) -> PowerLawFit:
+    """E* of a model: fit exp(m·log T + b) + E to its noise-free curve (index = iterations) on ``window``."""
+    data = _window(curve, window)
+    if len(data) < _MIN_POINTS:
+        return _failed(model, 0.0, "asymptote", len(data), f"{len(data)} finite points in window {window}")
+    try:
+        m, b, E = _curve_fit(lambda log_t, m, b, E: np.exp(m * log_t + b) + E, data,
+                             [_INITIAL_SLOPE, _INITIAL_INTERCEPT, 0.9 * data.min()])
+    except (RuntimeError, ValueError) as error:
+        return _failed(model, 0.0, "asymptote", len(data), f"curve_fit: {error}")
+    return _checked(PowerLawFit(model, 0.0, "asymptote", E, np.exp(b), -m, len(data), "ok"))
+
+
+def fit_tied_curve(model: str, nbr: float, curve: pd.Series, window: tuple[float, float],
+                   asymptote: float) -> PowerLawFit:
+    """Fit exp(m·log T + b) + E* to one (model, σ̄) curve on ``window``."""
+    data = _window(curve, window)
+    if not np.isfinite(asymptote):
+        return _failed(model, nbr, "curve", len(data), "the model's E* fit failed")
+    if len(data) < _MIN_POINTS:
+        return _failed(model, nbr, "curve", len(data), f"{len(data)} finite points in window {window}")
+    gap = data.iloc[0] - asymptote
+    if not gap > 0:
+        return _failed(model, nbr, "curve", len(data), f"curve starts at or below E* = {asymptote:.6g}")
+    # Start from the line through the first point with the authors' slope.
+    intercept = np.log(gap) - _INITIAL_SLOPE * np.log(data.index[0])
+    try:
+        m, b = _curve_fit(lambda log_t, m, b: np.exp(m * log_t + b) + asymptote, data, [_INITIAL_SLOPE, intercept])
+    except (RuntimeError, ValueError) as error:
+        return _failed(model, nbr, "curve", len(data), f"curve_fit: {error}")
+    return _checked(PowerLawFit(model, nbr, "curve", asymptote, np.exp(b), -m, len(data), "ok"))
+
+
+def _checked(fit: PowerLawFit) -> PowerLawFit:
+    """A fit whose loss would rise with more training (α < 0) or is not finite is reported as failed."""
+    if not np.all(np.isfinite([fit.E, fit.A, fit.alpha])):
+        return _failed(fit.model, fit.noise_batch_ratio, fit.kind, fit.points, "non-finite parameters")
+    if fit.alpha < 0:
+        return _failed(fit.model, fit.noise_batch_ratio, fit.kind, fit.points,
+                       f"fitted loss increases with iterations (alpha = {fit.alpha:.3g})")
+    return fit
+
+
+def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
+                horizon: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Smoothed grid → (grid with extrapolated rows appended, table of every fit incl. failures).
+
+    ``smoothed`` is the output of :func:`dpscaling.law.smoothing.smooth_results`;
+    ``horizon`` defaults to its largest iteration count.
+    """
+    horizon = float(smoothed[ITERATIONS].max()) if horizon is None else horizon
+    asymptote_window = settings.asymptote_range(horizon)
+    fit_window = settings.extrapolation_window.resolve(horizon)
+    new_iterations = np.array(settings.extension_iterations(horizon))
+    fits: list[PowerLawFit] = []
+    extended = []
+    for (model, size), group in smoothed.groupby([MODEL, MODEL_SIZE], sort=True):
+        surface = group.pivot(index=ITERATIONS, columns=NOISE_BATCH_RATIO, values=CROSS_ENTROPY).sort_index()
+        if 0.0 in surface.columns:
+            asymptote = fit_asymptote(model, surface[0.0], asymptote_window)
+        else:
+            asymptote = _failed(model, 0.0, "asymptote", 0, "no noise-free (σ̄ = 0) curve")
+        fits.append(asymptote)
+        for nbr in surface.columns:
+            fit = fit_tied_curve(model, float(nbr), surface[nbr], fit_window, asymptote.E)
+            fits.append(fit)
+            extended.append(pd.DataFrame({
+                MODEL: model, MODEL_SIZE: size, ITERATIONS: new_iterations, NOISE_BATCH_RATIO: float(nbr),
+                CROSS_ENTROPY: fit(new_iterations)}))
+    grid = pd.concat([smoothed.assign(**{SOURCE: MEASURED}),
+                      *(frame.assign(**{SOURCE: EXTRAPOLATED}) for frame in extended)], ignore_index=True)
+    fit_table = pd.DataFrame([asdict(fit) for fit in fits])
+    return grid.sort_values([MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True), fit_table

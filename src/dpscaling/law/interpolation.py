@@ -1,0 +1,155 @@
+"""The fitted function L(M, T, σ̄) (paper §3.3 "Scaling Law Fitting").
+
+Multilinear interpolation (``scipy.interpolate.RegularGridInterpolator``) on
+the smoothed + extrapolated grid in (log M, log T, log σ̄) — of cross entropy
+(paper) or of log cross entropy (the authors' code) — for σ̄ > 0, and a
+separate non-private function over (log M, log T) for σ̄ = 0.
+Absent σ̄ cells are first filled linearly in log σ̄ (the paper's grid is
+log-spaced, so this is what "in between" means; the code's positional fill is
+available for reference compatibility). Queries outside the grid are NaN and
+each NaN carries a reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.interpolate import RegularGridInterpolator
+
+from dpscaling.errors import UserError
+from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
+
+FILLED = "filled"
+MISSING_VALUE = "no value in the law's grid here (missing measurement or failed extrapolation)"
+
+
+def _fill_row_in_log_nbr(row: np.ndarray, log_nbr: np.ndarray) -> np.ndarray:
+    """Linear interpolation in log σ̄ between the finite cells of one row; never extrapolates."""
+    finite = np.isfinite(row)
+    if finite.sum() < 2:
+        return row
+    inside = (log_nbr >= log_nbr[finite][0]) & (log_nbr <= log_nbr[finite][-1])
+    filled = row.copy()
+    filled[inside] = np.interp(log_nbr[inside], log_nbr[finite], row[finite])
+    return filled
+
+
+def fill_missing_noise_batch_ratios(grid: pd.DataFrame, method: str = "log_nbr") -> pd.DataFrame:
+    """Give every model a value at every σ̄ > 0 of the grid where neighbours allow; new cells get Source "filled".
+
+    ``method="log_nbr"`` interpolates in log σ̄ and leaves cells outside a
+    row's finite range NaN; ``"positional"`` is pandas' column-position fill
+    of the authors' code (equal spacing assumed, trailing gaps held flat).
+    """
+    private = grid[grid[NOISE_BATCH_RATIO] > 0]
+    all_nbr = np.sort(private[NOISE_BATCH_RATIO].unique())
+    filled_frames = []
+    for (model, size), group in private.groupby([MODEL, MODEL_SIZE], sort=True):
+        surface = group.pivot(index=ITERATIONS, columns=NOISE_BATCH_RATIO, values=CROSS_ENTROPY).reindex(
+            columns=pd.Index(all_nbr, name=NOISE_BATCH_RATIO))
+        if method == "positional":
+            new = surface.interpolate(axis=1)
+        elif method == "log_nbr":
+            values = np.apply_along_axis(_fill_row_in_log_nbr, 1, surface.to_numpy(float), np.log(all_nbr))
+            new = pd.DataFrame(values, index=surface.index, columns=surface.columns)
+        else:
+            raise ValueError(f"unknown fill method {method!r}")
+        added = new.where(surface.isna()).stack().dropna().rename(CROSS_ENTROPY).reset_index()
+        filled_frames.append(added.assign(**{MODEL: model, MODEL_SIZE: size, SOURCE: FILLED}))
+    if not filled_frames:
+        return grid
+    keys = [MODEL, ITERATIONS, NOISE_BATCH_RATIO]
+    added = pd.concat(filled_frames, ignore_index=True)
+    # Replace NaN rows for the same cell, append cells that had no row at all.
+    kept = grid.merge(added[keys], on=keys, how="left", indicator=True)
+    kept = grid[(kept["_merge"] == "left_only").to_numpy()]
+    return pd.concat([kept, added], ignore_index=True).sort_values(
+        [MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True)
+
+
+def _axis(values: np.ndarray, name: str) -> np.ndarray:
+    axis = np.sort(np.unique(values))
+    if len(axis) < 2:
+        raise UserError(f"the law needs at least two distinct {name} values to interpolate, got {len(axis)}")
+    return axis
+
+
+@dataclass
+class LossFunction:
+    """L(M, T, σ̄) by multilinear interpolation; NaN with a reason outside the grid."""
+    model_sizes: np.ndarray
+    iterations: np.ndarray
+    noise_batch_ratios: np.ndarray  # the σ̄ > 0 axis
+    private: RegularGridInterpolator
+    non_private: RegularGridInterpolator | None
+    log_loss: bool
+
+    @classmethod
+    def from_grid(cls, grid: pd.DataFrame, log_loss: bool = False) -> "LossFunction":
+        """Build from a long grid (Model Size, Iterations, Noise Batch Ratio, Cross Entropy) with σ̄ = 0 rows."""
+        sizes = _axis(grid[MODEL_SIZE].to_numpy(float), "model size")
+        iterations = _axis(grid[ITERATIONS].to_numpy(float), "iteration")
+        private_rows = grid[grid[NOISE_BATCH_RATIO] > 0]
+        nbrs = _axis(private_rows[NOISE_BATCH_RATIO].to_numpy(float), "positive noise-batch ratio")
+        transform = np.log if log_loss else (lambda x: x)
+        index = pd.MultiIndex.from_product([sizes, iterations, nbrs])
+        cube = (private_rows.groupby([MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO])[CROSS_ENTROPY].first()
+                .reindex(index).to_numpy(float).reshape(len(sizes), len(iterations), len(nbrs)))
+        private = RegularGridInterpolator((np.log(sizes), np.log(iterations), np.log(nbrs)), transform(cube),
+                                          method="linear", bounds_error=False, fill_value=np.nan)
+        public_rows = grid[grid[NOISE_BATCH_RATIO] == 0]
+        non_private = None
+        if len(public_rows):
+            plane = (public_rows.groupby([MODEL_SIZE, ITERATIONS])[CROSS_ENTROPY].first()
+                     .reindex(pd.MultiIndex.from_product([sizes, iterations]))
+                     .to_numpy(float).reshape(len(sizes), len(iterations)))
+            non_private = RegularGridInterpolator((np.log(sizes), np.log(iterations)), transform(plane),
+                                                  method="linear", bounds_error=False, fill_value=np.nan)
+        return cls(sizes, iterations, nbrs, private, non_private, log_loss)
+
+    def __call__(self, model_size, iterations, noise_batch_ratio) -> np.ndarray:
+        return self.evaluate(model_size, iterations, noise_batch_ratio)[0]
+
+    def evaluate(self, model_size, iterations, noise_batch_ratio) -> tuple[np.ndarray, np.ndarray]:
+        """(loss, reason) arrays; reason is "" where the loss is finite."""
+        m, t, s = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in
+                                        (model_size, iterations, noise_batch_ratio)))
+        m, t, s = (np.atleast_1d(v).ravel() for v in (m, t, s))
+        loss = np.full(m.shape, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_m, log_t, log_s = np.log(m), np.log(t), np.log(s)
+        private = s > 0
+        if private.any():
+            loss[private] = self.private(np.column_stack([log_m, log_t, log_s])[private])
+        public = s == 0
+        if public.any() and self.non_private is not None:
+            loss[public] = self.non_private(np.column_stack([log_m, log_t])[public])
+        if self.log_loss:
+            loss = np.exp(loss)
+        return loss, self._reasons(m, t, s, loss)
+
+    def _reasons(self, m: np.ndarray, t: np.ndarray, s: np.ndarray, loss: np.ndarray) -> np.ndarray:
+        reasons = np.where(np.isfinite(loss), "", MISSING_VALUE).astype(object)
+        checks = [
+            (~((s > 0) & (s >= self.noise_batch_ratios[0]) & (s <= self.noise_batch_ratios[-1])) & (s != 0),
+             _range_text("noise-batch ratio", self.noise_batch_ratios, "or 0")),
+            ((s == 0) & (self.non_private is None), "the law has no noise-free (σ̄ = 0) data"),
+            (~((t >= self.iterations[0]) & (t <= self.iterations[-1])), _range_text("iterations", self.iterations)),
+            (~((m >= self.model_sizes[0]) & (m <= self.model_sizes[-1])), _range_text("model size", self.model_sizes)),
+        ]
+        # Later checks win: model size, then iterations, then σ̄ is the order a user fixes things in.
+        for outside, text in checks:
+            reasons = np.where(outside & ~np.isfinite(loss), text, reasons)
+        return reasons
+
+
+def _range_text(name: str, axis: np.ndarray, extra: str = "") -> str:
+    return f"{name} outside the law's range [{axis[0]:.4g}, {axis[-1]:.4g}]{(' ' + extra) if extra else ''}"
+
+
+def reason_counts(reasons: np.ndarray) -> dict[str, int]:
+    """How many NaN results per reason (the report that accompanies every query)."""
+    values, counts = np.unique(np.asarray(reasons, dtype=str), return_counts=True)
+    return {str(v): int(c) for v, c in zip(values, counts) if v}

@@ -1,0 +1,104 @@
+"""σ for a query: the injected accounting callable and the authors' accounting-table format (paper §3.4).
+
+The law needs only ``sigma(epsilon, steps, q) -> sigma`` (noise multiplier on
+the summed clipped gradients, vectorised, NaN where it cannot answer), so it
+works with dpscaling's accounting tables or the authors' CSVs alike.
+The authors' tables are headerless CSVs ``Iterations, Sampling Probability,
+Epsilon, Delta, Noise Multiplier`` over a complete Cartesian grid; σ between
+grid points is linear in (log ε, log T, log q) of log σ, as in their code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+from scipy.interpolate import RegularGridInterpolator
+
+from dpscaling.errors import UserError
+
+ACCOUNTING_COLUMNS = ["Iterations", "Sampling Probability", "Epsilon", "Delta", "Noise Multiplier"]
+_GRID_AXES = ["Epsilon", "Iterations", "Sampling Probability"]
+
+
+class SigmaFunction(Protocol):
+    """σ(ε, T, q) for fixed δ, vectorised over numpy arrays; NaN outside its domain."""
+
+    def __call__(self, epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> np.ndarray: ...
+
+
+def read_accounting_csv(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read one of the authors' headerless accounting tables."""
+    table = pd.read_csv(path, header=None, names=ACCOUNTING_COLUMNS)
+    if table.isna().any().any() or not all(pd.api.types.is_numeric_dtype(table[c]) for c in ACCOUNTING_COLUMNS):
+        raise UserError(f"{path}: expected a headerless numeric CSV with columns {', '.join(ACCOUNTING_COLUMNS)}")
+    return table
+
+
+@dataclass
+class TableSigma:
+    """σ by linear interpolation of log σ over (log ε, log T, log q) on a complete grid (one δ)."""
+    table: pd.DataFrame
+    delta: float
+    interpolator: RegularGridInterpolator
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, name: str = "accounting table") -> "TableSigma":
+        deltas = table["Delta"].unique()
+        if len(deltas) != 1:
+            raise UserError(f"{name}: expected one delta, found {sorted(deltas)}")
+        axes = [np.sort(table[column].unique()) for column in _GRID_AXES]
+        index = pd.MultiIndex.from_product(axes)
+        sigma = table.groupby(_GRID_AXES)["Noise Multiplier"].first().reindex(index)
+        if sigma.isna().any() or len(table) != len(index):
+            raise UserError(f"{name}: not a complete (epsilon × iterations × q) grid: "
+                            f"{len(table)} rows for {' × '.join(str(len(a)) for a in axes)} combinations")
+        if (sigma <= 0).any():
+            raise UserError(f"{name}: noise multipliers must be positive")
+        interpolator = RegularGridInterpolator(
+            tuple(np.log(axis) for axis in axes), np.log(sigma.to_numpy(float)).reshape([len(a) for a in axes]),
+            method="linear", bounds_error=False, fill_value=np.nan)
+        return cls(table, float(deltas[0]), interpolator)
+
+    def __call__(self, epsilon, steps, q) -> np.ndarray:
+        e, t, p = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (epsilon, steps, q)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            points = np.stack([np.log(e), np.log(t), np.log(p)], axis=-1)
+        return np.exp(self.interpolator(points.reshape(-1, 3))).reshape(e.shape)
+
+    def domain(self) -> dict[str, tuple[float, float]]:
+        return {column: (float(self.table[column].min()), float(self.table[column].max())) for column in _GRID_AXES}
+
+
+@dataclass
+class LowerSigma:
+    """The paper's rule: the lower σ of several accountings (e.g. Poisson-amplified and unamplified)."""
+    parts: tuple[SigmaFunction, ...]
+
+    def __call__(self, epsilon, steps, q) -> np.ndarray:
+        # fmin: a table that cannot answer (NaN) does not veto one that can.
+        return np.fmin.reduce([np.asarray(part(epsilon, steps, q), dtype=float) for part in self.parts])
+
+
+def sigma_from_tables(amplified: pd.DataFrame | None, unamplified: pd.DataFrame | None,
+                      rule: str = "min") -> tuple[SigmaFunction, float]:
+    """σ function and its δ from the authors' tables.
+
+    ``rule="min"`` takes the lower σ of the two (the paper); ``"amplified"`` ignores the unamplified table
+    (the authors' code, whose min never happens).
+    """
+    tables = {"amplified": amplified, "unamplified": unamplified}
+    if rule == "amplified":
+        tables.pop("unamplified")
+    parts = {name: TableSigma.from_table(t, f"{name} accounting table") for name, t in tables.items() if t is not None}
+    if not parts:
+        raise UserError("no accounting table given" + (" (amplified is required in reference mode)"
+                                                       if rule == "amplified" else ""))
+    deltas = {part.delta for part in parts.values()}
+    if len(deltas) != 1:
+        raise UserError(f"accounting tables disagree on delta: {sorted(deltas)}")
+    functions = tuple(parts.values())
+    return (functions[0] if len(functions) == 1 else LowerSigma(functions)), deltas.pop()

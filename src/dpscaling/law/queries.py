@@ -1,0 +1,177 @@
+"""Using the fitted function (paper §3.4, Fig. "methodology"; appendix "Saturating Compute Budget", Table 2).
+
+Enumerate constant-compute configurations C = 6·M·B·S·T (B in sequences),
+calibrate σ for each from the privacy budget ε and data budget N (q = B/N),
+set σ̄ = σ/B, and read the loss off the fitted function. The optimum is the
+lowest loss; the near-optimal set is every configuration within a relative
+tolerance of it (paper captions: 1%; the authors' code: 2% for bands).
+Configurations the law or the accounting cannot answer are counted by reason,
+never silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.errors import UserError
+from dpscaling.law.columns import (
+    BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO,
+    PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
+from dpscaling.law.interpolation import LossFunction, reason_counts
+from dpscaling.law.noise import SigmaFunction
+
+# Batch sizes 2^(k/4), k = 0..100 (1 … 2^25 sequences), as in the authors' code.
+DEFAULT_BATCH_SIZES = 2.0 ** (np.arange(0, 101) / 4)
+DEFAULT_MODEL_SIZE_COUNT = 100
+# Candidate model sizes stay 1% inside the trained range (the code: 1.01·smallest … 0.99·largest).
+MODEL_SIZE_MARGIN = 0.01
+DEFAULT_TOLERANCE = 0.01
+REFERENCE_BAND_TOLERANCE = 0.02
+SATURATION_TOLERANCE = 0.01
+BATCH_LARGER_THAN_DATA = "batch size larger than the data budget (q = B/N > 1)"
+NO_SIGMA = "accounting cannot calibrate sigma here (outside its table)"
+RANGE_COLUMNS = (MODEL_SIZE, BATCH_SIZE, ITERATIONS, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)
+
+
+def compute_cost(model_size, batch_size, iterations, seq_len: float):
+    """C = 6·M·B·S·T FLOPs (paper appendix "FLOPs estimation under DP"; B counts sequences)."""
+    return 6.0 * np.asarray(model_size) * np.asarray(batch_size) * seq_len * np.asarray(iterations)
+
+
+def model_size_grid(smallest: float, largest: float, count: int = DEFAULT_MODEL_SIZE_COUNT,
+                    margin: float = MODEL_SIZE_MARGIN) -> np.ndarray:
+    """Log-spaced candidate model sizes from (1+margin)·smallest to (1−margin)·largest."""
+    if not 0 < smallest < largest:
+        raise UserError(f"model-size range must satisfy 0 < min < max, got [{smallest:g}, {largest:g}]")
+    return np.geomspace(smallest * (1 + margin), largest * (1 - margin), count)
+
+
+def constant_compute_configurations(compute, model_sizes: np.ndarray, seq_len: float,
+                                    iteration_bounds: tuple[float, float],
+                                    batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> pd.DataFrame:
+    """Every (C, M, B) with T = C/(6·M·B·S) inside ``iteration_bounds`` (T not rounded, as the code)."""
+    c, m, b = (a.ravel() for a in np.meshgrid(np.atleast_1d(np.asarray(compute, float)), model_sizes,
+                                              batch_sizes, indexing="ij"))
+    t = c / compute_cost(m, b, 1.0, seq_len)
+    inside = (t >= iteration_bounds[0]) & (t <= iteration_bounds[1])
+    return pd.DataFrame({COMPUTE: c[inside], MODEL_SIZE: m[inside], BATCH_SIZE: b[inside], ITERATIONS: t[inside]})
+
+
+def evaluate_configurations(configs: pd.DataFrame, loss: LossFunction, sigma: SigmaFunction,
+                            seq_len: float) -> pd.DataFrame:
+    """Add σ, σ̄, loss, tokens, tokens/parameter, FLOPs and a NaN reason to rows of (M, B, T, ε, N)."""
+    m, b, t = (configs[c].to_numpy(float) for c in (MODEL_SIZE, BATCH_SIZE, ITERATIONS))
+    epsilon, users = configs[PRIVACY_BUDGET].to_numpy(float), configs[DATA_BUDGET].to_numpy(float)
+    q = b / users
+    feasible = q <= 1
+    sigma_values = np.full(len(configs), np.nan)
+    if feasible.any():
+        sigma_values[feasible] = sigma(epsilon[feasible], t[feasible], q[feasible])
+    nbr = sigma_values / b
+    values, reasons = loss.evaluate(m, t, nbr)
+    reasons = np.where(np.isnan(sigma_values), NO_SIGMA, reasons)
+    reasons = np.where(feasible, reasons, BATCH_LARGER_THAN_DATA)
+    tokens = b * t * seq_len
+    evaluated = configs.assign(**{
+        SIGMA: sigma_values, NOISE_BATCH_RATIO: nbr, CROSS_ENTROPY: values, TOKENS: tokens,
+        TOKENS_PER_PARAMETER: tokens / m, REASON: reasons})
+    if COMPUTE not in evaluated:  # a budget column from the caller stays exact (rows are grouped by it)
+        evaluated.insert(len(evaluated.columns) - 1, COMPUTE, compute_cost(m, b, t, seq_len))
+    return evaluated
+
+
+@dataclass
+class ComputeOptimal:
+    """The answer to one (C, ε, N) query."""
+    optimum: pd.Series
+    near_optimal: pd.DataFrame
+    tolerance: float
+    candidates: int
+    unanswered: dict[str, int] = field(default_factory=dict)
+
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """Range of each hyper-parameter over the near-optimal set (the figures' bands)."""
+        return {column: (float(self.near_optimal[column].min()), float(self.near_optimal[column].max()))
+                for column in RANGE_COLUMNS}
+
+
+def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunction, sigma: SigmaFunction,
+                    seq_len: float, model_sizes: np.ndarray, iteration_bounds: tuple[float, float],
+                    tolerance: float = DEFAULT_TOLERANCE,
+                    batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> ComputeOptimal:
+    """Best constant-compute configuration and every one within ``tolerance`` of its loss.
+
+    Raises UserError when no candidate has a finite predicted loss (the budget
+    is outside the law's range), naming why the candidates failed.
+    """
+    configs = constant_compute_configurations(compute, model_sizes, seq_len, iteration_bounds, batch_sizes)
+    if configs.empty:
+        lo, hi = (compute_cost(model_sizes[[0, -1]], batch_sizes[[0, -1]], iteration_bounds, seq_len))
+        raise UserError(f"compute budget {compute:.3g} FLOPs admits no configuration with "
+                        f"{iteration_bounds[0]:.4g} <= iterations <= {iteration_bounds[1]:.4g}; "
+                        f"the law covers about [{lo:.3g}, {hi:.3g}] FLOPs")
+    configs = configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users})
+    evaluated = evaluate_configurations(configs, loss, sigma, seq_len)
+    answered = evaluated.dropna(subset=[CROSS_ENTROPY]).sort_values(CROSS_ENTROPY, kind="stable")
+    unanswered = reason_counts(evaluated[REASON].to_numpy())
+    if answered.empty:
+        summary = "; ".join(f"{n} × {reason}" for reason, n in unanswered.items())
+        raise UserError(f"no configuration for compute {compute:.3g}, epsilon {epsilon:g}, users {users:.3g} "
+                        f"is inside the law's range ({len(evaluated)} candidates: {summary})")
+    best = answered.iloc[0]
+    near = answered[answered[CROSS_ENTROPY] <= best[CROSS_ENTROPY] * (1 + tolerance)]
+    return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered)
+
+
+def best_loss_per_compute(budgets: np.ndarray, epsilon: float, users: float, loss: LossFunction,
+                          sigma: SigmaFunction, seq_len: float, model_sizes: np.ndarray,
+                          iteration_bounds: tuple[float, float],
+                          batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> pd.DataFrame:
+    """The compute-optimal configuration per budget (rows with no answer are absent; count in ``attrs``)."""
+    configs = constant_compute_configurations(budgets, model_sizes, seq_len, iteration_bounds, batch_sizes)
+    configs = configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users})
+    evaluated = evaluate_configurations(configs, loss, sigma, seq_len)
+    answered = evaluated.dropna(subset=[CROSS_ENTROPY])
+    best = answered.loc[answered.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].sort_values(COMPUTE)
+    best = best.reset_index(drop=True)
+    best.attrs["unanswered"] = reason_counts(evaluated[REASON].to_numpy())
+    best.attrs["budgets_without_answer"] = int(len(budgets) - best[COMPUTE].nunique())
+    return best
+
+
+def saturating_compute(per_compute: pd.DataFrame, tolerance: float = SATURATION_TOLERANCE) -> pd.Series:
+    """Smallest budget whose best loss is within ``tolerance`` of the best over all budgets (Table 2)."""
+    if per_compute.empty:
+        raise UserError("no compute budget has an answer inside the law's range")
+    overall = per_compute[CROSS_ENTROPY].min()
+    reached = per_compute[per_compute[CROSS_ENTROPY] <= overall * (1 + tolerance)]
+    return reached.sort_values(COMPUTE).iloc[0]
+
+
+def saturating_table(budgets: np.ndarray, privacy_budgets, data_budgets, loss: LossFunction,
+                     sigma: SigmaFunction, seq_len: float, model_sizes: np.ndarray,
+                     iteration_bounds: tuple[float, float], tolerance: float = SATURATION_TOLERANCE) -> pd.DataFrame:
+    """Table 2: the saturating budget and its optimal configuration per (data budget, privacy budget)."""
+    rows = []
+    for users in data_budgets:
+        for epsilon in privacy_budgets:
+            per_compute = best_loss_per_compute(budgets, epsilon, users, loss, sigma, seq_len, model_sizes,
+                                                iteration_bounds)
+            if per_compute.empty:
+                # Kept as a row with its reason rather than dropped or raised: the other cells still answer.
+                reasons = "; ".join(f"{n} × {r}" for r, n in per_compute.attrs["unanswered"].items())
+                row = pd.Series({DATA_BUDGET: users, PRIVACY_BUDGET: epsilon,
+                                 REASON: f"no compute budget answered ({reasons})"})
+            else:
+                row = saturating_compute(per_compute, tolerance).copy()
+                row[REASON] = ""
+            # A budget with no answer cannot be the saturating one; say how many there were.
+            row["Budgets Without Answer"] = per_compute.attrs["budgets_without_answer"]
+            rows.append(row)
+    columns = [DATA_BUDGET, PRIVACY_BUDGET, COMPUTE, CROSS_ENTROPY, MODEL_SIZE, ITERATIONS, BATCH_SIZE,
+               TOKENS_PER_PARAMETER, TOKENS, SIGMA, NOISE_BATCH_RATIO]
+    table = pd.DataFrame(rows).reindex(columns=columns + ["Budgets Without Answer", REASON])
+    return table.reset_index(drop=True)

@@ -1,0 +1,157 @@
+"""The law artifact and the `dpscaling fit / query / table saturating` commands, errors included."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpscaling import cli
+from dpscaling.commands.law import default_compute_range
+from dpscaling.law import LawSettings, fit_law, load_law
+from dpscaling.law.collect import REFERENCE_RESULTS_COLUMNS
+from dpscaling.law.columns import BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
+from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table, synthetic_results
+
+ACCOUNTING = dict(epsilons=2.0 ** np.arange(-2, 8), iterations=np.geomspace(10, 2e5, 30),
+                  sampling_probabilities=2.0 ** np.arange(-24, 1))
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """Run the real CLI entry point with this module's commands registered; return (status, stdout, stderr)."""
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("dpscaling.commands.law",))
+
+    def invoke(*argv: str) -> tuple[int, str, str]:
+        status = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return status, out, err
+    return invoke
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("law_inputs")
+    synthetic_results().to_parquet(directory / "results.parquet")
+    table = accounting_table(DeterministicGaussianSigma(), **ACCOUNTING)
+    table.to_csv(directory / "unamplified.csv", header=False, index=False)
+    return directory
+
+
+@pytest.fixture
+def law_dir(run, inputs, tmp_path):
+    status, out, err = run("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128,
+                           "--physical-batch", 32, "--accounting-unamplified", inputs / "unamplified.csv",
+                           "--out", tmp_path / "law", "--json")
+    assert status == 0, err
+    assert json.loads(out)["failed_fits"] == 0
+    return tmp_path / "law"
+
+
+def test_law_round_trips_through_its_directory(tmp_path) -> None:
+    results = synthetic_results()
+    results.loc[results[NOISE_BATCH_RATIO] == 2.0**-6, "Status"] = "diverged"
+    results.loc[(results[NOISE_BATCH_RATIO] == 0) & (results["Learning Rate"] == 2.0**-8), "Status"] = "running"
+    law = fit_law(results, LawSettings(warmup_steps=100), seq_len=128, physical_batch=32)
+    excluded = pd.DataFrame(law.report["runs_excluded"])
+    # every model × learning rate at σ̄ = 2^-6, and the unfinished noise-free runs at one learning rate
+    assert excluded["Status"].value_counts().to_dict() == {"diverged": 3 * 2, "running": 3}
+    law.save(tmp_path / "law")
+    loaded = load_law(tmp_path / "law")
+    pd.testing.assert_frame_equal(loaded.grid, law.grid)
+    assert loaded.settings == law.settings and loaded.seq_len == 128
+    points = law.grid.dropna(subset=[CROSS_ENTROPY])
+    args = points[MODEL_SIZE], points[ITERATIONS], points[NOISE_BATCH_RATIO]
+    np.testing.assert_allclose(loaded.loss(*args), law.loss(*args))
+    manifest = json.loads((tmp_path / "law" / "manifest.json").read_text())
+    assert manifest["format_version"] == 1 and {"scipy", "numpy", "pandas"} <= set(manifest["versions"])
+
+
+def test_fit_then_query_compute_optimal(run, law_dir) -> None:
+    status, out, err = run("query", "--law", law_dir, "--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--json")
+    assert status == 0, err
+    answer = json.loads(out)
+    assert {"model_size", "batch_size", "iterations", "sigma", "noise_batch_ratio", "tokens_per_parameter",
+            "predicted_loss", "near_optimal_model_size"} <= set(answer)
+    assert answer["model_size"] * answer["batch_size"] * answer["iterations"] * 6 * 128 == pytest.approx(1e13)
+    low, high = answer["near_optimal_model_size"]
+    assert low <= answer["model_size"] <= high
+    assert answer["noise_batch_ratio"] == pytest.approx(answer["sigma"] / answer["batch_size"])
+
+
+def test_query_configs_gives_a_reason_for_every_unanswered_row(run, law_dir, tmp_path) -> None:
+    configs = tmp_path / "configs.csv"
+    configs.write_text("Model Size,Batch Size,Iterations,Privacy Budget,Data Budget\n"
+                       "4e5,256,1000,4,1e6\n1e9,256,1000,4,1e6\n")
+    out_csv = tmp_path / "evaluated.csv"
+    status, _, err = run("query", "--law", law_dir, "--configs", configs, "--out", out_csv)
+    assert status == 0
+    evaluated = pd.read_csv(out_csv, keep_default_na=False)
+    assert evaluated["Cross Entropy"].iloc[0] != "" and evaluated["Reason"].iloc[0] == ""
+    assert evaluated["Cross Entropy"].iloc[1] == "" and "model size outside" in evaluated["Reason"].iloc[1]
+    assert "1 row(s) without a predicted loss" in err
+
+
+def test_budget_outside_the_law_is_a_clear_error(run, law_dir) -> None:
+    status, out, err = run("query", "--law", law_dir, "--compute", 1e30, "--epsilon", 4, "--users", 1e6)
+    assert status == 2 and out == ""
+    assert "admits no configuration" in err and "the law covers about" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--compute", 1e13, "--epsilon", 4], "missing --users"),
+    (["--compute", 1e13, "--epsilon", -1, "--users", 1e6], "--epsilon must be positive"),
+    (["--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--delta", 1e-6], "differs from the accounting tables"),
+    (["--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--configs", "x.csv"], "not both"),
+])
+def test_query_flag_errors(run, law_dir, argv, message) -> None:
+    status, _, err = run("query", "--law", law_dir, *argv)
+    assert status == 2 and message in err
+
+
+def test_not_a_law_directory(run, tmp_path) -> None:
+    status, _, err = run("query", "--law", tmp_path, "--compute", 1e13, "--epsilon", 4, "--users", 1e6)
+    assert status == 2 and "not a fitted law" in err
+
+
+def test_compute_query_without_any_accounting_table_says_what_to_pass(run, inputs, tmp_path) -> None:
+    assert run("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128,
+               "--out", tmp_path / "law")[0] == 0
+    status, _, err = run("query", "--law", tmp_path / "law", "--compute", 1e13, "--epsilon", 4, "--users", 1e6)
+    assert status == 2 and "--accounting-amplified" in err
+
+
+def test_table_saturating(run, law_dir, tmp_path) -> None:
+    out_csv = tmp_path / "saturating.csv"
+    status, out, err = run("table", "saturating", "--law", law_dir, "--users", 1e6, 1e7, "--epsilons", 1, 8,
+                           "--compute-range", 1e12, 1e16, "--compute-count", 12, "--out", out_csv, "--json")
+    assert status == 0, err
+    table = pd.read_csv(out_csv)
+    assert len(table) == 4 and table["Cross Entropy"].notna().all()
+    assert json.loads(out)["rows"] == 4
+
+
+def test_fit_authors_results_csv_in_reference_mode(run, tmp_path) -> None:
+    names = {1e5: "BertTiny", 4e5: "BertMini", 1.6e6: "BertSmall"}
+    results = synthetic_results().assign(**{MODEL: lambda f: f[MODEL_SIZE].map(names)})
+    results[REFERENCE_RESULTS_COLUMNS].to_csv(tmp_path / "results.csv", index=False)
+    status, out, err = run("fit", "--results", tmp_path / "results.csv", "--results-format", "reference",
+                           "--reference-compatible", "--warmup-steps", 100, "--out", tmp_path / "law", "--json")
+    assert status == 0, err
+    law = load_law(tmp_path / "law")
+    assert law.settings.reference_compatible and law.settings.rolling_window is None
+    assert law.settings.interpolate_log_loss and law.settings.accounting_rule == "amplified"
+    assert list(law.loss.model_sizes) == [BERT_MODEL_SIZES[n] for n in names.values()]
+    assert law.seq_len == 512
+    # Table 2's budget grid starts at the notebook's 6·512·4e6·1000·1024 ≈ 1.3e16 (its first row's budget)
+    assert default_compute_range(law, law.loss.model_sizes)[0] == pytest.approx(1.2582912e16)
+
+
+def test_fit_errors(run, inputs, tmp_path) -> None:
+    status, _, err = run("fit", "--results", tmp_path / "nothing.csv", "--out", tmp_path / "law")
+    assert status == 2 and "no such file" in err
+    status, _, err = run("fit", "--results", inputs / "results.parquet", "--out", tmp_path / "law",
+                         "--warmup-steps", 1e9)
+    assert status == 2 and "warm-up" in err

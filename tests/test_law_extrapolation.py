@@ -1,0 +1,77 @@
+"""Extrapolation in iterations (paper §3.3): exact on noiseless power laws, scaled windows, failures reported."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
+from dpscaling.law.extrapolation import EXTRAPOLATED, extrapolate, power_law
+from dpscaling.law.settings import LawSettings, Window
+
+# Per model: shared asymptote E; per σ̄: (A, α) — noise slows convergence, as in the authors' model.
+TRUE_CURVES = {
+    ("Small", 1e6): (2.5, {0.0: (30.0, 0.35), 2.0**-10: (45.0, 0.33), 2.0**-6: (80.0, 0.3)}),
+    ("Large", 1e7): (2.0, {0.0: (25.0, 0.4), 2.0**-10: (40.0, 0.37), 2.0**-6: (70.0, 0.32)}),
+}
+
+
+def power_law_grid(iterations: np.ndarray) -> pd.DataFrame:
+    frames = []
+    for (model, size), (E, curves) in TRUE_CURVES.items():
+        for nbr, (A, alpha) in curves.items():
+            frames.append(pd.DataFrame({MODEL: model, MODEL_SIZE: size, ITERATIONS: iterations,
+                                        NOISE_BATCH_RATIO: nbr, CROSS_ENTROPY: power_law(iterations, E, A, alpha)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_noiseless_power_laws_are_extrapolated_exactly_to_the_papers_horizon() -> None:
+    measured = power_law_grid(np.arange(1000, 128_001, 100, dtype=float))
+    grid, fits = extrapolate(measured, LawSettings())
+    assert (fits["status"] == "ok").all()
+    extrapolated = grid[grid[SOURCE] == EXTRAPOLATED]
+    # 16000·2^k from 256K to 8.192M, as the paper and the authors' code
+    assert sorted(extrapolated[ITERATIONS].unique()) == [256_000 * 2**k for k in range(6)]
+    for (model, _), (E, curves) in TRUE_CURVES.items():
+        assert np.isclose(fits.query("model == @model and kind == 'asymptote'")["E"].item(), E, rtol=1e-6)
+        for nbr, (A, alpha) in curves.items():
+            rows = extrapolated[(extrapolated[MODEL] == model) & (extrapolated[NOISE_BATCH_RATIO] == nbr)]
+            np.testing.assert_allclose(rows[CROSS_ENTROPY], power_law(rows[ITERATIONS], E, A, alpha), rtol=1e-6)
+
+
+def test_windows_scale_with_a_short_horizon() -> None:
+    measured = power_law_grid(np.arange(10, 401, 10, dtype=float))
+    settings = LawSettings(warmup_steps=10)
+    assert settings.extrapolation_window.resolve(400) == (50, 400)
+    grid, fits = extrapolate(measured, settings)
+    assert sorted(grid.loc[grid[SOURCE] == EXTRAPOLATED, ITERATIONS].unique()) == [800 * 2**k for k in range(6)]
+    curve_fits = fits[fits["kind"] == "curve"]
+    assert (curve_fits["points"] == 36).all()  # T = 50..400 every 10
+    extrapolated = grid[grid[SOURCE] == EXTRAPOLATED]
+    E, (A, alpha) = 2.0, TRUE_CURVES[("Large", 1e7)][1][2.0**-6]
+    rows = extrapolated[(extrapolated[MODEL] == "Large") & (extrapolated[NOISE_BATCH_RATIO] == 2.0**-6)]
+    np.testing.assert_allclose(rows[CROSS_ENTROPY], power_law(rows[ITERATIONS], E, A, alpha), rtol=1e-6)
+
+
+def test_explicit_step_windows() -> None:
+    window = Window(16_000, 128_000, "steps")
+    assert window.resolve(400) == (16_000, 128_000)
+    assert Window(1 / 8, 1.0).resolve(128_000) == (16_000, 128_000)
+
+
+def test_failed_fits_are_reported_and_their_cells_are_nan_not_dropped() -> None:
+    measured = power_law_grid(np.arange(1000, 128_001, 1000, dtype=float))
+    hole = (measured[MODEL] == "Small") & (measured[NOISE_BATCH_RATIO] == 2.0**-6) & (measured[ITERATIONS] > 17_000)
+    measured.loc[hole, CROSS_ENTROPY] = np.nan  # too few points left in [16K, 128K]
+    no_noise_free = measured[~((measured[MODEL] == "Large") & (measured[NOISE_BATCH_RATIO] == 0.0))]
+    grid, fits = extrapolate(no_noise_free, LawSettings())
+    failed = fits[fits["status"] == "failed"]
+    small = failed[failed["model"] == "Small"]
+    assert small["noise_batch_ratio"].tolist() == [2.0**-6] and "finite points" in small["reason"].item()
+    large = failed[failed["model"] == "Large"]
+    assert set(large["kind"]) == {"asymptote", "curve"} and len(large) == 3
+    assert "noise-free" in large.query("kind == 'asymptote'")["reason"].item()
+    extrapolated = grid[grid[SOURCE] == EXTRAPOLATED]
+    failed_cells = extrapolated[(extrapolated[MODEL] == "Large")
+                                | ((extrapolated[MODEL] == "Small") & (extrapolated[NOISE_BATCH_RATIO] == 2.0**-6))]
+    assert len(failed_cells) == 3 * 6 and failed_cells[CROSS_ENTROPY].isna().all()
