@@ -10,21 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.errors import UserError
+from dpscaling.models.family import BERT_MAX_POSITIONS, FAMILY
 
-# Paper Table 1; the architectures themselves live in dpscaling.models.family.
-PAPER_MODEL_NAMES = (
-    "BertTiny",
-    "BertMini",
-    "BertSmall",
-    "BertMedium",
-    "BertBase",
-    "BertLarge",
-    "BertMega",
-)
+if TYPE_CHECKING:
+    from dpscaling.train.config import TrainConfig
+
+PAPER_MODEL_NAMES = tuple(FAMILY)  # paper Table 1
 VENDORED_CORPUS = "resources/corpus/core.txt.xz"
 VENDORED_VOCAB = "resources/vocab/{name}/vocab.txt"
 
@@ -135,3 +130,66 @@ def vocab_path(config: Mapping[str, Any], repo: str | Path = ".") -> str:
 def corpus_inputs(spec: CorpusSpec) -> list[str]:
     """Local files the data stage reads (Snakemake inputs, so edits trigger reruns)."""
     return [] if spec.source == "huggingface" else list(spec.paths)
+
+
+def train_config(
+    model: str | Mapping[str, Any],
+    training: Mapping[str, Any],
+    wildcards: Mapping[str, str],
+    seq_len: int,
+) -> TrainConfig:
+    """The :class:`TrainConfig` of one training job.
+
+    ``model`` is a family name or a ``models.custom`` entry; the grid point
+    (batch, seed, noise-batch ratio, learning rate) comes from the job's
+    wildcards, everything else from the config's ``training`` block.
+    """
+    from dpscaling.train.config import TrainConfig
+
+    if isinstance(model, str):
+        name, overrides = model, {}
+    else:
+        name = "custom"
+        overrides = {
+            "num_layers": model["layers"],
+            "num_heads": model["heads"],
+            "hidden_size": model["hidden"],
+            "intermediate_size": model.get("intermediate"),
+        }
+    return TrainConfig(
+        model=name,
+        model_name=wildcards["model"],
+        model_overrides=overrides,
+        max_positions=max(BERT_MAX_POSITIONS, seq_len),
+        noise_batch_ratio=float(wildcards["nbr"]),
+        learning_rate=float(wildcards["lr"]),
+        batch_size=int(wildcards["batch"]),
+        seed=int(wildcards["seed"]),
+        microbatch_size=training["microbatch_size"],
+        num_steps=training["steps"],
+        warmup_steps=training["warmup_steps"],
+        decay_steps=training["decay_steps"],
+        decay_factor=training["decay_factor"],
+        clip_norm=training["clip_norm"],
+        clipping=training["clipping"],
+        p_mask=training["mask_rate"],
+        log_every=training["log_every"],
+        checkpoint_every=training["checkpoint_every"],
+    )
+
+
+def law_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`~dpscaling.law.LawSettings` the config asks for, as JSON (a rule param)."""
+    from dpscaling.law.settings import LawSettings, Window
+
+    fit = config["fit"]
+    window = fit["extrapolation_window"]
+    warmup = fit["warmup_steps"]
+    choices: dict[str, Any] = dict(
+        warmup_steps=config["training"]["warmup_steps"] if warmup is None else warmup,
+        extrapolation_window=Window(window["start"], window["end"], window["unit"]),
+        extension_doublings=fit["extension_doublings"],
+    )
+    if not fit["reference_compatible"]:  # the reference mode fixes the rolling mean (off)
+        choices["rolling_window"] = fit["rolling_window"]
+    return LawSettings.create(fit["reference_compatible"], **choices).to_json()

@@ -1,17 +1,45 @@
-rule fit_law:
+from dpscaling.workflow import law_settings
+
+# The law is fitted to our training curves, or to the authors' published
+# results.csv when config results_csv is set.
+FIT_RESULTS = config["results_csv"] or f"{RESULTS}/law/results.parquet"
+
+
+rule collect_curves:
     input:
         rules.train.input,
-        rules.accounting.input,
     output:
-        f"{RESULTS}/law/law.json",
+        f"{RESULTS}/law/results.parquet",
     log:
-        f"{RESULTS}/logs/fit/law.log",
+        f"{RESULTS}/logs/fit/collect_curves.log",
     conda:
         "../envs/dpscaling.yaml"
-    params:
-        message=not_built_message("fit", 5),
+    resources:
+        mem_mb=4000,
+        runtime=30,
     script:
-        "../scripts/not_built.py"
+        "../scripts/collect_curves.py"
+
+
+rule fit_law:
+    input:
+        results=FIT_RESULTS,
+    output:
+        directory(f"{RESULTS}/law/fit"),
+    log:
+        f"{RESULTS}/logs/fit/fit_law.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    params:
+        settings=law_settings(config),
+        results_format="reference" if config["results_csv"] else "dpscaling",
+        parametric=config["fit"]["parametric"],
+    script:
+        "../scripts/fit_law.py"
 
 
 rule fit:

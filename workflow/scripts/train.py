@@ -1,17 +1,20 @@
 from pathlib import Path
 
+from dpscaling.data.shards import load_meta
 from dpscaling.logs import log_to_file
 from dpscaling.train import run_training
 from dpscaling.workflow import train_config
 
 with log_to_file(snakemake.log[0]):
+    data_dir = Path(snakemake.input.meta).parent
     run_training(
         train_config(
             model=snakemake.params.model,
             training=snakemake.params.training,
             wildcards=dict(snakemake.wildcards),
+            seq_len=load_meta(data_dir).seq_len,
         ),
-        data_dir=Path(snakemake.input.meta).parent,
+        data_dir=data_dir,
         output=Path(snakemake.output[0]),
         checkpoint_dir=Path(snakemake.params.checkpoint_dir),
     )

@@ -9,7 +9,6 @@ own accounting package (:mod:`dpscaling.accounting`).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,20 +18,18 @@ import pandas as pd
 
 from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.errors import UserError
-from dpscaling.law import LawSettings, fit_law, load_law
+from dpscaling.law import LawSettings, load_law
 from dpscaling.law.artifact import Law
-from dpscaling.law.collect import (
-    TIDY_COLUMNS, collect_training_curves, read_reference_results, read_tidy_results, run_constants)
+from dpscaling.law.pipeline import RESULTS_FORMATS, existing_file, fit_from_files
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO,
-    PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH, PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
+    PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.noise import SigmaFunction, read_accounting_csv, sigma_from_tables
 from dpscaling.law.queries import (
     DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, compute_optimal, evaluate_configurations, model_size_grid,
     saturating_table)
 
-RESULTS_FORMATS = ("dpscaling", "reference")
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
 DEFAULT_DELTA = 1e-8
 TABLE2_DATA_BUDGETS = [1e5, 1e6, 1e7, 1e8, 1e9]
@@ -141,64 +138,15 @@ def _register_table(subparsers: argparse._SubParsersAction) -> None:
 
 # ---------------------------------------------------------------------------------------------- fit
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _require_file(path: str | None, flag: str) -> Path | None:
-    if path is None:
-        return None
-    if not Path(path).is_file():
-        raise UserError(f"{flag}: no such file {path}")
-    return Path(path)
-
-
-def load_results(path: str, results_format: str) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Results in any supported form → (tidy table, run constants like seq_len/physical_batch)."""
-    source = Path(path)
-    if not source.exists():
-        raise UserError(f"--results: no such file or directory {path}")
-    if results_format == "reference":
-        return read_reference_results(source), {"seq_len": PAPER_SEQUENCE_LENGTH,
-                                                 "physical_batch": PAPER_PHYSICAL_BATCH}
-    if source.is_dir():
-        return collect_training_curves(sorted(source.rglob("*.parquet")))
-    raw = pd.read_parquet(source) if source.suffix == ".parquet" else pd.read_csv(source)
-    if not set(TIDY_COLUMNS[:6]) <= set(raw.columns):
-        if source.suffix != ".parquet":
-            raise UserError(f"--results {path}: not a tidy results table; expected columns "
-                            f"{', '.join(TIDY_COLUMNS[:6])} (or use --results-format reference)")
-        return collect_training_curves([source])
-    return read_tidy_results(source), run_constants([raw])
-
-
 def run_fit(args: argparse.Namespace) -> int:
-    results, constants = load_results(args.results, args.results_format)
     overrides: dict[str, Any] = {"warmup_steps": args.warmup_steps}
     if args.rolling_window is not None:
         overrides["rolling_window"] = args.rolling_window or None
-    settings = LawSettings.create(args.reference_compatible, **overrides)
-    amplified_path = _require_file(args.accounting_amplified, "--accounting-amplified")
-    unamplified_path = _require_file(args.accounting_unamplified, "--accounting-unamplified")
-    sources = {"results": {"path": str(Path(args.results).resolve()), "format": args.results_format}}
-    if Path(args.results).is_file():
-        sources["results"]["sha256"] = _sha256(Path(args.results))
-    for kind, path in (("accounting_amplified", amplified_path), ("accounting_unamplified", unamplified_path)):
-        if path is not None:
-            sources[kind] = {"path": str(path.resolve()), "sha256": _sha256(path)}
-    if not (amplified_path or unamplified_path):
-        sources["accounting"] = "dpscaling.accounting at query time"
-    law = fit_law(
-        results, settings,
-        seq_len=args.seq_len or constants.get("seq_len", PAPER_SEQUENCE_LENGTH),
-        physical_batch=args.physical_batch or constants.get("physical_batch", PAPER_PHYSICAL_BATCH),
-        accounting_amplified=read_accounting_csv(amplified_path) if amplified_path else None,
-        accounting_unamplified=read_accounting_csv(unamplified_path) if unamplified_path else None,
-        parametric=args.parametric, sources=sources)
+    law = fit_from_files(
+        args.results, LawSettings.create(args.reference_compatible, **overrides),
+        results_format=args.results_format, accounting_amplified=args.accounting_amplified,
+        accounting_unamplified=args.accounting_unamplified, parametric=args.parametric,
+        seq_len=args.seq_len, physical_batch=args.physical_batch)
     law.save(args.out)
     report = law.report
     emit({"law": str(Path(args.out)), "models": len(law.loss.model_sizes),
@@ -237,8 +185,8 @@ def _package_sigma(delta: float, sampling: str, allow_per_row: bool) -> SigmaFun
 
 def resolve_sigma(args: argparse.Namespace, law: Law, allow_per_row: bool = False) -> tuple[SigmaFunction, str]:
     """The σ function for a query and a short description of where it comes from."""
-    amplified_path = _require_file(args.accounting_amplified, "--accounting-amplified")
-    unamplified_path = _require_file(args.accounting_unamplified, "--accounting-unamplified")
+    amplified_path = existing_file(args.accounting_amplified, "--accounting-amplified")
+    unamplified_path = existing_file(args.accounting_unamplified, "--accounting-unamplified")
     if amplified_path or unamplified_path:
         sigma, delta = sigma_from_tables(read_accounting_csv(amplified_path) if amplified_path else None,
                                          read_accounting_csv(unamplified_path) if unamplified_path else None,
@@ -306,7 +254,7 @@ def _snake(column: str) -> str:
 
 
 def _query_configs(args: argparse.Namespace) -> int:
-    path = _require_file(args.configs, "--configs")
+    path = existing_file(args.configs, "--configs")
     configs = pd.read_csv(path, skipinitialspace=True)
     missing = [c for c in CONFIG_COLUMNS if c not in configs.columns]
     if missing:
