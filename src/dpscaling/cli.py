@@ -18,6 +18,7 @@ from dpscaling.errors import UserError
 
 # Modules that provide subcommands, in the order `dpscaling --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
+    "dpscaling.commands.params",
     "dpscaling.commands.law",
 )
 

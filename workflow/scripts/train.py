@@ -1,3 +1,4 @@
+import logging
 from pathlib import Path
 
 from dpscaling.data.shards import load_meta
@@ -6,6 +7,7 @@ from dpscaling.train import run_training
 from dpscaling.workflow import train_config
 
 with log_to_file(snakemake.log[0]):
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step
     data_dir = Path(snakemake.input.meta).parent
     run_training(
         train_config(

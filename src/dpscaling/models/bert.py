@@ -1,0 +1,127 @@
+"""Post-LN BERT encoder with a masked-language-model head (paper §3.2, Table 1).
+
+Devlin et al. (2018) architecture: word + learned-position + token-type embeddings,
+LayerNorm, then ``num_layers`` post-LN Transformer layers (self-attention → add →
+LayerNorm, GELU feed-forward → add → LayerNorm), and the MLM head (Dense → GELU →
+LayerNorm → output projection tied to the word embedding + output bias). No pooler,
+no next-sentence head and no dropout: the paper pretrains with MLM only, for less
+than one epoch.
+
+Every layer that holds parameters keeps the example axis first in its input and
+output (positions and token types are broadcast to ``(batch, seq)``): the ghost-norm
+clipping in :mod:`dpscaling.dp.ghost` relies on it to read per-example activations.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import linen as nn
+
+from dpscaling.models.family import BertConfig
+
+_WORD = "word_embeddings"
+_POSITION = "position_embeddings"
+_TOKEN_TYPE = "token_type_embeddings"
+
+
+def embedding_table_paths() -> frozenset[str]:
+    """Parameter paths of the embedding tables (excluded from the non-embedding count)."""
+    return frozenset(f"{name}/embedding" for name in (_WORD, _POSITION, _TOKEN_TYPE))
+
+
+def _dense_init(config: BertConfig) -> nn.initializers.Initializer:
+    return nn.initializers.truncated_normal(config.initializer_range)
+
+
+class Bias(nn.Module):
+    """Adds a learned bias over the last axis (the MLM output bias)."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        return x + self.param("bias", nn.initializers.zeros_init(), (self.features,))
+
+
+class TransformerLayer(nn.Module):
+    """One post-LN encoder layer: x ← LN(x + Attn(x)); x ← LN(x + FFN(x))."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray, attention_mask: jnp.ndarray) -> jnp.ndarray:
+        cfg = self.config
+        dtype = jnp.dtype(cfg.dtype)
+        attention = nn.MultiHeadDotProductAttention(
+            num_heads=cfg.num_heads,
+            qkv_features=cfg.hidden_size,
+            out_features=cfg.hidden_size,
+            kernel_init=_dense_init(cfg),
+            dtype=dtype,
+            deterministic=True,
+            name="attention",
+        )(x, x, mask=attention_mask)
+        x = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="attention_norm")(
+            x + attention
+        )
+        h = nn.Dense(
+            cfg.intermediate_size, kernel_init=_dense_init(cfg), dtype=dtype, name="intermediate"
+        )(x)
+        h = nn.gelu(h, approximate=False)  # BERT's exact (erf) GELU
+        h = nn.Dense(cfg.hidden_size, kernel_init=_dense_init(cfg), dtype=dtype, name="output")(h)
+        return nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="output_norm")(x + h)
+
+
+class BertMlm(nn.Module):
+    """BERT encoder + MLM head; returns logits at the masked positions only.
+
+    Args (of ``__call__``):
+      input_ids: ``(batch, seq)`` int token ids (already masked).
+      masked_positions: ``(batch, n_predictions)`` indices into ``seq`` whose tokens are
+        predicted; computing logits only there saves the ``seq × vocab`` projection.
+      padding_mask: ``(batch, seq)`` bool, True for real tokens; None = no padding.
+      token_type_ids: ``(batch, seq)`` segment ids; None = all zeros (one segment).
+
+    Returns:
+      ``(batch, n_predictions, vocab_size)`` float32 logits.
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids: jnp.ndarray,
+        masked_positions: jnp.ndarray,
+        padding_mask: jnp.ndarray | None = None,
+        token_type_ids: jnp.ndarray | None = None,
+    ) -> jnp.ndarray:
+        cfg = self.config
+        dtype = jnp.dtype(cfg.dtype)
+        batch, seq = input_ids.shape
+        embed = lambda n, name: nn.Embed(  # noqa: E731 — three tables, one initializer
+            n, cfg.hidden_size, embedding_init=_dense_init(cfg), dtype=dtype, name=name
+        )
+        word = embed(cfg.vocab_size, _WORD)
+        positions = jnp.broadcast_to(jnp.arange(seq), (batch, seq))
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        x = word(input_ids) + embed(cfg.max_positions, _POSITION)(positions)
+        x = x + embed(cfg.type_vocab_size, _TOKEN_TYPE)(token_type_ids)
+        x = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="embeddings_norm")(x)
+
+        if padding_mask is None:
+            padding_mask = jnp.ones((batch, seq), dtype=bool)
+        attention_mask = nn.make_attention_mask(padding_mask, padding_mask)
+        for i in range(cfg.num_layers):
+            x = TransformerLayer(cfg, name=f"layer_{i}")(x, attention_mask)
+
+        h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
+        h = nn.Dense(
+            cfg.hidden_size, kernel_init=_dense_init(cfg), dtype=dtype, name="mlm_transform"
+        )(h)
+        h = nn.gelu(h, approximate=False)
+        h = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="mlm_norm")(h)
+        logits = word.attend(h)  # tied output projection
+        logits = Bias(cfg.vocab_size, name="mlm_output_bias")(logits)
+        return logits.astype(jnp.float32)

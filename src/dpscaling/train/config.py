@@ -1,0 +1,121 @@
+"""Configuration of one training job = one grid point (paper §3.2, "Detailed Experimental Setup")."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optax
+
+from dpscaling.dp.clipping import CLIPPING_METHODS
+from dpscaling.errors import UserError
+from dpscaling.models.family import BERT_MAX_POSITIONS, BertConfig, bert_config
+
+# "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
+# clips), only for benchmarks and ablations.
+GRADIENT_MODES: tuple[str, ...] = (*CLIPPING_METHODS, "none")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training curve (together with the data)."""
+
+    model: str = "BertTiny"  # a family name (paper Table 1) or "custom"
+    model_name: str | None = None  # what curves call the model (a custom size's name); None = model
+    model_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. num_layers for "custom"
+    max_positions: int = BERT_MAX_POSITIONS
+    noise_batch_ratio: float = 0.0  # σ̄: std of the noise on the mean clipped gradient
+    learning_rate: float = 2.0**-7  # peak; paper §3.2 uses 2^-7, 2^-8, 2^-9
+    batch_size: int = 1024  # physical batch B
+    microbatch_size: int | None = None  # examples per lax.scan step; None = B
+    num_steps: int = 128_000
+    warmup_steps: int = 1000
+    decay_steps: int = 128_000  # exponential decay by decay_factor over this many steps
+    decay_factor: float = 10.0
+    clip_norm: float = 1.0  # C of normalized clipping (result is independent of C ≤ ‖g‖)
+    clipping: str = "vmap"  # "vmap" | "ghost" | "none"
+    p_mask: float = 0.15
+    max_predictions: int | None = None  # None → ceil(p_mask · seq_len)
+    adam_b1: float = 0.9
+    adam_b2: float = 0.999
+    adam_eps: float = 1e-8
+    seed: int = 0
+    log_every: int = 100  # paper: mean training loss of every 100 iterations
+    checkpoint_every: int = 1000  # multiple of log_every
+    model_dtype: str = "float32"  # compute dtype; clipped sums and noise stay float32
+    distributed: bool | None = None  # None: initialise jax.distributed if Slurm/TPU-pod multi-host
+
+    def __post_init__(self) -> None:
+        def need(condition: bool, name: str, message: str) -> None:
+            if not condition:
+                raise UserError(f"train.{name}: {message}, got {getattr(self, name)!r}")
+
+        need(self.noise_batch_ratio >= 0, "noise_batch_ratio", "must be >= 0")
+        need(self.learning_rate > 0, "learning_rate", "must be > 0")
+        need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(
+            self.microbatch_size is None
+            or (self.microbatch_size >= 1 and self.batch_size % self.microbatch_size == 0),
+            "microbatch_size",
+            f"must divide batch_size={self.batch_size}",
+        )
+        need(self.num_steps >= 1, "num_steps", "must be >= 1")
+        need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        need(self.decay_steps >= 1, "decay_steps", "must be >= 1")
+        need(self.decay_factor >= 1, "decay_factor", "must be >= 1")
+        need(self.clip_norm > 0, "clip_norm", "must be > 0")
+        need(self.clipping in GRADIENT_MODES, "clipping", f"must be one of {GRADIENT_MODES}")
+        need(0 < self.p_mask < 1, "p_mask", "must be in (0, 1)")
+        need(self.log_every >= 1, "log_every", "must be >= 1")
+        need(
+            self.checkpoint_every >= 1 and self.checkpoint_every % self.log_every == 0,
+            "checkpoint_every",
+            f"must be a positive multiple of log_every={self.log_every}",
+        )
+        object.__setattr__(self, "model_overrides", dict(self.model_overrides))
+
+    @property
+    def display_name(self) -> str:
+        return self.model_name or self.model
+
+    @property
+    def microbatch(self) -> int:
+        return self.microbatch_size or self.batch_size
+
+    def model_config(self, vocab_size: int) -> BertConfig:
+        return bert_config(
+            self.model,
+            vocab_size=vocab_size,
+            max_positions=self.max_positions,
+            dtype=self.model_dtype,
+            **self.model_overrides,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"train: unknown option(s) {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+
+def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
+    """Linear warm-up to the peak, then exponential decay by ``decay_factor`` over ``decay_steps``.
+
+    Paper §3.2: 1000 warm-up steps, then 10× decay over a 128K-iteration horizon.
+    """
+    decay = optax.exponential_decay(
+        init_value=config.learning_rate,
+        transition_steps=config.decay_steps,
+        decay_rate=1.0 / config.decay_factor,
+    )
+    if config.warmup_steps == 0:
+        return decay
+    warmup = optax.linear_schedule(0.0, config.learning_rate, config.warmup_steps)
+    return optax.join_schedules([warmup, decay], [config.warmup_steps])

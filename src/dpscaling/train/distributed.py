@@ -1,0 +1,63 @@
+"""Data parallelism over all devices, and multi-host start-up (paper appendix "Training Throughput":
+pure data parallelism, more cores for larger models)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+logger = logging.getLogger(__name__)
+
+DATA_AXIS = "data"
+
+
+def multihost_environment() -> bool:
+    """True when launched as one of several processes (Slurm tasks or a TPU pod slice).
+
+    Slurm: ``srun`` sets SLURM_STEP_NUM_TASKS for each task it starts. SLURM_NTASKS
+    alone is not enough: a batch script of a multi-task allocation that runs Python
+    once would wait forever for peers that never start.
+    """
+    if int(os.environ.get("SLURM_STEP_NUM_TASKS", "1") or 1) > 1:
+        return True
+    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    return len([h for h in hosts.split(",") if h]) > 1
+
+
+def maybe_initialize_distributed(requested: bool | None) -> None:
+    """Call ``jax.distributed.initialize()`` (which reads Slurm / TPU-pod settings itself)
+    if requested, or if ``requested is None`` and the environment is multi-host."""
+    if requested is False or (requested is None and not multihost_environment()):
+        return
+    if jax.distributed.is_initialized():
+        return
+    jax.distributed.initialize()
+    logger.info(
+        "jax.distributed: process %d of %d, %d global devices",
+        jax.process_index(),
+        jax.process_count(),
+        jax.device_count(),
+    )
+
+
+class DataParallel:
+    """A 1-D mesh over every device: batch split along ``data``, parameters replicated."""
+
+    def __init__(self) -> None:
+        self.mesh = Mesh(jax.devices(), (DATA_AXIS,))
+        self.n_devices = self.mesh.size
+        self.batch = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
+        self.microbatch = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+
+    def global_batch(self, rows, indices):
+        """The global ``(B, seq)`` array from every process's share of ``rows[indices]``."""
+        per_process = len(indices) // jax.process_count()
+        start = jax.process_index() * per_process
+        local = rows[indices[start : start + per_process]]
+        return jax.make_array_from_process_local_data(
+            self.batch, local, (len(indices),) + rows.shape[1:]
+        )

@@ -1,0 +1,259 @@
+"""One training job: DP-Adam MLM pretraining with checkpoint/resume (paper §3.2).
+
+``run_training`` is what the workflow's ``train`` rule calls. It is restartable: the
+state (parameters, Adam moments, step, noise counter) is checkpointed with orbax every
+``checkpoint_every`` steps into ``checkpoint_dir``, together with the partial curve;
+a rerun after a crash continues from the last checkpoint and, because data order,
+masking and noise are pure functions of (seed, step), reproduces the uninterrupted
+curve. The final curve is written to ``output`` atomically, once, at the end — for a
+finished or a diverged run alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from dpscaling.data.shards import DatasetMeta, load_meta, load_split
+from dpscaling.errors import UserError
+from dpscaling.io import write_json_atomic
+from dpscaling.models.bert import BertMlm
+from dpscaling.models.family import count_params
+from dpscaling.train.config import TrainConfig, learning_rate_schedule
+from dpscaling.train.data import BatchSampler
+from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
+from dpscaling.train.metrics import code_version, read_metrics, write_metrics
+from dpscaling.train.mlm import MaskingSpec
+from dpscaling.train.step import init_state, make_optimizer, make_train_step
+
+logger = logging.getLogger(__name__)
+
+STATE_DIR = "state"
+PARTIAL_METRICS = "metrics.partial.parquet"
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    status: str  # "finished" | "diverged"
+    steps: int  # steps completed (for a diverged run: at the end of the diverged interval)
+    final_loss: float | None  # loss of the last interval (NaN/inf if diverged)
+    last_finite_loss: float | None
+    n_params: int
+    n_params_non_embedding: int
+    resumed_from_step: int
+    wall_seconds: float
+
+
+def run_training(
+    config: TrainConfig, data_dir: Path, output: Path, checkpoint_dir: Path
+) -> RunSummary:
+    """Train one grid point; write its curve to ``output`` (Parquet) atomically."""
+    started = time.perf_counter()
+    maybe_initialize_distributed(config.distributed)
+    data_dir, output, checkpoint_dir = Path(data_dir), Path(output), Path(checkpoint_dir)
+    meta = load_meta(data_dir)
+    if meta.seq_len > config.max_positions:
+        raise UserError(
+            f"train.max_positions: {config.max_positions} < data seq_len {meta.seq_len}"
+        )
+    parallel = DataParallel()
+    for name in ("batch_size", "microbatch"):
+        if getattr(config, name) % parallel.n_devices:
+            raise UserError(
+                f"train.{name}: {getattr(config, name)} is not divisible by the "
+                f"{parallel.n_devices} devices"
+            )
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_config(checkpoint_dir, config, jax.process_index() == 0)
+    manager = ocp.CheckpointManager(
+        (checkpoint_dir / STATE_DIR).absolute(),
+        # Synchronous saves keep "partial curve written, then state saved" in order, so a
+        # checkpoint never lacks its curve rows. Leftover temporaries of a save cut short by a kill are
+        # removed, so the same step can be saved again.
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=2, enable_async_checkpointing=False, cleanup_tmp_directories=True
+        ),
+    )
+    try:
+        return _train(
+            config,
+            meta,
+            load_split(data_dir, "train"),
+            parallel,
+            manager,
+            checkpoint_dir,
+            output,
+            started,
+        )
+    finally:
+        manager.close()
+
+
+def _train(
+    config: TrainConfig,
+    meta: DatasetMeta,
+    rows: np.ndarray,
+    parallel: DataParallel,
+    manager: ocp.CheckpointManager,
+    checkpoint_dir: Path,
+    output: Path,
+    started: float,
+) -> RunSummary:
+    model_config = config.model_config(meta.vocab_size)
+    model = BertMlm(model_config)
+    optimizer = make_optimizer(config)
+    masking = MaskingSpec(
+        vocab_size=meta.vocab_size,
+        mask_id=meta.mask_id,
+        special_ids=meta.special_ids,
+        pad_id=meta.pad_id,
+        p_mask=config.p_mask,
+        max_predictions=config.max_predictions,
+    )
+    step_fn = jax.jit(
+        make_train_step(model, optimizer, masking, config, parallel.microbatch), donate_argnums=0
+    )
+    state = jax.jit(
+        lambda: init_state(model, optimizer, config, meta.seq_len),
+        out_shardings=parallel.replicated,
+    )()
+    sampler = BatchSampler(len(rows), config.batch_size, config.seed)
+    schedule = learning_rate_schedule(config)
+    counts = count_params(model_config)
+    run_info = _run_constants(config, meta.seq_len, counts)
+    writer = jax.process_index() == 0
+
+    curve: list[dict[str, Any]] = []
+    start_step = manager.latest_step() or 0
+    if start_step:
+        state = manager.restore(start_step, args=ocp.args.StandardRestore(state))
+        partial = checkpoint_dir / PARTIAL_METRICS
+        curve = (
+            [r for r in read_metrics(partial) if r["step"] <= start_step]
+            if partial.exists()
+            else []
+        )
+        logger.info("resuming from step %d (%d logged intervals)", start_step, len(curve))
+
+    compiled = step_fn.lower(state, parallel.global_batch(rows, sampler.indices(0))).compile()
+    status, step = "finished", start_step
+    while step < config.num_steps:
+        interval_end = min(config.num_steps, (step // config.log_every + 1) * config.log_every)
+        tick = time.perf_counter()
+        interval = []
+        for s in range(step, interval_end):
+            state, metrics = compiled(state, parallel.global_batch(rows, sampler.indices(s)))
+            interval.append(metrics)
+        fetched = jax.device_get(interval)  # waits for the interval's last step
+        row, finite = _interval_row(
+            fetched, step, interval_end, time.perf_counter() - tick, config, schedule
+        )
+        curve.append(row)
+        n, step = interval_end - step, interval_end
+        logger.info(
+            "step %d/%d  loss %.4f  %.2f steps/s  %.1f examples/s",
+            step,
+            config.num_steps,
+            row["loss"],
+            row["steps_per_s"],
+            row["examples_per_s"],
+        )
+        if not finite:
+            status = "diverged"
+            logger.warning(
+                "diverged in steps %d..%d: non-finite loss; stopping", step - n + 1, step
+            )
+            break
+        if writer:
+            write_metrics(
+                checkpoint_dir / PARTIAL_METRICS,
+                curve,
+                run_info | {"status": "running"},
+                config.to_dict(),
+            )
+        if step % config.checkpoint_every == 0 or step == config.num_steps:
+            manager.save(step, args=ocp.args.StandardSave(state))
+            manager.wait_until_finished()
+
+    finite_losses = [r["loss"] for r in curve if math.isfinite(r["loss"])]
+    summary = RunSummary(
+        status=status,
+        steps=step,
+        final_loss=curve[-1]["loss"] if curve else None,
+        last_finite_loss=finite_losses[-1] if finite_losses else None,
+        n_params=counts.total,
+        n_params_non_embedding=counts.non_embedding,
+        resumed_from_step=start_step,
+        wall_seconds=time.perf_counter() - started,
+    )
+    if writer:
+        final_info = run_info | {"status": status, "last_finite_loss": summary.last_finite_loss}
+        write_metrics(output, curve, final_info, config.to_dict(), _jsonable(asdict(summary)))
+    return summary
+
+
+def _interval_row(metrics, start, end, seconds, config, schedule) -> tuple[dict[str, Any], bool]:
+    """The curve row of steps (start, end]: means of the per-step metrics, and throughput.
+
+    ``jax.device_get`` of the interval's metrics (done by the caller) is the only host
+    synchronisation per interval, so the timing covers all of its steps.
+    """
+    losses = np.array([m["loss"] for m in metrics], dtype=np.float64)
+    n = end - start
+    row = {
+        "step": end,
+        "loss": float(losses.mean()),
+        "grad_norm": float(np.mean([m["grad_norm"] for m in metrics])),
+        "clipped_fraction": float(np.mean([m["clipped_fraction"] for m in metrics])),
+        "lr": float(schedule(end - 1)),
+        "steps_per_s": n / seconds,
+        "examples_per_s": n * config.batch_size / seconds,
+    }
+    return row, bool(np.all(np.isfinite(losses)))
+
+
+def _run_constants(config: TrainConfig, seq_len: int, counts) -> dict[str, Any]:
+    return {
+        "model": config.display_name,
+        "n_params": counts.total,
+        "n_params_non_embedding": counts.non_embedding,
+        "noise_batch_ratio": config.noise_batch_ratio,
+        "learning_rate": config.learning_rate,
+        "batch_size": config.batch_size,
+        "seq_len": seq_len,
+        "seed": config.seed,
+        "clipping": config.clipping,
+        "code_version": code_version(),
+    }
+
+
+def _check_same_config(checkpoint_dir: Path, config: TrainConfig, writer: bool) -> None:
+    """Refuse to resume a checkpoint written for a different configuration."""
+    path = checkpoint_dir / CONFIG_FILE
+    wanted = json.loads(json.dumps(config.to_dict(), sort_keys=True))
+    if path.exists():
+        found = json.loads(path.read_text(encoding="utf-8"))
+        if found != wanted:
+            changed = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
+            raise UserError(
+                f"checkpoint {str(checkpoint_dir)!r} was written for a different configuration "
+                f"(differs in {changed}); delete it to start over"
+            )
+    elif writer:
+        write_json_atomic(path, wanted)
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()
+    }

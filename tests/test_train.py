@@ -1,0 +1,234 @@
+"""Training job (paper §3.2): MLM masking, schedule, the loop, divergence, resume, data parallelism."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dp_training_data import build_packed_corpus
+from dpscaling.train import TrainConfig, learning_rate_schedule, run_training
+from dpscaling.train.data import BatchSampler
+from dpscaling.train.metrics import CONFIG_KEY, SUMMARY_KEY
+from dpscaling.train.mlm import MaskingSpec, mask_tokens
+
+JOB = Path(__file__).with_name("train_job.py")
+CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
+# A one-layer model keeps compile time (the dominant cost here) down.
+SMALL = dict(
+    model="custom",
+    model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
+    batch_size=16,
+    microbatch_size=8,
+    warmup_steps=5,
+    noise_batch_ratio=0.01,
+    learning_rate=2.0**-8,
+    log_every=5,
+)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("packed")
+    build_packed_corpus(directory, seq_len=64, n_documents=60)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def job_env(tmp_path_factory) -> dict[str, str]:
+    """Environment of subprocess jobs: a shared persistent compilation cache, so only
+    the first of several identical jobs pays for XLA compilation."""
+    cache = tmp_path_factory.mktemp("jax-cache")
+    return dict(
+        os.environ,
+        JAX_COMPILATION_CACHE_DIR=str(cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        PYTHONPATH=os.pathsep.join(
+            [str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+
+
+def _job(config: TrainConfig, corpus: Path, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        str(JOB),
+        json.dumps(config.to_dict()),
+        str(corpus),
+        str(out / "metrics.parquet"),
+        str(out / "ckpt"),
+    ]
+
+
+def _run_job(config, corpus, out, env) -> dict:
+    result = subprocess.run(
+        _job(config, corpus, out), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _curve(path: Path) -> dict[str, np.ndarray]:
+    table = pq.read_table(path, columns=CURVE)
+    return {name: table.column(name).to_numpy() for name in CURVE}
+
+
+# --- masking, schedule, sampling -------------------------------------------------------
+
+
+def test_masking_follows_bert_rule_and_spares_special_tokens():
+    spec = MaskingSpec(vocab_size=1000, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0)
+    ids = jax.random.randint(jax.random.PRNGKey(0), (512, 128), 5, 1000)
+    ids = (
+        ids.at[:, 0].set(2).at[:, -1].set(3).at[:, 60].set(3).at[:256, 100:].set(0)
+    )  # [CLS] [SEP] pads
+    out = mask_tokens(jax.random.PRNGKey(1), ids, spec)
+    positions, weights = np.asarray(out["masked_positions"]), np.asarray(out["label_weights"]) > 0
+    original = np.asarray(ids)
+    chosen = np.take_along_axis(original, positions, axis=1)[weights]
+    assert not np.isin(chosen, spec.special_ids).any()  # never [CLS]/[SEP]/[PAD]
+    np.testing.assert_array_equal(np.asarray(out["labels"])[weights], chosen)
+    n_real = (~np.isin(original, spec.special_ids)).sum(axis=1)
+    np.testing.assert_array_equal(weights.sum(axis=1), np.clip(np.round(0.15 * n_real), 1, 20))
+    # 80% [MASK] / 10% random / 10% unchanged, over ~12,000 masked tokens (±5σ bands).
+    new = np.take_along_axis(np.asarray(out["input_ids"]), positions, axis=1)[weights]
+    n = chosen.size
+    is_mask, unchanged = new == spec.mask_id, new == chosen
+    assert abs(is_mask.mean() - 0.8) < 5 * np.sqrt(0.16 / n)
+    assert (
+        abs(unchanged.mean() - 0.1) < 5 * np.sqrt(0.09 / n) + 0.001
+    )  # random can hit the original
+    untouched = np.ones_like(original, bool)
+    np.put_along_axis(untouched, positions, ~weights, axis=1)
+    np.testing.assert_array_equal(np.asarray(out["input_ids"])[untouched], original[untouched])
+
+
+def test_learning_rate_schedule_matches_paper():
+    config = TrainConfig(learning_rate=2.0**-7)
+    lr = learning_rate_schedule(config)
+    assert float(lr(0)) == 0.0
+    np.testing.assert_allclose(float(lr(500)), 2.0**-8, rtol=1e-6)  # linear warm-up
+    np.testing.assert_allclose(float(lr(1000)), 2.0**-7, rtol=1e-6)
+    np.testing.assert_allclose(float(lr(1000 + 128_000)), 2.0**-7 / 10, rtol=1e-5)
+    np.testing.assert_allclose(float(lr(1000 + 64_000)), 2.0**-7 / np.sqrt(10), rtol=1e-5)
+
+
+def test_batch_sampler_is_a_seeded_per_epoch_permutation():
+    sampler = BatchSampler(n_rows=10, batch_size=3, seed=7)
+    epoch0 = np.concatenate([sampler.indices(s) for s in range(3)])
+    assert len(set(epoch0)) == 9  # without replacement within an epoch
+    again = BatchSampler(10, 3, 7)
+    for step in (4, 0, 5):  # stateless in the step: any order gives the same batches
+        np.testing.assert_array_equal(again.indices(step), sampler.indices(step))
+    assert not np.array_equal(BatchSampler(10, 3, 8).indices(0), sampler.indices(0))
+
+
+# --- the training loop -----------------------------------------------------------------
+
+
+def test_fifty_steps_on_real_corpus_reduce_the_loss(corpus, tmp_path):
+    config = TrainConfig(
+        model="custom",
+        model_overrides=dict(num_layers=2, num_heads=2, hidden_size=64),
+        batch_size=32,
+        microbatch_size=16,
+        num_steps=50,
+        warmup_steps=5,
+        learning_rate=2.0**-9,
+        log_every=10,
+        checkpoint_every=50,
+        clipping="ghost",
+    )
+    summary = run_training(config, corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
+    assert summary.status == "finished" and summary.steps == 50
+    table = pq.read_table(tmp_path / "metrics.parquet")
+    frame = table.to_pandas()
+    assert list(frame["step"]) == [10, 20, 30, 40, 50]
+    assert frame["loss"].iloc[-1] < frame["loss"].iloc[0] - 0.5
+    assert (frame["clipped_fraction"] > 0.9).all()  # C = 1 clips (almost) every example
+    assert (frame["examples_per_s"] > 0).all()
+    row = frame.iloc[0]
+    assert row["n_params"] == summary.n_params and row["status"] == "finished"
+    assert (row["noise_batch_ratio"], row["batch_size"], row["seq_len"], row["seed"]) == (
+        0.0,
+        32,
+        64,
+        0,
+    )
+    assert row["code_version"].startswith("0.")
+    stored = json.loads(table.schema.metadata[CONFIG_KEY])
+    assert TrainConfig.from_dict(stored) == config
+    assert json.loads(table.schema.metadata[SUMMARY_KEY])["status"] == "finished"
+
+
+def test_divergence_is_recorded_and_returns_normally(corpus, tmp_path):
+    config = TrainConfig(**(SMALL | dict(learning_rate=1e30, warmup_steps=0, num_steps=20)))
+    summary = run_training(config, corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
+    assert summary.status == "diverged" and summary.steps < 20
+    frame = pq.read_table(tmp_path / "metrics.parquet").to_pandas()
+    assert (frame["status"] == "diverged").all()
+    assert not np.isfinite(frame["loss"].iloc[-1])  # the interval that diverged
+    assert not (tmp_path / "ckpt" / "state" / str(summary.steps)).exists()
+
+
+def test_killed_job_resumes_to_the_same_curve(corpus, tmp_path, job_env):
+    config = TrainConfig(**(SMALL | dict(num_steps=100, checkpoint_every=20)))
+    _run_job(config, corpus, tmp_path / "reference", job_env)
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        _job(config, corpus, killed),
+        env=job_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    partial = killed / "ckpt" / "metrics.partial.parquet"
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        if (
+            partial.exists() and pq.read_metadata(partial).num_rows >= 5
+        ):  # past the step-20 checkpoint
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "metrics.parquet").exists(), "the job finished before it could be killed"
+
+    summary = _run_job(config, corpus, killed, job_env)
+    assert summary["status"] == "finished" and summary["resumed_from_step"] >= 20
+    reference, resumed = _curve(tmp_path / "reference" / "metrics.parquet"), _curve(
+        killed / "metrics.parquet"
+    )
+    for name in CURVE:
+        np.testing.assert_array_equal(resumed[name], reference[name], err_msg=name)
+
+
+def test_one_and_four_devices_give_the_same_curve(corpus, tmp_path, job_env):
+    config = TrainConfig(**(SMALL | dict(num_steps=20, checkpoint_every=20)))
+    _run_job(config, corpus, tmp_path / "one", job_env)
+    four_env = job_env | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import jax; print(jax.device_count())"],
+        env=four_env,
+        capture_output=True,
+        text=True,
+    )
+    assert probe.stdout.strip() == "4"
+    _run_job(config, corpus, tmp_path / "four", four_env)
+    one, four = _curve(tmp_path / "one" / "metrics.parquet"), _curve(
+        tmp_path / "four" / "metrics.parquet"
+    )
+    np.testing.assert_array_equal(four["step"], one["step"])
+    # Only the order of float32 summation across devices differs.
+    for name in ("loss", "grad_norm"):
+        np.testing.assert_allclose(four[name], one[name], rtol=2e-5, err_msg=name)
