@@ -66,3 +66,15 @@ def test_optimal_model_size_matches_a_brute_force_search() -> None:
     sizes = np.geomspace(1e6, 1e10, 20001)
     brute = sizes[np.argmin(L2.predict(TRUE_L2, sizes, compute / (6 * sizes * seq_len), nbr))]
     assert found == pytest.approx(brute, rel=2e-3)
+
+
+def test_too_few_points_is_reported_not_fatal() -> None:
+    from dpscaling.law import LawSettings, fit_law
+    from dpscaling.law.synthetic import synthetic_results
+
+    # Losses above the appendix's cut (cross entropy > 8) leave nothing to fit L1/L2 on.
+    results = synthetic_results(noise=0.0)
+    results["Cross Entropy"] = results["Cross Entropy"] + 20.0
+    law = fit_law(results, LawSettings(warmup_steps=0, rolling_window=None), parametric=True)
+    assert law.parametric is None
+    assert "parametric filters" in law.report["parametric_failed"]

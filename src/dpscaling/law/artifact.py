@@ -169,8 +169,11 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     if accounting:
         law.sigma_function()  # validate the tables now, not at the first query
     if parametric:
-        from dpscaling.law.parametric import fit_paper_forms
-        law.parametric, law.parametric_diagnostics = fit_paper_forms(smoothed, physical_batch=physical_batch)
+        from dpscaling.law.parametric import TooFewPointsError, fit_paper_forms
+        try:
+            law.parametric, law.parametric_diagnostics = fit_paper_forms(smoothed, physical_batch=physical_batch)
+        except TooFewPointsError as error:  # reported, not fatal: the semi-parametric law stands on its own
+            report["parametric_failed"] = str(error)
     return law
 
 

@@ -138,6 +138,10 @@ def fit_parametric(form: ParametricForm, data: pd.DataFrame, huber_delta: float 
             **prediction_errors(predicted, loss)}
 
 
+class TooFewPointsError(ValueError):
+    """Not enough measurements pass the appendix's filters to fit the parametric forms."""
+
+
 def prediction_errors(predicted: np.ndarray, observed: np.ndarray) -> dict[str, float]:
     """Predicted-vs-observed summary (the appendix's scatter plots, as numbers)."""
     error = predicted - observed
@@ -152,7 +156,9 @@ def fit_paper_forms(smoothed: pd.DataFrame, physical_batch: int = PAPER_PHYSICAL
     data = filters.apply(smoothed)
     data = data.assign(**{EXAMPLES: physical_batch * data[ITERATIONS]})
     if len(data) < len(L2.parameters) + 1:
-        raise ValueError(f"only {len(data)} points pass the parametric filters {filters}")
+        raise TooFewPointsError(
+            f"only {len(data)} points pass the parametric filters {filters}; "
+            f"{len(L2.parameters) + 1} are needed")
     fits = {name: fit_parametric(form, data, huber_delta) for name, form in FORMS.items()}
     diagnostics = data[[MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO, EXAMPLES, CROSS_ENTROPY]].copy()
     for name, form in FORMS.items():

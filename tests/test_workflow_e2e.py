@@ -1,0 +1,56 @@
+"""The workflow end to end on the smoke config: data -> DP training -> fitted law."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake
+from dpscaling.grid import canonical
+
+SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("smoke")
+    run_snakemake("fit", "--cores", "2", "--configfile", str(SMOKE), cwd=workdir, timeout=1500)
+    return workdir / "results" / "smoke"
+
+
+def test_every_grid_point_has_a_real_curve(smoke_run: Path) -> None:
+    curves = sorted((smoke_run / "runs").rglob("metrics.parquet"))
+    assert len(curves) == 2 * 3  # models x noise-batch ratios x learning rates
+    for path in curves:
+        curve = pd.read_parquet(path)
+        assert curve["step"].tolist() == [10, 20, 30, 40]
+        assert (curve["status"] == "finished").all()
+        assert curve["loss"].iloc[-1] < curve["loss"].iloc[0]  # it learns
+        wildcards = dict(part.split("=", 1) for part in path.parent.relative_to(smoke_run / "runs").parts)
+        assert wildcards["nbr"] == canonical(curve["noise_batch_ratio"].iloc[0])
+        assert wildcards["lr"] == canonical(curve["learning_rate"].iloc[0])
+        assert wildcards["model"] == curve["model"].iloc[0]
+
+
+def test_more_noise_means_higher_final_loss(smoke_run: Path) -> None:
+    frames = [pd.read_parquet(p) for p in (smoke_run / "runs").rglob("metrics.parquet")]
+    final = pd.concat(frames).query("step == 40").set_index(["model", "noise_batch_ratio"])["loss"]
+    for model in ("BertNano", "BertMicro"):
+        assert final[(model, 0.0)] < final[(model, 0.015625)]
+
+
+def test_the_law_is_fitted_and_reported(smoke_run: Path) -> None:
+    manifest = json.loads((smoke_run / "law" / "fit" / "manifest.json").read_text())
+    assert manifest["seq_len"] == 64 and manifest["physical_batch"] == 8
+    assert manifest["report"]["measurements"] == 6 * 4
+    grid = pd.read_parquet(smoke_run / "law" / "fit" / "grid.parquet")
+    assert grid["Noise Batch Ratio"].nunique() == 3
+    assert (smoke_run / "logs" / "fit" / "fit_law.log").read_text().strip()
+
+
+def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
+    result = run_snakemake("fit", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
+    assert "Nothing to be done" in result.stdout + result.stderr
