@@ -30,3 +30,4 @@ rule all:
     input:
         rules.data.input,
         rules.train.input,
+        rules.fit.input,
