@@ -1,3 +1,6 @@
+from dpscaling.cluster import train_resource
+
+
 rule train_run:
     input:
         meta=rules.pack_sequences.output.meta,
@@ -9,9 +12,20 @@ rule train_run:
     conda:
         "../envs/dpscaling.yaml"
     threads: 2
+    # Sized per model by dpscaling.cluster (GPUs, nodes, host memory and wall time;
+    # retries scale memory and time with the attempt); tpu=1: a job owns all local
+    # accelerators, so profiles/tpu runs one at a time.
     resources:
-        mem_mb=8000,
-        runtime=240,
+        mem_mb=lambda wc, attempt: train_resource(config, wc.model, "mem_mb", attempt),
+        runtime=lambda wc, attempt: train_resource(config, wc.model, "runtime", attempt),
+        cpus_per_task=lambda wc: train_resource(config, wc.model, "cpus_per_task"),
+        nodes=lambda wc: train_resource(config, wc.model, "nodes"),
+        gpu=lambda wc: train_resource(config, wc.model, "gpu"),
+        gres=lambda wc: train_resource(config, wc.model, "gres"),
+        tasks=lambda wc: train_resource(config, wc.model, "tasks"),
+        tasks_per_gpu=lambda wc: train_resource(config, wc.model, "tasks_per_gpu"),
+        mpi=lambda wc: train_resource(config, wc.model, "mpi"),
+        tpu=1,
     params:
         model=lambda wildcards: config["models"]["custom"].get(
             wildcards.model, wildcards.model

@@ -1,10 +1,17 @@
 import logging
+import sys
 from pathlib import Path
 
+from dpscaling.cluster import relaunch_per_node
 from dpscaling.data.shards import load_meta
 from dpscaling.logs import log_to_file
 from dpscaling.train import run_training
 from dpscaling.workflow import train_config
+
+# A multi-node Slurm job starts here once, in its batch step: run one copy per
+# node under srun (each joins jax.distributed) and exit with its status.
+if (status := relaunch_per_node()) is not None:
+    sys.exit(status)
 
 with log_to_file(snakemake.log[0]):
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step

@@ -4,9 +4,9 @@ pure data parallelism, more cores for larger models)."""
 from __future__ import annotations
 
 import logging
-import os
 
 import jax
+from dpscaling.cluster import launch_environment
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 logger = logging.getLogger(__name__)
@@ -14,23 +14,10 @@ logger = logging.getLogger(__name__)
 DATA_AXIS = "data"
 
 
-def multihost_environment() -> bool:
-    """True when launched as one of several processes (Slurm tasks or a TPU pod slice).
-
-    Slurm: ``srun`` sets SLURM_STEP_NUM_TASKS for each task it starts. SLURM_NTASKS
-    alone is not enough: a batch script of a multi-task allocation that runs Python
-    once would wait forever for peers that never start.
-    """
-    if int(os.environ.get("SLURM_STEP_NUM_TASKS", "1") or 1) > 1:
-        return True
-    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
-    return len([h for h in hosts.split(",") if h]) > 1
-
-
 def maybe_initialize_distributed(requested: bool | None) -> None:
     """Call ``jax.distributed.initialize()`` (which reads Slurm / TPU-pod settings itself)
     if requested, or if ``requested is None`` and the environment is multi-host."""
-    if requested is False or (requested is None and not multihost_environment()):
+    if requested is False or (requested is None and not launch_environment().multiprocess):
         return
     if jax.distributed.is_initialized():
         return

@@ -1,0 +1,361 @@
+"""Cluster sizing of training jobs, and where a process sits in a multi-process launch.
+
+Two concerns, both without importing JAX (the Snakefile imports this module, and so
+does every cluster job that parses it):
+
+* **Sizing** (:func:`train_resources`): the Snakemake resources of one training job
+  (GPUs, nodes, CPUs, host memory, wall time) from the model's parameter count and the
+  grid point's work (steps × batch × sequence length). Throughput is calibrated on the
+  paper's measured table (appendix "Training Throughput": records/s per TPUv3 core at
+  sequence length 512, pure data parallelism) and converted to GPUs with
+  ``tpu_cores_per_gpu``. The device count is the smallest power of two (so it divides
+  the power-of-two physical batch) that finishes within ``target_hours`` — the paper's
+  own rule, "more cores for larger models so that each experiment finishes within
+  four to ten hours". Site properties come from ``DPSCALING_*`` environment variables
+  (:class:`Site`); any resource can still be overridden with ``--set-resources``.
+
+* **Launch** (:func:`launch_environment`, :func:`relaunch_per_node`): a Slurm job with
+  several tasks (one per node) starts in the batch step as a single process; it must
+  re-execute itself under ``srun`` so that every node runs one JAX process, and only
+  inside that step does ``jax.distributed.initialize()`` find Slurm's variables
+  (``SLURM_STEP_NODELIST``, ``SLURM_PROCID`` …). TPU pods are detected from
+  ``TPU_WORKER_HOSTNAMES``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Paper Table 1 (layers, hidden); heads do not change the parameter count.
+_FAMILY_SHAPES: dict[str, tuple[int, int]] = {
+    "BertTiny": (2, 128),
+    "BertMini": (4, 256),
+    "BertSmall": (4, 512),
+    "BertMedium": (8, 512),
+    "BertBase": (12, 768),
+    "BertLarge": (24, 1024),
+    "BertMega": (24, 1536),
+}
+_VOCAB_SIZES = {"bert-base-uncased": 30522, "wordpiece-core-8192": 8192}
+BERT_MAX_POSITIONS = 512
+
+# Paper appendix "Training Throughput" (Table): params, records/s per TPUv3 core (seq 512).
+PAPER_THROUGHPUT: tuple[tuple[float, float], ...] = (
+    (4.52e6, 573.0),
+    (11.4e6, 352.0),
+    (29.0e6, 211.0),
+    (41.6e6, 134.0),
+    (110e6, 54.0),
+    (335e6, 17.8),
+    (729e6, 6.1),
+)
+PAPER_SEQ_LEN = 512
+
+
+def bert_param_count(layers: int, hidden: int, vocab_size: int, max_positions: int = BERT_MAX_POSITIONS) -> int:
+    """Trained parameters of ``dpscaling.models.BertMlm`` (tied MLM head, no pooler), in closed form.
+
+    Equal to ``dpscaling.models.count_params`` (tested) without building the model:
+    embeddings (word, position, 2 token types, LayerNorm) + per layer 12·H² + 13·H
+    (attention 4·(H²+H), LayerNorms 4·H, feed-forward 8·H² + 5·H) + MLM head
+    (dense H²+H, LayerNorm 2·H, output bias V).
+    """
+    embeddings = (vocab_size + max_positions + 2) * hidden + 2 * hidden
+    encoder = layers * (12 * hidden * hidden + 13 * hidden)
+    head = hidden * hidden + 3 * hidden + vocab_size
+    return embeddings + encoder + head
+
+
+def model_shape(name: str, custom: Mapping[str, Mapping[str, int]]) -> tuple[int, int]:
+    """(layers, hidden) of a paper family member or a ``models.custom`` entry of the config."""
+    if name in custom:
+        return int(custom[name]["layers"]), int(custom[name]["hidden"])
+    return _FAMILY_SHAPES[name]
+
+
+def vocab_size(tokenizer: str, vocab_file: str | Path | None = None) -> int:
+    """Vocabulary size of a vendored tokenizer, or the line count of a custom vocab file."""
+    if tokenizer in _VOCAB_SIZES:
+        return _VOCAB_SIZES[tokenizer]
+    if vocab_file and Path(vocab_file).exists():
+        with open(vocab_file, encoding="utf-8") as handle:
+            return sum(1 for _ in handle)
+    return _VOCAB_SIZES["bert-base-uncased"]  # sizing only: a safe (large) guess
+
+
+def _env_number(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not a number") from None
+
+
+@dataclass(frozen=True)
+class Site:
+    """What the cluster offers; read from ``DPSCALING_*`` environment variables.
+
+    ``gpus_per_node`` (DPSCALING_GPUS_PER_NODE, 4), ``max_nodes`` (DPSCALING_MAX_NODES, 8),
+    ``target_hours`` per job (DPSCALING_TARGET_HOURS, 8: the paper's 4-10 h),
+    ``tpu_cores_per_gpu`` (DPSCALING_TPU_CORES_PER_GPU, 2: one A100-class GPU ≈ one
+    TPUv3 chip = 2 cores), ``cpus_per_gpu`` (DPSCALING_CPUS_PER_GPU, 4), and
+    ``max_cpus_per_task`` (DPSCALING_MAX_CPUS_PER_TASK, 32).
+    """
+
+    gpus_per_node: int = 4
+    max_nodes: int = 8
+    target_hours: float = 8.0
+    tpu_cores_per_gpu: float = 2.0
+    cpus_per_gpu: int = 4
+    max_cpus_per_task: int = 32
+
+    @classmethod
+    def from_env(cls) -> Site:
+        default = cls()
+        return cls(
+            gpus_per_node=int(_env_number("DPSCALING_GPUS_PER_NODE", default.gpus_per_node)),
+            max_nodes=int(_env_number("DPSCALING_MAX_NODES", default.max_nodes)),
+            target_hours=_env_number("DPSCALING_TARGET_HOURS", default.target_hours),
+            tpu_cores_per_gpu=_env_number("DPSCALING_TPU_CORES_PER_GPU", default.tpu_cores_per_gpu),
+            cpus_per_gpu=int(_env_number("DPSCALING_CPUS_PER_GPU", default.cpus_per_gpu)),
+            max_cpus_per_task=int(_env_number("DPSCALING_MAX_CPUS_PER_TASK", default.max_cpus_per_task)),
+        )
+
+
+def param_tokens_per_core_second(n_params: float) -> float:
+    """Throughput in parameter·tokens per TPUv3-core second, interpolated in log(params).
+
+    The paper's table gives 1.3e12 (BertTiny) to 3.1e12 (BertSmall…BertLarge); outside
+    its range the nearest end is used (tiny models are overhead-bound, so never faster).
+    """
+    points = [(math.log(p), r * PAPER_SEQ_LEN * p) for p, r in PAPER_THROUGHPUT]
+    x = math.log(n_params)
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+def _next_power_of_two(n: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1.0))))
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+@dataclass(frozen=True)
+class TrainResources:
+    """One training job's request. ``gpus_per_node`` × ``nodes`` devices, one process per node."""
+
+    n_params: int
+    nodes: int
+    gpus_per_node: int
+    cpus_per_task: int
+    mem_mb: int  # host memory per node
+    runtime: int  # minutes
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def snakemake(self) -> dict[str, Any]:
+        """As Snakemake resources for snakemake-executor-plugin-slurm (same keys every time;
+        ``None`` = not requested, which Snakemake drops).
+
+        One node: ``gpu`` (→ ``--gpus=G``) and the plugin's own ``srun -n1`` job step.
+        Several nodes: ``gres`` (per node) with ``nodes`` = ``tasks`` (one task per node)
+        and ``mpi`` set, so the plugin leaves launching to the job, which re-executes
+        itself under ``srun`` (:func:`relaunch_per_node`); ``tasks_per_gpu: 0`` stops the
+        plugin from turning ``tasks`` into ``--ntasks-per-gpu``.
+        """
+        multi = self.nodes > 1
+        return {
+            "cpus_per_task": self.cpus_per_task,
+            "mem_mb": self.mem_mb,
+            "runtime": self.runtime,
+            "nodes": self.nodes,
+            "gpu": None if multi else self.gpus_per_node,
+            "gres": f"gpu:{self.gpus_per_node}" if multi else None,
+            "tasks": self.nodes if multi else None,
+            "tasks_per_gpu": 0 if multi else None,
+            "mpi": "srun" if multi else None,
+        }
+
+
+def train_resources(
+    n_params: int,
+    *,
+    steps: int,
+    batch: int,
+    seq_len: int,
+    attempt: int = 1,
+    site: Site | None = None,
+) -> TrainResources:
+    """Size one training job; ``attempt`` (Snakemake's retry counter) scales time and memory.
+
+    Wall time: work / throughput on the chosen devices, ×1.5 safety, +15 min for start-up,
+    compilation and checkpoints. Host memory per node: 4 GiB for the runtime and data
+    plus 48 bytes per parameter (parameters, two Adam moments and orbax's host copies).
+    """
+    site = site or Site.from_env()
+    work = float(steps) * batch * seq_len * n_params  # parameter·tokens
+    per_gpu = param_tokens_per_core_second(n_params) * site.tpu_cores_per_gpu
+    one_gpu_hours = work / per_gpu / 3600.0
+    # Device counts are powers of two so that they divide the (power-of-two) batch, as
+    # pure data parallelism splits it evenly; a node contributes a power of two of its GPUs.
+    node_gpus = _pow2_floor(site.gpus_per_node)
+    cap = min(_pow2_floor(node_gpus * site.max_nodes), _largest_pow2_divisor(batch))
+    gpus = min(_next_power_of_two(one_gpu_hours / site.target_hours), cap)
+    if gpus > node_gpus:
+        nodes, per_node = gpus // node_gpus, node_gpus
+    else:
+        nodes, per_node = 1, gpus
+    hours = one_gpu_hours / (nodes * per_node)
+    runtime = math.ceil(hours * 60 * 1.5) + 15
+    mem_mb = 4096 + math.ceil(48 * n_params / 2**20)
+    cpus = min(site.cpus_per_gpu * per_node, site.max_cpus_per_task)
+    return TrainResources(
+        n_params=n_params,
+        nodes=nodes,
+        gpus_per_node=per_node,
+        cpus_per_task=max(1, cpus),
+        mem_mb=mem_mb * attempt,
+        runtime=runtime * attempt,
+    )
+
+
+def _largest_pow2_divisor(n: int) -> int:
+    return n & -n if n > 0 else 1
+
+
+def train_resources_for(config: Mapping[str, Any], model: str, attempt: int = 1) -> dict[str, Any]:
+    """Snakemake resources of the training job of ``model`` under the workflow ``config``."""
+    data, training = config["data"], config["training"]
+    layers, hidden = model_shape(model, config["models"]["custom"])
+    n_params = bert_param_count(layers, hidden, vocab_size(data["tokenizer"], data.get("vocab_file")))
+    sized = train_resources(
+        n_params,
+        steps=int(training["steps"]),
+        batch=int(training["physical_batch"]),
+        seq_len=int(data["seq_len"]),
+        attempt=attempt,
+    )
+    return sized.snakemake()
+
+
+def train_resource(config: Mapping[str, Any], model: str, name: str, attempt: int = 1) -> Any:
+    """One resource of :func:`train_resources_for` (a Snakemake rule needs one callable per name)."""
+    return train_resources_for(config, model, attempt)[name]
+
+
+# --------------------------------------------------------------------------- launch
+
+
+@dataclass(frozen=True)
+class LaunchEnvironment:
+    """Where this process runs. ``kind``: ``single`` | ``slurm-batch`` | ``slurm-step`` | ``tpu-pod``."""
+
+    kind: str
+    process_count: int  # 0 = unknown from the environment (a batch step whose SLURM_* were stripped)
+
+    @property
+    def multiprocess(self) -> bool:
+        """True when ``jax.distributed.initialize()`` must run (and can find its peers)."""
+        return self.kind in ("slurm-step", "tpu-pod") and self.process_count > 1
+
+
+def launch_environment(environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
+    """Classify the process from Slurm / Cloud TPU variables (measured on Slurm 22.05).
+
+    A batch script has ``SLURM_JOB_ID`` but no ``SLURM_STEP_ID`` (nor
+    ``SLURM_STEP_NODELIST``, which JAX's Slurm detection needs); a process started by
+    ``srun`` has ``SLURM_STEP_ID`` and ``SLURM_STEP_NUM_TASKS``. The executor plugin's
+    job step strips every other ``SLURM_*`` variable before running the job, so the batch
+    step's task count may be missing (see :func:`slurm_allocation`).
+    """
+    env = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" in env:
+        if "SLURM_STEP_ID" in env:
+            return LaunchEnvironment("slurm-step", int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1))
+        return LaunchEnvironment("slurm-batch", int(env.get("SLURM_NTASKS") or 0))
+    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
+    if len(hosts) > 1:
+        return LaunchEnvironment("tpu-pod", len(hosts))
+    return LaunchEnvironment("single", 1)
+
+
+@dataclass(frozen=True)
+class SlurmAllocation:
+    """What ``sbatch`` granted the job (``scontrol show job``): the step we launch must match."""
+
+    tasks: int
+    nodes: int
+    cpus_per_task: int
+    gres_per_node: str | None  # e.g. "gpu:4"
+
+    @classmethod
+    def parse(cls, scontrol_line: str) -> SlurmAllocation:
+        fields = dict(item.split("=", 1) for item in scontrol_line.split() if "=" in item)
+        gres = fields.get("TresPerNode") or None
+        if gres:  # "gres:gpu:4" (22.05) or "gres/gpu:4" (23.x), possibly a comma list
+            gres = ",".join(part.split(":", 1)[1] if part.startswith("gres:") else part.removeprefix("gres/")
+                            for part in gres.split(","))
+        return cls(
+            tasks=int(fields.get("NumTasks", "1")),
+            nodes=int(fields.get("NumNodes", "1").split("-")[0]),
+            cpus_per_task=int(fields.get("CPUs/Task", "1")),
+            gres_per_node=gres,
+        )
+
+
+def slurm_allocation(job_id: str) -> SlurmAllocation:
+    line = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id], check=True, capture_output=True, text=True
+    ).stdout
+    return SlurmAllocation.parse(line)
+
+
+def srun_command(argv: Sequence[str], allocation: SlurmAllocation) -> list[str]:
+    """``srun`` line starting one copy of ``argv`` per task of ``allocation``, each with the
+    job's CPUs per task and GPUs per node (the plugin stripped SLURM_* that would carry them)."""
+    per_node = math.ceil(allocation.tasks / allocation.nodes)
+    command = [
+        "srun",
+        f"--ntasks={allocation.tasks}",
+        f"--nodes={allocation.nodes}",
+        f"--ntasks-per-node={per_node}",
+        f"--cpus-per-task={allocation.cpus_per_task}",
+        "--kill-on-bad-exit=1",  # one dead process would leave the others blocked in a collective
+        "--cpu-bind=none",
+    ]
+    if allocation.gres_per_node:
+        command.append(f"--gres={allocation.gres_per_node}")
+    return [*command, *argv]
+
+
+def relaunch_per_node(argv: Sequence[str] | None = None) -> int | None:
+    """In the batch step of a multi-task Slurm job: run ``argv`` (default: this script)
+    once per task via ``srun`` and return its exit status. Elsewhere return ``None``.
+
+    A Snakemake ``script:`` job runs a generated file on the shared filesystem, so
+    re-executing ``sys.argv`` under ``srun`` runs the same job in every task; each copy
+    then sees itself in a Slurm step and joins ``jax.distributed``.
+    """
+    where = launch_environment()
+    if where.kind != "slurm-batch" or where.process_count == 1:
+        return None
+    allocation = slurm_allocation(os.environ["SLURM_JOB_ID"])
+    if allocation.tasks <= 1:
+        return None
+    command = srun_command([sys.executable, *(sys.argv if argv is None else argv)], allocation)
+    return subprocess.run(command, check=False).returncode

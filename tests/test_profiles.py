@@ -1,0 +1,239 @@
+"""Each profile resolves the resources its comments promise (issue 7).
+
+A dry run prints every job's resolved resources without Slurm or a TPU, so these
+tests guard against the ways a profile silently loses settings: top-level-only
+profile merging, a stray profiles/default/, hard-coded accounts or partitions.
+The sizing itself (dpscaling.cluster) is checked against the real model code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from dpscaling.cluster import (
+    LaunchEnvironment,
+    Site,
+    SlurmAllocation,
+    bert_param_count,
+    launch_environment,
+    srun_command,
+    train_resources,
+)
+
+# smoke.yaml + slurm-grid.yaml: two BertNano jobs, 300 steps, batch 8, seq_len 64 (pinned).
+SMALL = ["--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), str(REPO / "tests" / "configs" / "slurm-grid.yaml")]
+PAPER = REPO / "config" / "paper.yaml"
+SLURM = ["--profile", str(REPO / "profiles" / "slurm-gpu")]
+SLURM_CI = [*SLURM, "--profile", str(REPO / "tests" / "profiles" / "slurm-ci")]
+CLUSTER_ENV = {
+    "DPSCALING_SLURM_ACCOUNT": "proj42",
+    "DPSCALING_CPU_PARTITION": "cpu",
+    "DPSCALING_GPU_PARTITION": "gpu",
+}
+
+
+def paper_models(tmp_path: Path) -> list[str]:
+    """``--configfile`` args: the paper's config with one job per model (sizing depends on the model only)."""
+    one_point = tmp_path / "one-point.yaml"
+    one_point.write_text("training:\n  noise_batch_ratios: [0.0]\n  learning_rates: [0.0078125]\n")
+    return ["--configfile", str(PAPER), str(one_point)]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any site variable that would change the resources."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DPSCALING_", "SBATCH_", "SLURM_")) and k != "TPU_WORKER_HOSTNAMES"
+    }
+    return {**env, **extra}
+
+
+_DRY_RUNS: dict[tuple, dict[str, list[dict[str, str]]]] = {}
+
+
+def dry_run(tmp_path: Path, *args: str, env: dict[str, str]) -> dict[str, list[dict[str, str]]]:
+    """``snakemake -n`` → {rule: [resources of each job, as printed]} (plus ``threads``).
+
+    Cached per arguments and environment: a dry run costs seconds on a busy 2-core box."""
+    key = (args, tuple(sorted(env.items())))
+    if key not in _DRY_RUNS:
+        _DRY_RUNS[key] = _dry_run(tmp_path, *args, env=env)
+    return _DRY_RUNS[key]
+
+
+def _dry_run(tmp_path: Path, *args: str, env: dict[str, str]) -> dict[str, list[dict[str, str]]]:
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "-n", *args]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    jobs: dict[str, list[dict[str, str]]] = {}
+    current: dict[str, str] | None = None
+    for line in result.stdout.splitlines():
+        if match := re.match(r"^(?:local)?rule (\w+):$", line):
+            current = {}
+            jobs.setdefault(match.group(1), []).append(current)
+        elif current is not None and (match := re.match(r"^\s+(threads|wildcards|resources): (.*)$", line)):
+            key, value = match.groups()
+            if key == "threads":
+                current["threads"] = value
+            else:
+                for item in value.split(", "):
+                    name, _, val = item.partition("=")
+                    current[("wc:" if key == "wildcards" else "") + name] = val
+    assert jobs, result.stdout[-3000:]
+    return jobs
+
+
+def only(jobs: list[dict[str, str]]) -> dict[str, str]:
+    """The resources shared by all jobs of a rule (they must agree; wildcards aside)."""
+    plain = [{k: v for k, v in j.items() if not k.startswith("wc:")} for j in jobs]
+    assert all(p == plain[0] for p in plain), plain
+    return plain[0]
+
+
+def by_model(jobs: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {j["wc:model"]: {k: v for k, v in j.items() if not k.startswith("wc:")} for j in jobs}
+
+
+def test_no_default_workflow_profile() -> None:
+    # profiles/default is loaded automatically and its set-resources would replace the
+    # chosen profile's (measured: training lost its GPU and partition).
+    assert not (REPO / "profiles" / "default").exists()
+
+
+def test_local_profile(tmp_path: Path) -> None:
+    jobs = dry_run(tmp_path, "--profile", str(REPO / "profiles" / "local"), *SMALL, env=clean_env())
+    train = only(jobs["train_run"])
+    assert train["tpu"] == "1" and train["threads"] == "2"
+    assert only(jobs["pack_sequences"])["mem_mb"] == "8000"
+    assert not any(k.startswith("slurm_") for j in jobs.values() for r in j for k in r)
+
+
+def test_tpu_profile(tmp_path: Path) -> None:
+    jobs = dry_run(tmp_path, "--profile", str(REPO / "profiles" / "tpu"), *paper_models(tmp_path), env=clean_env())
+    # Every training job claims the single `tpu` the profile offers: one at a time owns the chips.
+    assert {j["tpu"] for j in jobs["train_run"]} == {"1"}
+    assert len(jobs["train_run"]) == 6
+    text = (REPO / "profiles" / "tpu" / "config.yaml").read_text()
+    assert re.search(r"^resources:\n\s+tpu: 1$", text, re.M)
+
+
+def test_slurm_profile_names_no_account_or_partition(tmp_path: Path) -> None:
+    jobs = dry_run(tmp_path, *SLURM, *SMALL, env=clean_env())
+    for rule, rule_jobs in jobs.items():
+        for resources in rule_jobs:
+            assert "slurm_account" not in resources and "slurm_partition" not in resources, rule
+
+
+def test_slurm_profile_resources_from_environment(tmp_path: Path) -> None:
+    jobs = dry_run(tmp_path, *SLURM, *SMALL, env=clean_env(**CLUSTER_ENV))
+    prepare, pack = only(jobs["prepare_documents"]), only(jobs["pack_sequences"])
+    assert prepare | {"tmpdir": ""} == prepare | {
+        "slurm_account": "proj42",
+        "slurm_partition": "cpu",
+        "mem_mb": "4000",
+        "runtime": "30",
+        "cpus_per_task": "1",
+        "tmpdir": "",
+    }
+    assert (pack["slurm_partition"], pack["mem_mb"], pack["runtime"], pack["cpus_per_task"]) == ("cpu", "8000", "60", "2")
+    train = only(jobs["train_run"])
+    # BertNano at the pinned small size: one GPU on one node, sized by dpscaling.cluster.
+    expected = train_resources(bert_param_count(1, 32, 8192), steps=300, batch=8, seq_len=64, site=Site())
+    assert train["slurm_partition"] == "gpu" and train["slurm_account"] == "proj42"
+    assert (train["gpu"], train["nodes"], train["cpus_per_task"]) == ("1", "1", "4")
+    assert (int(train["mem_mb"]), int(train["runtime"])) == (expected.mem_mb, expected.runtime)
+    assert "mpi" not in train and "gres" not in train and "tasks" not in train
+
+
+def test_slurm_paper_grid_sizes_by_model(tmp_path: Path) -> None:
+    jobs = dry_run(tmp_path, *SLURM, "train", *paper_models(tmp_path), env=clean_env(**CLUSTER_ENV))
+    models = by_model(jobs["train_run"])
+    # The paper's own rule: more devices for larger models (BertTiny 16 TPUv3 cores,
+    # BertLarge 128); here 4 GPUs/node, at most 8 nodes, 8 h target.
+    assert (models["BertTiny"]["gpu"], models["BertTiny"]["nodes"]) == ("4", "1")
+    for name, nodes in [("BertMini", 2), ("BertSmall", 4), ("BertMedium", 8), ("BertBase", 8), ("BertLarge", 8)]:
+        multi = models[name]
+        # One task (= one JAX process) per node, GPUs per node as gres, launched by the job's srun.
+        assert (multi["nodes"], multi["tasks"], multi["gres"], multi["mpi"]) == (str(nodes), str(nodes), "gpu:4", "srun")
+        assert multi["tasks_per_gpu"] == "0" and "gpu" not in multi
+        assert multi["slurm_partition"] == "gpu"
+    sizes = [int(models[m]["mem_mb"]) for m in ("BertTiny", "BertBase", "BertLarge")]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+def test_ci_layer_keeps_every_resource_of_the_real_profile(tmp_path: Path) -> None:
+    # The CI profile must only add status/poll settings: were it to set default- or
+    # set-resources, the real profile's mapping would be replaced wholesale.
+    env = clean_env(**CLUSTER_ENV)
+    alone = dry_run(tmp_path, *SLURM, *SMALL, env=env)
+    layered = dry_run(tmp_path, *SLURM_CI, *SMALL, env=env)
+    assert alone == layered
+
+
+def test_site_environment_changes_sizing(tmp_path: Path) -> None:
+    env = clean_env(**CLUSTER_ENV, DPSCALING_GPUS_PER_NODE="8", DPSCALING_TARGET_HOURS="24")
+    models = by_model(dry_run(tmp_path, *SLURM, "train", *paper_models(tmp_path), env=env)["train_run"])
+    assert (models["BertTiny"]["gpu"], models["BertTiny"]["nodes"]) == ("2", "1")
+    assert (models["BertBase"]["nodes"], models["BertBase"]["gres"]) == ("2", "gpu:8")
+    assert models["BertLarge"]["nodes"] == "8"  # capped by DPSCALING_MAX_NODES (8)
+
+
+# ---------------------------------------------------------------- dpscaling.cluster
+
+
+@pytest.mark.parametrize("layers,hidden,vocab", [(2, 128, 30522), (1, 32, 8192), (12, 768, 30522), (4, 256, 8192)])
+def test_closed_form_param_count_matches_the_model(layers: int, hidden: int, vocab: int) -> None:
+    from dpscaling.models import bert_config, count_params
+
+    config = bert_config("custom", vocab_size=vocab, num_layers=layers, num_heads=2, hidden_size=hidden)
+    assert bert_param_count(layers, hidden, vocab) == count_params(config).total
+
+
+def test_retries_scale_time_and_memory() -> None:
+    first, third = (train_resources(4_416_698, steps=128_000, batch=1024, seq_len=512, attempt=a, site=Site()) for a in (1, 3))
+    assert (third.runtime, third.mem_mb) == (3 * first.runtime, 3 * first.mem_mb)
+    assert (third.gpus, third.nodes) == (first.gpus, first.nodes)
+
+
+@pytest.mark.parametrize("batch,per_node,max_nodes", [(96, 4, 64), (1024, 6, 8), (1024, 8, 3), (8, 4, 8)])
+def test_devices_divide_the_batch_and_fit_the_site(batch: int, per_node: int, max_nodes: int) -> None:
+    # Pure data parallelism splits the physical batch evenly over devices.
+    site = Site(gpus_per_node=per_node, max_nodes=max_nodes)
+    sized = train_resources(335_000_000, steps=128_000, batch=batch, seq_len=512, site=site)
+    assert batch % sized.gpus == 0
+    assert sized.nodes <= max_nodes and sized.gpus_per_node <= per_node
+
+
+def test_launch_environment_classification() -> None:
+    batch = {"SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"}
+    step = {**batch, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}
+    assert launch_environment(batch) == LaunchEnvironment("slurm-batch", 2) and not launch_environment(batch).multiprocess
+    assert launch_environment(step).multiprocess
+    # The executor plugin's own single-task step: no jax.distributed.
+    assert not launch_environment({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}).multiprocess
+    assert launch_environment({"TPU_WORKER_HOSTNAMES": "a,b,c,d"}) == LaunchEnvironment("tpu-pod", 4)
+    assert launch_environment({"TPU_WORKER_HOSTNAMES": "localhost"}).kind == "single"
+    # As measured with `scontrol show job -o` for --nodes=1 --ntasks=2 --gres=gpu:1 (Slurm 22.05).
+    allocation = SlurmAllocation.parse("JobId=9 NumNodes=1 NumCPUs=2 NumTasks=2 CPUs/Task=1 TresPerNode=gres:gpu:1")
+    assert allocation == SlurmAllocation(tasks=2, nodes=1, cpus_per_task=1, gres_per_node="gpu:1")
+    four_nodes = SlurmAllocation(tasks=4, nodes=4, cpus_per_task=16, gres_per_node="gpu:4")
+    assert srun_command(["python", "x.py"], four_nodes) == [
+        "srun", "--ntasks=4", "--nodes=4", "--ntasks-per-node=1", "--cpus-per-task=16",
+        "--kill-on-bad-exit=1", "--cpu-bind=none", "--gres=gpu:4", "python", "x.py",
+    ]
+
+
+def test_command_line_set_resources_replaces_the_profiles_mapping(tmp_path: Path) -> None:
+    # Measured Snakemake behaviour the profile comments warn about (and why partitions
+    # come from the environment): one --set-resources entry drops all of the profile's.
+    jobs = dry_run(tmp_path, *SLURM, "data", *SMALL, "--set-resources", "prepare_documents:runtime=5", env=clean_env())
+    assert only(jobs["prepare_documents"])["runtime"] == "5"
+    assert only(jobs["pack_sequences"])["cpus_per_task"] == "1"  # the profile's 2 is gone
