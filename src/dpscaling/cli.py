@@ -19,6 +19,7 @@ from dpscaling.errors import UserError
 # Modules that provide subcommands, in the order `dpscaling --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "dpscaling.commands.params",
+    "dpscaling.commands.accounting",
     "dpscaling.commands.law",
 )
 

@@ -1,0 +1,96 @@
+"""Unamplified Gaussian compositions: deterministic batching and GDP helpers.
+
+Implements the "deterministic batching" branch of the paper's calibration rule
+(appendix "Notes on Generalized DP-SGD": noise is calibrated "under both the
+Poisson sampling assumption and the deterministic batching strategy, picking the
+lower noise multiplier").
+
+Definition implemented: *deterministic batching* means fixed batches (e.g.
+shuffled epochs) in which every example takes part in exactly
+``k = ceil(q * T)`` of the T steps, with no privacy amplification. With
+sensitivity 1 and add/remove adjacency, k compositions of a Gaussian with noise
+σ on the sum are exactly one Gaussian mechanism with noise σ/√k, so
+
+    σ_det(ε, δ, k) = √k · s_AG(ε, δ)
+
+with s_AG the analytic Gaussian mechanism (Balle & Wang 2018), computed by
+``dp_accounting.get_sigma_gaussian``. The other reading, "every example in every
+step" (k = T), is :func:`sigma_every_step`; with it a tight Poisson σ is always
+lower, so the paper's min rule would never pick it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import dp_accounting
+from scipy import stats
+
+# q*T is computed in floating point; 0.1 * 1000 = 100.00000000000001 must give 100
+# participations, not 101.
+_PARTICIPATION_ROUNDING = 1e-9
+
+
+def participations(q: float, steps: int) -> int:
+    """k = ⌈q·T⌉: how many steps each example takes part in under deterministic batching."""
+    return max(1, math.ceil(q * steps * (1 - _PARTICIPATION_ROUNDING)))
+
+
+@functools.lru_cache(maxsize=65536)
+def analytic_gaussian_sigma(epsilon: float, delta: float) -> float:
+    """s_AG(ε, δ): the smallest noise for one sensitivity-1 Gaussian release to be (ε, δ)-DP."""
+    return float(dp_accounting.get_sigma_gaussian(epsilon, delta))
+
+
+def gaussian_epsilon(noise: float, delta: float) -> float:
+    """ε(δ) of one sensitivity-1 Gaussian release with standard deviation ``noise``."""
+    return float(dp_accounting.get_epsilon_gaussian(noise, delta))
+
+
+def gaussian_delta(noise: float, epsilon: float) -> float:
+    """δ(ε) of one Gaussian release (Balle & Wang 2018, Theorem 8), in log space for large ε."""
+    mu = 1.0 / noise
+    log_upper = stats.norm.logcdf(-epsilon / mu + mu / 2)
+    log_lower = epsilon + stats.norm.logcdf(-epsilon / mu - mu / 2)
+    if log_lower >= log_upper:
+        return 0.0
+    return float(math.exp(log_upper) * -math.expm1(log_lower - log_upper))
+
+
+def gaussian_total_variation(noise: float) -> float:
+    """δ(ε=0) of one Gaussian release = total variation = 2Φ(1/(2·noise)) − 1."""
+    return float(2 * stats.norm.cdf(0.5 / noise) - 1)
+
+
+def sigma_deterministic(epsilon: float, delta: float, q: float, steps: int) -> float:
+    """σ on the sum for deterministic batching with k = ⌈qT⌉ participations per example."""
+    return math.sqrt(participations(q, steps)) * analytic_gaussian_sigma(epsilon, delta)
+
+
+def sigma_every_step(epsilon: float, delta: float, steps: int) -> float:
+    """σ if every example were in every one of the T steps (the other reading of 'deterministic')."""
+    return math.sqrt(steps) * analytic_gaussian_sigma(epsilon, delta)
+
+
+def epsilon_deterministic(sigma: float, delta: float, q: float, steps: int) -> float:
+    """ε spent by deterministic batching: one Gaussian with noise σ/√k."""
+    return gaussian_epsilon(sigma / math.sqrt(participations(q, steps)), delta)
+
+
+def gdp_mu(epsilon: float, delta: float) -> float:
+    """μ of the μ-GDP mechanism that is exactly (ε, δ)-DP: μ = 1/s_AG(ε, δ)."""
+    return 1.0 / analytic_gaussian_sigma(epsilon, delta)
+
+
+def clt_sigma(epsilon: float, delta: float, q: float, steps: int) -> float:
+    """Warm start for Poisson calibration from the GDP central limit theorem.
+
+    Bu et al. (2020): T steps of the Poisson-subsampled Gaussian approach
+    μ-GDP with μ = q·√(T·(exp(1/σ²) − 1)); solving for the μ that gives (ε, δ)
+    yields σ = 1/√log(1 + μ²/(q²T)). Exact at q = 1, an approximation elsewhere
+    (used only to place search brackets).
+    """
+    mu = gdp_mu(epsilon, delta)
+    return 1.0 / math.sqrt(math.log1p(mu * mu / (q * q * steps)))
+

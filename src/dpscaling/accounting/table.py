@@ -1,0 +1,224 @@
+"""The accounting table: σ(ε, T, q) on a log grid, computed in chunks, queried by interpolation.
+
+Paper §3.4 ("Using the Fitted Functions"): every hypothetical configuration
+(ε, N, B, T) becomes a noise-batch ratio σ̄ = σ/B. Direct calibration costs ~0.1–5 s
+per point, the figures need ~10^5–10^6 points, so σ is tabulated once (one
+Snakemake job per chunk of sampling probabilities, cached) and interpolated
+linearly in (log ε, log T, log q) on log σ, as the authors' analysis does.
+
+The Poisson branch is tabulated; the deterministic branch is exact and cheap
+(√⌈qT⌉ · s_AG(ε, δ)), so :class:`SigmaTable` evaluates it directly at the query
+instead of interpolating a ceiling function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import interpolate
+
+from dpscaling.accounting import gaussian, sweep
+from dpscaling.accounting.calibration import SAMPLINGS
+from dpscaling.accounting.table_spec import TableSpec
+from dpscaling.accounting.validation import AccountingRefused
+from dpscaling.errors import UserError
+
+COLUMNS = ("epsilon", "steps", "sampling_probability", "delta", "sigma", "status")
+STATUS_OK, STATUS_REFUSED = "ok", "refused"
+_SPEC_METADATA_KEY = b"dpscaling.accounting.spec"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One unit of work: all (ε, T) for a few sampling probabilities."""
+    index: int
+    sampling_probabilities: tuple[float, ...]
+
+
+def plan_table(spec: TableSpec) -> list[Chunk]:
+    """Consecutive runs of ``q_per_chunk`` sampling probabilities, smallest (slowest) first."""
+    qs = spec.sampling_probabilities()
+    size = spec.q_per_chunk
+    return [Chunk(i, tuple(float(q) for q in qs[start:start + size]))
+            for i, start in enumerate(range(0, len(qs), size))]
+
+
+def compute_chunk(spec: TableSpec, chunk: Chunk) -> pd.DataFrame:
+    """Poisson σ for every (ε, T) at the chunk's q values, long format (see COLUMNS)."""
+    epsilons, steps = spec.epsilons(), spec.steps()
+    frames = []
+    for q in chunk.sampling_probabilities:
+        slab = sweep.poisson_slab(spec, q).sigma
+        eps_mesh, steps_mesh = np.meshgrid(epsilons, steps, indexing="ij")
+        frames.append(pd.DataFrame({
+            "epsilon": eps_mesh.ravel(), "steps": steps_mesh.ravel().astype(np.int64),
+            "sampling_probability": q, "delta": spec.delta, "sigma": slab.ravel(),
+            "status": np.where(np.isfinite(slab.ravel()), STATUS_OK, STATUS_REFUSED)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def save_table(frame: pd.DataFrame, path: str | Path, spec: TableSpec | None = None) -> None:
+    """Parquet, with the spec stored in the file metadata so a table knows its grid."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+    if spec is not None:
+        metadata = dict(table.schema.metadata or {})
+        metadata[_SPEC_METADATA_KEY] = json.dumps(spec.to_mapping()).encode()
+        table = table.replace_schema_metadata(metadata)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+
+
+def read_frame(path: str | Path) -> tuple[pd.DataFrame, TableSpec | None]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    raw = (table.schema.metadata or {}).get(_SPEC_METADATA_KEY)
+    spec = TableSpec.from_mapping(json.loads(raw)) if raw else None
+    return table.to_pandas(), spec
+
+
+def merge_chunks(paths: Iterable[str | Path], spec: TableSpec | None = None) -> pd.DataFrame:
+    """Concatenate chunk files into one complete, sorted table; fails on gaps or duplicates.
+
+    Completeness is checked against ``spec`` (default: the spec stored in the chunk files).
+    """
+    parts = [read_frame(p) for p in paths]
+    if not parts:
+        raise UserError("accounting: no chunk files to merge")
+    stored = {part_spec for _, part_spec in parts}
+    if spec is None and len(stored) == 1:
+        spec = stored.pop()
+    elif spec is None and len(stored) > 1:
+        raise UserError("accounting chunks were computed with different table specs")
+    frame = pd.concat([part for part, _ in parts], ignore_index=True)
+    frame = frame.sort_values(["sampling_probability", "steps", "epsilon"], ignore_index=True)
+    key = ["epsilon", "steps", "sampling_probability"]
+    if frame.duplicated(key).any():
+        raise UserError("accounting chunks overlap: duplicate (epsilon, steps, q) rows")
+    expected = frame["epsilon"].nunique() * frame["steps"].nunique() * frame["sampling_probability"].nunique()
+    if spec is not None:
+        missing = set(spec.sampling_probabilities()) - set(frame["sampling_probability"])
+        if missing:
+            raise UserError(f"accounting chunks incomplete: {len(missing)} sampling probabilities missing, "
+                            f"e.g. q={min(missing):g}")
+        expected = spec.size()
+    if len(frame) != expected:
+        raise UserError(f"accounting chunks incomplete: {len(frame)} rows, full grid has {expected}")
+    return frame
+
+
+def _grid_array(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    eps = np.sort(frame["epsilon"].unique())
+    steps = np.sort(frame["steps"].unique())
+    qs = np.sort(frame["sampling_probability"].unique())
+    cube = np.full((len(eps), len(steps), len(qs)), np.nan)
+    i = np.searchsorted(eps, frame["epsilon"].to_numpy())
+    j = np.searchsorted(steps, frame["steps"].to_numpy())
+    k = np.searchsorted(qs, frame["sampling_probability"].to_numpy())
+    cube[i, j, k] = frame["sigma"].to_numpy(dtype=float)
+    return eps, steps.astype(float), qs, cube
+
+
+class SigmaTable:
+    """Vectorised σ(ε, T, q) lookups: Poisson by interpolation, deterministic exactly.
+
+    Out-of-grid queries and cells the table refused raise UserError /
+    AccountingRefused; ``on_missing="nan"`` returns NaN for them instead (the
+    caller then owns dropping them, as the authors' analysis drops out-of-range
+    queries).
+    """
+
+    def __init__(self, frame: pd.DataFrame, delta: float | None = None):
+        deltas = frame["delta"].unique()
+        if len(deltas) != 1:
+            raise UserError(f"accounting table mixes several delta values: {deltas}")
+        self.delta = float(deltas[0]) if delta is None else float(delta)
+        self.epsilons, self.steps, self.sampling_probabilities, cube = _grid_array(frame)
+        if np.isnan(cube).all():
+            raise UserError("accounting table has no usable cells")
+        self.frame = frame
+        self._log_axes = (np.log(self.epsilons), np.log(self.steps), np.log(self.sampling_probabilities))
+        self._interpolator = interpolate.RegularGridInterpolator(
+            self._log_axes, np.log(cube), method="linear", bounds_error=False, fill_value=np.nan)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SigmaTable:
+        return cls(read_frame(path)[0])
+
+    def _check_range(self, values: np.ndarray, axis: np.ndarray, name: str) -> None:
+        low, high = axis[0] * (1 - 1e-12), axis[-1] * (1 + 1e-12)
+        bad = (values < low) | (values > high) | ~np.isfinite(values)
+        if bad.any():
+            example = values[bad][0]
+            raise UserError(f"{name}={example:g} outside the accounting table's range "
+                            f"[{axis[0]:g}, {axis[-1]:g}]; extend the table spec")
+
+    def poisson(self, epsilon, steps, q, on_missing: str = "raise") -> np.ndarray:
+        eps, t, q = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(steps, float),
+                                        np.asarray(q, float))
+        if on_missing == "raise":
+            self._check_range(eps, self.epsilons, "epsilon")
+            self._check_range(t, self.steps, "steps")
+            self._check_range(q, self.sampling_probabilities, "sampling probability")
+        points = np.stack([np.log(np.clip(eps, 1e-300, None)), np.log(np.clip(t, 1e-300, None)),
+                           np.log(np.clip(q, 1e-300, None))], axis=-1)
+        # Clamp float round-off at the grid edges (e.g. q = B/N = 1.0000000000000002).
+        for axis_index, axis in enumerate(self._log_axes):
+            near = np.abs(points[..., axis_index] - np.clip(points[..., axis_index], axis[0], axis[-1])) < 1e-9
+            points[..., axis_index] = np.where(near, np.clip(points[..., axis_index], axis[0], axis[-1]),
+                                               points[..., axis_index])
+        sigma = np.exp(self._interpolator(points.reshape(-1, 3))).reshape(eps.shape)
+        if on_missing == "raise" and np.isnan(sigma).any():
+            where = np.flatnonzero(np.isnan(sigma.ravel()))[0]
+            raise AccountingRefused(
+                f"no tight Poisson sigma at epsilon={eps.ravel()[where]:g}, steps={t.ravel()[where]:g}, "
+                f"q={q.ravel()[where]:g}: the table refused a neighbouring cell (tiny q, many steps, "
+                "small epsilon); use on_missing='nan' to drop such queries")
+        return sigma
+
+    def deterministic(self, epsilon, steps, q) -> np.ndarray:
+        eps, t, q = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(steps, float),
+                                        np.asarray(q, float))
+        k = np.maximum(1, np.ceil(q * t * (1 - gaussian._PARTICIPATION_ROUNDING)))  # noqa: SLF001
+        unique_eps, inverse = np.unique(eps, return_inverse=True)
+        s_ag = np.array([gaussian.analytic_gaussian_sigma(float(e), self.delta) for e in unique_eps])
+        return np.sqrt(k) * s_ag[inverse].reshape(eps.shape)
+
+    def sigma(self, epsilon, steps, q, sampling: str = "min", on_missing: str = "raise") -> np.ndarray:
+        """σ on the sum; ``sampling`` ∈ poisson | deterministic | min (the paper's rule)."""
+        if sampling not in SAMPLINGS:
+            raise UserError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        if on_missing not in ("raise", "nan"):
+            raise UserError(f"on_missing must be raise or nan, got {on_missing!r}")
+        if sampling == "deterministic":
+            return self.deterministic(epsilon, steps, q)
+        poisson = self.poisson(epsilon, steps, q, on_missing)
+        if sampling == "poisson":
+            return poisson
+        return np.minimum(poisson, self.deterministic(epsilon, steps, q))  # NaN propagates
+
+    def noise_batch_ratio(self, epsilon, users, batch, steps, sampling: str = "min",
+                          on_missing: str = "raise") -> np.ndarray:
+        """σ̄ = σ/B with q = B/N."""
+        batch = np.asarray(batch, float)
+        return self.sigma(epsilon, steps, batch / np.asarray(users, float), sampling, on_missing) / batch
+
+
+def chunk_by_index(spec: TableSpec, index: int) -> Chunk:
+    chunks = plan_table(spec)
+    if not 0 <= index < len(chunks):
+        raise UserError(f"chunk index must be in [0, {len(chunks) - 1}], got {index}")
+    return chunks[index]
+
+
+def load_table(path: str | Path) -> SigmaTable:
+    return SigmaTable.load(path)
+

@@ -1,0 +1,190 @@
+"""``dpscaling sigma | epsilon | vulnerability``: privacy accounting from the command line.
+
+q = batch/users is the Poisson sampling probability, σ the noise multiplier on
+the sum of clipped gradients, σ̄ = σ/batch the noise-batch ratio (paper §2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from dpscaling.accounting import calibration, interpolation_check, reference_csv, table, vulnerability
+from dpscaling.accounting.table_spec import TableSpec
+from dpscaling.accounting.validation import DEFAULT_DELTA, MAX_EPSILON, MAX_STEPS
+from dpscaling.commands._output import add_json_flag, emit
+from dpscaling.errors import UserError
+
+
+def _positive_number(flag: str, value: float, upper: float = math.inf) -> float:
+    if not (0 < value <= upper) or math.isnan(value):
+        raise UserError(f"{flag} must be in (0, {upper:g}], got {value!r}")
+    return value
+
+
+def _configuration(args: argparse.Namespace) -> tuple[float, int, float]:
+    """Checked (q, steps, delta) from --users, --batch, --steps, --delta."""
+    users = _positive_number("--users", args.users)
+    batch = _positive_number("--batch", args.batch)
+    if batch > users:
+        raise UserError(f"--batch must be at most --users (sampling probability ≤ 1), "
+                        f"got batch {batch:g} > users {users:g}")
+    steps = args.steps
+    if not (1 <= steps <= MAX_STEPS) or steps != math.floor(steps):
+        raise UserError(f"--steps must be an integer in [1, {MAX_STEPS:.0e}], got {steps!r}")
+    if not 0 < args.delta < 1:
+        raise UserError(f"--delta must be in (0, 1), got {args.delta!r}")
+    return batch / users, int(steps), args.delta
+
+
+def _add_configuration_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--users", type=float, required=True, help="data budget N (number of users)")
+    parser.add_argument("--batch", type=float, required=True, help="(expected) batch size B")
+    parser.add_argument("--steps", type=float, required=True, help="training iterations T")
+    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="δ (default 1e-8)")
+    parser.add_argument("--sampling", choices=calibration.SAMPLINGS, default="min",
+                        help="poisson, deterministic (each example in ⌈qT⌉ steps) or min "
+                             "(the lower σ of the two, the paper's rule; default)")
+    add_json_flag(parser)
+
+
+def _run_sigma(args: argparse.Namespace) -> int:
+    q, steps, delta = _configuration(args)
+    epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
+    result = calibration.calibrate(epsilon, q, steps, delta, args.sampling)
+    emit({"sigma": result.sigma, "noise_batch_ratio": result.sigma / args.batch,
+          "epsilon": epsilon, "delta": delta, "sampling_probability": q,
+          "sampling": result.sampling}, args.json)
+    return 0
+
+
+def _run_epsilon(args: argparse.Namespace) -> int:
+    q, steps, delta = _configuration(args)
+    sigma = _positive_number("--sigma", args.sigma)
+    epsilon = calibration.epsilon_spent(sigma, q, steps, delta, args.sampling)
+    emit({"sigma": sigma, "noise_batch_ratio": sigma / args.batch, "epsilon": epsilon,
+          "delta": delta, "sampling_probability": q, "sampling": args.sampling}, args.json)
+    return 0
+
+
+def _run_vulnerability(args: argparse.Namespace) -> int:
+    q, steps, delta = _configuration(args)
+    if (args.sigma is None) == (args.epsilon is None):
+        raise UserError("give exactly one of --epsilon (calibrate first) or --sigma")
+    if args.sigma is not None:
+        sigma = _positive_number("--sigma", args.sigma)
+        branch = "poisson" if args.sampling == "min" else args.sampling
+        epsilon = calibration.epsilon_spent(sigma, q, steps, delta, branch)
+    else:
+        epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
+        calibrated = calibration.calibrate(epsilon, q, steps, delta, args.sampling)
+        sigma, branch = calibrated.sigma, calibrated.sampling
+    advantage = vulnerability.mia_advantage(sigma, q, steps, branch)
+    emit({"sigma": sigma, "noise_batch_ratio": sigma / args.batch, "epsilon": epsilon,
+          "delta": delta, "sampling_probability": q, "sampling": branch,
+          "mia_advantage": advantage}, args.json)
+    return 0
+
+
+def _spec(args: argparse.Namespace) -> TableSpec:
+    try:
+        values = json.loads(args.spec_json) if args.spec_json else {}
+    except json.JSONDecodeError as error:
+        raise UserError(f"--spec-json is not valid JSON: {error}") from error
+    if not isinstance(values, dict):
+        raise UserError("--spec-json must be a JSON object of TableSpec fields")
+    return TableSpec.from_mapping(values)
+
+
+def _run_table_plan(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    emit({"chunks": len(table.plan_table(spec)), "points": spec.size(),
+          "epsilon": len(spec.epsilons()), "steps": len(spec.steps()),
+          "sampling_probability": len(spec.sampling_probabilities())}, args.json)
+    return 0
+
+
+def _run_table_chunk(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    frame = table.compute_chunk(spec, table.chunk_by_index(spec, args.index))
+    table.save_table(frame, args.output, spec)
+    return 0
+
+
+def _run_table_merge(args: argparse.Namespace) -> int:
+    merged = table.merge_chunks(args.chunks)
+    spec = table.read_frame(args.chunks[0])[1]
+    table.save_table(merged, args.output, spec)
+    if args.amplified_csv or args.unamplified_csv:
+        if not (args.amplified_csv and args.unamplified_csv):
+            raise UserError("--amplified-csv and --unamplified-csv go together")
+        reference_csv.export_reference_csv(table.SigmaTable(merged), args.amplified_csv, args.unamplified_csv)
+    return 0
+
+
+def _run_table_check(args: argparse.Namespace) -> int:
+    loaded = table.load_table(args.table)
+    measured = interpolation_check.measure(
+        loaded, interpolation_check.off_grid_points(loaded, args.points, args.seed))
+    errors = measured["relative_error"].abs()
+    summary = {"points": int(len(measured)), "max_relative_error": float(errors.max()),
+               "median_relative_error": float(errors.median()),
+               "max_relative_error_min_rule": float(measured["relative_error_min"].abs().max()),
+               "refused_cells": int((loaded.frame["status"] != table.STATUS_OK).sum())}
+    if args.output:
+        measured.to_csv(args.output, index=False)
+    emit(summary, args.json)
+    return 0
+
+
+def _register_table(subparsers: argparse._SubParsersAction) -> None:
+    """`dpscaling accounting-table plan|chunk|merge|check`: the steps Snakemake runs."""
+    group = subparsers.add_parser("accounting-table", help="build the σ(ε, T, q) accounting table in chunks")
+    steps = group.add_subparsers(dest="table_command", metavar="STEP", required=True)
+
+    def with_spec(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument("--spec-json", default="", help="JSON object of TableSpec fields (default: defaults)")
+        return parser
+
+    plan = with_spec(steps.add_parser("plan", help="grid sizes and number of chunks"))
+    add_json_flag(plan)
+    plan.set_defaults(func=_run_table_plan)
+    chunk = with_spec(steps.add_parser("chunk", help="compute one chunk to Parquet"))
+    chunk.add_argument("--index", type=int, required=True)
+    chunk.add_argument("--output", required=True)
+    chunk.set_defaults(func=_run_table_chunk)
+    merge = steps.add_parser("merge", help="merge chunk files into the table (and optional CSV export)")
+    merge.add_argument("chunks", nargs="+")
+    merge.add_argument("--output", required=True)
+    merge.add_argument("--amplified-csv")
+    merge.add_argument("--unamplified-csv")
+    merge.set_defaults(func=_run_table_merge)
+    check = steps.add_parser("check", help="measure interpolation error at off-grid points")
+    check.add_argument("--table", required=True)
+    check.add_argument("--points", type=int, default=30)
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--output", help="CSV of every measured point")
+    add_json_flag(check)
+    check.set_defaults(func=_run_table_check)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    sigma = subparsers.add_parser("sigma", help="noise multiplier σ and noise-batch ratio σ/B for (ε, δ)")
+    sigma.add_argument("--epsilon", type=float, required=True, help="privacy budget ε")
+    _add_configuration_flags(sigma)
+    sigma.set_defaults(func=_run_sigma)
+
+    epsilon = subparsers.add_parser("epsilon", help="ε spent by noise multiplier σ")
+    epsilon.add_argument("--sigma", type=float, required=True, help="noise multiplier on the sum")
+    _add_configuration_flags(epsilon)
+    epsilon.set_defaults(func=_run_epsilon)
+
+    vuln = subparsers.add_parser(
+        "vulnerability", help="membership-inference advantage (total variation) of a configuration")
+    vuln.add_argument("--epsilon", type=float, help="calibrate σ for this ε first")
+    vuln.add_argument("--sigma", type=float, help="or use this noise multiplier directly")
+    _add_configuration_flags(vuln)
+    vuln.set_defaults(func=_run_vulnerability)
+
+    _register_table(subparsers)

@@ -1,0 +1,139 @@
+"""The accounting table: chunks, merge, Parquet, interpolation error, authors' CSV format."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpscaling.accounting import calibration, interpolation_check, reference_csv
+from dpscaling.accounting.table import (
+    SigmaTable, compute_chunk, load_table, merge_chunks, plan_table, read_frame, save_table)
+from dpscaling.accounting.table_spec import TableSpec
+from dpscaling.accounting.validation import AccountingRefused
+from dpscaling.errors import UserError
+
+# Small but with the production steps per octave, so the interpolation bound tested is the real one.
+SPEC = TableSpec(epsilon_min=1.0, epsilon_max=16.0, steps_min=1000, steps_max=2000,
+                 q_min_log2=-5, q_per_octave=4, q_per_chunk=7)
+INTERPOLATION_BOUND = 0.005
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("accounting")
+    paths = []
+    for chunk in plan_table(SPEC):
+        path = directory / f"chunk-{chunk.index}.parquet"
+        save_table(compute_chunk(SPEC, chunk), path, SPEC)
+        paths.append(path)
+    table_path = directory / "table.parquet"
+    save_table(merge_chunks(paths), table_path, SPEC)
+    return directory, paths, table_path
+
+
+def test_grids_are_logarithmic_and_cover_the_range():
+    spec = TableSpec()
+    assert spec.epsilons()[0] == 2**-7 and spec.epsilons()[-1] >= 1e6
+    assert spec.steps()[0] == 100 and spec.steps()[-1] == 128_000
+    qs = spec.sampling_probabilities()
+    assert qs[0] == 2**-20 and qs[-1] == 1.0 and 2**-10 in qs  # exact powers of two
+    assert spec.size() == len(spec.epsilons()) * len(spec.steps()) * len(qs)
+
+
+def test_spec_from_mapping_rejects_unknown_keys():
+    assert TableSpec.from_mapping({"delta": 1e-6}).delta == 1e-6
+    with pytest.raises(UserError, match="unknown"):
+        TableSpec.from_mapping({"epsilon_maximum": 5})
+
+
+def test_chunks_partition_the_q_grid():
+    chunks = plan_table(SPEC)
+    flat = [q for chunk in chunks for q in chunk.sampling_probabilities]
+    assert flat == list(SPEC.sampling_probabilities())
+
+
+def test_merge_is_complete_and_parquet_keeps_the_spec(built):
+    _, paths, table_path = built
+    frame, spec = read_frame(table_path)
+    assert spec == SPEC
+    assert len(frame) == SPEC.size()
+    assert (frame["status"] == "ok").all()
+    with pytest.raises(UserError, match="incomplete"):
+        merge_chunks(paths[:-1])
+    with pytest.raises(UserError, match="overlap"):
+        merge_chunks([paths[0], paths[0], *paths[1:]])
+
+
+def test_grid_points_match_direct_calibration(built):
+    table = load_table(built[2])
+    frame = table.frame.sample(6, random_state=1)
+    for row in frame.itertuples():
+        direct = calibration.calibrate_poisson(row.epsilon, row.sampling_probability, int(row.steps))
+        assert row.sigma == pytest.approx(direct, rel=2e-3)
+
+
+def test_interpolation_error_at_cell_midpoints_is_within_bound(built):
+    table = load_table(built[2])
+    measured = interpolation_check.measure(table, interpolation_check.off_grid_points(table, 12, seed=3))
+    assert len(measured) == 12
+    assert measured["relative_error"].abs().max() <= INTERPOLATION_BOUND
+
+
+def test_sigma_table_vectorised_sampling_rules(built):
+    table = load_table(built[2])
+    eps = np.array([1.5, 3.0, 12.0])
+    poisson = table.sigma(eps, 1500, 0.1, sampling="poisson")
+    det = table.sigma(eps, 1500, 0.1, sampling="deterministic")
+    assert poisson.shape == (3,)
+    np.testing.assert_allclose(table.sigma(eps, 1500, 0.1), np.minimum(poisson, det))
+    np.testing.assert_allclose(det, [calibration.calibrate_sigma(e, 0.1, 1500, sampling="deterministic")
+                                     for e in eps], rtol=1e-12)
+    np.testing.assert_allclose(table.noise_batch_ratio(3.0, 1e5, 1e4, 1500),
+                               table.sigma(3.0, 1500, 0.1) / 1e4)
+
+
+def test_out_of_range_queries_raise_or_give_nan(built):
+    table = load_table(built[2])
+    with pytest.raises(UserError, match="epsilon"):
+        table.sigma(100.0, 1500, 0.1)
+    with pytest.raises(UserError, match="steps"):
+        table.sigma(2.0, 10, 0.1)
+    assert np.isnan(table.sigma([2.0, 100.0], 1500, 0.1, on_missing="nan")[1])
+
+
+def test_refused_cells_raise_unless_asked_for_nan():
+    frame = pd.DataFrame({"epsilon": [1.0, 2.0] * 4, "steps": [10] * 4 + [20] * 4,
+                          "sampling_probability": [0.5, 0.5, 1.0, 1.0] * 2, "delta": 1e-8,
+                          "sigma": [np.nan, 1.0, 2.0, 1.5, 3.0, 2.0, 3.0, 2.5], "status": "ok"})
+    table = SigmaTable(frame)
+    with pytest.raises(AccountingRefused):
+        table.sigma(1.5, 15, 0.7, sampling="poisson")
+    assert np.isnan(table.sigma(1.5, 15, 0.7, sampling="min", on_missing="nan"))
+
+
+def test_reference_csv_round_trip(built, tmp_path):
+    table = load_table(built[2])
+    amplified, unamplified = tmp_path / "amp.csv", tmp_path / "unamp.csv"
+    reference_csv.export_reference_csv(table, amplified, unamplified)
+    raw = pd.read_csv(amplified, header=None)
+    assert raw.shape == (SPEC.size(), 5)
+    assert set(raw[1]) == set(SPEC.sampling_probabilities())  # exact floats survive
+    again = reference_csv.import_reference_csv(amplified)
+    np.testing.assert_allclose(again.sigma([1.3, 7.0], 1234, 0.2), table.sigma([1.3, 7.0], 1234, 0.2))
+    det = reference_csv.read_reference_csv(unamplified)
+    np.testing.assert_allclose(det["sigma"], table.deterministic(det["epsilon"], det["steps"],
+                                                                 det["sampling_probability"]))
+
+
+def test_cells_beyond_the_memory_cap_are_marked_refused_not_filled():
+    """With a tiny PLD cap some cells are refused (NaN, status refused); the rest stay tight."""
+    spec = TableSpec(epsilon_min=0.25, epsilon_max=8.0, epsilon_per_octave=1, steps_min=1000, steps_max=2000,
+                     steps_per_octave=1, q_min_log2=-6, q_per_octave=1, max_points=3000)
+    chunk = plan_table(spec)[0]
+    frame = compute_chunk(spec, chunk)
+    refused = frame[frame["status"] == "refused"]
+    assert len(refused) > 0 and refused["sigma"].isna().all()
+    ok = frame[frame["status"] == "ok"].iloc[0]
+    assert ok["sigma"] == pytest.approx(calibration.calibrate_poisson(
+        ok["epsilon"], ok["sampling_probability"], int(ok["steps"])), rel=2e-3)
