@@ -54,3 +54,16 @@ def test_the_law_is_fitted_and_reported(smoke_run: Path) -> None:
 def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
     result = run_snakemake("fit", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_accounting_target_builds_a_checked_table(smoke_run: Path) -> None:
+    run_snakemake("accounting", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
+    chunks = sorted((smoke_run / "accounting" / "chunks").glob("chunk-*.parquet"))
+    assert len(chunks) == 5  # one job per sampling probability 2^-4 .. 1
+    amplified = pd.read_csv(smoke_run / "accounting" / "accounting_amplified.csv", header=None,
+                            names=["Iterations", "Sampling Probability", "Epsilon", "Delta", "Noise Multiplier"])
+    assert len(amplified) == 5 * 5 * 5 and (amplified["Delta"] == 1e-8).all()
+    by_cell = amplified.set_index(["Iterations", "Sampling Probability", "Epsilon"])["Noise Multiplier"].unstack()
+    assert (by_cell.diff(axis=1).iloc[:, 1:] < 0).all().all()  # more epsilon, less noise
+    errors = pd.read_csv(smoke_run / "accounting" / "interpolation_errors.csv")
+    assert len(errors) == 3 and errors["sigma_direct"].gt(0).all()

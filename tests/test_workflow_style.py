@@ -31,9 +31,21 @@ def test_named_targets_exist(tmp_path) -> None:
     assert {"all", "data", "train", "accounting", "fit", "figures", "tables", "report"} <= rules
 
 
-def test_unbuilt_stages_fail_loudly_and_write_nothing(tmp_path) -> None:
+def test_results_csv_is_fitted_and_unbuilt_stages_fail_loudly(tmp_path) -> None:
+    """With the authors' results.csv the law is fitted without training; figures are not built yet."""
+    from dpscaling.law.synthetic import synthetic_results
+
+    names = {"Synthetic0": "BertTiny", "Synthetic1": "BertMini", "Synthetic2": "BertSmall"}
+    results = synthetic_results(model_sizes=(4.5e6, 11.4e6, 29e6), steps=4000, log_every=100)
+    results = results.assign(Model=results["Model"].map(names))
+    csv = tmp_path / "results.csv"
+    results[["Model", "Learning Rate", "Iterations", "Noise Batch Ratio", "Cross Entropy"]].to_csv(csv, index=False)
     config = REPO / "tests" / "configs" / "smoke.yaml"
-    result = run_snakemake("accounting", "--cores", "1", "--configfile", str(config), cwd=tmp_path, check=False)
+    args = ["--cores", "1", "--configfile", str(config), "--config", f"results_csv={csv}"]
+    run_snakemake("fit", *args, cwd=tmp_path)
+    assert (tmp_path / "results" / "smoke" / "law" / "fit" / "manifest.json").is_file()
+    assert not (tmp_path / "results" / "smoke" / "runs").exists()  # nothing was trained
+    result = run_snakemake("figures", *args, cwd=tmp_path, check=False)
     assert result.returncode != 0
     assert "not built yet" in result.stdout + result.stderr
-    assert not list((tmp_path / "results").rglob("*.parquet"))
+    assert not (tmp_path / "results" / "smoke" / "figures").exists()

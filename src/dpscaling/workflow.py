@@ -193,3 +193,22 @@ def law_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     if not fit["reference_compatible"]:  # the reference mode fixes the rolling mean (off)
         choices["rolling_window"] = fit["rolling_window"]
     return LawSettings.create(fit["reference_compatible"], **choices).to_json()
+
+
+def accounting_spec(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The accounting table's :class:`~dpscaling.accounting.TableSpec` as a mapping (a rule param).
+
+    Unset ``accounting.table`` keys keep TableSpec's defaults; δ is ``accounting.delta``.
+    """
+    from dpscaling.accounting.table_spec import TableSpec
+
+    values = {**config["accounting"]["table"], "delta": config["accounting"]["delta"]}
+    return TableSpec.from_mapping(values).to_mapping()
+
+
+def accounting_chunks(spec: Mapping[str, Any]) -> list[int]:
+    """Indices of the table's chunks: one Snakemake job each."""
+    from dpscaling.accounting.table import plan_table
+    from dpscaling.accounting.table_spec import TableSpec
+
+    return [chunk.index for chunk in plan_table(TableSpec.from_mapping(dict(spec)))]

@@ -1,16 +1,67 @@
-rule accounting_table:
+from dpscaling.workflow import accounting_chunks, accounting_spec
+
+ACCOUNTING_SPEC = accounting_spec(config)
+
+
+rule accounting_chunk:
     output:
-        f"{RESULTS}/accounting/sigma_table.parquet",
+        f"{RESULTS}/accounting/chunks/chunk-{{chunk}}.parquet",
+    log:
+        f"{RESULTS}/logs/accounting/chunk-{{chunk}}.log",
+    wildcard_constraints:
+        chunk=r"\d+",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wildcards, attempt: 6000 * attempt,
+        runtime=lambda wildcards, attempt: 120 * attempt,
+    params:
+        spec=ACCOUNTING_SPEC,
+    script:
+        "../scripts/accounting_chunk.py"
+
+
+rule accounting_table:
+    input:
+        expand(
+            f"{RESULTS}/accounting/chunks/chunk-{{chunk}}.parquet",
+            chunk=accounting_chunks(ACCOUNTING_SPEC),
+        ),
+    output:
+        table=f"{RESULTS}/accounting/sigma_table.parquet",
+        amplified_csv=f"{RESULTS}/accounting/accounting_amplified.csv",
+        unamplified_csv=f"{RESULTS}/accounting/accounting_unamplified.csv",
     log:
         f"{RESULTS}/logs/accounting/sigma_table.log",
     conda:
         "../envs/dpscaling.yaml"
-    params:
-        message=not_built_message("accounting", 4),
+    resources:
+        mem_mb=8000,
+        runtime=30,
     script:
-        "../scripts/not_built.py"
+        "../scripts/accounting_table.py"
+
+
+rule accounting_check:
+    input:
+        rules.accounting_table.output.table,
+    output:
+        f"{RESULTS}/accounting/interpolation_errors.csv",
+    log:
+        f"{RESULTS}/logs/accounting/interpolation_errors.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        points=config["accounting"]["check_points"],
+    script:
+        "../scripts/accounting_check.py"
 
 
 rule accounting:
     input:
         rules.accounting_table.output,
+        rules.accounting_check.output,

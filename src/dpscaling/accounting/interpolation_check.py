@@ -55,3 +55,25 @@ def measure(table: SigmaTable, points: pd.DataFrame) -> pd.DataFrame:
                      "relative_error": interpolated / direct - 1, "seconds_direct": seconds,
                      "relative_error_min": min(interpolated, deterministic) / min(direct, deterministic) - 1})
     return pd.DataFrame(rows)
+
+
+def report_interpolation_error(table_path, count: int, output_csv=None, seed: int = 0) -> dict[str, float | int]:
+    """Measure ``count`` off-grid points of the table at ``table_path``; optionally save them as CSV.
+
+    Returns the summary (max/median relative error of the Poisson branch and of
+    the min rule, refused cells) that the CLI prints and the workflow logs.
+    """
+    from dpscaling.accounting.table import STATUS_OK, load_table
+    from dpscaling.io import atomic_path
+
+    loaded = load_table(table_path)
+    measured = measure(loaded, off_grid_points(loaded, count, seed))
+    errors = measured["relative_error"].abs()
+    summary = {"points": int(len(measured)), "max_relative_error": float(errors.max()),
+               "median_relative_error": float(errors.median()),
+               "max_relative_error_min_rule": float(measured["relative_error_min"].abs().max()),
+               "refused_cells": int((loaded.frame["status"] != STATUS_OK).sum())}
+    if output_csv is not None:
+        with atomic_path(output_csv) as tmp:
+            measured.to_csv(tmp, index=False)
+    return summary

@@ -124,17 +124,7 @@ def _run_table_merge(args: argparse.Namespace) -> int:
 
 
 def _run_table_check(args: argparse.Namespace) -> int:
-    loaded = table.load_table(args.table)
-    measured = interpolation_check.measure(
-        loaded, interpolation_check.off_grid_points(loaded, args.points, args.seed))
-    errors = measured["relative_error"].abs()
-    summary = {"points": int(len(measured)), "max_relative_error": float(errors.max()),
-               "median_relative_error": float(errors.median()),
-               "max_relative_error_min_rule": float(measured["relative_error_min"].abs().max()),
-               "refused_cells": int((loaded.frame["status"] != table.STATUS_OK).sum())}
-    if args.output:
-        measured.to_csv(args.output, index=False)
-    emit(summary, args.json)
+    emit(interpolation_check.report_interpolation_error(args.table, args.points, args.output, args.seed), args.json)
     return 0
 
 
