@@ -72,8 +72,6 @@ def test_unknown_sampling_is_rejected_by_argparse():
         run(["sigma", "--epsilon", "1", *CONFIG, "--sampling", "uniform"])
 
 
-@pytest.mark.skipif("dpscaling.commands.accounting" not in cli.COMMAND_MODULES,
-                    reason="lead has not yet added the module to COMMAND_MODULES")
 def test_wired_into_main_cli_exit_status(capsys):
     assert cli.main(["sigma", "--epsilon", "-1", *CONFIG]) == 2
     assert "--epsilon" in capsys.readouterr().err

@@ -28,10 +28,15 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from dpscaling.dp.clipping import BatchLossFn, clip_factors
+from dpscaling.errors import UserError
 from dpscaling.models.bert import Bias
 
 PyTree = Any
 _f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+
+
+class GhostUnsupported(UserError):
+    """A layer the ghost-norm path cannot handle exactly; train with ``clipping: vmap`` instead."""
 
 
 @jax.tree_util.register_dataclass
@@ -58,11 +63,11 @@ def _classify(context: nn.module.InterceptorContext) -> str | None:
         return "dense"
     if isinstance(module, nn.DenseGeneral):
         if module.batch_dims:
-            raise NotImplementedError("ghost clipping: DenseGeneral with batch_dims")
+            raise GhostUnsupported("ghost clipping: DenseGeneral with batch_dims")
         return "dense"
     if isinstance(module, nn.LayerNorm):
         if module.reduction_axes != -1 or module.feature_axes != -1:
-            raise NotImplementedError("ghost clipping: LayerNorm over axes other than -1")
+            raise GhostUnsupported("ghost clipping: LayerNorm over axes other than -1")
         return "layernorm"
     if isinstance(module, Bias):
         return "bias"
@@ -249,7 +254,7 @@ def ghost_clipped_sum(
             continue
         kinds = sorted(u.kind for u in shared)
         if kinds != ["attend", "embed"]:
-            raise NotImplementedError(f"ghost clipping: parameter {key} is used by {kinds}")
+            raise GhostUnsupported(f"ghost clipping: parameter {key} is used by {kinds}")
         embed = next(u for u in shared if u.kind == "embed")
         attend = next(u for u in shared if u.kind == "attend")
         sq_norms = sq_norms + 2.0 * _tied_cross(embed, attend)
@@ -266,7 +271,7 @@ def ghost_clipped_sum(
     def lookup(path, leaf):
         key = "/".join(str(getattr(k, "key", k)) for k in path)
         if key not in totals:
-            raise NotImplementedError(f"ghost clipping: no supported layer uses parameter {key}")
+            raise GhostUnsupported(f"ghost clipping: no supported layer uses parameter {key}")
         return totals[key].reshape(leaf.shape)
 
     clipped = jax.tree_util.tree_map_with_path(lookup, params)
