@@ -276,7 +276,7 @@ def main() -> None:
     )
     variants = jax_variants(args, tokens)
     ms = time_rounds(variants, args)
-    nonprivate = ms[f"non-private, whole batch"]
+    nonprivate = ms["non-private, whole batch"]
     best_nonprivate = min(v for k, v in ms.items() if k.startswith("non-private"))
     print(f"{'variant':44s} {'ms/step':>8s} {'÷ non-private':>14s} {'XLA temp MB':>12s}")
     for v in variants:

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, run_snakemake
 from dpscaling.data.documents import CorpusSpec, load_documents, read_blank_line_documents, split_documents
-from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
+from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences
 from dpscaling.data.shards import load_meta, load_split
 from dpscaling.data.stage import pack_documents, prepare_documents
 from dpscaling.errors import UserError

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -71,9 +70,3 @@ def pack_documents(
     write_meta(output_dir, meta)
     return meta
 
-
-def describe_spec(spec: CorpusSpec) -> dict:
-    """A JSON-able record of where the data came from (stored in meta.json)."""
-    record = asdict(spec)
-    record["paths"] = list(spec.paths)
-    return record
