@@ -142,6 +142,31 @@ def best_loss_per_compute(budgets: np.ndarray, epsilon: float, users: float, los
     return best
 
 
+def near_optimal_per_compute(budgets: np.ndarray, epsilon: float, users: float, loss: LossFunction,
+                             sigma: SigmaFunction, seq_len: float, model_sizes: np.ndarray,
+                             iteration_bounds: tuple[float, float], tolerance: float = DEFAULT_TOLERANCE,
+                             batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> pd.DataFrame:
+    """Per budget: the optimum and each hyper-parameter's min / max over the near-optimal set.
+
+    The figures' lines and bands (fig:compute_allocation_selection: "lines show minimum values
+    … within 1% of optimal", shading the full range). One row per budget with an answer;
+    columns ``<name>`` (at the optimum), ``<name> Min``, ``<name> Max`` for each of
+    :data:`RANGE_COLUMNS`, plus Cross Entropy and Compute.
+    """
+    configs = constant_compute_configurations(budgets, model_sizes, seq_len, iteration_bounds, batch_sizes)
+    configs = configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users})
+    evaluated = evaluate_configurations(configs, loss, sigma, seq_len).dropna(subset=[CROSS_ENTROPY])
+    if evaluated.empty:
+        return pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY])
+    best_loss = evaluated.groupby(COMPUTE)[CROSS_ENTROPY].transform("min")
+    near = evaluated[evaluated[CROSS_ENTROPY] <= best_loss * (1 + tolerance)]
+    optimum = evaluated.loc[evaluated.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].set_index(COMPUTE)
+    ranges = near.groupby(COMPUTE)[list(RANGE_COLUMNS)].agg(["min", "max"])
+    ranges.columns = [f"{column} {'Min' if stat == 'min' else 'Max'}" for column, stat in ranges.columns]
+    table = optimum[[CROSS_ENTROPY, *RANGE_COLUMNS]].join(ranges).reset_index()
+    return table.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users})
+
+
 def saturating_compute(per_compute: pd.DataFrame, tolerance: float = SATURATION_TOLERANCE) -> pd.Series:
     """Smallest budget whose best loss is within ``tolerance`` of the best over all budgets (Table 2)."""
     if per_compute.empty:

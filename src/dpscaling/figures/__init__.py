@@ -1,0 +1,32 @@
+"""Every figure of the paper as data + plot (issue 6). One module per figure; this is the registry.
+
+``FIGURES`` maps a file stem (the paper's label with ':' → '-') to its
+:class:`~dpscaling.figures.common.FigureSpec`; :func:`render` computes a
+figure's data from an :class:`~dpscaling.figures.context.AnalysisContext` and
+writes PDF, PNG and the CSV behind it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dpscaling.errors import UserError
+from dpscaling.figures import compute_allocation
+from dpscaling.figures.common import FigureSpec, save_figure
+from dpscaling.figures.context import AnalysisContext
+
+_MODULES = (compute_allocation,)
+FIGURES: dict[str, FigureSpec] = {spec.name: spec for module in _MODULES for spec in module.FIGURES}
+
+
+def figure_spec(name: str) -> FigureSpec:
+    if name not in FIGURES:
+        raise UserError(f"unknown figure {name!r}; known: {', '.join(sorted(FIGURES))}")
+    return FIGURES[name]
+
+
+def render(name: str, context: AnalysisContext, stem: str | Path) -> list[Path]:
+    """Compute figure ``name``'s data and write ``stem``.pdf/.png/.csv."""
+    spec = figure_spec(name)
+    data = spec.compute(context)
+    return save_figure(spec.draw(data, context), data, stem)

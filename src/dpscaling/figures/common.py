@@ -1,0 +1,102 @@
+"""What every figure shares: its spec, the data it plots, atomic PDF + PNG + CSV output, axis helpers.
+
+A figure is data first: ``compute(context)`` returns the tidy table that is
+plotted (saved beside the figure as CSV, so every number in it can be checked
+and comes from the pipeline), and ``draw(data, context)`` turns it into a
+matplotlib figure. Ranges and ticks follow the data, never the paper's values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on workers; set before pyplot is imported anywhere
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from dpscaling.io import atomic_path  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from dpscaling.figures.context import AnalysisContext
+
+# Inputs a figure can need; the workflow gives each figure job only these.
+LAW, ACCOUNTING, RESULTS = "law", "accounting", "results"
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    label: str                      # the paper's LaTeX label, e.g. "fig:full_grid"
+    caption: str
+    needs: tuple[str, ...]
+    compute: Callable[[AnalysisContext], pd.DataFrame]
+    draw: Callable[[pd.DataFrame, AnalysisContext], Figure]
+
+    @property
+    def name(self) -> str:
+        """File stem: the label with ':' → '-' (``fig-full_grid``)."""
+        return self.label.replace(":", "-")
+
+
+def save_figure(figure: Figure, data: pd.DataFrame, stem: str | Path) -> list[Path]:
+    """Write ``stem``.pdf, .png and .csv atomically; close the figure."""
+    stem = Path(stem)
+    written = []
+    try:
+        for suffix in (".pdf", ".png"):
+            target = stem.with_suffix(suffix)
+            with atomic_path(target) as tmp:
+                figure.savefig(tmp, format=suffix[1:], dpi=150, bbox_inches="tight")
+            written.append(target)
+    finally:
+        plt.close(figure)
+    target = stem.with_suffix(".csv")
+    with atomic_path(target) as tmp:
+        data.to_csv(tmp, index=False)
+    written.append(target)
+    return written
+
+
+def subplots(rows: int = 1, columns: int = 1, width: float = 4.2, height: float = 3.2, **kwargs):
+    """A grid of panels sized per panel, with constrained layout."""
+    return plt.subplots(rows, columns, figsize=(width * columns, height * rows), layout="constrained",
+                        squeeze=False, **kwargs)
+
+
+def colours(count: int, name: str = "viridis") -> list:
+    cmap = plt.get_cmap(name)
+    return [cmap(x) for x in np.linspace(0.05, 0.9, max(count, 1))]
+
+
+def budget_label(value: float) -> str:
+    """1e+07 → '10^7' in mathtext; other values in short %g form."""
+    if np.isinf(value):
+        return r"$\infty$"
+    exponent = np.log10(value)
+    if np.isclose(exponent, round(exponent)):
+        return rf"$10^{{{int(round(exponent))}}}$"
+    exponent2 = np.log2(value)
+    if np.isclose(exponent2, round(exponent2)) and abs(exponent2) > 3:
+        return rf"$2^{{{int(round(exponent2))}}}$"
+    return f"{value:g}"
+
+
+def log_axes(ax: Axes, x: bool = True, y: bool = True) -> None:
+    if x:
+        ax.set_xscale("log")
+    if y:
+        ax.set_yscale("log")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def no_data(ax: Axes, reason: str) -> None:
+    """Say on the panel why it is empty, instead of drawing nothing."""
+    ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=8, transform=ax.transAxes)

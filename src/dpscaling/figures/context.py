@@ -1,0 +1,137 @@
+"""Everything a figure or table reads: the fitted law, σ(ε, T, q), the budgets, the raw curves.
+
+Paper §3.4 "Using the Fitted Functions": a figure is a set of queries
+(compute, privacy and data budgets → constant-compute configurations → σ from
+accounting → σ̄ = σ/B → loss from the law). :class:`AnalysisContext` holds the
+pieces once so every figure queries them the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.errors import UserError
+from dpscaling.figures.settings import AnalysisSettings
+from dpscaling.law import load_law
+from dpscaling.law.artifact import Law
+from dpscaling.law.columns import DATA_BUDGET, MODEL, MODEL_SIZE, PRIVACY_BUDGET
+from dpscaling.law.noise import SigmaFunction
+from dpscaling.law.queries import (
+    ComputeOptimal, best_loss_per_compute, compute_optimal, evaluate_configurations, model_size_grid)
+
+# Compute range derived from the law: batch sizes from the physical batch up to this many times it
+# (the paper's 1024 … 2^20 sequences).
+BATCH_RANGE_FACTOR = 1024
+
+
+class PrivacyAwareSigma:
+    """σ(ε, T, q) of an accounting source, with ε = ∞ meaning no noise (σ = 0: the non-private law)."""
+
+    def __init__(self, sigma: SigmaFunction):
+        self._sigma = sigma
+
+    def __call__(self, epsilon, steps, q) -> np.ndarray:
+        e, t, p = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (epsilon, steps, q)))
+        out = np.zeros(e.shape)
+        private = np.isfinite(e)
+        if private.any():
+            out[private] = self._sigma(e[private], t[private], p[private])
+        return out
+
+
+@dataclass
+class AnalysisContext:
+    law: Law
+    sigma: SigmaFunction
+    settings: AnalysisSettings
+    delta: float
+    sampling: str = "min"
+    results: pd.DataFrame | None = None  # raw tidy curves (fig:smoothing, fig:training)
+    accounting_source: str = ""
+
+    def __post_init__(self) -> None:
+        self.sigma = PrivacyAwareSigma(self.sigma)
+        self.model_sizes = model_size_grid(*self.law.model_size_range())
+        self.iteration_bounds = self.law.iteration_bounds()
+
+    # ------------------------------------------------------------------ what the law covers
+
+    def model_size_of(self, name: str) -> float:
+        sizes = self.law.grid.groupby(MODEL)[MODEL_SIZE].first()
+        if name not in sizes:
+            raise UserError(f"model {name!r} is not in the law (models: {', '.join(sizes.index)})")
+        return float(sizes[name])
+
+    def trained_models(self) -> pd.Series:
+        """Model name → size, smallest first."""
+        return self.law.grid.groupby(MODEL)[MODEL_SIZE].first().sort_values()
+
+    def horizon(self) -> float:
+        """The last measured (not extrapolated) iteration count."""
+        measured = self.law.grid.loc[self.law.grid["Source"] == "measured", "Iterations"]
+        return float(measured.max())
+
+    def compute_range(self) -> tuple[float, float]:
+        if self.settings.compute_min is not None:
+            return self.settings.compute_min, self.settings.compute_max
+        measured = self.law.grid.loc[self.law.grid["Source"] == "measured", "Iterations"]
+        per_token = 6.0 * self.law.seq_len * self.law.physical_batch
+        return (per_token * self.model_sizes[0] * float(measured.min()),
+                per_token * BATCH_RANGE_FACTOR * self.model_sizes[-1] * float(measured.max()))
+
+    def compute_budgets(self, count: int | None = None) -> np.ndarray:
+        return np.geomspace(*self.compute_range(), count or self.settings.compute_count)
+
+    # ------------------------------------------------------------------ queries
+
+    def optimal(self, compute: float, epsilon: float, users: float) -> ComputeOptimal:
+        return compute_optimal(compute, epsilon, users, self.law.loss, self.sigma, self.law.seq_len,
+                               self.model_sizes, self.iteration_bounds, self.settings.near_optimal_tolerance)
+
+    def best_per_compute(self, epsilon: float, users: float, budgets: np.ndarray | None = None) -> pd.DataFrame:
+        budgets = self.compute_budgets() if budgets is None else budgets
+        return best_loss_per_compute(budgets, epsilon, users, self.law.loss, self.sigma, self.law.seq_len,
+                                     self.model_sizes, self.iteration_bounds)
+
+    def evaluate(self, configs: pd.DataFrame) -> pd.DataFrame:
+        """σ, σ̄ and loss for rows of (Model Size, Batch Size, Iterations, Privacy Budget, Data Budget)."""
+        for column in (PRIVACY_BUDGET, DATA_BUDGET):
+            if column not in configs:
+                raise ValueError(f"configurations need a {column!r} column")
+        return evaluate_configurations(configs, self.law.loss, self.sigma, self.law.seq_len)
+
+
+def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table: str | Path | None = None,
+                 results: str | Path | None = None, sampling: str = "min",
+                 results_format: str = "dpscaling") -> AnalysisContext:
+    """The context from workflow files: a law directory, dpscaling's σ table, the raw results.
+
+    σ comes from the accounting tables saved with the law (the authors' CSVs) when it has
+    them, else from ``sigma_table`` (dpscaling's accounting stage).
+    """
+    law = load_law(law_dir)
+    saved = law.sigma_function()
+    if saved is not None:
+        sigma, delta = saved
+        source = "the law's accounting tables (authors' format)"
+    elif sigma_table is not None:
+        from dpscaling.accounting.table import SigmaTable
+
+        table = SigmaTable.load(sigma_table)
+
+        def sigma(epsilon, steps, q):
+            return table.sigma(epsilon, steps, q, sampling=sampling, on_missing="nan")
+
+        delta, source = table.delta, f"dpscaling accounting table ({sampling})"
+    else:
+        raise UserError("figures need accounting: a law with accounting tables, or the accounting stage's table")
+    raw = None
+    if results is not None:
+        from dpscaling.law.pipeline import load_results
+
+        raw = load_results(results, results_format)[0]
+    return AnalysisContext(law, sigma, settings, delta, sampling, raw, source)

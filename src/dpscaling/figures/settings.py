@@ -1,0 +1,118 @@
+"""The budgets every figure and table queries (config.yaml's ``analysis:`` block).
+
+Defaults are the paper's (§4 figures, appendix tables; the authors' notebook for
+the constants the captions leave out, see ``reference-method.md``). A grid that
+spans other model sizes and budgets — the CPU default — sets its own values in
+its config; the compute range is derived from the law unless given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from dpscaling.errors import UserError
+
+PAPER_DATA_BUDGETS = (1e6, 1e7, 1e8, 1e9)
+PAPER_PRIVACY_BUDGETS = (1.0, 4.0, 16.0, 64.0)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A fixed training configuration spending ``compute`` FLOPs: model and iterations; B follows."""
+    model: str
+    iterations: float
+
+
+@dataclass(frozen=True)
+class VulnerabilityPanel:
+    """One panel of fig:excess-vulnerability: fixed compute and model size, batch size varies."""
+    compute: float
+    model_size: float
+
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    # Compute budgets: `compute_count` log-spaced in [min, max]; None = derived from the law
+    # (smallest model · first iteration · physical batch … largest · last iteration · 1024 × physical batch).
+    compute_min: float | None = None
+    compute_max: float | None = None
+    compute_count: int = 60
+    near_optimal_tolerance: float = 0.01
+    # fig:compute_allocation_selection (data budget) and its extension over data budgets.
+    allocation_data_budget: float = 1e8
+    data_budgets: tuple[float, ...] = PAPER_DATA_BUDGETS
+    privacy_budgets: tuple[float, ...] = PAPER_PRIVACY_BUDGETS
+    # fig:vary_compute_and_privacy: one panel per ε, one line per data budget.
+    vary_compute_privacy_budgets: tuple[float, ...] = (1.0, 8.0)
+    # fig:token_model_ratios: ε = 10^0 … 10^6 and ∞ at one data budget.
+    token_ratio_data_budget: float = 1e7
+    token_ratio_privacy_budgets: tuple[float, ...] = (1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6)
+    # table:inflection_points
+    table_data_budgets: tuple[float, ...] = (1e5, 1e6, 1e7, 1e8, 1e9)
+    # fig:full_grid: defaults (bold in the caption) and the values each row varies.
+    grid_privacy_budget: float = 4.0
+    grid_data_budget: float = 1e7
+    grid_compute: float = 1e19
+    grid_compute_budgets: tuple[float, ...] = (1e17, 1e19, 1e21, 1e23)
+    # fig:baseline_compare: fixed configurations at `baseline_compute`, vs compute-optimal
+    # at `baseline_compute` and `baseline_reduced_compute`, over ε = 2^0 … 2^13.
+    baseline_compute: float = 1e19
+    baseline_reduced_compute: float = 2e18
+    baseline_data_budget: float = 1e7
+    baseline_privacy_budgets: tuple[float, ...] = tuple(2.0**k for k in range(14))
+    baselines: tuple[Baseline, ...] = (Baseline("BertLarge", 7500), Baseline("BertMedium", 5000),
+                                       Baseline("BertTiny", 2500))
+    # fig:vector_fields (pure accounting): T fixed; panel (a) N fixed, (b) ε fixed, (c) B fixed.
+    vector_iterations: float = 16000
+    vector_data_budget: float = 2.0**24
+    vector_privacy_budget: float = 4.0
+    vector_batch_size: float = 65536
+    vector_log2_batch_range: tuple[int, int] = (10, 20)
+    vector_log2_data_range: tuple[int, int] = (20, 30)
+    vector_log2_epsilon_range: tuple[int, int] = (-2, 6)
+    # fig:excess-vulnerability: (ε, δ) fixed; the caption's three (compute, model size) settings.
+    vulnerability_privacy_budget: float = 8.0
+    vulnerability_data_budget: float = 1e7  # not stated in the paper; the data budget of its other N=1e7 figures
+    vulnerability_panels: tuple[VulnerabilityPanel, ...] = (
+        VulnerabilityPanel(6e17, 4e6), VulnerabilityPanel(6.3e19, 2e8), VulnerabilityPanel(2.5e20, 2e8))
+    vulnerability_batch_count: int = 16
+    # fig:smoothing and fig:training (raw curves): models and σ̄ values shown.
+    smoothing_model: str | None = None  # None = the smallest model
+    smoothing_noise_batch_ratio: float = 0.5**15
+    smoothing_iterations: float = 32000
+    training_models: tuple[str, ...] = ("BertTiny", "BertMedium")
+    training_noise_batch_ratios: tuple[float, ...] = (0.5**20, 0.5**15, 0.5**10)
+    # Parametric figure: σ̄ values of the optimal-model-size lines.
+    parametric_noise_batch_ratios: tuple[float, ...] = (0.5**20, 0.5**15, 0.5**10, 0.5**6)
+
+    def __post_init__(self) -> None:
+        if self.compute_count < 2:
+            raise UserError(f"analysis.compute_count: must be >= 2, got {self.compute_count}")
+        if not 0 <= self.near_optimal_tolerance < 1:
+            raise UserError(f"analysis.near_optimal_tolerance: must be in [0, 1), got {self.near_optimal_tolerance}")
+        if (self.compute_min is None) != (self.compute_max is None):
+            raise UserError("analysis.compute_min / compute_max: set both or neither (neither = from the law)")
+        if self.compute_min is not None and not 0 < self.compute_min < self.compute_max:
+            raise UserError("analysis.compute_min / compute_max: need 0 < compute_min < compute_max")
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any] | None) -> AnalysisSettings:
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"analysis: unknown key(s) {unknown}; accepted keys: {sorted(known)}")
+        converted: dict[str, Any] = {}
+        for key, value in values.items():
+            if key == "baselines":
+                value = tuple(Baseline(str(b["model"]), float(b["iterations"])) for b in value)
+            elif key == "vulnerability_panels":
+                value = tuple(VulnerabilityPanel(float(p["compute"]), float(p["model_size"])) for p in value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            converted[key] = value
+        return cls(**converted)
+
+    def to_mapping(self) -> dict[str, Any]:
+        return asdict(self)
