@@ -23,6 +23,8 @@ localrules:
     figures,
     tables,
     report,
+    report_html,
+    run_config,
 
 
 rule all:
@@ -31,3 +33,5 @@ rule all:
         rules.data.input,
         rules.train.input,
         rules.fit.input,
+        rules.figures.input,
+        rules.tables.input,

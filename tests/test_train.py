@@ -159,6 +159,7 @@ def test_fifty_steps_on_real_corpus_reduce_the_loss(corpus, tmp_path):
     assert (frame["examples_per_s"] > 0).all()
     row = frame.iloc[0]
     assert row["n_params"] == summary.n_params and row["status"] == "finished"
+    assert row["n_devices"] == jax.device_count() and row["device_kind"] == jax.devices()[0].device_kind
     assert (row["noise_batch_ratio"], row["batch_size"], row["seq_len"], row["seed"]) == (
         0.0,
         32,

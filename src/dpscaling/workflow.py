@@ -212,3 +212,59 @@ def accounting_chunks(spec: Mapping[str, Any]) -> list[int]:
     from dpscaling.accounting.table_spec import TableSpec
 
     return [chunk.index for chunk in plan_table(TableSpec.from_mapping(dict(spec)))]
+
+
+def analysis_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures' and tables' :class:`~dpscaling.figures.settings.AnalysisSettings` as a mapping (a rule param).
+
+    The near-optimal tolerance is the fit's (``fit.near_optimal_tolerance``), so queries and figures agree.
+    """
+    from dpscaling.figures.settings import AnalysisSettings
+
+    values = {**config["analysis"], "near_optimal_tolerance": config["fit"]["near_optimal_tolerance"]}
+    return AnalysisSettings.from_mapping(values).to_mapping()
+
+
+REPORT_TARGETS = ("figures", "tables", "run_config")
+
+
+def write_report(snakefile: str | Path, config: Mapping[str, Any], output: str | Path) -> None:
+    """Snakemake's HTML report of the figures and tables (``snakemake --report``) for this config.
+
+    Runs from inside a workflow job: the merged config is handed over as a config file, and
+    ``--nolock`` because the calling Snakemake holds the lock. Written atomically.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    from dpscaling.io import atomic_path
+
+    with tempfile.TemporaryDirectory(prefix="dpscaling-report-") as scratch:
+        config_file = Path(scratch) / "config.yaml"
+        config_file.write_text(config_yaml(config))
+        html = Path(scratch) / "report.html"
+        command = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--configfile",
+                   str(config_file), "--nolock", "--report", str(html), *REPORT_TARGETS]
+        result = subprocess.run(command, capture_output=True, text=True)
+        print(result.stdout, result.stderr, sep="\n")
+        if result.returncode != 0 or not html.exists():
+            raise UserError(f"snakemake --report failed ({result.returncode}); see the log above")
+        with atomic_path(output) as tmp:
+            tmp.write_bytes(html.read_bytes())
+
+
+def config_yaml(config: Mapping[str, Any]) -> str:
+    """The merged, validated config as YAML (what a run used: the report shows it)."""
+    import yaml
+
+    return yaml.safe_dump(_plain(config), sort_keys=False)
+
+
+def _plain(value: Any) -> Any:
+    """Snakemake's config (with its own mapping/sequence types) as plain YAML-able data."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -37,6 +37,3 @@ def run_outputs(pattern, points=GRID):
     """``pattern`` (containing RUN's wildcards) expanded over grid points."""
     return [pattern.format(**point.wildcards) for point in points]
 
-
-def not_built_message(stage, issue):
-    return f"the {stage} stage is not built yet (issue {issue}); nothing was written"

@@ -1,44 +1,170 @@
-rule make_figures:
+from dpscaling.figures import FIGURES
+from dpscaling.figures.common import ACCOUNTING, RESULTS as NEEDS_RESULTS
+from dpscaling.tables import inflection_points, models, throughput
+from dpscaling.workflow import analysis_settings
+
+ANALYSIS = analysis_settings(config)
+LAW = rules.fit_law.output[0]
+SIGMA_TABLE = rules.accounting_table.output.table
+TABLE_FILES = {"csv": "{stem}.csv", "md": "{stem}.md", "tex": "{stem}.tex"}
+# The training curves behind the run-measured tables; none when the law comes from results_csv.
+RUN_METRICS = [] if config["results_csv"] else rules.train.input
+
+
+def figure_inputs(wildcards):
+    """Only what this figure reads, so e.g. a new accounting table does not redraw fig:training."""
+    spec = FIGURES[wildcards.figure]
+    inputs = {"law": LAW}
+    if ACCOUNTING in spec.needs:
+        inputs["sigma_table"] = SIGMA_TABLE
+    if NEEDS_RESULTS in spec.needs:
+        inputs["results"] = FIT_RESULTS
+    return inputs
+
+
+def table_outputs(label):
+    """CSV (in the report), Markdown and LaTeX files of a paper table."""
+    stem = f"{RESULTS}/tables/{label.replace(':', '-')}"
+    files = {kind: pattern.format(stem=stem) for kind, pattern in TABLE_FILES.items()}
+    files["csv"] = report(files["csv"], caption="../report/table.rst", category="Tables")
+    return files
+
+
+rule figure:
     input:
-        rules.fit.input,
+        unpack(figure_inputs),
     output:
-        f"{RESULTS}/figures/index.json",
+        pdf=report(
+            f"{RESULTS}/figures/{{figure}}.pdf",
+            caption="../report/figure.rst",
+            category="Figures",
+        ),
+        png=f"{RESULTS}/figures/{{figure}}.png",
+        data=f"{RESULTS}/figures/{{figure}}.csv",
     log:
-        f"{RESULTS}/logs/figures/figures.log",
+        f"{RESULTS}/logs/figures/{{figure}}.log",
+    wildcard_constraints:
+        figure=alternation(FIGURES),
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=30,
+    params:
+        analysis=ANALYSIS,
+        sampling=config["accounting"]["sampling"],
+        results_format="reference" if config["results_csv"] else "dpscaling",
+        caption=lambda wildcards: FIGURES[wildcards.figure].caption,
+    script:
+        "../scripts/figure.py"
+
+
+rule table_models:
+    input:
+        RUN_METRICS,
+    output:
+        **table_outputs(models.LABEL),
+    log:
+        f"{RESULTS}/logs/tables/models.log",
     conda:
         "../envs/dpscaling.yaml"
     params:
-        message=not_built_message("figures", 6),
+        custom=config["models"]["custom"],
+        caption=models.CAPTION,
     script:
-        "../scripts/not_built.py"
+        "../scripts/table_models.py"
 
 
-rule make_tables:
+rule table_throughput:
     input:
-        rules.fit.input,
+        RUN_METRICS,
     output:
-        f"{RESULTS}/tables/index.json",
+        **table_outputs(throughput.LABEL),
     log:
-        f"{RESULTS}/logs/tables/tables.log",
+        f"{RESULTS}/logs/tables/throughput.log",
     conda:
         "../envs/dpscaling.yaml"
     params:
-        message=not_built_message("tables", 6),
+        caption=throughput.CAPTION,
     script:
-        "../scripts/not_built.py"
+        "../scripts/table_throughput.py"
+
+
+rule table_inflection_points:
+    input:
+        law=LAW,
+        sigma_table=SIGMA_TABLE,
+    output:
+        **table_outputs(inflection_points.LABEL),
+    log:
+        f"{RESULTS}/logs/tables/inflection_points.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=30,
+    params:
+        analysis=ANALYSIS,
+        sampling=config["accounting"]["sampling"],
+        caption=inflection_points.CAPTION,
+    script:
+        "../scripts/table_inflection_points.py"
 
 
 rule figures:
     input:
-        rules.make_figures.output,
+        expand(
+            f"{RESULTS}/figures/{{figure}}.{{ext}}",
+            figure=FIGURES,
+            ext=["pdf", "png", "csv"],
+        ),
 
 
 rule tables:
     input:
-        rules.make_tables.output,
+        rules.table_inflection_points.output,
+        *(
+            []
+            if config["results_csv"]
+            else [rules.table_models.output, rules.table_throughput.output]
+        ),
+
+
+rule run_config:
+    output:
+        report(
+            f"{RESULTS}/config.yaml",
+            caption="../report/config.rst",
+            category="Configuration",
+        ),
+    log:
+        f"{RESULTS}/logs/run_config.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    params:
+        config=config,
+    script:
+        "../scripts/run_config.py"
+
+
+rule report_html:
+    input:
+        rules.figures.input,
+        rules.tables.input,
+        rules.run_config.output,
+    output:
+        f"{RESULTS}/report.html",
+    log:
+        f"{RESULTS}/logs/report.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    params:
+        snakefile=workflow.main_snakefile,
+        config=config,
+    script:
+        "../scripts/report.py"
 
 
 rule report:
     input:
-        rules.figures.input,
-        rules.tables.input,
+        rules.report_html.output,

@@ -105,6 +105,10 @@ class AnalysisContext:
         return evaluate_configurations(configs, self.law.loss, self.sigma, self.law.seq_len)
 
 
+def _no_accounting(epsilon, steps, q) -> np.ndarray:
+    raise UserError("this figure needs accounting: a law with accounting tables, or the accounting stage's table")
+
+
 def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table: str | Path | None = None,
                  results: str | Path | None = None, sampling: str = "min",
                  results_format: str = "dpscaling") -> AnalysisContext:
@@ -128,7 +132,7 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
 
         delta, source = table.delta, f"dpscaling accounting table ({sampling})"
     else:
-        raise UserError("figures need accounting: a law with accounting tables, or the accounting stage's table")
+        sigma, delta, source = _no_accounting, float("nan"), "none"
     raw = None
     if results is not None:
         from dpscaling.law.pipeline import load_results

@@ -130,7 +130,7 @@ def _train(
     sampler = BatchSampler(len(rows), config.batch_size, config.seed)
     schedule = learning_rate_schedule(config)
     counts = count_params(model_config)
-    run_info = _run_constants(config, meta.seq_len, counts)
+    run_info = _run_constants(config, meta.seq_len, counts, parallel)
     writer = jax.process_index() == 0
 
     curve: list[dict[str, Any]] = []
@@ -222,7 +222,7 @@ def _interval_row(metrics, start, end, seconds, config, schedule) -> tuple[dict[
     return row, bool(np.all(np.isfinite(losses)))
 
 
-def _run_constants(config: TrainConfig, seq_len: int, counts) -> dict[str, Any]:
+def _run_constants(config: TrainConfig, seq_len: int, counts, parallel: DataParallel) -> dict[str, Any]:
     return {
         "model": config.display_name,
         "n_params": counts.total,
@@ -234,6 +234,9 @@ def _run_constants(config: TrainConfig, seq_len: int, counts) -> dict[str, Any]:
         "seed": config.seed,
         "clipping": config.clipping,
         "code_version": code_version(),
+        # The hardware behind steps_per_s (tab:throughput): data-parallel devices and their kind.
+        "n_devices": parallel.n_devices,
+        "device_kind": jax.devices()[0].device_kind,
     }
 
 
