@@ -1,4 +1,4 @@
-"""The workflow end to end on the smoke config: data -> DP training -> fitted law."""
+"""The workflow end to end on the smoke config: data -> DP training -> fitted law -> accounting -> figures, tables."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("smoke")
-    run_snakemake("fit", "--cores", "2", "--configfile", str(SMOKE), cwd=workdir, timeout=1500)
+    run_snakemake("--cores", "2", "--configfile", str(SMOKE), cwd=workdir, timeout=1500)  # target `all`
     return workdir / "results" / "smoke"
 
 
@@ -52,18 +52,69 @@ def test_the_law_is_fitted_and_reported(smoke_run: Path) -> None:
 
 
 def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
-    result = run_snakemake("fit", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
+    result = run_snakemake("--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
 def test_accounting_target_builds_a_checked_table(smoke_run: Path) -> None:
     run_snakemake("accounting", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
+    import yaml
+
+    from dpscaling.accounting.table import plan_table
+    from dpscaling.accounting.table_spec import TableSpec
+
+    spec = TableSpec.from_mapping(yaml.safe_load(SMOKE.read_text())["accounting"]["table"])
     chunks = sorted((smoke_run / "accounting" / "chunks").glob("chunk-*.parquet"))
-    assert len(chunks) == 5  # one job per sampling probability 2^-4 .. 1
+    assert len(chunks) == len(plan_table(spec))  # one job per chunk of sampling probabilities
     amplified = pd.read_csv(smoke_run / "accounting" / "accounting_amplified.csv", header=None,
                             names=["Iterations", "Sampling Probability", "Epsilon", "Delta", "Noise Multiplier"])
-    assert len(amplified) == 5 * 5 * 5 and (amplified["Delta"] == 1e-8).all()
+    assert len(amplified) == spec.size() and (amplified["Delta"] == 1e-8).all()
     by_cell = amplified.set_index(["Iterations", "Sampling Probability", "Epsilon"])["Noise Multiplier"].unstack()
     assert (by_cell.diff(axis=1).iloc[:, 1:] < 0).all().all()  # more epsilon, less noise
     errors = pd.read_csv(smoke_run / "accounting" / "interpolation_errors.csv")
     assert len(errors) == 3 and errors["sigma_direct"].gt(0).all()
+
+
+def test_every_figure_is_drawn_with_its_data(smoke_run: Path) -> None:
+    from dpscaling.figures import FIGURES
+
+    for name in FIGURES:
+        for suffix in (".pdf", ".png", ".csv"):
+            path = smoke_run / "figures" / f"{name}{suffix}"
+            assert path.is_file() and path.stat().st_size > 0, path
+        assert (smoke_run / "logs" / "figures" / f"{name}.log").is_file()
+
+
+def test_tables_satisfy_their_identities(smoke_run: Path) -> None:
+    tables = smoke_run / "tables"
+    for stem in ("table-models", "tab-throughput", "table-inflection_points"):
+        for suffix in (".csv", ".md", ".tex"):
+            assert (tables / f"{stem}{suffix}").stat().st_size > 0
+    seq_len = 64
+    points = pd.read_csv(tables / "table-inflection_points.csv")
+    assert len(points) == 2 * 2  # smoke analysis: 2 data budgets x 2 privacy budgets
+    answered = points.dropna(subset=["Cross Entropy"])
+    assert len(answered) >= 1
+    m, b, t = answered["Model Size"], answered["Batch Size"], answered["Iterations"]
+    assert ((answered["Token / Model Ratio"] - b * t * seq_len / m).abs() <= 1e-9 * answered["Token / Model Ratio"]).all()
+    assert ((answered["Compute"] - 6 * m * b * seq_len * t).abs() <= 1e-9 * answered["Compute"]).all()
+    assert ((answered["Noise Batch Ratio"] - answered["Sigma"] / b).abs() <= 1e-12).all()
+    models = pd.read_csv(tables / "table-models.csv").set_index("Model")
+    curves = pd.concat(pd.read_parquet(p) for p in (smoke_run / "runs").rglob("metrics.parquet"))
+    assert models["Params"].to_dict() == curves.groupby("model")["n_params"].first().to_dict()
+    throughput = pd.read_csv(tables / "tab-throughput.csv")
+    ours = throughput[throughput["Source"].str.startswith("this run")].set_index("Model")
+    assert set(ours.index) == {"BertNano", "BertMicro"}
+    assert ((ours["Records/sec"] - ours["Steps/sec"] * 8).abs() < 1e-9 * ours["Records/sec"]).all()
+
+
+def test_report_has_every_figure_and_table(smoke_run: Path) -> None:
+    from dpscaling.figures import FIGURES
+
+    run_snakemake("report", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
+    html = (smoke_run / "report.html").read_text(errors="replace")
+    for name in FIGURES:
+        assert f"{name}.pdf" in html, name
+    for stem in ("table-models", "tab-throughput", "table-inflection_points"):
+        assert f"{stem}.csv" in html
+    assert "run_name: smoke" in (smoke_run / "config.yaml").read_text()
