@@ -123,6 +123,22 @@ def test_compute_query_without_any_accounting_table_says_what_to_pass(run, input
     assert status == 2 and "--accounting-amplified" in err
 
 
+def test_query_configs_without_tables_calibrates_with_dpscaling_accounting(run, inputs, tmp_path) -> None:
+    from dpscaling.accounting.calibration import calibrate_sigma
+
+    assert run("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128,
+               "--out", tmp_path / "law")[0] == 0
+    configs = tmp_path / "configs.csv"
+    configs.write_text("Model Size,Batch Size,Iterations,Privacy Budget,Data Budget\n4e5,256,1000,4,1e6\n")
+    status, out, err = run("query", "--law", tmp_path / "law", "--configs", configs, "--json")
+    assert status == 0, err
+    answer = json.loads(out)
+    assert answer["accounting"] == "dpscaling.accounting (min)"
+    row = answer["rows"][0]
+    assert row["Sigma"] == pytest.approx(calibrate_sigma(4.0, 256 / 1e6, 1000, 1e-8, "min"), rel=1e-12)
+    assert row["Noise Batch Ratio"] == pytest.approx(row["Sigma"] / 256, rel=1e-12)
+
+
 def test_table_saturating(run, law_dir, tmp_path) -> None:
     out_csv = tmp_path / "saturating.csv"
     status, out, err = run("table", "saturating", "--law", law_dir, "--users", 1e6, 1e7, "--epsilons", 1, 8,

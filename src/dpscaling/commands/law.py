@@ -166,7 +166,7 @@ def run_fit(args: argparse.Namespace) -> int:
 def _package_sigma(delta: float, sampling: str, allow_per_row: bool) -> SigmaFunction:
     """σ from dpscaling's accounting package (issue 4), imported only when needed."""
     try:
-        from dpscaling.accounting.calibrate import calibrate_sigma
+        from dpscaling.accounting.calibration import calibrate_sigma
     except ImportError as error:
         raise UserError("this law has no accounting tables and dpscaling.accounting is not available "
                         f"({error}); pass --accounting-amplified/--accounting-unamplified") from error
