@@ -44,3 +44,18 @@ def test_paper_takes_the_lower_sigma_reference_only_the_amplified_table() -> Non
     both = DeterministicGaussianSigma()(np.array([1.0, 4.0]), 1000.0, 2.0**-5)
     np.testing.assert_allclose(paper([1.0, 4.0], 1000.0, 2.0**-5), [both[0] * 0.5, both[1]], rtol=1e-9)
     np.testing.assert_allclose(reference([1.0, 4.0], 1000.0, 2.0**-5), [both[0] * 0.5, both[1] * 1.5], rtol=1e-9)
+
+
+def test_refused_cells_of_dpscaling_exports_read_as_nan_near_them(tmp_path) -> None:
+    """dpscaling's accounting export writes refused Poisson cells as NaN; they stay unanswered, never invented."""
+    table = accounting_table(DeterministicGaussianSigma(), EPSILONS, ITERATIONS, QS)
+    refused = (table["Sampling Probability"] == QS[0]) & (table["Iterations"] == ITERATIONS[-1])
+    table.loc[refused, "Noise Multiplier"] = np.nan
+    path = tmp_path / "amplified.csv"
+    table.to_csv(path, header=False, index=False)
+    sigma = TableSigma.from_table(read_accounting_csv(path))
+    assert np.isnan(sigma(1.0, ITERATIONS[-1], QS[0]))
+    assert np.isfinite(sigma(1.0, ITERATIONS[0], QS[-1]))
+    path.write_text(path.read_text().replace("\n1", "\nNaN", 1))  # a NaN axis value is still an error
+    with pytest.raises(UserError, match="headerless numeric CSV"):
+        read_accounting_csv(path)

@@ -31,9 +31,14 @@ class SigmaFunction(Protocol):
 
 
 def read_accounting_csv(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read one of the authors' headerless accounting tables."""
+    """Read one of the authors' headerless accounting tables.
+
+    A NaN noise multiplier is a cell the accountant refused (dpscaling's export writes those);
+    queries near it answer NaN with a reason instead of a made-up σ.
+    """
     table = pd.read_csv(path, header=None, names=ACCOUNTING_COLUMNS)
-    if table.isna().any().any() or not all(pd.api.types.is_numeric_dtype(table[c]) for c in ACCOUNTING_COLUMNS):
+    axes = [c for c in ACCOUNTING_COLUMNS if c != "Noise Multiplier"]
+    if table[axes].isna().any().any() or not all(pd.api.types.is_numeric_dtype(table[c]) for c in ACCOUNTING_COLUMNS):
         raise UserError(f"{path}: expected a headerless numeric CSV with columns {', '.join(ACCOUNTING_COLUMNS)}")
     return table
 
@@ -52,12 +57,13 @@ class TableSigma:
             raise UserError(f"{name}: expected one delta, found {sorted(deltas)}")
         axes = [np.sort(table[column].unique()) for column in _GRID_AXES]
         index = pd.MultiIndex.from_product(axes)
-        sigma = table.groupby(_GRID_AXES)["Noise Multiplier"].first().reindex(index)
-        if sigma.isna().any() or len(table) != len(index):
+        present = table.groupby(_GRID_AXES).size().reindex(index)
+        if present.isna().any() or len(table) != len(index):
             raise UserError(f"{name}: not a complete (epsilon × iterations × q) grid: "
                             f"{len(table)} rows for {' × '.join(str(len(a)) for a in axes)} combinations")
-        if (sigma <= 0).any():
-            raise UserError(f"{name}: noise multipliers must be positive")
+        sigma = table.groupby(_GRID_AXES)["Noise Multiplier"].first(skipna=False).reindex(index)
+        if (sigma <= 0).any() or sigma.isna().all():
+            raise UserError(f"{name}: noise multipliers must be positive (NaN only where the accountant refused)")
         interpolator = RegularGridInterpolator(
             tuple(np.log(axis) for axis in axes), np.log(sigma.to_numpy(float)).reshape([len(a) for a in axes]),
             method="linear", bounds_error=False, fill_value=np.nan)
