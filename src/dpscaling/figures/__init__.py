@@ -11,11 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from dpscaling.errors import UserError
-from dpscaling.figures import compute_allocation
+from dpscaling.figures import (
+    baselines, compute_allocation, excess_vulnerability, full_grid, nonprivate, parametric, smoothing,
+    training_curves, vary_compute, vector_fields)
 from dpscaling.figures.common import FigureSpec, save_figure
 from dpscaling.figures.context import AnalysisContext
 
-_MODULES = (compute_allocation,)
+_MODULES = (compute_allocation, vary_compute, full_grid, baselines, nonprivate,
+            vector_fields, excess_vulnerability, smoothing, training_curves, parametric)
 FIGURES: dict[str, FigureSpec] = {spec.name: spec for module in _MODULES for spec in module.FIGURES}
 
 

@@ -14,7 +14,6 @@ import pandas as pd
 from dpscaling.figures.common import ACCOUNTING, LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.law.columns import BATCH_SIZE, COMPUTE, DATA_BUDGET, ITERATIONS, MODEL_SIZE, PRIVACY_BUDGET
-from dpscaling.law.queries import near_optimal_per_compute
 
 PANELS = ((MODEL_SIZE, "Model size (parameters)"), (BATCH_SIZE, "Batch size (sequences)"),
           (ITERATIONS, "Iterations"))
@@ -22,11 +21,8 @@ PANELS = ((MODEL_SIZE, "Model size (parameters)"), (BATCH_SIZE, "Batch size (seq
 
 def allocation_table(context: AnalysisContext, data_budgets) -> pd.DataFrame:
     """Near-optimal ranges per (data budget, privacy budget, compute)."""
-    law, budgets = context.law, context.compute_budgets()
-    frames = [near_optimal_per_compute(budgets, epsilon, users, law.loss, context.sigma, law.seq_len,
-                                       context.model_sizes, context.iteration_bounds,
-                                       context.settings.near_optimal_tolerance)
-              for users in data_budgets for epsilon in context.settings.privacy_budgets]
+    frames = [context.near_optimal(epsilon, users) for users in data_budgets
+              for epsilon in context.settings.privacy_budgets]
     frames = [frame for frame in frames if not frame.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=[DATA_BUDGET, PRIVACY_BUDGET, COMPUTE])

@@ -21,7 +21,8 @@ from dpscaling.law.artifact import Law
 from dpscaling.law.columns import DATA_BUDGET, MODEL, MODEL_SIZE, PRIVACY_BUDGET
 from dpscaling.law.noise import SigmaFunction
 from dpscaling.law.queries import (
-    ComputeOptimal, best_loss_per_compute, compute_optimal, evaluate_configurations, model_size_grid)
+    DEFAULT_BATCH_SIZES, ComputeOptimal, best_loss_per_compute, compute_optimal, evaluate_configurations,
+    model_size_grid, near_optimal_per_compute)
 
 # Compute range derived from the law: batch sizes from the physical batch up to this many times it
 # (the paper's 1024 … 2^20 sequences).
@@ -88,14 +89,28 @@ class AnalysisContext:
 
     # ------------------------------------------------------------------ queries
 
+    def batch_sizes(self, epsilon: float) -> np.ndarray:
+        """Candidate batch sizes. Without privacy (ε = ∞) σ̄ = 0 whatever B, and the law, measured at one
+        physical batch, says nothing about B: a free B would always pick B = 1 (more steps for free). As in
+        the paper's non-private reproduction, B is then the physical batch the law was trained with."""
+        return np.array([float(self.law.physical_batch)]) if np.isinf(epsilon) else DEFAULT_BATCH_SIZES
+
     def optimal(self, compute: float, epsilon: float, users: float) -> ComputeOptimal:
         return compute_optimal(compute, epsilon, users, self.law.loss, self.sigma, self.law.seq_len,
-                               self.model_sizes, self.iteration_bounds, self.settings.near_optimal_tolerance)
+                               self.model_sizes, self.iteration_bounds, self.settings.near_optimal_tolerance,
+                               self.batch_sizes(epsilon))
 
     def best_per_compute(self, epsilon: float, users: float, budgets: np.ndarray | None = None) -> pd.DataFrame:
         budgets = self.compute_budgets() if budgets is None else budgets
         return best_loss_per_compute(budgets, epsilon, users, self.law.loss, self.sigma, self.law.seq_len,
-                                     self.model_sizes, self.iteration_bounds)
+                                     self.model_sizes, self.iteration_bounds, self.batch_sizes(epsilon))
+
+    def near_optimal(self, epsilon: float, users: float, budgets: np.ndarray | None = None) -> pd.DataFrame:
+        """Per budget: the optimum and each hyper-parameter's near-optimal min / max (figure bands)."""
+        budgets = self.compute_budgets() if budgets is None else budgets
+        return near_optimal_per_compute(budgets, epsilon, users, self.law.loss, self.sigma, self.law.seq_len,
+                                        self.model_sizes, self.iteration_bounds,
+                                        self.settings.near_optimal_tolerance, self.batch_sizes(epsilon))
 
     def evaluate(self, configs: pd.DataFrame) -> pd.DataFrame:
         """σ, σ̄ and loss for rows of (Model Size, Batch Size, Iterations, Privacy Budget, Data Budget)."""

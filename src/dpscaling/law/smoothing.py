@@ -42,13 +42,17 @@ def isotonic(values: np.ndarray, increasing: bool, skip_nan: bool = True) -> np.
     return result
 
 
+def rolling_mean(surface: pd.DataFrame, window: int | None) -> pd.DataFrame:
+    """Step 1: the trailing mean over ``window`` measurements (rows = iterations, ascending); None = off."""
+    if not window:
+        return surface
+    # Mask afterwards: a rolling mean would otherwise invent values where a run has none.
+    return surface.rolling(window, min_periods=1).mean().where(surface.notna())
+
+
 def smooth_surface(surface: pd.DataFrame, settings: LawSettings) -> pd.DataFrame:
     """Smooth one (model, learning rate) surface: rows = iterations (ascending), columns = σ̄ (ascending)."""
-    surface = surface.sort_index().sort_index(axis=1)
-    if settings.rolling_window:
-        # Mask afterwards: a rolling mean would otherwise invent values where a run has none.
-        rolled = surface.rolling(settings.rolling_window, min_periods=1).mean()
-        surface = rolled.where(surface.notna())
+    surface = rolling_mean(surface.sort_index().sort_index(axis=1), settings.rolling_window)
     skip_nan = not settings.reference_compatible
     values = _isotonic_passes(surface.to_numpy(dtype=float), skip_nan)
     # One pass suffices on a complete grid: isotonic regression is order-preserving, so rows that are
