@@ -233,3 +233,18 @@ def test_one_and_four_devices_give_the_same_curve(corpus, tmp_path, job_env):
     # Only the order of float32 summation across devices differs.
     for name in ("loss", "grad_norm"):
         np.testing.assert_allclose(four[name], one[name], rtol=2e-5, err_msg=name)
+
+
+def test_host_threads_follow_the_job_unless_xla_flags_say_otherwise(monkeypatch) -> None:
+    from dpscaling.train.distributed import limit_host_threads
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    limit_host_threads(1)
+    flags = os.environ["XLA_FLAGS"].split()
+    assert flags == ["--xla_force_host_platform_device_count=2", "--xla_cpu_multi_thread_eigen=false",
+                     "intra_op_parallelism_threads=1"]
+    limit_host_threads(4)  # already limited: the first setting stands
+    assert os.environ["XLA_FLAGS"].split() == flags
+    monkeypatch.delenv("XLA_FLAGS")
+    limit_host_threads(2)
+    assert os.environ["XLA_FLAGS"] == "intra_op_parallelism_threads=2"

@@ -2,11 +2,16 @@ import logging
 import sys
 from pathlib import Path
 
-from dpscaling.cluster import relaunch_per_node
-from dpscaling.data.shards import load_meta
-from dpscaling.logs import log_to_file
-from dpscaling.train import run_training
-from dpscaling.workflow import train_config
+from dpscaling.train.distributed import limit_host_threads
+
+# Before JAX starts its CPU backend: use the cores this job was given, not all of them.
+limit_host_threads(snakemake.threads)
+
+from dpscaling.cluster import relaunch_per_node  # noqa: E402
+from dpscaling.data.shards import load_meta  # noqa: E402
+from dpscaling.logs import log_to_file  # noqa: E402
+from dpscaling.train import run_training  # noqa: E402
+from dpscaling.workflow import train_config  # noqa: E402
 
 # A multi-node Slurm job starts here once, in its batch step: run one copy per
 # node under srun (each joins jax.distributed) and exit with its status.

@@ -4,6 +4,7 @@ pure data parallelism, more cores for larger models)."""
 from __future__ import annotations
 
 import logging
+import os
 
 import jax
 from dpscaling.cluster import launch_environment
@@ -12,6 +13,22 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 logger = logging.getLogger(__name__)
 
 DATA_AXIS = "data"
+
+
+def limit_host_threads(threads: int) -> None:
+    """Keep XLA's CPU thread pools to the ``threads`` cores the scheduler gave this job.
+
+    XLA otherwise sizes them by every core of the machine, so two jobs on a 2-core laptop
+    would fight over both cores. Takes effect only before JAX creates its CPU backend;
+    settings already in ``XLA_FLAGS`` win. Accelerator devices are unaffected.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "intra_op_parallelism_threads" in flags:
+        return
+    added = [f"intra_op_parallelism_threads={threads}"]
+    if threads == 1:
+        added.insert(0, "--xla_cpu_multi_thread_eigen=false")
+    os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
 
 
 def maybe_initialize_distributed(requested: bool | None) -> None:
