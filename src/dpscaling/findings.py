@@ -1,0 +1,131 @@
+"""The paper's qualitative findings, checked on OUR fitted law (issue 8; paper §1 bullets, §4.1–§4.4).
+
+Each check states a claim, computes the numbers behind it from the law and the
+accounting (the same queries the figures make), and says whether the claim
+holds on this data. Nothing here asserts the paper's numbers: a claim that
+does not hold on a small CPU grid is reported as such, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.figures.baselines import BASELINE, KIND, OPTIMAL, comparison_table
+from dpscaling.figures.context import AnalysisContext
+from dpscaling.law.columns import (
+    COMPUTE, CROSS_ENTROPY, DATA_BUDGET, MODEL_SIZE, PRIVACY_BUDGET, TOKENS_PER_PARAMETER)
+from dpscaling.law.queries import saturating_table
+
+CHINCHILLA_TOKENS_PER_PARAMETER = 20.0
+SMALLER_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    claim: str
+    holds: bool
+    measured: str
+
+
+def _optimal_sizes(context: AnalysisContext, epsilon: float, users: float) -> pd.Series:
+    best = context.best_per_compute(epsilon, users)
+    return best.set_index(COMPUTE)[MODEL_SIZE]
+
+
+def dp_models_are_smaller(context: AnalysisContext) -> Finding:
+    """(a) At equal compute the DP compute-optimal model is ≥ 10× smaller than the non-private one."""
+    users = context.settings.allocation_data_budget
+    public = _optimal_sizes(context, np.inf, users)
+    ratios = []
+    for epsilon in context.settings.privacy_budgets:
+        private = _optimal_sizes(context, epsilon, users)
+        common = public.index.intersection(private.index)
+        ratios += list(public[common] / private[common])
+    if not ratios:
+        return Finding("DP compute-optimal models are >= 10x smaller than non-private ones", False,
+                       "no compute budget has both a private and a non-private answer")
+    ratios = np.array(ratios)
+    low, high = context.law.model_size_range()
+    measured = (f"non-private / private optimal size at N={users:g}, eps in {list(context.settings.privacy_budgets)}: "
+                f"median {np.median(ratios):.2f}x, max {ratios.max():.2f}x over {len(ratios)} (C, eps) pairs; "
+                f"the law's models span only {high / low:.1f}x ({low:.3g}..{high:.3g} parameters)")
+    return Finding("DP compute-optimal models are >= 10x smaller than non-private ones",
+                   bool(np.median(ratios) >= SMALLER_FACTOR), measured)
+
+
+def loss_saturates(context: AnalysisContext) -> tuple[Finding, pd.DataFrame]:
+    """(b) The best loss saturates in compute; the saturating compute rises with ε and with N."""
+    settings = context.settings
+    table = saturating_table(context.compute_budgets(), settings.privacy_budgets, settings.table_data_budgets,
+                             context.law.loss, context.sigma, context.law.seq_len, context.model_sizes,
+                             context.iteration_bounds)
+    answered = table.dropna(subset=[COMPUTE])
+    _, top = context.compute_range()
+    # Saturated: the last decade (or more) of compute buys less than the 1% tolerance.
+    saturated = answered[answered[COMPUTE] <= top / 10]
+    grid = answered.pivot(index=DATA_BUDGET, columns=PRIVACY_BUDGET, values=COMPUTE)
+    rises_with_eps = int((grid.diff(axis=1).iloc[:, 1:] >= 0).sum().sum())
+    rises_with_n = int((grid.diff(axis=0).iloc[1:] >= 0).sum().sum())
+    pairs_eps = int(grid.diff(axis=1).iloc[:, 1:].notna().sum().sum())
+    pairs_n = int(grid.diff(axis=0).iloc[1:].notna().sum().sum())
+    measured = (f"{len(saturated)} of {len(table)} (N, eps) cells gain < 1% over their last decade of compute; saturating "
+                f"compute non-decreasing in eps for {rises_with_eps}/{pairs_eps} neighbouring pairs, "
+                f"in N for {rises_with_n}/{pairs_n}")
+    holds = (len(saturated) > len(table) / 2 and rises_with_eps >= 0.75 * max(pairs_eps, 1)
+             and rises_with_n >= 0.75 * max(pairs_n, 1))
+    return Finding("loss saturates in compute; the saturating compute rises with eps and N", holds, measured), table
+
+
+def tokens_per_parameter_rise(context: AnalysisContext) -> Finding:
+    """(c) Tokens/parameter of the optimum rises with compute and is far above Chinchilla's 20 for moderate ε."""
+    users, moderate = context.settings.allocation_data_budget, 4.0
+    best = context.best_per_compute(moderate, users)
+    if len(best) < 2:
+        return Finding("tokens/parameter rises with compute and is far above 20 (moderate eps)", False,
+                       f"fewer than two answered compute budgets at eps={moderate:g}, N={users:g}")
+    ratio = best[TOKENS_PER_PARAMETER].to_numpy()
+    slope = float(np.polyfit(np.log(best[COMPUTE]), np.log(ratio), 1)[0])
+    above = float(np.mean(ratio > 5 * CHINCHILLA_TOKENS_PER_PARAMETER))
+    measured = (f"eps={moderate:g}, N={users:g}: tokens/parameter {ratio.min():.3g}..{ratio.max():.3g} over "
+                f"{len(ratio)} budgets, log-log slope vs compute {slope:.2f}, {above:.0%} of budgets above 100")
+    return Finding("tokens/parameter rises with compute and is far above 20 (moderate eps)",
+                   bool(slope > 0 and above >= 0.5), measured)
+
+
+def optimal_beats_baselines(context: AnalysisContext) -> Finding:
+    """(d) The compute-optimal configuration beats every fixed baseline at equal compute."""
+    data = comparison_table(context)
+    compute = context.settings.baseline_compute
+    optimal = data[(data[KIND] == OPTIMAL) & np.isclose(data[COMPUTE], compute)].set_index(PRIVACY_BUDGET)
+    baselines = data[data[KIND] == BASELINE].dropna(subset=[CROSS_ENTROPY])
+    wins = total = 0
+    gaps = []
+    for _, row in baselines.iterrows():
+        best = optimal[CROSS_ENTROPY].get(row[PRIVACY_BUDGET], np.nan)
+        if np.isfinite(best):
+            total += 1
+            wins += int(best <= row[CROSS_ENTROPY] + 1e-12)
+            gaps.append(row[CROSS_ENTROPY] - best)
+    if not total:
+        return Finding("compute-optimal configurations beat the fixed baselines at equal compute", False,
+                       "no baseline has a predicted loss inside the law's range")
+    measured = (f"C={compute:g}: optimal <= baseline in {wins}/{total} (baseline, eps) pairs; "
+                f"baseline loss minus optimal: median {np.median(gaps):.3f}, max {np.max(gaps):.3f} nats")
+    return Finding("compute-optimal configurations beat the fixed baselines at equal compute", wins == total,
+                   measured)
+
+
+def check_findings(context: AnalysisContext) -> list[Finding]:
+    return [dp_models_are_smaller(context), loss_saturates(context)[0], tokens_per_parameter_rise(context),
+            optimal_beats_baselines(context)]
+
+
+def report(findings: list[Finding]) -> str:
+    lines = []
+    for letter, finding in zip("abcd", findings):
+        verdict = "holds" if finding.holds else "does not hold"
+        lines.append(f"({letter}) {finding.claim}: {verdict} on this data\n    {finding.measured}")
+    return "\n".join(lines)
