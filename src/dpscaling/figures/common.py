@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
     from dpscaling.figures.context import AnalysisContext
 
-# Inputs a figure can need; the workflow gives each figure job only these.
-LAW, ACCOUNTING, RESULTS = "law", "accounting", "results"
+# Inputs a figure can need; the workflow gives each figure job only these. ABLATION: the physical-batch
+# ablation's own curves (dpscaling.figures.physical_batch), instead of the law and everything else.
+LAW, ACCOUNTING, RESULTS, ABLATION = "law", "accounting", "results", "ablation"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ def save_figure(figure: Figure, data: pd.DataFrame, stem: str | Path) -> list[Pa
     """Write ``stem``.pdf, .png and .csv atomically; close the figure."""
     stem = Path(stem)
     written = []
+    readable_log_ticks(figure)
     try:
         for suffix in (".pdf", ".png"):
             target = stem.with_suffix(suffix)
@@ -95,6 +97,31 @@ def log_axes(ax: Axes, x: bool = True, y: bool = True) -> None:
     if y:
         ax.set_yscale("log")
     ax.grid(True, which="major", alpha=0.3)
+
+
+def short_number(value: float) -> str:
+    """3 significant digits with an SI suffix: 320000 → '320k', 1.5e9 → '1.5G', 0.004 → '0.004'."""
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def readable_log_ticks(figure: Figure, max_decades: float = 1.0, count: int = 3) -> None:
+    """On log axes spanning less than ``max_decades`` (the CPU grid's narrow ranges), replace
+    matplotlib's crowded minor labels by ``count`` evenly spaced ticks with short labels."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    for ax in figure.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            low, high = sorted(limits)
+            if axis.get_scale() != "log" or not 0 < low < high or np.log10(high / low) >= max_decades:
+                continue
+            ticks = [float(f"{v:.2g}") for v in np.geomspace(low, high, count + 2)[1:-1]]
+            axis.set_major_locator(FixedLocator(ticks))
+            axis.set_major_formatter(FuncFormatter(lambda value, _: short_number(value)))
+            axis.set_minor_locator(NullLocator())
+            axis.set_minor_formatter(NullFormatter())
 
 
 def no_data(ax: Axes, reason: str) -> None:
