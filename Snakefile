@@ -12,6 +12,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/accounting.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/ablation.smk"
 
 
 localrules:
@@ -25,6 +26,10 @@ localrules:
     report,
     report_html,
     run_config,
+    lr_curves,
+    throughput,
+    nonprivate,
+    ablation_batch,
 
 
 rule all:

@@ -29,6 +29,7 @@ def test_named_targets_exist(tmp_path) -> None:
     result = run_snakemake("--list-rules", cwd=tmp_path)
     rules = set(result.stdout.split())
     assert {"all", "data", "train", "accounting", "fit", "figures", "tables", "report"} <= rules
+    assert {"ablation_batch", "lr_curves", "throughput", "nonprivate"} <= rules  # issue 8
 
 
 def test_results_csv_is_fitted_and_tabulated_without_training(tmp_path) -> None:

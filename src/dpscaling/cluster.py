@@ -258,6 +258,23 @@ def train_resource(config: Mapping[str, Any], model: str, name: str, attempt: in
     return train_resources_for(config, model, attempt)[name]
 
 
+def evaluation_resource(
+    config: Mapping[str, Any], model: str, examples: int, name: str, attempt: int = 1
+) -> Any:
+    """One Snakemake resource of scoring ``examples`` sequences with ``model`` (forward passes only).
+
+    Sized as a one-device training job of ``examples / 3`` single-sequence steps: a forward pass
+    costs 2·M FLOPs per token, a training step 6·M; batch 1 keeps it to one device.
+    """
+    data = config["data"]
+    layers, hidden = model_shape(model, config["models"]["custom"])
+    n_params = bert_param_count(layers, hidden, vocab_size(data["tokenizer"], data.get("vocab_file")))
+    sized = train_resources(
+        n_params, steps=max(1, math.ceil(examples / 3)), batch=1, seq_len=int(data["seq_len"]), attempt=attempt
+    )
+    return sized.snakemake()[name]
+
+
 # --------------------------------------------------------------------------- launch
 
 

@@ -75,3 +75,44 @@ def main_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
         )
     ]
 
+
+
+# ---------------------------------------------------------------------------- the physical-batch ablation
+
+
+def ablation_curve_points(config: Mapping[str, Any]) -> list[TrainPoint]:
+    """fig:physical_batch_size_ablation: σ̄ × physical batch × seed at the ablation's one learning rate."""
+    block = config["ablation_batch"]
+    return sorted(
+        TrainPoint(block["model"], int(batch), int(seed), float(nbr), float(block["learning_rate"]))
+        for nbr, batch, seed in product(block["noise_batch_ratios"], block["physical_batches"], block["seeds"])
+    )
+
+
+def ablation_sweep_points(config: Mapping[str, Any]) -> list[TrainPoint]:
+    """fig:physical-batch-size-sweep-loss: the learning-rate sweep at one σ̄, every physical batch and seed."""
+    block = config["ablation_batch"]
+    sweep = block["sweep"]
+    return sorted(
+        TrainPoint(block["model"], int(batch), int(seed), float(sweep["noise_batch_ratio"]), float(lr))
+        for lr, batch, seed in product(sweep["learning_rates"], block["physical_batches"], block["seeds"])
+    )
+
+
+def ablation_eval_points(config: Mapping[str, Any]) -> list[TrainPoint]:
+    """tab:physical-batch-size-sweep-loss-entire-train-set: the final models at the sweep's σ̄ trained
+    with the ablation's learning rate, every physical batch and seed (paper: σ̄ = 2^-15, LR 2^-8)."""
+    block = config["ablation_batch"]
+    nbr, lr = float(block["sweep"]["noise_batch_ratio"]), float(block["learning_rate"])
+    return sorted(
+        TrainPoint(block["model"], int(batch), int(seed), nbr, lr)
+        for batch, seed in product(block["physical_batches"], block["seeds"])
+    )
+
+
+def ablation_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
+    """Every training job of the ``ablation_batch`` target (paper appendix "Physical Batch Size Ablation"):
+    the fixed-learning-rate ablation, its learning-rate sweep and the evaluated models, each point once."""
+    return sorted(
+        set(ablation_curve_points(config)) | set(ablation_sweep_points(config)) | set(ablation_eval_points(config))
+    )

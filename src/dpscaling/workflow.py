@@ -89,6 +89,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         raise UserError(
             f"training.microbatch_size: {micro} must divide training.physical_batch ({training['physical_batch']})"
         )
+    check_ablation(config)
     data = config["data"]
     if data["tokenizer"] == "custom" and not data["vocab_file"]:
         raise UserError("data.vocab_file: required when data.tokenizer is 'custom'")
@@ -97,6 +98,53 @@ def check_config(config: Mapping[str, Any]) -> None:
             f"data.vocab_file: only used with data.tokenizer 'custom' (got tokenizer {data['tokenizer']!r})"
         )
     corpus_spec(config)  # source-specific checks
+
+
+def check_ablation(config: Mapping[str, Any]) -> None:
+    """The ``ablation_batch`` block's cross-field rules (its types and ranges are the schema's)."""
+    block = config["ablation_batch"]
+    known = known_model_names(config)
+    if block["model"] not in known:
+        raise UserError(
+            f"ablation_batch.model: {block['model']!r} is not one of {list(known)} (add it under models.custom)"
+        )
+    if block["warmup_steps"] >= block["steps"] and block["steps"] > 1:
+        raise UserError(
+            f"ablation_batch.warmup_steps: {block['warmup_steps']} must be below ablation_batch.steps "
+            f"({block['steps']})"
+        )
+    if block["checkpoint_every"] % block["log_every"]:
+        raise UserError(
+            f"ablation_batch.checkpoint_every: {block['checkpoint_every']} must be a multiple of "
+            f"ablation_batch.log_every ({block['log_every']})"
+        )
+    micro = block["microbatch_size"]
+    if micro is not None:
+        bad = [batch for batch in block["physical_batches"] if batch > micro and batch % micro]
+        if bad:
+            raise UserError(
+                f"ablation_batch.microbatch_size: {micro} must divide every larger physical batch (not {bad})"
+            )
+
+
+# The training settings an ablation job takes from the ablation_batch block; the rest come from `training`.
+ABLATION_TRAINING_KEYS = ("steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every")
+# What train_config reads from the `training` block (so a change to the main grid retrains no ablation job).
+_TRAINING_SETTINGS = ("decay_factor", "clip_norm", "clipping", "mask_rate")
+
+
+def ablation_training(config: Mapping[str, Any], batch: int) -> dict[str, Any]:
+    """The ``training`` mapping of an ablation job at physical batch ``batch`` (for :func:`train_config`
+    and :func:`dpscaling.cluster.train_resource`): the ablation's horizon, logging and microbatch, the
+    training block's optimiser, clipping and masking settings."""
+    block, training = config["ablation_batch"], config["training"]
+    micro = block["microbatch_size"]
+    return {
+        **{key: training[key] for key in _TRAINING_SETTINGS},
+        **{key: block[key] for key in ABLATION_TRAINING_KEYS},
+        "microbatch_size": None if micro is None or micro >= batch else micro,
+        "physical_batch": int(batch),
+    }
 
 
 def corpus_spec(config: Mapping[str, Any], repo: str | Path = ".") -> CorpusSpec:

@@ -1,7 +1,15 @@
 from snakemake.utils import min_version
 
-from dpscaling.grid import alternation, main_grid
+from dpscaling.cluster import evaluation_resource, train_resource
+from dpscaling.figures import ALL_FIGURES
+from dpscaling.figures.common import (
+    ABLATION as NEEDS_ABLATION,
+    ACCOUNTING as NEEDS_ACCOUNTING,
+    RESULTS as NEEDS_RESULTS,
+)
+from dpscaling.grid import ablation_grid, alternation, main_grid
 from dpscaling.workflow import (
+    ablation_training,
     check_config,
     corpus_spec,
     output_root,
@@ -20,14 +28,18 @@ RESULTS = output_root(config)
 CORPUS = corpus_spec(config, repo=workflow.basedir)
 VOCAB = vocab_path(config, repo=workflow.basedir)
 GRID = main_grid(config)
+# The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.
+ABLATION_GRID = ablation_grid(config)
+# Wildcards match the configured values only: the main grid's and the ablation's.
+POINTS = GRID + ABLATION_GRID
 
 
 wildcard_constraints:
-    model=alternation(point.model for point in GRID),
-    batch=alternation(point.batch for point in GRID),
-    seed=alternation(point.seed for point in GRID),
-    nbr=alternation(point.noise_batch_ratio for point in GRID),
-    lr=alternation(point.learning_rate for point in GRID),
+    model=alternation(point.model for point in POINTS),
+    batch=alternation(point.batch for point in POINTS),
+    seed=alternation(point.seed for point in POINTS),
+    nbr=alternation(point.noise_batch_ratio for point in POINTS),
+    lr=alternation(point.learning_rate for point in POINTS),
 
 
 RUN = "model={model}/batch={batch}/seed={seed}/nbr={nbr}/lr={lr}"
@@ -37,3 +49,50 @@ def run_outputs(pattern, points=GRID):
     """``pattern`` (containing RUN's wildcards) expanded over grid points."""
     return [pattern.format(**point.wildcards) for point in points]
 
+
+# The rules' helper functions live here (snakemake --lint: no functions beside rules).
+TABLE_FILES = {"csv": "{stem}.csv", "md": "{stem}.md", "tex": "{stem}.tex"}
+
+
+def figure_inputs(wildcards):
+    """Only what this figure reads, so e.g. a new accounting table does not redraw fig:training."""
+    spec = ALL_FIGURES[wildcards.figure]
+    if NEEDS_ABLATION in spec.needs:  # its own curves only: no law, no main grid
+        return {"ablation": rules.ablation_curves.output[0]}
+    inputs = {"law": LAW}
+    if NEEDS_ACCOUNTING in spec.needs:
+        inputs["sigma_table"] = SIGMA_TABLE
+    if NEEDS_RESULTS in spec.needs:
+        inputs["results"] = FIT_RESULTS
+    return inputs
+
+
+def table_outputs(label):
+    """CSV (in the report), Markdown and LaTeX files of a paper table."""
+    stem = f"{RESULTS}/tables/{label.replace(':', '-')}"
+    files = {kind: pattern.format(stem=stem) for kind, pattern in TABLE_FILES.items()}
+    files["csv"] = report(
+        files["csv"], caption="../report/table.rst", category="Tables"
+    )
+    return files
+
+
+def ablation_sizing(name):
+    """One resource of an ablation training job: dpscaling.cluster's sizing at the
+    ablation's horizon and the job's physical batch."""
+
+    def resource(wildcards, attempt):
+        sized = {**config, "training": ablation_training(config, int(wildcards.batch))}
+        return train_resource(sized, wildcards.model, name, attempt)
+
+    return resource
+
+
+def evaluation_sizing(name):
+    """One resource of scoring an ablation model (dpscaling.cluster.evaluation_resource)."""
+
+    def resource(wildcards, attempt):
+        examples = config["ablation_batch"]["evaluation"]["examples"]
+        return evaluation_resource(config, wildcards.model, examples, name, attempt)
+
+    return resource

@@ -1,33 +1,15 @@
-from dpscaling.figures import FIGURES
-from dpscaling.figures.common import ACCOUNTING, RESULTS as NEEDS_RESULTS
+from dpscaling.figures import ALL_FIGURES, FIGURES
+from dpscaling.figures.nonprivate import NONPRIVATE
+from dpscaling.figures.training_curves import TRAINING
 from dpscaling.tables import inflection_points, models, throughput
 from dpscaling.workflow import analysis_settings
 
 ANALYSIS = analysis_settings(config)
 LAW = rules.fit_law.output[0]
 SIGMA_TABLE = rules.accounting_table.output.table
-TABLE_FILES = {"csv": "{stem}.csv", "md": "{stem}.md", "tex": "{stem}.tex"}
+FIGURE_FILES = ["pdf", "png", "csv"]
 # The training curves behind the run-measured tables; none when the law comes from results_csv.
 RUN_METRICS = [] if config["results_csv"] else rules.train.input
-
-
-def figure_inputs(wildcards):
-    """Only what this figure reads, so e.g. a new accounting table does not redraw fig:training."""
-    spec = FIGURES[wildcards.figure]
-    inputs = {"law": LAW}
-    if ACCOUNTING in spec.needs:
-        inputs["sigma_table"] = SIGMA_TABLE
-    if NEEDS_RESULTS in spec.needs:
-        inputs["results"] = FIT_RESULTS
-    return inputs
-
-
-def table_outputs(label):
-    """CSV (in the report), Markdown and LaTeX files of a paper table."""
-    stem = f"{RESULTS}/tables/{label.replace(':', '-')}"
-    files = {kind: pattern.format(stem=stem) for kind, pattern in TABLE_FILES.items()}
-    files["csv"] = report(files["csv"], caption="../report/table.rst", category="Tables")
-    return files
 
 
 rule figure:
@@ -44,7 +26,7 @@ rule figure:
     log:
         f"{RESULTS}/logs/figures/{{figure}}.log",
     wildcard_constraints:
-        figure=alternation(FIGURES),
+        figure=alternation(ALL_FIGURES),
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -54,7 +36,7 @@ rule figure:
         analysis=ANALYSIS,
         sampling=config["accounting"]["sampling"],
         results_format="reference" if config["results_csv"] else "dpscaling",
-        caption=lambda wildcards: FIGURES[wildcards.figure].caption,
+        caption=lambda wildcards: ALL_FIGURES[wildcards.figure].caption,
     script:
         "../scripts/figure.py"
 
@@ -116,8 +98,24 @@ rule figures:
         expand(
             f"{RESULTS}/figures/{{figure}}.{{ext}}",
             figure=FIGURES,
-            ext=["pdf", "png", "csv"],
+            ext=FIGURE_FILES,
         ),
+
+
+# The appendix experiments drawn from the main grid, one named target each (issue 8).
+rule lr_curves:
+    input:
+        expand(f"{RESULTS}/figures/{TRAINING.name}.{{ext}}", ext=FIGURE_FILES),
+
+
+rule throughput:
+    input:
+        rules.table_throughput.output,
+
+
+rule nonprivate:
+    input:
+        expand(f"{RESULTS}/figures/{NONPRIVATE.name}.{{ext}}", ext=FIGURE_FILES),
 
 
 rule tables:

@@ -2,17 +2,23 @@ from pathlib import Path
 
 from dpscaling.figures import render
 from dpscaling.figures.context import load_context
+from dpscaling.figures.physical_batch import load_ablation_context
 from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
-    context = load_context(
-        snakemake.input.law,
-        AnalysisSettings.from_mapping(snakemake.params.analysis),
-        sigma_table=snakemake.input.get("sigma_table"),
-        results=snakemake.input.get("results"),
-        sampling=snakemake.params.sampling,
-        results_format=snakemake.params.results_format,
-    )
+    if "ablation" in snakemake.input.keys():  # the ablation's figures: its own curves only
+        context = load_ablation_context(snakemake.input.ablation)
+        source = "none (ablation curves)"
+    else:
+        context = load_context(
+            snakemake.input.law,
+            AnalysisSettings.from_mapping(snakemake.params.analysis),
+            sigma_table=snakemake.input.get("sigma_table"),
+            results=snakemake.input.get("results"),
+            sampling=snakemake.params.sampling,
+            results_format=snakemake.params.results_format,
+        )
+        source = context.accounting_source
     written = render(snakemake.wildcards.figure, context, Path(snakemake.output.pdf).with_suffix(""))
-    log.info("wrote %s (accounting: %s)", ", ".join(map(str, written)), context.accounting_source)
+    log.info("wrote %s (accounting: %s)", ", ".join(map(str, written)), source)

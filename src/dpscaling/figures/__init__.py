@@ -3,7 +3,10 @@
 ``FIGURES`` maps a file stem (the paper's label with ':' → '-') to its
 :class:`~dpscaling.figures.common.FigureSpec`; :func:`render` computes a
 figure's data from an :class:`~dpscaling.figures.context.AnalysisContext` and
-writes PDF, PNG and the CSV behind it.
+writes PDF, PNG and the CSV behind it. ``FIGURES`` are the ``figures`` target's
+(from the main grid's law and curves); ``ABLATION_FIGURES`` the ``ablation_batch``
+target's, drawn from the ablation's own curves
+(:class:`~dpscaling.figures.physical_batch.AblationContext`).
 """
 
 from __future__ import annotations
@@ -12,23 +15,26 @@ from pathlib import Path
 
 from dpscaling.errors import UserError
 from dpscaling.figures import (
-    baselines, compute_allocation, excess_vulnerability, full_grid, nonprivate, parametric, smoothing,
-    training_curves, vary_compute, vector_fields)
+    baselines, compute_allocation, excess_vulnerability, full_grid, nonprivate, parametric, physical_batch,
+    smoothing, training_curves, vary_compute, vector_fields)
 from dpscaling.figures.common import FigureSpec, save_figure
 from dpscaling.figures.context import AnalysisContext
+from dpscaling.figures.physical_batch import AblationContext
 
 _MODULES = (compute_allocation, vary_compute, full_grid, baselines, nonprivate,
             vector_fields, excess_vulnerability, smoothing, training_curves, parametric)
 FIGURES: dict[str, FigureSpec] = {spec.name: spec for module in _MODULES for spec in module.FIGURES}
+ABLATION_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in physical_batch.FIGURES}
+ALL_FIGURES: dict[str, FigureSpec] = {**FIGURES, **ABLATION_FIGURES}
 
 
 def figure_spec(name: str) -> FigureSpec:
-    if name not in FIGURES:
-        raise UserError(f"unknown figure {name!r}; known: {', '.join(sorted(FIGURES))}")
-    return FIGURES[name]
+    if name not in ALL_FIGURES:
+        raise UserError(f"unknown figure {name!r}; known: {', '.join(sorted(ALL_FIGURES))}")
+    return ALL_FIGURES[name]
 
 
-def render(name: str, context: AnalysisContext, stem: str | Path) -> list[Path]:
+def render(name: str, context: AnalysisContext | AblationContext, stem: str | Path) -> list[Path]:
     """Compute figure ``name``'s data and write ``stem``.pdf/.png/.csv."""
     spec = figure_spec(name)
     data = spec.compute(context)

@@ -1,0 +1,126 @@
+from dpscaling.figures import ABLATION_FIGURES
+from dpscaling.grid import (
+    ablation_curve_points,
+    ablation_eval_points,
+    ablation_sweep_points,
+)
+from dpscaling.tables import physical_batch
+from dpscaling.workflow import ablation_training
+
+# The physical-batch ablation (paper appendix "Physical Batch Size Ablation"): target
+# ablation_batch, never part of `all` or `figures`. Its jobs live under
+# results/<run>/ablation/, apart from the main grid's (other steps, batches and seeds).
+ABLATION = config["ablation_batch"]
+ABLATION_RUN = f"{RESULTS}/ablation/runs/{RUN}/metrics.parquet"
+ABLATION_EVALUATION = f"{RESULTS}/ablation/evaluations/{RUN}.json"
+# The runs drawn by the figures; the evaluated runs are among them when the sweep's
+# learning rates include the ablation's (as in the paper).
+ABLATION_FIGURE_RUNS = sorted(
+    set(ablation_curve_points(config)) | set(ablation_sweep_points(config))
+)
+ABLATION_EVALUATED = ablation_eval_points(config)
+# What decides which run belongs to which figure (dpscaling.figures.physical_batch).
+ABLATION_FIGURE_KEYS = (
+    "model",
+    "noise_batch_ratios",
+    "physical_batches",
+    "seeds",
+    "learning_rate",
+    "sweep",
+)
+
+
+# The training job with the ablation's horizon, logging and microbatch (the same script).
+use rule train_run as ablation_run with:
+    output:
+        ABLATION_RUN,
+    log:
+        f"{RESULTS}/logs/ablation/train/{RUN}.log",
+    resources:
+        mem_mb=ablation_sizing("mem_mb"),
+        runtime=ablation_sizing("runtime"),
+        cpus_per_task=ablation_sizing("cpus_per_task"),
+        nodes=ablation_sizing("nodes"),
+        gpu=ablation_sizing("gpu"),
+        gres=ablation_sizing("gres"),
+        tasks=ablation_sizing("tasks"),
+        tasks_per_gpu=ablation_sizing("tasks_per_gpu"),
+        mpi=ablation_sizing("mpi"),
+        tpu=1,
+    params:
+        training=lambda wildcards: ablation_training(config, int(wildcards.batch)),
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{RUN}".format(
+            **wildcards
+        ),
+
+
+rule ablation_curves:
+    input:
+        run_outputs(ABLATION_RUN, ABLATION_FIGURE_RUNS),
+    output:
+        f"{RESULTS}/ablation/curves.parquet",
+    log:
+        f"{RESULTS}/logs/ablation/curves.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        ablation={key: ABLATION[key] for key in ABLATION_FIGURE_KEYS},
+    script:
+        "../scripts/ablation_curves.py"
+
+
+# The final model of one run scored on training sequences (its last orbax checkpoint).
+rule ablation_evaluate:
+    input:
+        meta=rules.pack_sequences.output.meta,
+        train=rules.pack_sequences.output.train,
+        curve=ABLATION_RUN,
+    output:
+        ABLATION_EVALUATION,
+    log:
+        f"{RESULTS}/logs/ablation/evaluate/{RUN}.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 2
+    resources:
+        mem_mb=evaluation_sizing("mem_mb"),
+        runtime=evaluation_sizing("runtime"),
+        cpus_per_task=evaluation_sizing("cpus_per_task"),
+        gpu=evaluation_sizing("gpu"),
+        tpu=1,
+    params:
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{RUN}".format(
+            **wildcards
+        ),
+        evaluation=ABLATION["evaluation"],
+    script:
+        "../scripts/evaluate.py"
+
+
+rule table_physical_batch:
+    input:
+        evaluations=run_outputs(ABLATION_EVALUATION, ABLATION_EVALUATED),
+        curves=run_outputs(ABLATION_RUN, ABLATION_EVALUATED),
+    output:
+        **table_outputs(physical_batch.LABEL),
+    log:
+        f"{RESULTS}/logs/tables/physical_batch.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    params:
+        caption=physical_batch.CAPTION,
+    script:
+        "../scripts/table_physical_batch.py"
+
+
+rule ablation_batch:
+    input:
+        expand(
+            f"{RESULTS}/figures/{{figure}}.{{ext}}",
+            figure=ABLATION_FIGURES,
+            ext=["pdf", "png", "csv"],
+        ),
+        rules.table_physical_batch.output,

@@ -1,0 +1,21 @@
+import logging
+from pathlib import Path
+
+from dpscaling.train.distributed import limit_host_threads
+
+# Before JAX starts its CPU backend: use the cores this job was given, not all of them.
+limit_host_threads(snakemake.threads)
+
+from dpscaling.io import write_json_atomic  # noqa: E402
+from dpscaling.logs import log_to_file  # noqa: E402
+from dpscaling.train.evaluate import evaluate_checkpoint  # noqa: E402
+
+with log_to_file(snakemake.log[0]) as log:
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    evaluation = evaluate_checkpoint(
+        snakemake.params.checkpoint_dir,
+        Path(snakemake.input.meta).parent,
+        **snakemake.params.evaluation,
+    )
+    log.info("%s", evaluation)
+    write_json_atomic(snakemake.output[0], evaluation.to_dict())
