@@ -16,19 +16,18 @@ DATA_AXIS = "data"
 
 
 def limit_host_threads(threads: int) -> None:
-    """Keep XLA's CPU thread pools to the ``threads`` cores the scheduler gave this job.
+    """Run XLA's CPU matrix kernels on one thread when the scheduler gave this job one core.
 
-    XLA otherwise sizes them by every core of the machine, so two jobs on a 2-core laptop
-    would fight over both cores. Takes effect only before JAX creates its CPU backend;
-    settings already in ``XLA_FLAGS`` win. Accelerator devices are unaffected.
+    XLA otherwise sizes its thread pools by every core of the machine, so two one-core jobs
+    on a 2-core laptop would fight over both. Only XLA's own, documented flag is used
+    (``XLA_FLAGS`` must start with ``--`` or XLA reads it as a file name). Takes effect only
+    before JAX creates its CPU backend; a setting already in ``XLA_FLAGS`` wins; accelerator
+    devices are unaffected.
     """
     flags = os.environ.get("XLA_FLAGS", "")
-    if "intra_op_parallelism_threads" in flags:
+    if threads != 1 or "xla_cpu_multi_thread_eigen" in flags:
         return
-    added = [f"intra_op_parallelism_threads={threads}"]
-    if threads == 1:
-        added.insert(0, "--xla_cpu_multi_thread_eigen=false")
-    os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
 
 
 def maybe_initialize_distributed(requested: bool | None) -> None:
