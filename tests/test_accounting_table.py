@@ -13,8 +13,8 @@ from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import AccountingRefused
 from dpscaling.errors import UserError
 
-# Small but with the production steps per octave, so the interpolation bound tested is the real one.
-SPEC = TableSpec(epsilon_min=1.0, epsilon_max=16.0, steps_min=1000, steps_max=2000,
+# Small, with 2^(1/4) steps in T and q (COARSE below has the production factor-2 steps).
+SPEC = TableSpec(epsilon_min=1.0, epsilon_max=16.0, steps_min=1000, steps_max=2000, steps_per_octave=4,
                  q_min_log2=-5, q_per_octave=4, q_per_chunk=7)
 INTERPOLATION_BOUND = 0.005
 
@@ -34,7 +34,7 @@ def built(tmp_path_factory):
 
 def test_grids_are_logarithmic_and_cover_the_range():
     spec = TableSpec()
-    assert spec.epsilons()[0] == 2**-7 and spec.epsilons()[-1] >= 1e6
+    assert spec.epsilons()[0] <= 2**-7 and spec.epsilons()[-1] >= 1e6
     assert spec.steps()[0] == 100 and spec.steps()[-1] == 128_000
     qs = spec.sampling_probabilities()
     assert qs[0] == 2**-20 and qs[-1] == 1.0 and 2**-10 in qs  # exact powers of two
@@ -137,3 +137,62 @@ def test_cells_beyond_the_memory_cap_are_marked_refused_not_filled():
     ok = frame[frame["status"] == "ok"].iloc[0]
     assert ok["sigma"] == pytest.approx(calibration.calibrate_poisson(
         ok["epsilon"], ok["sampling_probability"], int(ok["steps"])), rel=2e-3)
+
+
+# The production resolution (TableSpec's per-octave defaults: factor-2 steps in T and q,
+# cubic interpolation at fixed σ) on a small range, checked against direct calibration.
+COARSE = TableSpec(epsilon_min=0.25, epsilon_max=64.0, steps_min=500, steps_max=4000, q_min_log2=-10,
+                   q_per_chunk=11)
+
+
+@pytest.fixture(scope="module")
+def coarse_table():
+    frame = pd.concat([compute_chunk(COARSE, chunk) for chunk in plan_table(COARSE)], ignore_index=True)
+    return SigmaTable(frame), SigmaTable(frame, method="linear")
+
+
+def test_cubic_table_on_factor_two_grid_is_within_half_a_percent_off_grid(coarse_table):
+    cubic, linear = coarse_table
+    rng = np.random.default_rng(7)
+    eps = np.exp(rng.uniform(np.log(0.25), np.log(64.0), 10))
+    steps = np.round(np.exp(rng.uniform(np.log(500), np.log(4000), 10))).astype(int)
+    qs = 2.0 ** rng.uniform(-10, -0.25, 10)
+    direct = np.array([calibration.calibrate_poisson(e, q, int(t), relative_tolerance=1e-5)
+                       for e, t, q in zip(eps, steps, qs)])
+    error = cubic.poisson(eps, steps, qs) / direct - 1
+    assert np.abs(error).max() <= INTERPOLATION_BOUND
+    # the authors' linear scheme is measurably worse on the same grid
+    assert np.abs(linear.poisson(eps, steps, qs) / direct - 1).max() > np.abs(error).max()
+
+
+def test_cubic_table_is_exact_at_grid_points(coarse_table):
+    cubic, _ = coarse_table
+    frame = cubic.frame
+    np.testing.assert_allclose(cubic.poisson(frame["epsilon"], frame["steps"], frame["sampling_probability"]),
+                               frame["sigma"], rtol=1e-9)
+
+
+def test_queries_across_the_two_participation_jump_are_refused():
+    eps, steps, qs = 2.0 ** np.arange(0, 9), 100 * 2 ** np.arange(7), 2.0 ** np.arange(-20, -12)
+    e, t, q = np.meshgrid(eps, steps, qs, indexing="ij")
+    frame = pd.DataFrame({"epsilon": e.ravel(), "steps": t.ravel(), "sampling_probability": q.ravel(),
+                          "delta": 1e-8, "sigma": (np.sqrt(t) / e).ravel() * 1e-3, "status": "ok"})
+    table = SigmaTable(frame)
+    with pytest.raises(AccountingRefused, match="two steps"):
+        table.sigma(100.0, 120, 2**-19.7)
+    assert np.isfinite(table.sigma(8.0, 120, 2**-19.7))  # small epsilon: no jump there
+    assert np.isfinite(table.sigma(100.0, 3000, 2**-14.5))  # stencil entirely above the jump
+
+
+def test_poisson_branch_refuses_near_steps_where_min_rule_is_deterministic():
+    eps, steps, qs = 2.0 ** np.arange(5, 12), 1000 * 2 ** np.arange(4), 2.0 ** np.arange(-14, -9)
+    e, t, q = np.meshgrid(eps, steps, qs, indexing="ij")
+    deterministic_like = np.sqrt(np.ceil(q * t)) * 1.5 * np.vectorize(
+        lambda x: calibration.calibrate_sigma(x, 1.0, 1, sampling="deterministic"))(e)
+    frame = pd.DataFrame({"epsilon": e.ravel(), "steps": t.ravel(), "sampling_probability": q.ravel(),
+                          "delta": 1e-8, "sigma": deterministic_like.ravel(), "status": "ok"})
+    table = SigmaTable(frame)
+    with pytest.raises(AccountingRefused, match="near-steps"):
+        table.sigma(300.0, 3000, 2**-12.5, sampling="poisson")
+    np.testing.assert_allclose(table.sigma(300.0, 3000, 2**-12.5),
+                               table.deterministic(300.0, 3000, 2**-12.5))

@@ -1,9 +1,9 @@
 """Measured interpolation error of a :class:`SigmaTable` against direct calibration.
 
 Issue 4 asks for the table's interpolation error to be measured, not assumed:
-linear interpolation of log σ is worst at the geometric mid-points of grid
-cells, so points are drawn there (with random per-axis offsets on request) and
-σ is recomputed from scratch with :func:`calibrate_poisson`.
+interpolation of log σ is worst near the geometric mid-points of grid cells, so
+points are drawn there and σ is recomputed from scratch with
+:func:`calibrate_poisson`.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ def measure(table: SigmaTable, points: pd.DataFrame) -> pd.DataFrame:
     """Adds sigma_table, sigma_direct, relative_error (Poisson branch), seconds_direct, and
     relative_error_min: the same for the paper's min rule (deterministic branch exact).
 
-    Measured: at ε ≳ 1e4 with q·T ≲ 1 the Poisson σ has near-steps in T and q (the
+    Measured: at ε ≳ 1e2 with q·T ≲ 1 the Poisson σ has near-steps in T and q (the
     participation-count quantile crossing δ moves σ by ~10% over a few steps), so
-    linear interpolation is up to ~2% off there; the min rule is unaffected because
-    deterministic batching (k = 1) is ~2× lower in exactly that regime.
+    the Poisson branch alone is up to ~9% off there on the default factor-2 grid;
+    the min rule is unaffected because deterministic batching is ~2× lower in
+    exactly that regime — except across the two-participation jump, which the
+    table refuses (:func:`dpscaling.accounting.interpolation.across_participation_jump`).
     """
     rows = []
     for e, t, q in points[["epsilon", "steps", "sampling_probability"]].itertuples(index=False):
