@@ -40,3 +40,4 @@ rule all:
         rules.fit.input,
         rules.figures.input,
         rules.tables.input,
+        rules.findings.output,

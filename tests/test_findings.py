@@ -6,7 +6,8 @@ import numpy as np
 from figure_context import synthetic_context
 
 from dpscaling.findings import (
-    check_findings, dp_models_are_smaller, optimal_beats_baselines, report, tokens_per_parameter_rise)
+    check_findings, dp_models_are_smaller, findings_table, optimal_beats_baselines, report,
+    tokens_per_parameter_rise)
 from dpscaling.law.columns import COMPUTE, TOKENS_PER_PARAMETER
 
 
@@ -17,6 +18,16 @@ def test_every_claim_gets_a_verdict_and_numbers() -> None:
     for letter in "abcd":
         assert f"({letter})" in text
     assert all(f.measured and isinstance(f.holds, bool) for f in findings)
+
+
+def test_table_rows_carry_the_verdicts_of_the_report() -> None:
+    findings = check_findings(synthetic_context())
+    table = findings_table(findings)
+    assert list(table["finding"]) == list("abcd")
+    for finding, (_, row) in zip(findings, table.iterrows()):
+        assert row["verdict"] == ("holds" if finding.holds else "does not hold")
+        assert row["measured"] == finding.measured
+        assert f"{row['verdict']} on this data" in report(findings)
 
 
 def test_size_ratio_is_the_measured_one() -> None:

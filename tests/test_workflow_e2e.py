@@ -108,6 +108,14 @@ def test_tables_satisfy_their_identities(smoke_run: Path) -> None:
     assert ((ours["Records/sec"] - ours["Steps/sec"] * 8).abs() < 1e-9 * ours["Records/sec"]).all()
 
 
+def test_findings_are_checked_on_the_run(smoke_run: Path) -> None:
+    findings = pd.read_csv(smoke_run / "tables" / "findings.csv")
+    assert list(findings["finding"]) == ["a", "b", "c", "d"]
+    assert set(findings["verdict"]) <= {"holds", "does not hold"}
+    assert findings["measured"].str.len().min() > 0
+    assert (smoke_run / "tables" / "findings.md").read_text().startswith("**findings**")
+
+
 def test_report_has_every_figure_and_table(smoke_run: Path) -> None:
     from dpscaling.figures import FIGURES
 
@@ -115,6 +123,6 @@ def test_report_has_every_figure_and_table(smoke_run: Path) -> None:
     html = (smoke_run / "report.html").read_text(errors="replace")
     for name in FIGURES:
         assert f"{name}.pdf" in html, name
-    for stem in ("table-models", "tab-throughput", "table-inflection_points"):
+    for stem in ("table-models", "tab-throughput", "table-inflection_points", "findings"):
         assert f"{stem}.csv" in html
     assert "run_name: smoke" in (smoke_run / "config.yaml").read_text()

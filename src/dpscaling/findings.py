@@ -123,6 +123,21 @@ def check_findings(context: AnalysisContext) -> list[Finding]:
             optimal_beats_baselines(context)]
 
 
+LABEL = "findings"
+CAPTION = ("The paper's qualitative findings (§1, §4.1-§4.4) checked on this run's fitted law and accounting: "
+           "each claim, whether it holds on this data, and the numbers measured.")
+
+
+def findings_table(findings: list[Finding]) -> pd.DataFrame:
+    """One row per claim, lettered as in issue 8 / the report, for the workflow's ``findings`` target."""
+    return pd.DataFrame({
+        "finding": list("abcd"[: len(findings)]),
+        "claim": [finding.claim for finding in findings],
+        "verdict": ["holds" if finding.holds else "does not hold" for finding in findings],
+        "measured": [finding.measured for finding in findings],
+    })
+
+
 def report(findings: list[Finding]) -> str:
     lines = []
     for letter, finding in zip("abcd", findings):

@@ -1,6 +1,7 @@
 from dpscaling.figures import ALL_FIGURES, FIGURES
 from dpscaling.figures.nonprivate import NONPRIVATE
 from dpscaling.figures.training_curves import TRAINING
+from dpscaling import findings as findings_check
 from dpscaling.tables import inflection_points, models, throughput
 from dpscaling.workflow import analysis_settings
 
@@ -93,6 +94,28 @@ rule table_inflection_points:
         "../scripts/table_inflection_points.py"
 
 
+# The paper's qualitative claims checked on this run's law (issue 8, item 5).
+rule findings:
+    input:
+        law=LAW,
+        sigma_table=SIGMA_TABLE,
+    output:
+        **table_outputs(findings_check.LABEL),
+    log:
+        f"{RESULTS}/logs/tables/findings.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=30,
+    params:
+        analysis=ANALYSIS,
+        sampling=config["accounting"]["sampling"],
+        caption=findings_check.CAPTION,
+    script:
+        "../scripts/findings.py"
+
+
 rule figures:
     input:
         expand(
@@ -149,6 +172,7 @@ rule report_html:
     input:
         rules.figures.input,
         rules.tables.input,
+        rules.findings.output,
         rules.run_config.output,
     output:
         f"{RESULTS}/report.html",

@@ -1,0 +1,21 @@
+from dpscaling.figures.context import load_context
+from dpscaling.figures.settings import AnalysisSettings
+from dpscaling.findings import CAPTION, LABEL, check_findings, findings_table, report
+from dpscaling.logs import log_to_file
+from dpscaling.tables.write import write_table
+
+with log_to_file(snakemake.log[0]) as log:
+    context = load_context(
+        snakemake.input.law,
+        AnalysisSettings.from_mapping(snakemake.params.analysis),
+        sigma_table=snakemake.input.sigma_table,
+        sampling=snakemake.params.sampling,
+    )
+    findings = check_findings(context)
+    log.info("accounting: %s\n%s", context.accounting_source, report(findings))
+    write_table(
+        findings_table(findings),
+        snakemake.output.csv.removesuffix(".csv"),
+        CAPTION,
+        LABEL,
+    )
