@@ -171,3 +171,18 @@ def test_fit_errors(run, inputs, tmp_path) -> None:
     status, _, err = run("fit", "--results", inputs / "results.parquet", "--out", tmp_path / "law",
                          "--warmup-steps", 1e9)
     assert status == 2 and "warm-up" in err
+
+
+@pytest.mark.parametrize(("rule", "sampling"), [("min", "min"), ("amplified", "poisson")])
+def test_context_reports_the_rule_of_the_laws_own_tables(tmp_path, rule, sampling) -> None:
+    from dpscaling.figures.context import load_context
+    from dpscaling.figures.settings import AnalysisSettings
+
+    table = accounting_table(DeterministicGaussianSigma(), **ACCOUNTING)
+    law = fit_law(synthetic_results(), LawSettings(warmup_steps=100, accounting_rule=rule), seq_len=128,
+                  physical_batch=32, accounting_amplified=table, accounting_unamplified=table)
+    law.save(tmp_path / "law")
+    # The workflow's own setting ("deterministic" here) must not relabel σ taken from the law's tables.
+    context = load_context(tmp_path / "law", AnalysisSettings(), sampling="deterministic")
+    assert context.sampling == sampling
+    assert f"{rule} rule" in context.accounting_source

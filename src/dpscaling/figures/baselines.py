@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from dpscaling.figures.common import ACCOUNTING, LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
-from dpscaling.figures.vary_compute import UNANSWERED, footnote, reasons_text, unanswered_counts
+from dpscaling.figures.common import UNANSWERED, footnote, reasons_text, unanswered_counts
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA, TOKENS_PER_PARAMETER)

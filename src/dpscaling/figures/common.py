@@ -8,6 +8,7 @@ matplotlib figure. Ranges and ticks follow the data, never the paper's values.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 # Inputs a figure can need; the workflow gives each figure job only these. ABLATION: the physical-batch
 # ablation's own curves (dpscaling.figures.physical_batch), instead of the law and everything else.
 LAW, ACCOUNTING, RESULTS, ABLATION = "law", "accounting", "results", "ablation"
+# Columns counting what a law query could not answer (kept per line in a figure's CSV).
+BUDGETS_WITHOUT_ANSWER = "Budgets Without Answer"
+UNANSWERED = "Unanswered Configurations"
+FOOTNOTE_CHARACTERS_PER_INCH = 17  # 7-point text
 
 
 @dataclass(frozen=True)
@@ -127,3 +132,20 @@ def readable_log_ticks(figure: Figure, max_decades: float = 1.0, count: int = 3)
 def no_data(ax: Axes, reason: str) -> None:
     """Say on the panel why it is empty, instead of drawing nothing."""
     ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=8, transform=ax.transAxes)
+
+
+def unanswered_counts(per_compute: pd.DataFrame) -> dict[str, int]:
+    """Configurations and budgets a ``best_per_compute`` query could not answer (its ``attrs``)."""
+    return {BUDGETS_WITHOUT_ANSWER: int(per_compute.attrs.get("budgets_without_answer", 0)),
+            UNANSWERED: int(sum(per_compute.attrs.get("unanswered", {}).values()))}
+
+
+def reasons_text(reasons: dict[str, int]) -> str:
+    return "; ".join(f"{count} × {reason}" for reason, count in sorted(reasons.items(), key=lambda r: -r[1]))
+
+
+def footnote(figure: Figure, text: str) -> None:
+    """Small text under the panels (kept by the tight bounding box of ``save_figure``), wrapped to the
+    figure's width (by characters: matplotlib's own ``wrap=True`` doubles the time to save)."""
+    width = max(40, int(figure.get_figwidth() * FOOTNOTE_CHARACTERS_PER_INCH))
+    figure.text(0.0, 0.0, textwrap.fill(text, width), ha="left", va="top", fontsize=7)

@@ -136,7 +136,9 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
     saved = law.sigma_function()
     if saved is not None:
         sigma, delta = saved
-        source = "the law's accounting tables (authors' format)"
+        # The law's own tables apply the law's rule, whatever the workflow's accounting setting says.
+        sampling = "poisson" if law.settings.accounting_rule == "amplified" else "min"
+        source = f"the law's accounting tables (authors' format, {law.settings.accounting_rule} rule)"
     elif sigma_table is not None:
         from dpscaling.accounting.table import SigmaTable
 

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from dpscaling.figures.common import LAW, FigureSpec, log_axes, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
-from dpscaling.figures.vary_compute import BUDGETS_WITHOUT_ANSWER, UNANSWERED, footnote, unanswered_counts
+from dpscaling.figures.common import BUDGETS_WITHOUT_ANSWER, UNANSWERED, footnote, unanswered_counts
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
     TOKENS, TOKENS_PER_PARAMETER)

@@ -16,13 +16,13 @@ reference.
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from dpscaling.figures.common import ACCOUNTING, LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
+from dpscaling.figures.common import (
+    ACCOUNTING, BUDGETS_WITHOUT_ANSWER, LAW, UNANSWERED, FigureSpec, budget_label, colours, footnote, log_axes,
+    no_data, reasons_text, subplots, unanswered_counts)
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
@@ -34,34 +34,14 @@ INFLECTION_POINT = "Inflection Point"      # this row's compute is the curve's s
 SATURATES = "Saturates In Range"           # the saturating compute is below the largest budget answered
 ANNOTATED = "Annotated"                    # the inflection point is labelled on the figure
 AT_MODEL_SIZE_EDGE = "Optimum At Model-Size Edge"
-BUDGETS_WITHOUT_ANSWER = "Budgets Without Answer"
-UNANSWERED = "Unanswered Configurations"
 ANNOTATED_CURVES = 2  # the caption: "annotated … for two of the curves"
 # Hoffmann et al. (2022): about 20 training tokens per parameter, compute-optimal without DP.
 CHINCHILLA_TOKENS_PER_PARAMETER = 20.0
-FOOTNOTE_CHARACTERS_PER_INCH = 17  # 7-point text
 CONFIGURATION_COLUMNS = [COMPUTE, CROSS_ENTROPY, MODEL_SIZE, BATCH_SIZE, ITERATIONS, TOKENS,
                          TOKENS_PER_PARAMETER, SIGMA, NOISE_BATCH_RATIO]
 
 
 # ---------------------------------------------------------------------- shared by this package's law figures
-
-def unanswered_counts(per_compute: pd.DataFrame) -> dict[str, int]:
-    """Configurations and budgets a ``best_per_compute`` query could not answer (its ``attrs``)."""
-    return {BUDGETS_WITHOUT_ANSWER: int(per_compute.attrs.get("budgets_without_answer", 0)),
-            UNANSWERED: int(sum(per_compute.attrs.get("unanswered", {}).values()))}
-
-
-def reasons_text(reasons: dict[str, int]) -> str:
-    return "; ".join(f"{count} × {reason}" for reason, count in sorted(reasons.items(), key=lambda r: -r[1]))
-
-
-def footnote(figure: Figure, text: str) -> None:
-    """Small text under the panels (kept by the tight bounding box of ``save_figure``), wrapped to the
-    figure's width (by characters: matplotlib's own ``wrap=True`` doubles the time to save)."""
-    width = max(40, int(figure.get_figwidth() * FOOTNOTE_CHARACTERS_PER_INCH))
-    figure.text(0.0, 0.0, textwrap.fill(text, width), ha="left", va="top", fontsize=7)
-
 
 def count_note(data: pd.DataFrame, keys: list[str], what: str) -> str:
     """One sentence totalling the per-line count columns (the CSV keeps them per line)."""
