@@ -112,7 +112,7 @@ def short_number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def readable_log_ticks(figure: Figure, max_decades: float = 1.0, count: int = 3) -> None:
+def readable_log_ticks(figure: Figure, max_decades: float = 1.5, count: int = 3) -> None:
     """On log axes spanning less than ``max_decades`` (the CPU grid's narrow ranges), replace
     matplotlib's crowded minor labels by ``count`` evenly spaced ticks with short labels."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator

@@ -130,6 +130,7 @@ def draw_best_loss(data: pd.DataFrame, context: AnalysisContext) -> Figure:
         if panel.empty:
             no_data(ax, f"no compute budget inside the law's range at ε = {epsilon:g}")
             continue
+        annotated = 0
         for colour, users in zip(colours(len(data_budgets)), data_budgets):
             curve = panel[panel[DATA_BUDGET] == users].sort_values(COMPUTE)
             if curve.empty:
@@ -137,9 +138,11 @@ def draw_best_loss(data: pd.DataFrame, context: AnalysisContext) -> Figure:
             ax.plot(curve[COMPUTE], curve[BEST_CROSS_ENTROPY], color=colour, label=f"N = {budget_label(users)}")
             for _, point in curve[curve[ANNOTATED].fillna(False).astype(bool)].iterrows():
                 ax.plot(point[COMPUTE], point[BEST_CROSS_ENTROPY], "o", color=colour, markersize=5)
+                # Staggered upwards: the annotated curves' inflection points are often close together.
                 ax.annotate(inflection_text(point[MODEL_SIZE]), (point[COMPUTE], point[BEST_CROSS_ENTROPY]),
-                            xytext=(-10, 14), textcoords="offset points", ha="right", fontsize=7,
+                            xytext=(-10, 14 + 12 * annotated), textcoords="offset points", ha="right", fontsize=7,
                             arrowprops=dict(arrowstyle="-", color=colour, lw=0.8))
+                annotated += 1
         ax.legend(fontsize=7)
     footnote(figure, saturation_note(data) + " " + count_note(data, [PRIVACY_BUDGET, DATA_BUDGET], "curve"))
     return figure
