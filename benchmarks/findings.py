@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from dpscaling.figures.context import load_context
@@ -31,7 +32,9 @@ def main() -> None:
                            sigma_table=args.run / "accounting" / "sigma_table.parquet",
                            sampling=config.get("accounting", {}).get("sampling", "min"))
     print(f"law: {args.run / 'law' / 'fit'}; accounting: {context.accounting_source}")
-    print(report(check_findings(context)))
+    # The run's table:inflection_points, when the workflow wrote it, saves (b)'s queries.
+    table = args.run / "tables" / "table-inflection_points.csv"
+    print(report(check_findings(context, pd.read_csv(table) if table.is_file() else None)))
 
 
 if __name__ == "__main__":

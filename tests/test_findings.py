@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from figure_context import synthetic_context
 
 from dpscaling.findings import (
@@ -28,6 +29,18 @@ def test_table_rows_carry_the_verdicts_of_the_report() -> None:
         assert row["verdict"] == ("holds" if finding.holds else "does not hold")
         assert row["measured"] == finding.measured
         assert f"{row['verdict']} on this data" in report(findings)
+
+
+def test_saturation_check_reads_the_workflows_table_like_its_own(tmp_path) -> None:
+    from dpscaling.findings import loss_saturates
+    from dpscaling.tables.inflection_points import inflection_points_table
+
+    context = synthetic_context()
+    computed, table = loss_saturates(context)
+    path = tmp_path / "table-inflection_points.csv"
+    inflection_points_table(context).to_csv(path, index=False)  # as the workflow's table rule writes it
+    from_file, _ = loss_saturates(context, pd.read_csv(path))
+    assert from_file == computed and len(table) > 0
 
 
 def test_size_ratio_is_the_measured_one() -> None:

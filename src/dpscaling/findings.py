@@ -17,7 +17,7 @@ from dpscaling.figures.baselines import BASELINE, KIND, OPTIMAL, comparison_tabl
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.law.columns import (
     COMPUTE, CROSS_ENTROPY, DATA_BUDGET, MODEL_SIZE, PRIVACY_BUDGET, TOKENS_PER_PARAMETER)
-from dpscaling.law.queries import saturating_table
+from dpscaling.tables.inflection_points import inflection_points_table
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20.0
 SMALLER_FACTOR = 10.0
@@ -56,12 +56,14 @@ def dp_models_are_smaller(context: AnalysisContext) -> Finding:
                    bool(np.median(ratios) >= SMALLER_FACTOR), measured)
 
 
-def loss_saturates(context: AnalysisContext) -> tuple[Finding, pd.DataFrame]:
-    """(b) The best loss saturates in compute; the saturating compute rises with ε and with N."""
-    settings = context.settings
-    table = saturating_table(context.compute_budgets(), settings.privacy_budgets, settings.table_data_budgets,
-                             context.law.loss, context.sigma, context.law.seq_len, context.model_sizes,
-                             context.iteration_bounds)
+def loss_saturates(context: AnalysisContext, table: pd.DataFrame | None = None) -> tuple[Finding, pd.DataFrame]:
+    """(b) The best loss saturates in compute; the saturating compute rises with ε and with N.
+
+    ``table`` is table:inflection_points when the workflow has already computed it (its
+    queries are this check's costliest part); otherwise it is computed here.
+    """
+    if table is None:
+        table = inflection_points_table(context)
     answered = table.dropna(subset=[COMPUTE])
     _, top = context.compute_range()
     # Saturated: the last decade (or more) of compute buys less than the 1% tolerance.
@@ -118,9 +120,10 @@ def optimal_beats_baselines(context: AnalysisContext) -> Finding:
                    measured)
 
 
-def check_findings(context: AnalysisContext) -> list[Finding]:
-    return [dp_models_are_smaller(context), loss_saturates(context)[0], tokens_per_parameter_rise(context),
-            optimal_beats_baselines(context)]
+def check_findings(context: AnalysisContext, inflection_points: pd.DataFrame | None = None) -> list[Finding]:
+    """Claims (a)-(d); ``inflection_points``: a table:inflection_points already computed for this context."""
+    return [dp_models_are_smaller(context), loss_saturates(context, inflection_points)[0],
+            tokens_per_parameter_rise(context), optimal_beats_baselines(context)]
 
 
 LABEL = "findings"

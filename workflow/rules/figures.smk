@@ -99,6 +99,7 @@ rule findings:
     input:
         law=LAW,
         sigma_table=SIGMA_TABLE,
+        inflection_points=rules.table_inflection_points.output.csv,
     output:
         **table_outputs(findings_check.LABEL),
     log:

@@ -1,3 +1,5 @@
+import pandas as pd
+
 from dpscaling.figures.context import load_context
 from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.findings import CAPTION, LABEL, check_findings, findings_table, report
@@ -11,7 +13,7 @@ with log_to_file(snakemake.log[0]) as log:
         sigma_table=snakemake.input.sigma_table,
         sampling=snakemake.params.sampling,
     )
-    findings = check_findings(context)
+    findings = check_findings(context, pd.read_csv(snakemake.input.inflection_points))
     log.info("accounting: %s\n%s", context.accounting_source, report(findings))
     write_table(
         findings_table(findings),
