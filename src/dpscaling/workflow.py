@@ -273,7 +273,7 @@ def analysis_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return AnalysisSettings.from_mapping(values).to_mapping()
 
 
-REPORT_TARGETS = ("figures", "tables", "run_config")
+REPORT_TARGETS = ("figures", "tables", "findings", "run_config")
 
 
 def write_report(snakefile: str | Path, config: Mapping[str, Any], output: str | Path) -> None:
