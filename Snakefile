@@ -37,6 +37,7 @@ rule all:
     input:
         rules.data.input,
         rules.train.input,
+        rules.accounting.input,
         rules.fit.input,
         rules.figures.input,
         rules.tables.input,

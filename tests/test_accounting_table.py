@@ -78,6 +78,17 @@ def test_interpolation_error_at_cell_midpoints_is_within_bound(built):
     measured = interpolation_check.measure(table, interpolation_check.off_grid_points(table, 12, seed=3))
     assert len(measured) == 12
     assert measured["relative_error"].abs().max() <= INTERPOLATION_BOUND
+    assert measured["relative_error_min"].notna().all()
+    assert measured["relative_error_min"].abs().max() <= INTERPOLATION_BOUND
+
+
+def test_interpolation_report_accounts_for_every_drawn_point(built, tmp_path):
+    summary = interpolation_check.report_interpolation_error(built[2], 20, tmp_path / "errors.csv", seed=5)
+    saved = pd.read_csv(tmp_path / "errors.csv")
+    assert summary["points"] + summary["skipped_refused"] == 20
+    assert summary["points"] == len(saved)
+    assert summary["poisson_refused"] == saved["sigma_table"].isna().sum()
+    assert summary["max_relative_error_min_rule"] == pytest.approx(saved["relative_error_min"].abs().max())
 
 
 def test_sigma_table_vectorised_sampling_rules(built):
