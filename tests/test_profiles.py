@@ -118,6 +118,15 @@ def test_local_profile(tmp_path: Path) -> None:
     assert not any(k.startswith("slurm_") for j in jobs.values() for r in j for k in r)
 
 
+def test_plain_run_takes_threads_from_the_config(tmp_path: Path) -> None:
+    # `snakemake --cores 2` without a profile: the default's host_threads = 1 lets two
+    # training jobs share the two cores; a config asking for more gets them.
+    plain = dry_run(tmp_path, "--cores", "2", *SMALL, env=clean_env())
+    assert only(plain["train_run"]).get("threads", "1") == "1"
+    wider = dry_run(tmp_path, "--cores", "2", *SMALL, "--config", "host_threads=2", env=clean_env())
+    assert only(wider["train_run"])["threads"] == "2"
+
+
 def test_tpu_profile(tmp_path: Path) -> None:
     jobs = dry_run(tmp_path, "--profile", str(REPO / "profiles" / "tpu"), *paper_models(tmp_path), env=clean_env())
     # Every training job claims the single `tpu` the profile offers: one at a time owns the chips.

@@ -84,7 +84,7 @@ rule ablation_evaluate:
         f"{RESULTS}/logs/ablation/evaluate/{RUN}.log",
     conda:
         "../envs/dpscaling.yaml"
-    threads: 2
+    threads: config["host_threads"]
     resources:
         mem_mb=evaluation_sizing("mem_mb"),
         runtime=evaluation_sizing("runtime"),

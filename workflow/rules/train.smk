@@ -11,7 +11,7 @@ rule train_run:
         f"{RESULTS}/logs/train/{RUN}.log",
     conda:
         "../envs/dpscaling.yaml"
-    threads: 2
+    threads: config["host_threads"]
     # Sized per model by dpscaling.cluster (GPUs, nodes, host memory and wall time;
     # retries scale memory and time with the attempt); tpu=1: a job owns all local
     # accelerators, so profiles/tpu runs one at a time.
