@@ -2,11 +2,17 @@
 # The stages live in workflow/rules/; the code behind them in src/dpscaling/.
 
 
-# Found next to this file, so `snakemake --directory DIR` works; --configfile merges on top.
-configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+# Config layering (README "Configurations"): unset keys take the schema's defaults, which
+# are the paper's values. The CPU default (config/config.yaml) is loaded only when no
+# --configfile is given, so config/paper.yaml and the configs layered on it never inherit
+# laptop settings. Found next to this file, so `snakemake --directory DIR` works.
+if not workflow.overwrite_configfiles:
+
+    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/run_config.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/accounting.smk"
@@ -23,6 +29,7 @@ localrules:
     fit,
     figures,
     tables,
+    findings,
     report,
     report_html,
     run_config,
@@ -41,4 +48,4 @@ rule all:
         rules.fit.input,
         rules.figures.input,
         rules.tables.input,
-        rules.findings.output,
+        rules.findings.input,

@@ -23,14 +23,15 @@ SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
 
 
 def merged(*names: str) -> dict:
-    """The validated config of config/config.yaml with ``names`` deep-merged on top (as --configfile does)."""
+    """The validated config of ``names`` deep-merged in order, or of config/config.yaml when none is
+    given (as the Snakefile layers ``--configfile``s; tests/test_config_layering.py checks the real one)."""
 
     def merge(base: dict, extra: dict) -> dict:
         for key, value in extra.items():
             base[key] = merge(base.get(key, {}), value) if isinstance(value, dict) else value
         return base
 
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = {} if names else yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     for name in names:
         config = merge(config, yaml.safe_load(Path(name).read_text()))
     validate_config(config, SCHEMA)

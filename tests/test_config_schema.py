@@ -35,7 +35,7 @@ def test_shipped_configs_are_valid(name: str) -> None:
 def test_defaults_fill_every_block() -> None:
     config = validated({})
     assert config["run_name"] == "default"
-    assert config["data"]["seq_len"] == 128
+    assert config["data"]["seq_len"] == 512  # the paper's (every default is; tests/test_config_layering.py)
     assert config["training"]["log_every"] == 100
     assert config["training"]["warmup_steps"] == 1000
     assert config["fit"]["reference_compatible"] is False

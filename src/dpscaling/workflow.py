@@ -302,11 +302,19 @@ def write_report(snakefile: str | Path, config: Mapping[str, Any], output: str |
             tmp.write_bytes(html.read_bytes())
 
 
+# The effective config's top-level order (the schema's): names first, then the blocks in pipeline order.
+CONFIG_ORDER = ("run_name", "host_threads", "results_csv", "data", "models", "training", "accounting", "fit",
+                "analysis", "ablation_batch")
+
+
 def config_yaml(config: Mapping[str, Any]) -> str:
-    """The merged, validated config as YAML (what a run used: the report shows it)."""
+    """The merged, validated config as YAML (what a run used: results/<run>/config.yaml, the report)."""
     import yaml
 
-    return yaml.safe_dump(_plain(config), sort_keys=False)
+    plain = _plain(config)
+    rank = {key: index for index, key in enumerate(CONFIG_ORDER)}
+    ordered = dict(sorted(plain.items(), key=lambda item: rank.get(item[0], len(rank))))
+    return yaml.safe_dump(ordered, sort_keys=False)
 
 
 def _plain(value: Any) -> Any:

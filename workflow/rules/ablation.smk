@@ -124,3 +124,4 @@ rule ablation_batch:
             ext=["pdf", "png", "csv"],
         ),
         rules.table_physical_batch.output,
+        RUN_CONFIG,

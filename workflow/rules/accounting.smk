@@ -65,3 +65,4 @@ rule accounting:
     input:
         rules.accounting_table.output,
         rules.accounting_check.output,
+        RUN_CONFIG,

@@ -51,3 +51,4 @@ rule pack_sequences:
 rule data:
     input:
         rules.pack_sequences.output,
+        RUN_CONFIG,

@@ -95,7 +95,7 @@ rule table_inflection_points:
 
 
 # The paper's qualitative claims checked on this run's law (issue 8, item 5).
-rule findings:
+rule findings_table:
     input:
         law=LAW,
         sigma_table=SIGMA_TABLE,
@@ -117,6 +117,12 @@ rule findings:
         "../scripts/findings.py"
 
 
+rule findings:
+    input:
+        rules.findings_table.output,
+        RUN_CONFIG,
+
+
 rule figures:
     input:
         expand(
@@ -124,22 +130,26 @@ rule figures:
             figure=FIGURES,
             ext=FIGURE_FILES,
         ),
+        RUN_CONFIG,
 
 
 # The appendix experiments drawn from the main grid, one named target each (issue 8).
 rule lr_curves:
     input:
         expand(f"{RESULTS}/figures/{TRAINING.name}.{{ext}}", ext=FIGURE_FILES),
+        RUN_CONFIG,
 
 
 rule throughput:
     input:
         rules.table_throughput.output,
+        RUN_CONFIG,
 
 
 rule nonprivate:
     input:
         expand(f"{RESULTS}/figures/{NONPRIVATE.name}.{{ext}}", ext=FIGURE_FILES),
+        RUN_CONFIG,
 
 
 rule tables:
@@ -150,31 +160,15 @@ rule tables:
             if config["results_csv"]
             else [rules.table_models.output, rules.table_throughput.output]
         ),
-
-
-rule run_config:
-    output:
-        report(
-            f"{RESULTS}/config.yaml",
-            caption="../report/config.rst",
-            category="Configuration",
-        ),
-    log:
-        f"{RESULTS}/logs/run_config.log",
-    conda:
-        "../envs/dpscaling.yaml"
-    params:
-        config=config,
-    script:
-        "../scripts/run_config.py"
+        RUN_CONFIG,
 
 
 rule report_html:
     input:
         rules.figures.input,
         rules.tables.input,
-        rules.findings.output,
-        rules.run_config.output,
+        rules.findings_table.output,
+        RUN_CONFIG,
     output:
         f"{RESULTS}/report.html",
     log:

@@ -45,3 +45,4 @@ rule fit_law:
 rule fit:
     input:
         rules.fit_law.output,
+        RUN_CONFIG,

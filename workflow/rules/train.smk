@@ -41,3 +41,4 @@ rule train_run:
 rule train:
     input:
         run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet"),
+        RUN_CONFIG,

@@ -17,9 +17,14 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from dpscaling.law.collect import TIDY_COLUMNS
+from dpscaling.law.collect import REFERENCE_RESULTS_COLUMNS, TIDY_COLUMNS
 from dpscaling.law.columns import (
-    CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SEED, STATUS)
+    BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SEED, STATUS)
+
+# The paper's grid (§3.2): BertTiny … BertLarge, σ̄ ∈ {0} ∪ {2^-k, k = 6..23}, LR 2^-7, 2^-8, 2^-9, 128K steps.
+PAPER_MODELS = ("BertTiny", "BertMini", "BertSmall", "BertMedium", "BertBase", "BertLarge")
+PAPER_NOISE_BATCH_RATIOS = (0.0, *(2.0**-k for k in range(6, 24)))
+PAPER_LEARNING_RATES = (2.0**-7, 2.0**-8, 2.0**-9)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,20 @@ def synthetic_results(law: TrueLaw = TrueLaw(), model_sizes=(1e5, 4e5, 1.6e6),
                     ITERATIONS: iterations, NOISE_BATCH_RATIO: float(nbr),
                     CROSS_ENTROPY: clean + rng.normal(0.0, noise, len(iterations)), STATUS: "finished", SEED: 0}))
     return pd.concat(frames, ignore_index=True)[TIDY_COLUMNS]
+
+
+def paper_reference_results(log_every: int = 100, steps: int = 128_000, law: TrueLaw = TrueLaw(),
+                            seed: int = 0) -> pd.DataFrame:
+    """Synthetic curves on the paper's whole grid in the authors' ``results.csv`` layout.
+
+    The models take the authors' sizes (``BERT_MODEL_SIZES``); write with ``to_csv(index=False)``
+    and read back with :func:`dpscaling.law.collect.read_reference_results`.
+    """
+    sizes = tuple(BERT_MODEL_SIZES[name] for name in PAPER_MODELS)
+    results = synthetic_results(law, model_sizes=sizes, noise_batch_ratios=PAPER_NOISE_BATCH_RATIOS,
+                                learning_rates=PAPER_LEARNING_RATES, steps=steps, log_every=log_every, seed=seed)
+    names = {f"Synthetic{index}": name for index, name in enumerate(PAPER_MODELS)}
+    return results.assign(**{MODEL: results[MODEL].map(names)})[list(REFERENCE_RESULTS_COLUMNS)]
 
 
 @dataclass(frozen=True)
