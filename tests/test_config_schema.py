@@ -120,3 +120,20 @@ def test_workflow_rejects_bad_config_at_parse_time(tmp_path: Path, bad_config: s
     output = result.stdout + result.stderr
     assert all(fragment in output for fragment in expected), output[-2000:]
     assert not (tmp_path / "results").exists()
+
+
+def test_fit_block_reaches_law_settings_and_reference_mode_fixes_the_authors_choices() -> None:
+    from dpscaling.law.settings import LawSettings
+    from dpscaling.workflow import law_settings
+
+    paper = LawSettings.from_json(law_settings(validated({})))
+    assert paper.smooth_nonprivate_along_nbr is False and paper.extrapolation_asymptote == "per_curve"
+    chosen = {"fit": {"smooth_nonprivate_along_nbr": True, "extrapolation_asymptote": "nonprivate"}}
+    mixed = LawSettings.from_json(law_settings(validated(chosen)))
+    assert mixed.smooth_nonprivate_along_nbr is True and mixed.extrapolation_asymptote == "nonprivate"
+    assert not mixed.reference_compatible
+    # Reference mode ignores the keys: the authors' code pools σ̄ = 0 and ties E to E*.
+    reference = {"fit": {"reference_compatible": True, "extrapolation_asymptote": "per_curve"}}
+    fixed = LawSettings.from_json(law_settings(validated(reference)))
+    assert fixed.smooth_nonprivate_along_nbr is True and fixed.extrapolation_asymptote == "nonprivate"
+    assert "extrapolation_asymptote" in error_text({"fit": {"extrapolation_asymptote": "tied"}})

@@ -186,3 +186,19 @@ def test_context_reports_the_rule_of_the_laws_own_tables(tmp_path, rule, samplin
     context = load_context(tmp_path / "law", AnalysisSettings(), sampling="deterministic")
     assert context.sampling == sampling
     assert f"{rule} rule" in context.accounting_source
+
+
+def test_fit_flags_choose_the_authors_smoothing_and_asymptote(run, inputs, tmp_path) -> None:
+    common = ("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128)
+    assert run(*common, "--out", tmp_path / "paper")[0] == 0
+    status, _, err = run(*common, "--smooth-nonprivate-along-nbr", "--extrapolation-asymptote", "nonprivate",
+                         "--out", tmp_path / "authors")
+    assert status == 0, err
+    paper, authors = load_law(tmp_path / "paper"), load_law(tmp_path / "authors")
+    assert (paper.settings.smooth_nonprivate_along_nbr, paper.settings.extrapolation_asymptote) == (False, "per_curve")
+    assert (authors.settings.smooth_nonprivate_along_nbr, authors.settings.extrapolation_asymptote) == (
+        True, "nonprivate")
+    assert set(authors.fits["kind"]) == {"asymptote", "curve"} and set(paper.fits["kind"]) == {"curve"}
+    status, _, err = run(*common, "--reference-compatible", "--extrapolation-asymptote", "per_curve",
+                         "--out", tmp_path / "bad")
+    assert status == 2 and "--reference-compatible fixes" in err

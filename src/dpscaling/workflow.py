@@ -238,8 +238,10 @@ def law_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         extrapolation_window=Window(window["start"], window["end"], window["unit"]),
         extension_doublings=fit["extension_doublings"],
     )
-    if not fit["reference_compatible"]:  # the reference mode fixes the rolling mean (off)
+    if not fit["reference_compatible"]:  # the reference mode fixes these to the authors' choices
         choices["rolling_window"] = fit["rolling_window"]
+        choices["smooth_nonprivate_along_nbr"] = fit["smooth_nonprivate_along_nbr"]
+        choices["extrapolation_asymptote"] = fit["extrapolation_asymptote"]
     return LawSettings.create(fit["reference_compatible"], **choices).to_json()
 
 

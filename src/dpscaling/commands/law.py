@@ -25,6 +25,7 @@ from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
 from dpscaling.law.interpolation import reason_counts
+from dpscaling.law.settings import ASYMPTOTE_CHOICES
 from dpscaling.law.noise import SigmaFunction, read_accounting_csv, sigma_from_tables
 from dpscaling.law.queries import (
     DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, compute_optimal, evaluate_configurations, model_size_grid,
@@ -82,6 +83,12 @@ def _register_fit(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rolling-window", type=int,
                         help="trailing rolling mean over this many measurements, 0 = off "
                              "(default: 10; off with --reference-compatible)")
+    parser.add_argument("--smooth-nonprivate-along-nbr", action="store_true",
+                        help="include σ̄ = 0 in the isotonic pass along σ̄, as the authors' code does (paper: the "
+                             "noisy columns only; always on with --reference-compatible)")
+    parser.add_argument("--extrapolation-asymptote", choices=ASYMPTOTE_CHOICES,
+                        help="E of each power-law fit: per_curve = free (paper, the default) or nonprivate = tied to "
+                             "the model's σ̄ = 0 asymptote E* (the authors' code; fixed with --reference-compatible)")
     parser.add_argument("--seq-len", type=int, help="sequence length S in C = 6·M·B·S·T "
                                                     "(default: from the curves, else 512)")
     parser.add_argument("--physical-batch", type=int,
@@ -142,6 +149,13 @@ def run_fit(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"warmup_steps": args.warmup_steps}
     if args.rolling_window is not None:
         overrides["rolling_window"] = args.rolling_window or None
+    if args.reference_compatible and (args.smooth_nonprivate_along_nbr or args.extrapolation_asymptote):
+        raise UserError("--reference-compatible fixes --smooth-nonprivate-along-nbr and --extrapolation-asymptote "
+                        "to the authors' choices; drop them")
+    if args.smooth_nonprivate_along_nbr:
+        overrides["smooth_nonprivate_along_nbr"] = True
+    if args.extrapolation_asymptote:
+        overrides["extrapolation_asymptote"] = args.extrapolation_asymptote
     law = fit_from_files(
         args.results, LawSettings.create(args.reference_compatible, **overrides),
         results_format=args.results_format, accounting_amplified=args.accounting_amplified,

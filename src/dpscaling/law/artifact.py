@@ -5,8 +5,8 @@ A law is a directory holding Parquet tables and a JSON manifest:
 - ``grid.parquet``: the smoothed, extrapolated and σ̄-filled grid the
   interpolants are built from (Model, Model Size, Iterations, Noise Batch
   Ratio, Cross Entropy, Learning Rate, Source);
-- ``fits.parquet``: every power-law fit (E* per model and one per (model, σ̄)),
-  failures included with their reason;
+- ``fits.parquet``: every power-law fit (one per (model, σ̄), plus E* per model
+  when E is tied to it), failures included with their reason;
 - ``accounting_amplified.parquet`` / ``accounting_unamplified.parquet`` when the
   law was fitted with the authors' accounting tables;
 - ``parametric.json`` + ``parametric_diagnostics.parquet`` when parametric fits were requested;
