@@ -38,6 +38,10 @@ rule fit_law:
         settings=law_settings(config),
         results_format="reference" if config["results_csv"] else "dpscaling",
         parametric=config["fit"]["parametric"],
+        # The law points to its run's accounting table (built by `accounting`, not needed to fit), so
+        # `dpscaling query --law` answers compute-optimal queries with the run's sigma and sampling rule.
+        sigma_table=rules.accounting_table.output.table,
+        sampling=config["accounting"]["sampling"],
     script:
         "../scripts/fit_law.py"
 
