@@ -42,3 +42,4 @@ rule all:
         rules.figures.input,
         rules.tables.input,
         rules.findings.output,
+        rules.validate.output,

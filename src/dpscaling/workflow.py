@@ -286,6 +286,16 @@ def law_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return LawSettings.create(fit["reference_compatible"], **choices).to_json()
 
 
+def validation_modes(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings the ``validate`` target scores side by side: the config's ``fit`` block in paper mode and
+    in reference-compatible mode (same windows and warm-up), as JSON (a rule param)."""
+    modes = {}
+    for name, reference in (("paper", False), ("reference-compatible", True)):
+        fit = {**config["fit"], "reference_compatible": reference}
+        modes[name] = law_settings({**config, "fit": fit})
+    return modes
+
+
 def accounting_spec(config: Mapping[str, Any]) -> dict[str, Any]:
     """The accounting table's :class:`~dpscaling.accounting.TableSpec` as a mapping (a rule param).
 
@@ -316,7 +326,7 @@ def analysis_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return AnalysisSettings.from_mapping(values).to_mapping()
 
 
-REPORT_TARGETS = ("figures", "tables", "findings", "run_config")
+REPORT_TARGETS = ("figures", "tables", "findings", "validate", "run_config")
 
 
 def write_report(snakefile: str | Path, config: Mapping[str, Any], output: str | Path) -> None:

@@ -176,6 +176,7 @@ rule report_html:
         rules.figures.input,
         rules.tables.input,
         rules.findings.output,
+        rules.validate.output,
         rules.run_config.output,
     output:
         f"{RESULTS}/report.html",

@@ -1,4 +1,5 @@
-from dpscaling.workflow import law_settings
+from dpscaling.law import validation
+from dpscaling.workflow import law_settings, validation_modes
 
 # The law is fitted to our training curves, or to the authors' published
 # results.csv when config results_csv is set.
@@ -49,3 +50,37 @@ rule fit_law:
 rule fit:
     input:
         rules.fit_law.output,
+
+
+# The law's prediction error on held-out measurements, paper and reference-compatible modes (issue 14).
+rule validate:
+    input:
+        results=FIT_RESULTS,
+    output:
+        csv=report(
+            f"{RESULTS}/validate/validation.csv",
+            caption="../report/table.rst",
+            category="Validation",
+        ),
+        md=f"{RESULTS}/validate/validation.md",
+        tex=f"{RESULTS}/validate/validation.tex",
+        pdf=report(
+            f"{RESULTS}/validate/predicted_vs_measured.pdf",
+            caption="../report/validation.rst",
+            category="Validation",
+        ),
+        png=f"{RESULTS}/validate/predicted_vs_measured.png",
+        data=f"{RESULTS}/validate/predicted_vs_measured.csv",
+    log:
+        f"{RESULTS}/logs/fit/validate.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        modes=validation_modes(config),
+        results_format="reference" if config["results_csv"] else "dpscaling",
+        caption=validation.CAPTION,
+    script:
+        "../scripts/validate.py"
