@@ -133,9 +133,15 @@ def test_fit_block_reaches_law_settings_and_reference_mode_fixes_the_authors_cho
     assert mixed.smooth_nonprivate_along_nbr is True and mixed.extrapolation_asymptote == "nonprivate"
     assert not mixed.reference_compatible
     # Reference mode ignores the keys: the authors' code pools σ̄ = 0 and ties E to E*.
-    reference = {"fit": {"reference_compatible": True, "extrapolation_asymptote": "per_curve"}}
+    assert (paper.isotonic_skip_nan, paper.interpolate_log_loss, paper.fill_missing_nbr) == (True, False, "log_nbr")
+    chosen = {"fit": {"isotonic_skip_nan": False, "interpolate_log_loss": True, "fill_missing_nbr": "positional"}}
+    mixed = LawSettings.from_json(law_settings(validated(chosen)))
+    assert (mixed.isotonic_skip_nan, mixed.interpolate_log_loss, mixed.fill_missing_nbr) == (False, True, "positional")
+    reference = {"fit": {"reference_compatible": True, "extrapolation_asymptote": "per_curve",
+                         "interpolate_log_loss": False}}
     fixed = LawSettings.from_json(law_settings(validated(reference)))
     assert fixed.smooth_nonprivate_along_nbr is True and fixed.extrapolation_asymptote == "nonprivate"
+    assert (fixed.isotonic_skip_nan, fixed.interpolate_log_loss, fixed.fill_missing_nbr) == (False, True, "positional")
     assert "extrapolation_asymptote" in error_text({"fit": {"extrapolation_asymptote": "tied"}})
 
 

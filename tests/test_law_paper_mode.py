@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dpscaling.law import LawSettings, fit_law
@@ -44,3 +45,31 @@ def test_private_answers_ignore_the_noise_free_curves_in_paper_mode_only(referen
         assert np.max(np.abs(after - before)) > 0.01
     else:
         np.testing.assert_array_equal(after, before)
+
+
+def test_interpolation_settings_reach_the_fitted_law() -> None:
+    """interpolate_log_loss and fill_missing_nbr: exact at grid points either way, different in between."""
+    results = synthetic_results(noise=0.0, noise_batch_ratios=(0.0, 2.0**-12, 2.0**-11, 2.0**-8, 2.0**-6))
+    # Synthetic1 lacks σ̄ = 2^-11: filled from its neighbours 2^-12 and 2^-8, a quarter of the way in
+    # log σ̄ or half-way by column position.
+    results = results[~((results["Model"] == "Synthetic1") & (results[NOISE_BATCH_RATIO] == 2.0**-11))]
+    laws = {name: fit_law(results, LawSettings(**SETTINGS, **choice)) for name, choice in {
+        "paper": {}, "log": {"interpolate_log_loss": True}, "positional": {"fill_missing_nbr": "positional"}}.items()}
+    grid_point = (1e5, 1000.0, 2.0**-8)
+    values = {name: law.loss(*grid_point) for name, law in laws.items()}
+    np.testing.assert_allclose(values["log"], values["paper"], rtol=1e-12)
+    between = (2e5, 1000.0, 2.0**-9)  # between models and σ̄ columns
+    assert not np.isclose(laws["log"].loss(*between), laws["paper"].loss(*between), rtol=1e-6)
+    filled = (4e5, 1000.0, 2.0**-11)  # Synthetic1's missing column
+    assert not np.isclose(laws["positional"].loss(*filled), laws["paper"].loss(*filled), rtol=1e-6)
+
+
+def test_isotonic_nan_setting_decides_whether_a_curve_with_a_gap_is_smoothed() -> None:
+    from dpscaling.law.smoothing import smooth_surface
+
+    column = np.array([3.0, 2.0, np.nan, 2.5, 1.0])
+    surface = pd.DataFrame({2.0**-12: column, 2.0**-10: column + 0.1}, index=[100.0, 200, 300, 400, 500])
+    skipped = smooth_surface(surface, LawSettings(warmup_steps=0, rolling_window=None))
+    passed = smooth_surface(surface, LawSettings(warmup_steps=0, rolling_window=None, isotonic_skip_nan=False))
+    assert skipped[2.0**-12].iloc[3] <= skipped[2.0**-12].iloc[1]  # monotone around the gap
+    assert passed[2.0**-12].iloc[3] > passed[2.0**-12].iloc[1]  # scipy leaves it: 2.5 after 2.0

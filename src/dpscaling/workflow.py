@@ -283,6 +283,8 @@ def law_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         choices["rolling_window"] = fit["rolling_window"]
         choices["smooth_nonprivate_along_nbr"] = fit["smooth_nonprivate_along_nbr"]
         choices["extrapolation_asymptote"] = fit["extrapolation_asymptote"]
+        for key in ("isotonic_skip_nan", "interpolate_log_loss", "fill_missing_nbr"):
+            choices[key] = fit[key]
     return LawSettings.create(fit["reference_compatible"], **choices).to_json()
 
 

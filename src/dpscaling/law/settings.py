@@ -19,6 +19,7 @@ from dpscaling.errors import UserError
 PAPER_HORIZON = 128_000
 PAPER_WARMUP = 1000
 ASYMPTOTE_CHOICES = ("per_curve", "nonprivate")
+FILL_CHOICES = ("log_nbr", "positional")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class LawSettings:
     reference_compatible: bool = False
     # Measurements at T < warmup_steps are dropped (paper: the 1000 learning-rate warm-up steps).
     warmup_steps: float = PAPER_WARMUP
+    # Isotonic regression on the finite entries only, NaNs left in place (paper intent) — or NaNs passed to
+    # scipy as the authors' code does (scipy then returns the vector unchanged: monotonicity silently lost).
+    isotonic_skip_nan: bool = True
     # Trailing rolling mean over this many measurements; None = off (the authors' code never applies it).
     rolling_window: int | None = 10
     # E* per model is fitted on the noise-free curve over this window (code: [1000, 128K]);
@@ -76,7 +80,7 @@ class LawSettings:
         values: dict[str, Any] = dict(
             reference_compatible=True, rolling_window=None, interpolate_log_loss=True,
             fill_missing_nbr="positional", accounting_rule="amplified", smooth_nonprivate_along_nbr=True,
-            extrapolation_asymptote="nonprivate")
+            extrapolation_asymptote="nonprivate", isotonic_skip_nan=False)
         values.update(overrides)
         return cls(**values)
 
@@ -88,6 +92,8 @@ class LawSettings:
         if self.extrapolation_asymptote not in ASYMPTOTE_CHOICES:
             raise UserError(f"fit.extrapolation_asymptote: {self.extrapolation_asymptote!r} is not one of "
                             f"{list(ASYMPTOTE_CHOICES)}")
+        if self.fill_missing_nbr not in FILL_CHOICES:
+            raise UserError(f"fit.fill_missing_nbr: {self.fill_missing_nbr!r} is not one of {list(FILL_CHOICES)}")
 
     def asymptote_range(self, horizon: float) -> tuple[float, float]:
         window = self.asymptote_window or Window(self.warmup_steps, horizon, "steps")

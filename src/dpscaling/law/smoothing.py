@@ -13,9 +13,10 @@ below every noisy one.
 NaN handling: the paper's default fits each isotonic regression on the finite
 entries only and leaves NaNs in place, so the finite values are exactly
 monotone and the NaNs are counted, not hidden; with NaNs the two passes
-alternate until both orders hold (without NaNs one pass already guarantees it). ``reference_compatible`` passes
-NaNs to scipy as the authors' code does (scipy then returns the vector
-unchanged: monotonicity silently broken).
+alternate until both orders hold (without NaNs one pass already guarantees it).
+``LawSettings.isotonic_skip_nan=False`` (reference mode) passes NaNs to scipy as
+the authors' code does (scipy then returns the vector unchanged: monotonicity
+silently broken).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def rolling_mean(surface: pd.DataFrame, window: int | None) -> pd.DataFrame:
 def smooth_surface(surface: pd.DataFrame, settings: LawSettings) -> pd.DataFrame:
     """Smooth one (model, learning rate) surface: rows = iterations (ascending), columns = σ̄ (ascending)."""
     surface = rolling_mean(surface.sort_index().sort_index(axis=1), settings.rolling_window)
-    skip_nan = not settings.reference_compatible
+    skip_nan = settings.isotonic_skip_nan
     # Columns the σ̄ pass orders: all, or the noisy ones only (σ̄ = 0 is the first column when present).
     first = 0 if settings.smooth_nonprivate_along_nbr else int((surface.columns <= 0).sum())
     values = _isotonic_passes(surface.to_numpy(dtype=float), skip_nan, first)
