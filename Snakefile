@@ -30,6 +30,7 @@ localrules:
     figures,
     tables,
     findings,
+    validate,
     report,
     report_html,
     run_config,
@@ -49,3 +50,4 @@ rule all:
         rules.figures.input,
         rules.tables.input,
         rules.findings.input,
+        rules.validate.input,

@@ -120,3 +120,81 @@ def test_workflow_rejects_bad_config_at_parse_time(tmp_path: Path, bad_config: s
     output = result.stdout + result.stderr
     assert all(fragment in output for fragment in expected), output[-2000:]
     assert not (tmp_path / "results").exists()
+
+
+def test_fit_block_reaches_law_settings_and_reference_mode_fixes_the_authors_choices() -> None:
+    from dpscaling.law.settings import LawSettings
+    from dpscaling.workflow import law_settings
+
+    paper = LawSettings.from_json(law_settings(validated({})))
+    assert paper.smooth_nonprivate_along_nbr is False and paper.extrapolation_asymptote == "per_curve"
+    chosen = {"fit": {"smooth_nonprivate_along_nbr": True, "extrapolation_asymptote": "nonprivate"}}
+    mixed = LawSettings.from_json(law_settings(validated(chosen)))
+    assert mixed.smooth_nonprivate_along_nbr is True and mixed.extrapolation_asymptote == "nonprivate"
+    assert not mixed.reference_compatible
+    # Reference mode ignores the keys: the authors' code pools σ̄ = 0 and ties E to E*.
+    assert (paper.isotonic_skip_nan, paper.interpolate_log_loss, paper.fill_missing_nbr) == (True, False, "log_nbr")
+    chosen = {"fit": {"isotonic_skip_nan": False, "interpolate_log_loss": True, "fill_missing_nbr": "positional"}}
+    mixed = LawSettings.from_json(law_settings(validated(chosen)))
+    assert (mixed.isotonic_skip_nan, mixed.interpolate_log_loss, mixed.fill_missing_nbr) == (False, True, "positional")
+    reference = {"fit": {"reference_compatible": True, "extrapolation_asymptote": "per_curve",
+                         "interpolate_log_loss": False}}
+    fixed = LawSettings.from_json(law_settings(validated(reference)))
+    assert fixed.smooth_nonprivate_along_nbr is True and fixed.extrapolation_asymptote == "nonprivate"
+    assert (fixed.isotonic_skip_nan, fixed.interpolate_log_loss, fixed.fill_missing_nbr) == (False, True, "positional")
+    assert "extrapolation_asymptote" in error_text({"fit": {"extrapolation_asymptote": "tied"}})
+
+
+def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_defaults() -> None:
+    """Snakemake reruns a job whose params change: the Adam keys and allow_repeats at their defaults must
+    give the training param of a config without them (same repr), a changed value must change it."""
+    from dpscaling.workflow import OPTIONAL_TRAINING_KEYS, ablation_training, training_params
+
+    config = validated(load("config.yaml"))
+    before = {key: value for key, value in config["training"].items() if key not in OPTIONAL_TRAINING_KEYS}
+    assert repr(training_params(config["training"])) == repr(before)
+    explicit = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "adam_eps": 1.0e-8}})
+    assert repr(training_params(explicit["training"])) == repr(before)
+    changed = validated({"training": {"adam_eps": 1.0e-4, "allow_repeats": True}})
+    assert training_params(changed["training"])["adam_eps"] == 1.0e-4
+    assert training_params(changed["training"])["allow_repeats"] is True
+    assert "adam_eps" not in ablation_training(config, 8)
+    assert ablation_training(changed, 8)["adam_eps"] == 1.0e-4
+    # One set of defaults: schema = workflow = TrainConfig.
+    from dpscaling.train.config import TrainConfig
+
+    schema = yaml.safe_load(Path(SCHEMA).read_text())["properties"]["training"]["properties"]
+    for key, default in OPTIONAL_TRAINING_KEYS.items():
+        assert schema[key]["default"] == default
+        if key != "allow_repeats":  # the library allows repeats; the workflow's default guards
+            assert getattr(TrainConfig(), key) == default
+    assert "does not state" in schema["adam_eps"]["description"]
+
+
+def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypatch) -> None:
+    import json
+    from dataclasses import asdict
+
+    from dpscaling.workflow import check_epochs, corpus_spec
+
+    monkeypatch.chdir(tmp_path)
+    config = validated(load("config.yaml"))
+    corpus = corpus_spec(config, repo=REPO)
+    assert check_epochs(config, corpus) is None  # no data stage yet: the training job checks
+    packed = tmp_path / "results" / config["run_name"] / "data" / "packed"
+    packed.mkdir(parents=True)
+    meta = {"n_train": 74913, "seq_len": 64, "tokenizer": "wordpiece-core-8192", "source": asdict(corpus)}
+    (packed / "meta.json").write_text(json.dumps(meta))
+    # The default: 400 steps x batch 32 = 12,800 of the vendored corpus's 74,913 training sequences.
+    assert check_epochs(config, corpus) == pytest.approx(12_800 / 74_913)
+    (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000}))
+    with pytest.raises(UserError) as caught:
+        check_epochs(config, corpus)
+    assert "training.steps x training.physical_batch = 400 x 32 = 12,800 sequences exceed the 10,000" in str(
+        caught.value)
+    allowed = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"],
+                                                              "allow_repeats": True}})
+    assert check_epochs(allowed, corpus) == pytest.approx(1.28)
+    # A manifest built for other data settings will be rebuilt: no verdict from it.
+    (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000, "seq_len": 128}))
+    assert check_epochs(config, corpus) is None

@@ -14,9 +14,9 @@ from dpscaling.law.columns import COMPUTE, TOKENS_PER_PARAMETER
 
 def test_every_claim_gets_a_verdict_and_numbers() -> None:
     findings = check_findings(synthetic_context())
-    assert len(findings) == 4
+    assert len(findings) == 5
     text = report(findings)
-    for letter in "abcd":
+    for letter in "abcde":
         assert f"({letter})" in text
     assert all(f.measured and isinstance(f.holds, bool) for f in findings)
 
@@ -24,7 +24,7 @@ def test_every_claim_gets_a_verdict_and_numbers() -> None:
 def test_table_rows_carry_the_verdicts_of_the_report() -> None:
     findings = check_findings(synthetic_context())
     table = findings_table(findings)
-    assert list(table["finding"]) == list("abcd")
+    assert list(table["finding"]) == list("abcde")
     for finding, (_, row) in zip(findings, table.iterrows()):
         assert row["verdict"] == ("holds" if finding.holds else "does not hold")
         assert row["measured"] == finding.measured
@@ -64,3 +64,23 @@ def test_tokens_per_parameter_numbers_come_from_the_queries() -> None:
 def test_baselines_claim_counts_pairs() -> None:
     finding = optimal_beats_baselines(synthetic_context())
     assert "pairs" in finding.measured or "no baseline" in finding.measured
+
+
+def test_nonprivate_end_is_compared_with_the_smallest_noise_for_every_model_and_learning_rate() -> None:
+    from dpscaling.findings import nonprivate_ends_lowest
+    from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO
+    from dpscaling.law.synthetic import synthetic_results
+
+    results = synthetic_results(noise=0.0)  # the true law: σ̄ = 0 is lowest everywhere
+    finding = nonprivate_ends_lowest(results)
+    assert finding.holds and finding.measured.startswith("6 of 6 (model, LR) pairs")
+    # One pair's non-private curve ends above its smallest σ̄ (as on the CPU default): the check says so.
+    last = results[ITERATIONS] == results[ITERATIONS].max()
+    smallest = results[NOISE_BATCH_RATIO] == 2.0**-12
+    pair = (results[MODEL] == "Synthetic1") & (results[LEARNING_RATE] == 2.0**-8)
+    results.loc[pair & last & (results[NOISE_BATCH_RATIO] == 0), CROSS_ENTROPY] = (
+        results.loc[pair & last & smallest, CROSS_ENTROPY].item() + 0.4)
+    broken = nonprivate_ends_lowest(results)
+    assert not broken.holds and broken.measured.startswith("5 of 6 (model, LR) pairs")
+    assert "Synthetic1 LR 2^-8" in broken.measured and "sigma-bar 2^-12" in broken.measured
+    assert not nonprivate_ends_lowest(None).holds

@@ -186,3 +186,73 @@ def test_context_reports_the_rule_of_the_laws_own_tables(tmp_path, rule, samplin
     context = load_context(tmp_path / "law", AnalysisSettings(), sampling="deterministic")
     assert context.sampling == sampling
     assert f"{rule} rule" in context.accounting_source
+
+
+def test_fit_flags_choose_the_authors_smoothing_and_asymptote(run, inputs, tmp_path) -> None:
+    common = ("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128)
+    assert run(*common, "--out", tmp_path / "paper")[0] == 0
+    status, _, err = run(*common, "--smooth-nonprivate-along-nbr", "--extrapolation-asymptote", "nonprivate",
+                         "--out", tmp_path / "authors")
+    assert status == 0, err
+    paper, authors = load_law(tmp_path / "paper"), load_law(tmp_path / "authors")
+    assert (paper.settings.smooth_nonprivate_along_nbr, paper.settings.extrapolation_asymptote) == (False, "per_curve")
+    assert (authors.settings.smooth_nonprivate_along_nbr, authors.settings.extrapolation_asymptote) == (
+        True, "nonprivate")
+    assert set(authors.fits["kind"]) == {"asymptote", "curve"} and set(paper.fits["kind"]) == {"curve"}
+    status, _, err = run(*common, "--reference-compatible", "--extrapolation-asymptote", "per_curve",
+                         "--out", tmp_path / "bad")
+    assert status == 2 and "--reference-compatible fixes" in err
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run directory as the workflow lays it out: accounting/sigma_table.parquet and law/fit.
+
+    The table's Poisson column is the closed-form unamplified σ (the wiring, not the accountant, is tested).
+    """
+    from dpscaling.accounting.table import COLUMNS, STATUS_OK, save_table
+    from dpscaling.law.pipeline import fit_from_files
+
+    root = tmp_path_factory.mktemp("run")
+    e, t, q = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(-1, 6), np.geomspace(10, 2e5, 16),
+                                              2.0 ** np.arange(-16, 1), indexing="ij"))
+    frame = pd.DataFrame({"epsilon": e, "steps": t, "sampling_probability": q, "delta": 1e-8,
+                          "sigma": DeterministicGaussianSigma()(e, t, q), "status": STATUS_OK})[list(COLUMNS)]
+    synthetic_results().to_parquet(root / "results.parquet")
+    for sampling in ("poisson", "deterministic"):  # one run directory each: <run>/{accounting,law}
+        (root / sampling / "accounting").mkdir(parents=True)
+        table = root / sampling / "accounting" / "sigma_table.parquet"
+        save_table(frame, table)
+        law = fit_from_files(root / "results.parquet", LawSettings(warmup_steps=100), seq_len=128,
+                             sigma_table=table, sampling=sampling)
+        law.save(root / sampling / "law" / "fit")
+    return root
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "deterministic"])
+def test_query_on_a_workflow_law_uses_its_runs_sigma_table_without_flags(run, run_dir, sampling) -> None:
+    from dpscaling.accounting.table import SigmaTable
+
+    law = run_dir / sampling / "law" / "fit"
+    manifest = json.loads((law / "manifest.json").read_text())
+    # Relative to the law directory, so the run directory can move.
+    assert manifest["sigma_table"] == {"path": "../../accounting/sigma_table.parquet", "sampling": sampling}
+    status, out, err = run("query", "--law", law, "--compute", 1e13, "--epsilon", 4, "--users", 1e5, "--json")
+    assert status == 0, err
+    answer = json.loads(out)
+    assert answer["sampling"] == sampling and sampling in answer["accounting"]
+    assert "sigma_table.parquet" in answer["accounting"]
+    table = SigmaTable.load(run_dir / sampling / "accounting" / "sigma_table.parquet")
+    expected = table.sigma(4.0, answer["iterations"], answer["batch_size"] / 1e5, sampling=sampling)
+    assert answer["sigma"] == pytest.approx(float(np.squeeze(expected)), rel=1e-9)
+    status, out, _ = run("query", "--law", law, "--compute", 1e13, "--epsilon", 4, "--users", 1e5)
+    assert status == 0 and sampling in out
+
+
+def test_query_names_the_missing_sigma_table_of_a_workflow_law(run, run_dir, tmp_path) -> None:
+    import shutil
+
+    moved = tmp_path / "law"
+    shutil.copytree(run_dir / "poisson" / "law" / "fit", moved)  # no accounting/ two levels up
+    status, _, err = run("query", "--law", moved, "--compute", 1e13, "--epsilon", 4, "--users", 1e5)
+    assert status == 2 and "sigma_table.parquet" in err and "snakemake accounting" in err

@@ -27,11 +27,12 @@ def noisy_surface(seed: int = 0, rows: int = 40, nan_cells: int = 0) -> pd.DataF
                         columns=pd.Index(nbrs, name=NOISE_BATCH_RATIO))
 
 
-def assert_monotone(surface: pd.DataFrame) -> None:
+def assert_monotone(surface: pd.DataFrame, nonprivate_along_nbr: bool = False) -> None:
     for column in surface.columns:
         finite = surface[column].dropna().to_numpy()
         assert np.all(np.diff(finite) <= 1e-10), f"not non-increasing in T at σ̄={column}"
-    for _, row in surface.iterrows():
+    ordered = surface if nonprivate_along_nbr else surface.loc[:, surface.columns > 0]
+    for _, row in ordered.iterrows():
         finite = row.dropna().to_numpy()
         assert np.all(np.diff(finite) >= -1e-10), "not non-decreasing in σ̄"
 
@@ -47,11 +48,31 @@ def test_second_smoothing_changes_nothing() -> None:
     np.testing.assert_allclose(smooth_surface(once, NO_ROLLING), once, rtol=0, atol=1e-12)
 
 
-def test_noise_free_curve_takes_part_and_ends_below_noisy_curves() -> None:
+def test_reference_mode_pools_the_noise_free_curve_into_the_nbr_pass() -> None:
+    """The authors' code: σ̄ = 0 takes part, so the noise-free curve ends below every noisy one."""
     surface = noisy_surface(seed=2)
     surface[0.0] = surface[2.0**-6] + 1.0  # noise-free measured above every noisy one
-    smoothed = smooth_surface(surface, NO_ROLLING)
+    smoothed = smooth_surface(surface, LawSettings.reference(warmup_steps=0))
     assert (smoothed[0.0] <= smoothed[2.0**-12] + 1e-12).all()
+    assert_monotone(smoothed, nonprivate_along_nbr=True)
+
+
+def test_paper_mode_orders_only_the_noisy_columns_along_nbr() -> None:
+    """Paper §3.3: the σ̄ pass orders "the 18 loss values"; σ̄ = 0 is smoothed in T only and moves nothing."""
+    surface = noisy_surface(seed=2)
+    surface[0.0] = surface[2.0**-6] + 1.0
+    paper = smooth_surface(surface, NO_ROLLING)
+    included = smooth_surface(surface, LawSettings(warmup_steps=0, rolling_window=None,
+                                                   smooth_nonprivate_along_nbr=True))
+    # The setting decides the answer on this data: the noise-free curve stays above, or is pulled below.
+    assert (paper[0.0] > paper[2.0**-6]).all()
+    assert (included[0.0] <= included[2.0**-12] + 1e-12).all()
+    np.testing.assert_allclose(paper[0.0], isotonic(surface[0.0].to_numpy(), increasing=False))
+    # The noisy columns do not depend on the noise-free one at all.
+    other = surface.copy()
+    other[0.0] = surface[0.0] - 2.0
+    pd.testing.assert_frame_equal(smooth_surface(other, NO_ROLLING).drop(columns=0.0), paper.drop(columns=0.0))
+    assert not np.allclose(included.drop(columns=0.0), paper.drop(columns=0.0))
 
 
 def test_nans_stay_in_place_and_do_not_break_monotonicity() -> None:

@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dp_training_data import build_packed_corpus
+from dpscaling.data.shards import load_meta
+from dpscaling.errors import UserError
 from dpscaling.train import TrainConfig, learning_rate_schedule, run_training
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.metrics import CONFIG_KEY, SUMMARY_KEY
@@ -167,6 +169,7 @@ def test_fifty_steps_on_real_corpus_reduce_the_loss(corpus, tmp_path):
         0,
     )
     assert row["code_version"].startswith("0.")
+    assert row["epochs"] == pytest.approx(50 * 32 / load_meta(corpus).n_train)
     stored = json.loads(table.schema.metadata[CONFIG_KEY])
     assert TrainConfig.from_dict(stored) == config
     assert json.loads(table.schema.metadata[SUMMARY_KEY])["status"] == "finished"
@@ -253,3 +256,37 @@ def test_host_threads_follow_the_job_unless_xla_flags_say_otherwise(monkeypatch)
     result = subprocess.run([sys.executable, "-c", "import jax; print(jax.device_count())"],
                             capture_output=True, text=True, env=dict(os.environ), timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "1", result.stderr[-2000:]
+
+
+def test_more_than_one_epoch_stops_before_step_one_unless_repeats_are_allowed(corpus, tmp_path):
+    n_train = load_meta(corpus).n_train
+    steps = n_train // 16 + 1  # one batch of 16 more than one epoch
+    config = TrainConfig(**(SMALL | dict(num_steps=steps, checkpoint_every=5, allow_repeats=False)))
+    with pytest.raises(UserError) as caught:
+        run_training(config, corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
+    text = str(caught.value)
+    assert f"{steps * 16:,} sequences exceed the {n_train:,} training sequences" in text
+    assert "training.allow_repeats" in text
+    assert not (tmp_path / "metrics.parquet").exists() and not (tmp_path / "ckpt").exists()
+    # allow_repeats is a policy, not part of the curve's config: checkpoints and metadata compare as before.
+    assert "allow_repeats" not in config.to_dict()
+
+
+@pytest.mark.parametrize("eps", [1e-8, 1.0])
+def test_adam_settings_reach_the_optimizer(eps):
+    """training.adam_eps (b1, b2 alike) → TrainConfig → optax.adam: Adam's first step is −lr·g/(|g| + ε)."""
+    import jax.numpy as jnp
+
+    from dpscaling.train.step import make_optimizer
+    from dpscaling.workflow import train_config
+
+    training = {"microbatch_size": None, "steps": 10, "warmup_steps": 0, "decay_steps": 10, "decay_factor": 1.0,
+                "clip_norm": 1.0, "clipping": "vmap", "mask_rate": 0.15, "log_every": 1, "checkpoint_every": 1,
+                "adam_eps": eps, "adam_b1": 0.5, "adam_b2": 0.75}
+    config = train_config("BertTiny", training, {"model": "BertTiny", "nbr": "0.0", "lr": "0.5", "batch": "4",
+                                                 "seed": "0"}, seq_len=64)
+    assert (config.adam_eps, config.adam_b1, config.adam_b2, config.allow_repeats) == (eps, 0.5, 0.75, False)
+    optimizer = make_optimizer(config)
+    params = {"w": jnp.zeros(1)}
+    updates, _ = optimizer.update({"w": jnp.array([1.0])}, optimizer.init(params), params)
+    np.testing.assert_allclose(updates["w"], [-0.5 / (1.0 + eps)], rtol=1e-6)

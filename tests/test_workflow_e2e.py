@@ -49,6 +49,18 @@ def test_the_law_is_fitted_and_reported(smoke_run: Path) -> None:
     grid = pd.read_parquet(smoke_run / "law" / "fit" / "grid.parquet")
     assert grid["Noise Batch Ratio"].nunique() == 3
     assert (smoke_run / "logs" / "fit" / "fit_law.log").read_text().strip()
+    # The law points to its run's accounting table, relative to itself, with the config's sampling rule.
+    assert manifest["sigma_table"] == {"path": "../../accounting/sigma_table.parquet", "sampling": "min"}
+
+
+def test_validate_scores_held_out_measurements_in_both_modes(smoke_run: Path) -> None:
+    table = pd.read_csv(smoke_run / "validate" / "validation.csv")
+    # Smoke: 2 models and 2 noisy columns leave only the horizon set (model and noise sets need 3).
+    assert list(table["held-out set"]) == ["horizon (fit T <= 20, predict the rest)"]
+    assert {"points (paper)", "points (reference-compatible)"} <= set(table.columns)
+    points = pd.read_csv(smoke_run / "validate" / "predicted_vs_measured.csv")
+    assert set(points["Iterations"]) == {30, 40} and len(points) == 2 * table["points (paper)"].item()
+    assert (smoke_run / "validate" / "predicted_vs_measured.png").stat().st_size > 0
 
 
 def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
@@ -110,7 +122,7 @@ def test_tables_satisfy_their_identities(smoke_run: Path) -> None:
 
 def test_findings_are_checked_on_the_run(smoke_run: Path) -> None:
     findings = pd.read_csv(smoke_run / "tables" / "findings.csv")
-    assert list(findings["finding"]) == ["a", "b", "c", "d"]
+    assert list(findings["finding"]) == ["a", "b", "c", "d", "e"]
     assert set(findings["verdict"]) <= {"holds", "does not hold"}
     assert findings["measured"].str.len().min() > 0
     assert (smoke_run / "tables" / "findings.md").read_text().startswith("**findings**")
@@ -123,6 +135,7 @@ def test_report_has_every_figure_and_table(smoke_run: Path) -> None:
     html = (smoke_run / "report.html").read_text(errors="replace")
     for name in FIGURES:
         assert f"{name}.pdf" in html, name
-    for stem in ("table-models", "tab-throughput", "table-inflection_points", "findings"):
+    for stem in ("table-models", "tab-throughput", "table-inflection_points", "findings", "validation"):
         assert f"{stem}.csv" in html
+    assert "predicted_vs_measured.pdf" in html
     assert "run_name: smoke" in (smoke_run / "config.yaml").read_text()

@@ -1,4 +1,5 @@
-"""The paper's qualitative findings, checked on OUR fitted law (issue 8; paper §1 bullets, §4.1–§4.4).
+"""The paper's qualitative findings, checked on OUR fitted law (issue 8; paper §1 bullets, §4.1–§4.4),
+and whether the non-private curves end below the noisy ones (issue 14; what the smoothing presumes).
 
 Each check states a claim, computes the numbers behind it from the law and the
 accounting (the same queries the figures make), and says whether the claim
@@ -16,7 +17,8 @@ import pandas as pd
 from dpscaling.figures.baselines import BASELINE, KIND, OPTIMAL, comparison_table
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.law.columns import (
-    COMPUTE, CROSS_ENTROPY, DATA_BUDGET, MODEL_SIZE, PRIVACY_BUDGET, TOKENS_PER_PARAMETER)
+    COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
+    PRIVACY_BUDGET, TOKENS_PER_PARAMETER)
 from dpscaling.tables.inflection_points import inflection_points_table
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20.0
@@ -120,21 +122,65 @@ def optimal_beats_baselines(context: AnalysisContext) -> Finding:
                    measured)
 
 
+def final_losses(results: pd.DataFrame) -> pd.DataFrame:
+    """Each (model, learning rate, σ̄) curve's last measured loss (seeds averaged), from the tidy curves."""
+    finite = results.dropna(subset=[CROSS_ENTROPY])
+    last = finite[finite[ITERATIONS] == finite.groupby([MODEL, LEARNING_RATE, NOISE_BATCH_RATIO])[ITERATIONS]
+                  .transform("max")]
+    return (last.groupby([MODEL, MODEL_SIZE, LEARNING_RATE, NOISE_BATCH_RATIO], as_index=False)
+            .agg(**{ITERATIONS: (ITERATIONS, "first"), CROSS_ENTROPY: (CROSS_ENTROPY, "mean")}))
+
+
+def nonprivate_ends_lowest(results: pd.DataFrame | None) -> Finding:
+    """(e) The σ̄ = 0 curve ends at or below the smallest σ̄'s, for every model and learning rate (raw curves).
+
+    Not a claim of the paper but what its monotone smoothing along σ̄ presumes; on the CPU default it
+    fails (issue 14: gradient noise helps a tiny model over a short horizon), and paper-mode smoothing
+    keeps σ̄ = 0 out of the σ̄ pass so that no private answer depends on it.
+    """
+    claim = "the non-private curve (sigma-bar = 0) ends at or below the smallest sigma-bar's, every model and LR"
+    if results is None or results.empty:
+        return Finding(claim, False, "no training curves given")
+    ends = final_losses(results)
+    pairs = []
+    for (model, rate), group in ends.sort_values([MODEL_SIZE, LEARNING_RATE]).groupby(
+            [MODEL, LEARNING_RATE], sort=False):
+        public = group[group[NOISE_BATCH_RATIO] == 0]
+        private = group[group[NOISE_BATCH_RATIO] > 0]
+        if public.empty or private.empty:
+            continue
+        smallest = private.loc[private[NOISE_BATCH_RATIO].idxmin()]
+        pairs.append((model, rate, float(public[CROSS_ENTROPY].iloc[0]), float(smallest[NOISE_BATCH_RATIO]),
+                      float(smallest[CROSS_ENTROPY]), int(smallest[ITERATIONS])))
+    if not pairs:
+        return Finding(claim, False, "no (model, learning rate) has both a sigma-bar = 0 and a noisy curve")
+    below = [p for p in pairs if p[2] <= p[4]]
+    details = "; ".join(f"{model} LR 2^{np.log2(rate):.3g}: {public:.3f} vs {private:.3f} at sigma-bar 2^"
+                        f"{np.log2(nbr):.3g} (T={steps})" for model, rate, public, nbr, private, steps in pairs)
+    measured = f"{len(below)} of {len(pairs)} (model, LR) pairs end at or below; last losses: {details}"
+    return Finding(claim, len(below) == len(pairs), measured)
+
+
 def check_findings(context: AnalysisContext, inflection_points: pd.DataFrame | None = None) -> list[Finding]:
-    """Claims (a)-(d); ``inflection_points``: a table:inflection_points already computed for this context."""
+    """Claims (a)-(e); ``inflection_points``: a table:inflection_points already computed for this context.
+
+    (e) reads the raw training curves, ``context.results``.
+    """
     return [dp_models_are_smaller(context), loss_saturates(context, inflection_points)[0],
-            tokens_per_parameter_rise(context), optimal_beats_baselines(context)]
+            tokens_per_parameter_rise(context), optimal_beats_baselines(context),
+            nonprivate_ends_lowest(context.results)]
 
 
 LABEL = "findings"
 CAPTION = ("The paper's qualitative findings (§1, §4.1-§4.4) checked on this run's fitted law and accounting: "
-           "each claim, whether it holds on this data, and the numbers measured.")
+           "each claim, whether it holds on this data, and the numbers measured; (e) whether each model and "
+           "learning rate's non-private curve ends at or below its smallest noise's (raw training curves).")
 
 
 def findings_table(findings: list[Finding]) -> pd.DataFrame:
     """One row per claim, lettered as in issue 8 / the report, for the workflow's ``findings`` target."""
     return pd.DataFrame({
-        "finding": list("abcd"[: len(findings)]),
+        "finding": list("abcde"[: len(findings)]),
         "claim": [finding.claim for finding in findings],
         "verdict": ["holds" if finding.holds else "does not hold" for finding in findings],
         "measured": [finding.measured for finding in findings],
@@ -143,7 +189,7 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
 
 def report(findings: list[Finding]) -> str:
     lines = []
-    for letter, finding in zip("abcd", findings):
+    for letter, finding in zip("abcde", findings):
         verdict = "holds" if finding.holds else "does not hold"
         lines.append(f"({letter}) {finding.claim}: {verdict} on this data\n    {finding.measured}")
     return "\n".join(lines)

@@ -8,11 +8,14 @@ always naming the config key and the accepted values.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpscaling.data.documents import CorpusSpec
+from dpscaling.data.epochs import check_one_epoch
 from dpscaling.errors import UserError
 from dpscaling.models.family import BERT_MAX_POSITIONS, FAMILY
 
@@ -127,6 +130,18 @@ def check_ablation(config: Mapping[str, Any]) -> None:
             )
 
 
+# Training keys added after runs existed, with their defaults (= TrainConfig's and the schema's). At their
+# default they are left out of a training job's Snakemake params, so adding them retrains nothing; a
+# changed value is a changed param, and Snakemake reruns the job.
+OPTIONAL_TRAINING_KEYS: dict[str, Any] = {"adam_b1": 0.9, "adam_b2": 0.999, "adam_eps": 1e-8, "allow_repeats": False}
+
+
+def training_params(training: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``training`` block as a training job's param: optional keys only where they differ from the default."""
+    return {key: value for key, value in training.items()
+            if not (key in OPTIONAL_TRAINING_KEYS and value == OPTIONAL_TRAINING_KEYS[key])}
+
+
 # The training settings an ablation job takes from the ablation_batch block; the rest come from `training`.
 ABLATION_TRAINING_KEYS = ("steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every")
 # What train_config reads from the `training` block (so a change to the main grid retrains no ablation job).
@@ -141,6 +156,7 @@ def ablation_training(config: Mapping[str, Any], batch: int) -> dict[str, Any]:
     micro = block["microbatch_size"]
     return {
         **{key: training[key] for key in _TRAINING_SETTINGS},
+        **{key: value for key, value in training_params(training).items() if key in OPTIONAL_TRAINING_KEYS},
         **{key: block[key] for key in ABLATION_TRAINING_KEYS},
         "microbatch_size": None if micro is None or micro >= batch else micro,
         "physical_batch": int(batch),
@@ -165,6 +181,27 @@ def corpus_spec(config: Mapping[str, Any], repo: str | Path = ".") -> CorpusSpec
         hf_split=data["hf_split"],
         max_documents=data["max_documents"],
     )
+
+
+def check_epochs(config: Mapping[str, Any], corpus: CorpusSpec) -> float | None:
+    """The one-epoch guard at DAG time, from the data stage's manifest (``data/packed/meta.json``).
+
+    Returns the epochs the main grid's runs see, or None when there is no manifest yet or it was built
+    for other data settings (it will be rebuilt; each training job checks again before step 1).
+    Raises :class:`UserError` naming the numbers when above one epoch without ``training.allow_repeats``.
+    """
+    path = Path(output_root(config)) / "data" / "packed" / "meta.json"
+    if not path.is_file():
+        return None
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    data = config["data"]
+    same_data = (meta.get("source") == json.loads(json.dumps(asdict(corpus)))
+                 and meta.get("seq_len") == data["seq_len"] and meta.get("tokenizer") == data["tokenizer"])
+    if not same_data or "n_train" not in meta:
+        return None
+    training = config["training"]
+    return check_one_epoch(training["steps"], training["physical_batch"], int(meta["n_train"]),
+                           training["allow_repeats"], keys=("training.steps", "training.physical_batch"))
 
 
 def vocab_path(config: Mapping[str, Any], repo: str | Path = ".") -> str:
@@ -223,6 +260,10 @@ def train_config(
         p_mask=training["mask_rate"],
         log_every=training["log_every"],
         checkpoint_every=training["checkpoint_every"],
+        adam_b1=training.get("adam_b1", OPTIONAL_TRAINING_KEYS["adam_b1"]),
+        adam_b2=training.get("adam_b2", OPTIONAL_TRAINING_KEYS["adam_b2"]),
+        adam_eps=training.get("adam_eps", OPTIONAL_TRAINING_KEYS["adam_eps"]),
+        allow_repeats=training.get("allow_repeats", OPTIONAL_TRAINING_KEYS["allow_repeats"]),
     )
 
 
@@ -238,9 +279,23 @@ def law_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         extrapolation_window=Window(window["start"], window["end"], window["unit"]),
         extension_doublings=fit["extension_doublings"],
     )
-    if not fit["reference_compatible"]:  # the reference mode fixes the rolling mean (off)
+    if not fit["reference_compatible"]:  # the reference mode fixes these to the authors' choices
         choices["rolling_window"] = fit["rolling_window"]
+        choices["smooth_nonprivate_along_nbr"] = fit["smooth_nonprivate_along_nbr"]
+        choices["extrapolation_asymptote"] = fit["extrapolation_asymptote"]
+        for key in ("isotonic_skip_nan", "interpolate_log_loss", "fill_missing_nbr"):
+            choices[key] = fit[key]
     return LawSettings.create(fit["reference_compatible"], **choices).to_json()
+
+
+def validation_modes(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings the ``validate`` target scores side by side: the config's ``fit`` block in paper mode and
+    in reference-compatible mode (same windows and warm-up), as JSON (a rule param)."""
+    modes = {}
+    for name, reference in (("paper", False), ("reference-compatible", True)):
+        fit = {**config["fit"], "reference_compatible": reference}
+        modes[name] = law_settings({**config, "fit": fit})
+    return modes
 
 
 def accounting_spec(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -273,7 +328,7 @@ def analysis_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return AnalysisSettings.from_mapping(values).to_mapping()
 
 
-REPORT_TARGETS = ("figures", "tables", "findings", "run_config")
+REPORT_TARGETS = ("figures", "tables", "findings", "validate", "run_config")
 
 
 def write_report(snakefile: str | Path, config: Mapping[str, Any], output: str | Path) -> None:

@@ -11,6 +11,7 @@ from dpscaling.grid import ablation_grid, alternation, main_grid
 from dpscaling.workflow import (
     ablation_training,
     check_config,
+    check_epochs,
     corpus_spec,
     output_root,
     validate_config,
@@ -26,6 +27,8 @@ check_config(config)
 RESULTS = output_root(config)
 # Vendored resources are found next to the Snakefile, so --directory works.
 CORPUS = corpus_spec(config, repo=workflow.basedir)
+# The one-epoch guard, when the data stage's manifest is already there (else each training job checks).
+check_epochs(config, CORPUS)
 VOCAB = vocab_path(config, repo=workflow.basedir)
 GRID = main_grid(config)
 # The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.

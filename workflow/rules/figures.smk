@@ -100,6 +100,7 @@ rule findings_table:
         law=LAW,
         sigma_table=SIGMA_TABLE,
         inflection_points=rules.table_inflection_points.output.csv,
+        results=FIT_RESULTS,
     output:
         **table_outputs(findings_check.LABEL),
     log:
@@ -112,6 +113,7 @@ rule findings_table:
     params:
         analysis=ANALYSIS,
         sampling=config["accounting"]["sampling"],
+        results_format="reference" if config["results_csv"] else "dpscaling",
         caption=findings_check.CAPTION,
     script:
         "../scripts/findings.py"
@@ -168,6 +170,7 @@ rule report_html:
         rules.figures.input,
         rules.tables.input,
         rules.findings_table.output,
+        rules.validate_law.output,
         RUN_CONFIG,
     output:
         f"{RESULTS}/report.html",

@@ -1,4 +1,5 @@
-from dpscaling.workflow import law_settings
+from dpscaling.law import validation
+from dpscaling.workflow import law_settings, validation_modes
 
 # The law is fitted to our training curves, or to the authors' published
 # results.csv when config results_csv is set.
@@ -38,6 +39,10 @@ rule fit_law:
         settings=law_settings(config),
         results_format="reference" if config["results_csv"] else "dpscaling",
         parametric=config["fit"]["parametric"],
+        # The law points to its run's accounting table (built by `accounting`, not needed to fit), so
+        # `dpscaling query --law` answers compute-optimal queries with the run's sigma and sampling rule.
+        sigma_table=rules.accounting_table.output.table,
+        sampling=config["accounting"]["sampling"],
     script:
         "../scripts/fit_law.py"
 
@@ -45,4 +50,44 @@ rule fit_law:
 rule fit:
     input:
         rules.fit_law.output,
+        RUN_CONFIG,
+
+
+# The law's prediction error on held-out measurements, paper and reference-compatible modes (issue 14).
+rule validate_law:
+    input:
+        results=FIT_RESULTS,
+    output:
+        csv=report(
+            f"{RESULTS}/validate/validation.csv",
+            caption="../report/table.rst",
+            category="Validation",
+        ),
+        md=f"{RESULTS}/validate/validation.md",
+        tex=f"{RESULTS}/validate/validation.tex",
+        pdf=report(
+            f"{RESULTS}/validate/predicted_vs_measured.pdf",
+            caption="../report/validation.rst",
+            category="Validation",
+        ),
+        png=f"{RESULTS}/validate/predicted_vs_measured.png",
+        data=f"{RESULTS}/validate/predicted_vs_measured.csv",
+    log:
+        f"{RESULTS}/logs/fit/validate.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        modes=validation_modes(config),
+        results_format="reference" if config["results_csv"] else "dpscaling",
+        caption=validation.CAPTION,
+    script:
+        "../scripts/validate.py"
+
+
+rule validate:
+    input:
+        rules.validate_law.output,
         RUN_CONFIG,

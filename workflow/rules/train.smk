@@ -1,4 +1,5 @@
 from dpscaling.cluster import train_resource
+from dpscaling.workflow import training_params
 
 
 rule train_run:
@@ -30,7 +31,8 @@ rule train_run:
         model=lambda wildcards: config["models"]["custom"].get(
             wildcards.model, wildcards.model
         ),
-        training=config["training"],
+        # Keys added later (Adam's b1, b2, eps; allow_repeats) only when not at their defaults.
+        training=training_params(config["training"]),
         checkpoint_dir=lambda wildcards: f"{RESULTS}/checkpoints/{RUN}".format(
             **wildcards
         ),

@@ -11,7 +11,9 @@ with log_to_file(snakemake.log[0]) as log:
         snakemake.input.law,
         AnalysisSettings.from_mapping(snakemake.params.analysis),
         sigma_table=snakemake.input.sigma_table,
+        results=snakemake.input.results,
         sampling=snakemake.params.sampling,
+        results_format=snakemake.params.results_format,
     )
     findings = check_findings(context, pd.read_csv(snakemake.input.inflection_points))
     log.info("accounting: %s\n%s", context.accounting_source, report(findings))

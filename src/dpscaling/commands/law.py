@@ -2,8 +2,9 @@
 
 Thin wrappers: parse flags, load inputs, call :mod:`dpscaling.law`, print.
 σ comes from, in order: ``--accounting-amplified/--accounting-unamplified``
-given to the command, the accounting tables saved with the law, or dpscaling's
-own accounting package (:mod:`dpscaling.accounting`).
+given to the command, the accounting tables saved with the law, the run's
+accounting table a workflow-fitted law points to, or dpscaling's own
+accounting package (:mod:`dpscaling.accounting`); answers name the sampling rule.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
 from dpscaling.law.interpolation import reason_counts
+from dpscaling.law.settings import ASYMPTOTE_CHOICES
 from dpscaling.law.noise import SigmaFunction, read_accounting_csv, sigma_from_tables
 from dpscaling.law.queries import (
     DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, compute_optimal, evaluate_configurations, model_size_grid,
@@ -82,6 +84,12 @@ def _register_fit(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rolling-window", type=int,
                         help="trailing rolling mean over this many measurements, 0 = off "
                              "(default: 10; off with --reference-compatible)")
+    parser.add_argument("--smooth-nonprivate-along-nbr", action="store_true",
+                        help="include σ̄ = 0 in the isotonic pass along σ̄, as the authors' code does (paper: the "
+                             "noisy columns only; always on with --reference-compatible)")
+    parser.add_argument("--extrapolation-asymptote", choices=ASYMPTOTE_CHOICES,
+                        help="E of each power-law fit: per_curve = free (paper, the default) or nonprivate = tied to "
+                             "the model's σ̄ = 0 asymptote E* (the authors' code; fixed with --reference-compatible)")
     parser.add_argument("--seq-len", type=int, help="sequence length S in C = 6·M·B·S·T "
                                                     "(default: from the curves, else 512)")
     parser.add_argument("--physical-batch", type=int,
@@ -142,6 +150,13 @@ def run_fit(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"warmup_steps": args.warmup_steps}
     if args.rolling_window is not None:
         overrides["rolling_window"] = args.rolling_window or None
+    if args.reference_compatible and (args.smooth_nonprivate_along_nbr or args.extrapolation_asymptote):
+        raise UserError("--reference-compatible fixes --smooth-nonprivate-along-nbr and --extrapolation-asymptote "
+                        "to the authors' choices; drop them")
+    if args.smooth_nonprivate_along_nbr:
+        overrides["smooth_nonprivate_along_nbr"] = True
+    if args.extrapolation_asymptote:
+        overrides["extrapolation_asymptote"] = args.extrapolation_asymptote
     law = fit_from_files(
         args.results, LawSettings.create(args.reference_compatible, **overrides),
         results_format=args.results_format, accounting_amplified=args.accounting_amplified,
@@ -183,24 +198,35 @@ def _package_sigma(delta: float, sampling: str, allow_per_row: bool) -> SigmaFun
     return sigma
 
 
-def resolve_sigma(args: argparse.Namespace, law: Law, allow_per_row: bool = False) -> tuple[SigmaFunction, str]:
-    """The σ function for a query and a short description of where it comes from."""
+def resolve_sigma(args: argparse.Namespace, law: Law,
+                  allow_per_row: bool = False) -> tuple[SigmaFunction, str, str]:
+    """The σ function for a query, a short description of where it comes from, and its sampling rule.
+
+    In order: the command's accounting CSVs, the CSVs saved with the law, the run's accounting table
+    the law points to (a law the workflow fitted), dpscaling's accountant (per row only).
+    """
     amplified_path = existing_file(args.accounting_amplified, "--accounting-amplified")
     unamplified_path = existing_file(args.accounting_unamplified, "--accounting-unamplified")
+    # The authors' CSVs: Poisson-amplified only under the code's rule, else the lower σ of those given.
+    csv_sampling = "poisson" if law.settings.accounting_rule == "amplified" else "min"
     if amplified_path or unamplified_path:
         sigma, delta = sigma_from_tables(read_accounting_csv(amplified_path) if amplified_path else None,
                                          read_accounting_csv(unamplified_path) if unamplified_path else None,
                                          law.settings.accounting_rule)
-        source = "command-line accounting tables"
+        source, sampling = "command-line accounting tables", csv_sampling
     elif law.accounting:
         sigma, delta = law.sigma_function()
-        source = "the law's accounting tables"
+        source, sampling = "the law's accounting tables", csv_sampling
+    elif law.sigma_table:
+        sigma, delta, sampling = law.table_sigma_function()
+        source = f"the run's accounting table {law.sigma_table['path']} ({sampling})"
     else:
-        sampling = "poisson" if law.settings.accounting_rule == "amplified" else "min"
-        return _package_sigma(args.delta, sampling, allow_per_row), f"dpscaling.accounting ({sampling})"
+        sampling = csv_sampling
+        return (_package_sigma(args.delta, sampling, allow_per_row), f"dpscaling.accounting ({sampling})",
+                sampling)
     if not np.isclose(delta, args.delta, rtol=1e-9, atol=0):
         raise UserError(f"--delta {args.delta:g} differs from the accounting tables' delta {delta:g}")
-    return sigma, source
+    return sigma, source, sampling
 
 
 def _candidate_model_sizes(args: argparse.Namespace, law: Law) -> np.ndarray:
@@ -225,7 +251,7 @@ def run_query(args: argparse.Namespace) -> int:
         if not value > 0:
             raise UserError(f"{flag} must be positive, got {value:g}")
     law = load_law(args.law)
-    sigma, source = resolve_sigma(args, law)
+    sigma, source, sampling = resolve_sigma(args, law)
     if args.tolerance is None:
         args.tolerance = REFERENCE_BAND_TOLERANCE if law.settings.reference_compatible else DEFAULT_TOLERANCE
     if not args.tolerance >= 0:
@@ -245,6 +271,7 @@ def run_query(args: argparse.Namespace) -> int:
     result["candidates"] = answer.candidates
     result["candidates_without_answer"] = answer.unanswered
     result["accounting"] = source
+    result["sampling"] = sampling
     emit(result, args.json)
     return 0
 
@@ -266,7 +293,7 @@ def _query_configs(args: argparse.Namespace) -> int:
         raise UserError(f"--configs {path}: row(s) {', '.join(str(i + 2) for i in bad[:10])} have a missing, "
                         "non-numeric or non-positive value (line numbers count the header)")
     law = load_law(args.law)
-    sigma, source = resolve_sigma(args, law, allow_per_row=True)
+    sigma, source, sampling = resolve_sigma(args, law, allow_per_row=True)
     evaluated = evaluate_configurations(configs.assign(**values), law.loss, sigma, law.seq_len)
     unanswered = reason_counts(evaluated[REASON].to_numpy())
     if args.out:
@@ -274,7 +301,8 @@ def _query_configs(args: argparse.Namespace) -> int:
     elif not args.json:
         evaluated.to_csv(sys.stdout, index=False)
     if args.json:
-        emit({"rows": evaluated.to_dict("records"), "rows_without_answer": unanswered, "accounting": source}, True)
+        emit({"rows": evaluated.to_dict("records"), "rows_without_answer": unanswered, "accounting": source,
+              "sampling": sampling}, True)
     for reason, count in unanswered.items():
         # Never a silent NaN row: each one has its Reason column and is counted here.
         print(f"dpscaling query: warning: {count} row(s) without a predicted loss: {reason}", file=sys.stderr)
@@ -298,7 +326,7 @@ def default_compute_range(law: Law, model_sizes: np.ndarray) -> tuple[float, flo
 
 def run_table_saturating(args: argparse.Namespace) -> int:
     law = load_law(args.law)
-    sigma, source = resolve_sigma(args, law)
+    sigma, source, sampling = resolve_sigma(args, law)
     model_sizes = _candidate_model_sizes(args, law)
     low, high = args.compute_range or default_compute_range(law, model_sizes)
     if not 0 < low < high or args.compute_count < 2:
@@ -308,7 +336,7 @@ def run_table_saturating(args: argparse.Namespace) -> int:
                              law.iteration_bounds(), args.tolerance)
     table.to_csv(args.out, index=False)
     emit({"out": args.out, "rows": len(table), "compute_budgets": len(budgets),
-          "compute_range": [float(low), float(high)], "accounting": source,
+          "compute_range": [float(low), float(high)], "accounting": source, "sampling": sampling,
           "budgets_without_answer": int(table["Budgets Without Answer"].sum())}, args.json)
     return 0
 

@@ -19,7 +19,7 @@ from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.law import load_law
 from dpscaling.law.artifact import Law
 from dpscaling.law.columns import DATA_BUDGET, MODEL, MODEL_SIZE, PRIVACY_BUDGET
-from dpscaling.law.noise import SigmaFunction
+from dpscaling.law.noise import SigmaFunction, sigma_from_sigma_table
 from dpscaling.law.queries import (
     DEFAULT_BATCH_SIZES, ComputeOptimal, best_loss_per_compute, compute_optimal, evaluate_configurations,
     model_size_grid, near_optimal_per_compute)
@@ -140,14 +140,8 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
         sampling = "poisson" if law.settings.accounting_rule == "amplified" else "min"
         source = f"the law's accounting tables (authors' format, {law.settings.accounting_rule} rule)"
     elif sigma_table is not None:
-        from dpscaling.accounting.table import SigmaTable
-
-        table = SigmaTable.load(sigma_table)
-
-        def sigma(epsilon, steps, q):
-            return table.sigma(epsilon, steps, q, sampling=sampling, on_missing="nan")
-
-        delta, source = table.delta, f"dpscaling accounting table ({sampling})"
+        sigma, delta = sigma_from_sigma_table(sigma_table, sampling)
+        source = f"dpscaling accounting table ({sampling})"
     else:
         sigma, delta, source = _no_accounting, float("nan"), "none"
     raw = None

@@ -5,13 +5,16 @@ A law is a directory holding Parquet tables and a JSON manifest:
 - ``grid.parquet``: the smoothed, extrapolated and σ̄-filled grid the
   interpolants are built from (Model, Model Size, Iterations, Noise Batch
   Ratio, Cross Entropy, Learning Rate, Source);
-- ``fits.parquet``: every power-law fit (E* per model and one per (model, σ̄)),
-  failures included with their reason;
+- ``fits.parquet``: every power-law fit (one per (model, σ̄), plus E* per model
+  when E is tied to it), failures included with their reason;
 - ``accounting_amplified.parquet`` / ``accounting_unamplified.parquet`` when the
   law was fitted with the authors' accounting tables;
 - ``parametric.json`` + ``parametric_diagnostics.parquet`` when parametric fits were requested;
 - ``manifest.json``: format version, library versions, settings, S, physical
-  batch, sources and the fit report (counts of dropped / missing / failed items).
+  batch, sources and the fit report (counts of dropped / missing / failed items),
+  and, for a law the workflow fitted, ``sigma_table``: its run's accounting table
+  (path relative to the law directory) and the sampling rule its σ comes from, so
+  ``dpscaling query --law`` answers compute-optimal queries without extra flags.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dpscaling.law.columns import (
     PAPER_SEQUENCE_LENGTH, SOURCE, STATUS)
 from dpscaling.law.extrapolation import extrapolate
 from dpscaling.law.interpolation import LossFunction, fill_missing_noise_batch_ratios
-from dpscaling.law.noise import SigmaFunction, sigma_from_tables
+from dpscaling.law.noise import SigmaFunction, sigma_from_sigma_table, sigma_from_tables
 from dpscaling.law.settings import LawSettings
 from dpscaling.law.smoothing import smooth_results
 
@@ -57,6 +60,8 @@ class Law:
     sources: dict[str, Any] = field(default_factory=dict)
     parametric: dict[str, Any] | None = None
     parametric_diagnostics: pd.DataFrame | None = None
+    # {"path": dpscaling σ table, "sampling": poisson | deterministic | min}: the run's accounting table.
+    sigma_table: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss)
@@ -74,7 +79,18 @@ class Law:
         return sigma_from_tables(self.accounting.get("amplified"), self.accounting.get("unamplified"),
                                  self.settings.accounting_rule)
 
-    def manifest(self) -> dict[str, Any]:
+    def table_sigma_function(self) -> tuple[SigmaFunction, float, str] | None:
+        """σ, δ and the sampling rule from the run's accounting table the law points to, or None."""
+        if not self.sigma_table:
+            return None
+        path, sampling = Path(self.sigma_table["path"]), self.sigma_table["sampling"]
+        if not path.is_file():
+            raise UserError(f"this law points to its run's accounting table {path}, which does not exist: build it "
+                            "(`snakemake accounting`) or pass --accounting-amplified/--accounting-unamplified")
+        sigma, delta = sigma_from_sigma_table(path, sampling)
+        return sigma, delta, sampling
+
+    def manifest(self, directory: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         return {
             "format_version": FORMAT_VERSION,
             "versions": _versions(),
@@ -88,7 +104,17 @@ class Law:
             "sources": self.sources,
             "report": self.report,
             "parametric": self.parametric,
+            "sigma_table": self._relative_sigma_table(directory),
         }
+
+    def _relative_sigma_table(self, directory: str | os.PathLike[str] | None) -> dict[str, str] | None:
+        """The σ-table pointer with its path relative to the law's directory (a moved run dir still works)."""
+        if not self.sigma_table:
+            return None
+        path = Path(self.sigma_table["path"])
+        if directory is not None:
+            path = Path(os.path.relpath(path.resolve(), Path(directory).resolve()))
+        return {**self.sigma_table, "path": str(path)}
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the law atomically: a reader sees the old directory or the complete new one."""
@@ -99,7 +125,8 @@ class Law:
                 table.to_parquet(tmp / f"accounting_{kind}.parquet", index=False)
             if self.parametric_diagnostics is not None:
                 self.parametric_diagnostics.to_parquet(tmp / "parametric_diagnostics.parquet", index=False)
-            (tmp / MANIFEST).write_text(json.dumps(_jsonable(self.manifest()), indent=2, sort_keys=True) + "\n")
+            manifest = self.manifest(directory)
+            (tmp / MANIFEST).write_text(json.dumps(_jsonable(manifest), indent=2, sort_keys=True) + "\n")
         return Path(directory)
 
 
@@ -140,11 +167,19 @@ def exclude_unfit_runs(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFram
 def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
             seq_len: int = PAPER_SEQUENCE_LENGTH, physical_batch: int = PAPER_PHYSICAL_BATCH,
             accounting_amplified: pd.DataFrame | None = None, accounting_unamplified: pd.DataFrame | None = None,
-            parametric: bool = False, sources: dict[str, Any] | None = None) -> Law:
+            parametric: bool = False, sources: dict[str, Any] | None = None,
+            sigma_table: str | os.PathLike[str] | None = None, sampling: str = "min") -> Law:
     """Tidy measurements → a :class:`Law` (smoothing → extrapolation → σ̄ fill → interpolants).
 
+    ``sigma_table``: a dpscaling accounting table (the run's ``accounting/sigma_table.parquet``) the law
+    points to, with the ``sampling`` rule (poisson / deterministic / min) its σ is read with.
     Raises UserError if nothing survives the warm-up cut or the grid cannot be interpolated.
     """
+    if sigma_table is not None:
+        from dpscaling.accounting.calibration import SAMPLINGS
+
+        if sampling not in SAMPLINGS:
+            raise UserError(f"accounting.sampling: {sampling!r} is not one of {list(SAMPLINGS)}")
     settings = settings or LawSettings()
     kept, excluded = exclude_unfit_runs(results)
     smoothed = smooth_results(kept, settings)
@@ -165,7 +200,8 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     }
     accounting = {kind: table for kind, table in zip(ACCOUNTING_KINDS, (accounting_amplified, accounting_unamplified))
                   if table is not None}
-    law = Law(grid, fits, settings, int(seq_len), int(physical_batch), accounting, report, sources or {})
+    law = Law(grid, fits, settings, int(seq_len), int(physical_batch), accounting, report, sources or {},
+              sigma_table={"path": str(sigma_table), "sampling": sampling} if sigma_table else None)
     if accounting:
         law.sigma_function()  # validate the tables now, not at the first query
     if parametric:
@@ -195,9 +231,13 @@ def load_law(directory: str | os.PathLike[str]) -> Law:
     accounting = {kind: pd.read_parquet(directory / f"accounting_{kind}.parquet") for kind in ACCOUNTING_KINDS
                   if (directory / f"accounting_{kind}.parquet").is_file()}
     diagnostics_path = directory / "parametric_diagnostics.parquet"
+    sigma_table = manifest.get("sigma_table")
+    if sigma_table:
+        sigma_table = {**sigma_table, "path": str(directory / sigma_table["path"])}  # absolute paths stay
     return Law(
         grid=pd.read_parquet(directory / "grid.parquet"), fits=pd.read_parquet(directory / "fits.parquet"),
         settings=LawSettings.from_json(manifest["settings"]), seq_len=manifest["seq_len"],
         physical_batch=manifest["physical_batch"], accounting=accounting, report=manifest["report"],
         sources=manifest["sources"], parametric=manifest.get("parametric"),
-        parametric_diagnostics=pd.read_parquet(diagnostics_path) if diagnostics_path.is_file() else None)
+        parametric_diagnostics=pd.read_parquet(diagnostics_path) if diagnostics_path.is_file() else None,
+        sigma_table=sigma_table)

@@ -1,11 +1,18 @@
 """Training-step extrapolation (paper §3.3 "Training Step Extrapolation").
 
 L(T) = E + A·T^(−α), fitted with ``scipy.optimize.curve_fit`` (Levenberg–Marquardt)
-in the authors' parameterisation exp(m·log T + b) + E (A = e^b, α = −m).
-As the authors do, E is tied per model: E* is fitted first on the noise-free
-curve over [warm-up, H]; every (model, σ̄) curve, σ̄ = 0 included, is then
-fitted with E = E* on the extrapolation window ([16K, 128K] = [H/8, H] in the
-paper) and evaluated at H·2^k (256K … 8.192M in the paper).
+in the authors' parameterisation exp(m·log T + b) + E (A = e^b, α = −m), on the
+extrapolation window ([16K, 128K] = [H/8, H] in the paper), evaluated at H·2^k
+(256K … 8.192M in the paper).
+``LawSettings.extrapolation_asymptote`` decides E:
+
+- ``"per_curve"`` (paper: "we independently fit a function for each model size
+  and NBR"): E, A and α are free in every (model, σ̄) fit, so a curve's
+  extrapolation depends on that curve only and one failed fit fails one curve;
+- ``"nonprivate"`` (the authors' code): E is tied per model: E* is fitted first
+  on the noise-free curve over [warm-up, H]; every (model, σ̄) curve, σ̄ = 0
+  included, is then fitted with E = E*. A failed E* fails every σ̄ of the model.
+
 A fit that fails is a row of the fits table with status "failed" and a reason;
 its extrapolated cells are NaN, so queries that need them say so.
 """
@@ -35,7 +42,7 @@ class PowerLawFit:
     """One fitted curve L(T) = E + A·T^(−α); status "failed" carries NaNs and a reason."""
     model: str
     noise_batch_ratio: float
-    kind: str  # "asymptote" (E* fit, E free) or "curve" (E tied to E*)
+    kind: str  # "asymptote" (E* fit, E free) or "curve" (E tied to E*, or free per curve in paper mode)
     E: float
     A: float
     alpha: float
@@ -82,6 +89,22 @@ def fit_asymptote(model: str, curve: pd.Series, window: tuple[float, float]) -> 
     return _checked(PowerLawFit(model, 0.0, "asymptote", E, np.exp(b), -m, len(data), "ok"))
 
 
+def fit_free_curve(model: str, nbr: float, curve: pd.Series, window: tuple[float, float]) -> PowerLawFit:
+    """Fit exp(m·log T + b) + E with all three free to one (model, σ̄) curve on ``window`` (paper mode)."""
+    data = _window(curve, window)
+    if len(data) < _MIN_POINTS:
+        return _failed(model, nbr, "curve", len(data), f"{len(data)} finite points in window {window}")
+    # The authors' E* start (slope −0.3, E = 0.9·min), with the line through the first point.
+    asymptote = 0.9 * data.min()
+    intercept = np.log(max(data.iloc[0] - asymptote, 1e-12)) - _INITIAL_SLOPE * np.log(data.index[0])
+    try:
+        m, b, E = _curve_fit(lambda log_t, m, b, E: np.exp(m * log_t + b) + E, data,
+                             [_INITIAL_SLOPE, intercept, asymptote])
+    except (RuntimeError, ValueError) as error:
+        return _failed(model, nbr, "curve", len(data), f"curve_fit: {error}")
+    return _checked(PowerLawFit(model, nbr, "curve", E, np.exp(b), -m, len(data), "ok"))
+
+
 def fit_tied_curve(model: str, nbr: float, curve: pd.Series, window: tuple[float, float],
                    asymptote: float) -> PowerLawFit:
     """Fit exp(m·log T + b) + E* to one (model, σ̄) curve on ``window``."""
@@ -125,15 +148,20 @@ def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
     new_iterations = np.array(settings.extension_iterations(horizon))
     fits: list[PowerLawFit] = []
     extended = []
+    tied = settings.extrapolation_asymptote == "nonprivate"
     for (model, size), group in smoothed.groupby([MODEL, MODEL_SIZE], sort=True):
         surface = group.pivot(index=ITERATIONS, columns=NOISE_BATCH_RATIO, values=CROSS_ENTROPY).sort_index()
-        if 0.0 in surface.columns:
-            asymptote = fit_asymptote(model, surface[0.0], asymptote_window)
-        else:
-            asymptote = _failed(model, 0.0, "asymptote", 0, "no noise-free (σ̄ = 0) curve")
-        fits.append(asymptote)
+        if tied:
+            if 0.0 in surface.columns:
+                asymptote = fit_asymptote(model, surface[0.0], asymptote_window)
+            else:
+                asymptote = _failed(model, 0.0, "asymptote", 0, "no noise-free (σ̄ = 0) curve")
+            fits.append(asymptote)
         for nbr in surface.columns:
-            fit = fit_tied_curve(model, float(nbr), surface[nbr], fit_window, asymptote.E)
+            if tied:
+                fit = fit_tied_curve(model, float(nbr), surface[nbr], fit_window, asymptote.E)
+            else:
+                fit = fit_free_curve(model, float(nbr), surface[nbr], fit_window)
             fits.append(fit)
             extended.append(pd.DataFrame({
                 MODEL: model, MODEL_SIZE: size, ITERATIONS: new_iterations, NOISE_BATCH_RATIO: float(nbr),

@@ -108,3 +108,18 @@ def sigma_from_tables(amplified: pd.DataFrame | None, unamplified: pd.DataFrame 
         raise UserError(f"accounting tables disagree on delta: {sorted(deltas)}")
     functions = tuple(parts.values())
     return (functions[0] if len(functions) == 1 else LowerSigma(functions)), deltas.pop()
+
+
+def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min") -> tuple[SigmaFunction, float]:
+    """σ function and δ from dpscaling's accounting table (``accounting/sigma_table.parquet`` of a run).
+
+    ``sampling`` is the rule σ comes from: ``poisson``, ``deterministic`` or ``min`` (the lower of the two,
+    the paper's). Cells the accountant refused answer NaN, so queries there carry a reason.
+    """
+    from dpscaling.accounting.table import SigmaTable
+
+    table = SigmaTable.load(path)
+
+    def sigma(epsilon, steps, q) -> np.ndarray:
+        return table.sigma(epsilon, steps, q, sampling=sampling, on_missing="nan")
+    return sigma, table.delta

@@ -77,8 +77,14 @@ def fit_from_files(
     parametric: bool = False,
     seq_len: int | None = None,
     physical_batch: int | None = None,
+    sigma_table: str | Path | None = None,
+    sampling: str = "min",
 ) -> Law:
-    """Fit a law to the results at ``results``; every input's path and sha256 go into its sources."""
+    """Fit a law to the results at ``results``; every input's path and sha256 go into its sources.
+
+    ``sigma_table`` (the run's dpscaling accounting table, which need not exist yet) and its ``sampling``
+    rule are recorded in the law, so queries on it need no accounting flags.
+    """
     table, constants = load_results(results, results_format)
     amplified = existing_file(accounting_amplified, "--accounting-amplified")
     unamplified = existing_file(accounting_unamplified, "--accounting-unamplified")
@@ -99,4 +105,6 @@ def fit_from_files(
         accounting_unamplified=read_accounting_csv(unamplified) if unamplified else None,
         parametric=parametric,
         sources=sources,
+        sigma_table=sigma_table,
+        sampling=sampling,
     )

@@ -18,6 +18,8 @@ from dpscaling.errors import UserError
 
 PAPER_HORIZON = 128_000
 PAPER_WARMUP = 1000
+ASYMPTOTE_CHOICES = ("per_curve", "nonprivate")
+FILL_CHOICES = ("log_nbr", "positional")
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,22 @@ class LawSettings:
     reference_compatible: bool = False
     # Measurements at T < warmup_steps are dropped (paper: the 1000 learning-rate warm-up steps).
     warmup_steps: float = PAPER_WARMUP
+    # Isotonic regression on the finite entries only, NaNs left in place (paper intent) — or NaNs passed to
+    # scipy as the authors' code does (scipy then returns the vector unchanged: monotonicity silently lost).
+    isotonic_skip_nan: bool = True
     # Trailing rolling mean over this many measurements; None = off (the authors' code never applies it).
     rolling_window: int | None = 10
     # E* per model is fitted on the noise-free curve over this window (code: [1000, 128K]);
     # None means [warmup_steps, H].
     asymptote_window: Window | None = None
+    # Whether σ̄ = 0 takes part in the isotonic pass along σ̄. The paper orders "the 18 loss values"
+    # (the noisy columns) only; the authors' code includes σ̄ = 0, which pins the noise-free curve below
+    # every noisy one and lets a bad noise-free column pull the private ones down.
+    smooth_nonprivate_along_nbr: bool = False
+    # The asymptote E of each (model, σ̄) power-law fit: "per_curve" = free in every fit (paper: "we
+    # independently fit a function for each model size and NBR"); "nonprivate" = tied to the model's E*
+    # fitted on its σ̄ = 0 curve over ``asymptote_window`` (the authors' code).
+    extrapolation_asymptote: Literal["per_curve", "nonprivate"] = "per_curve"
     # Per-(model, σ̄) power-law fits use this window (paper: [16K, 128K] = [H/8, H]).
     extrapolation_window: Window = field(default_factory=lambda: Window(1 / 8, 1.0))
     # Extrapolated iteration counts: H·2^k for k = 1..extension_doublings (paper: 256K … 8.192M).
@@ -66,13 +79,21 @@ class LawSettings:
         """
         values: dict[str, Any] = dict(
             reference_compatible=True, rolling_window=None, interpolate_log_loss=True,
-            fill_missing_nbr="positional", accounting_rule="amplified")
+            fill_missing_nbr="positional", accounting_rule="amplified", smooth_nonprivate_along_nbr=True,
+            extrapolation_asymptote="nonprivate", isotonic_skip_nan=False)
         values.update(overrides)
         return cls(**values)
 
     @classmethod
     def create(cls, reference_compatible: bool = False, **overrides: Any) -> "LawSettings":
         return cls.reference(**overrides) if reference_compatible else cls(**overrides)
+
+    def __post_init__(self) -> None:
+        if self.extrapolation_asymptote not in ASYMPTOTE_CHOICES:
+            raise UserError(f"fit.extrapolation_asymptote: {self.extrapolation_asymptote!r} is not one of "
+                            f"{list(ASYMPTOTE_CHOICES)}")
+        if self.fill_missing_nbr not in FILL_CHOICES:
+            raise UserError(f"fit.fill_missing_nbr: {self.fill_missing_nbr!r} is not one of {list(FILL_CHOICES)}")
 
     def asymptote_range(self, horizon: float) -> tuple[float, float]:
         window = self.asymptote_window or Window(self.warmup_steps, horizon, "steps")

@@ -3,16 +3,20 @@
 Per (model, learning rate): drop warm-up measurements, a trailing rolling mean
 over the previous measurements of each training curve, isotonic regression
 non-increasing in iterations for each σ̄, then non-decreasing in σ̄ for each
-iteration count (σ̄ = 0 included, as the authors do, so the noise-free curve
-ends up below every noisy one); no monotonicity in model size. Finally the
-pointwise minimum over learning rates.
+iteration count; no monotonicity in model size. Finally the pointwise minimum
+over learning rates. The σ̄ pass orders the noisy columns only, as the paper
+says ("the 18 loss values"), so the non-private curve never moves a private
+one; ``LawSettings.smooth_nonprivate_along_nbr`` (on in reference mode)
+includes σ̄ = 0, as the authors' code does, so the noise-free curve ends up
+below every noisy one.
 
 NaN handling: the paper's default fits each isotonic regression on the finite
 entries only and leaves NaNs in place, so the finite values are exactly
 monotone and the NaNs are counted, not hidden; with NaNs the two passes
-alternate until both orders hold (without NaNs one pass already guarantees it). ``reference_compatible`` passes
-NaNs to scipy as the authors' code does (scipy then returns the vector
-unchanged: monotonicity silently broken).
+alternate until both orders hold (without NaNs one pass already guarantees it).
+``LawSettings.isotonic_skip_nan=False`` (reference mode) passes NaNs to scipy as
+the authors' code does (scipy then returns the vector unchanged: monotonicity
+silently broken).
 """
 
 from __future__ import annotations
@@ -53,17 +57,20 @@ def rolling_mean(surface: pd.DataFrame, window: int | None) -> pd.DataFrame:
 def smooth_surface(surface: pd.DataFrame, settings: LawSettings) -> pd.DataFrame:
     """Smooth one (model, learning rate) surface: rows = iterations (ascending), columns = σ̄ (ascending)."""
     surface = rolling_mean(surface.sort_index().sort_index(axis=1), settings.rolling_window)
-    skip_nan = not settings.reference_compatible
-    values = _isotonic_passes(surface.to_numpy(dtype=float), skip_nan)
+    skip_nan = settings.isotonic_skip_nan
+    # Columns the σ̄ pass orders: all, or the noisy ones only (σ̄ = 0 is the first column when present).
+    first = 0 if settings.smooth_nonprivate_along_nbr else int((surface.columns <= 0).sum())
+    values = _isotonic_passes(surface.to_numpy(dtype=float), skip_nan, first)
     # One pass suffices on a complete grid: isotonic regression is order-preserving, so rows that are
     # ordered in T stay ordered after the σ̄ pass. Rows with NaNs in different places are fitted on
     # different subsets and can lose the T order; alternate the passes until both orders hold.
     passes = 1
-    while skip_nan and _violation(values) > _TOLERANCE and passes < _MAX_PASSES:
-        values = _isotonic_passes(values, skip_nan)
+    while skip_nan and _violation(values, first) > _TOLERANCE and passes < _MAX_PASSES:
+        values = _isotonic_passes(values, skip_nan, first)
         passes += 1
     if skip_nan and passes == _MAX_PASSES:
-        logger.warning("smoothing: monotonicity still broken by %.3g after %d passes", _violation(values), passes)
+        logger.warning("smoothing: monotonicity still broken by %.3g after %d passes", _violation(values, first),
+                       passes)
     return pd.DataFrame(values, index=surface.index, columns=surface.columns)
 
 
@@ -71,17 +78,19 @@ _TOLERANCE = 1e-12
 _MAX_PASSES = 10_000
 
 
-def _isotonic_passes(values: np.ndarray, skip_nan: bool) -> np.ndarray:
-    """Non-increasing along iterations (axis 0), then non-decreasing along σ̄ (axis 1)."""
+def _isotonic_passes(values: np.ndarray, skip_nan: bool, first: int = 0) -> np.ndarray:
+    """Non-increasing along iterations (axis 0), then non-decreasing along σ̄ (axis 1) over columns ``first:``."""
     values = np.apply_along_axis(isotonic, 0, values, increasing=False, skip_nan=skip_nan)
-    return np.apply_along_axis(isotonic, 1, values, increasing=True, skip_nan=skip_nan)
+    if values.shape[1] - first > 1:
+        values[:, first:] = np.apply_along_axis(isotonic, 1, values[:, first:], increasing=True, skip_nan=skip_nan)
+    return values
 
 
-def _violation(values: np.ndarray) -> float:
-    """Largest break of either order between consecutive finite cells of a column or row."""
+def _violation(values: np.ndarray, first: int = 0) -> float:
+    """Largest break of either order between consecutive finite cells of a column or row (rows: columns ``first:``)."""
     worst = 0.0
     for axis, sign in ((0, -1.0), (1, 1.0)):
-        lines = values if axis == 1 else values.T
+        lines = values[:, first:] if axis == 1 else values.T
         for line in lines:
             finite = line[np.isfinite(line)]
             if len(finite) > 1:
@@ -123,15 +132,18 @@ def minimum_over_learning_rates(smoothed: pd.DataFrame) -> pd.DataFrame:
     return merged.sort_values(keys).reset_index(drop=True)
 
 
-def monotonicity_violations(grid: pd.DataFrame, tolerance: float = 1e-12) -> pd.DataFrame:
+def monotonicity_violations(grid: pd.DataFrame, tolerance: float = 1e-12,
+                            nonprivate_along_nbr: bool = False) -> pd.DataFrame:
     """Cells of a smoothed grid that break the paper's invariants (for tests and reports).
 
     Compares consecutive finite values per (model, σ̄) along iterations and per
-    (model, iterations) along σ̄.
+    (model, iterations) along σ̄ (σ̄ > 0 only unless ``nonprivate_along_nbr``, the authors' invariant).
     """
     rows = []
+    finite = grid.dropna(subset=[CROSS_ENTROPY])
     for axis, along, sign in ((NOISE_BATCH_RATIO, ITERATIONS, -1), (ITERATIONS, NOISE_BATCH_RATIO, +1)):
-        for (model, key), group in grid.dropna(subset=[CROSS_ENTROPY]).groupby([MODEL, axis]):
+        lines = finite if along == ITERATIONS or nonprivate_along_nbr else finite[finite[NOISE_BATCH_RATIO] > 0]
+        for (model, key), group in lines.groupby([MODEL, axis]):
             values = group.sort_values(along)[CROSS_ENTROPY].to_numpy()
             bad = np.flatnonzero(sign * np.diff(values) < -tolerance)
             rows += [{MODEL: model, axis: key, "along": along, "position": int(i)} for i in bad]

@@ -2,7 +2,8 @@
 
 L(M, T, σ̄) = E + A·M^(−α) + B·(1 + C·sigmoid((log σ̄ − s₀)/w))·T^(−β)  (sigmoid term 0 at σ̄ = 0):
 noise slows convergence but every σ̄ shares the model's asymptote, the
-assumption behind tying E to the noise-free E* in the extrapolation. It is
+assumption behind the authors' tying E to the noise-free E* in the
+extrapolation (the paper fits E per curve). It is
 monotone in the directions the paper's smoothing assumes: decreasing in M
 and T, increasing in σ̄. Curves are sampled like the training job's logs (one
 value per logging interval, at the interval's end) with Gaussian noise from a

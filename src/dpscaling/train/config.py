@@ -46,6 +46,10 @@ class TrainConfig:
     checkpoint_every: int = 1000  # multiple of log_every
     model_dtype: str = "float32"  # compute dtype; clipped sums and noise stay float32
     distributed: bool | None = None  # None: initialise jax.distributed if Slurm/TPU-pod multi-host
+    # More than one pass over the training sequences (steps × batch > sequences) is allowed; the
+    # workflow sets False unless training.allow_repeats (dpscaling.data.epochs). A policy, not part
+    # of what determines the curve: left out of to_dict, so checkpoints compare as before.
+    allow_repeats: bool = True
 
     def __post_init__(self) -> None:
         def need(condition: bool, name: str, message: str) -> None:
@@ -94,7 +98,9 @@ class TrainConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        values.pop("allow_repeats")
+        return values
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:

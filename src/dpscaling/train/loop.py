@@ -23,6 +23,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from dpscaling.data.epochs import check_one_epoch, epochs_seen
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
 from dpscaling.errors import UserError
 from dpscaling.io import write_json_atomic
@@ -66,6 +67,8 @@ def run_training(
         raise UserError(
             f"train.max_positions: {config.max_positions} < data seq_len {meta.seq_len}"
         )
+    # The one-epoch guard, before anything trains (dpscaling.data.epochs).
+    check_one_epoch(config.num_steps, config.batch_size, meta.n_train, config.allow_repeats)
     parallel = DataParallel()
     for name in ("batch_size", "microbatch"):
         if getattr(config, name) % parallel.n_devices:
@@ -130,7 +133,8 @@ def _train(
     sampler = BatchSampler(len(rows), config.batch_size, config.seed)
     schedule = learning_rate_schedule(config)
     counts = count_params(model_config)
-    run_info = _run_constants(config, meta.seq_len, counts, parallel)
+    run_info = _run_constants(config, meta.seq_len, counts, parallel) | {
+        "epochs": epochs_seen(config.num_steps, config.batch_size, len(rows))}
     writer = jax.process_index() == 0
 
     curve: list[dict[str, Any]] = []

@@ -1,0 +1,148 @@
+"""Held-out validation of the fitted law (issue 14; paper §3.3, checked as the scaling-law literature checks a law).
+
+The law is refitted without part of the measurements and asked to predict them:
+
+- **horizon**: every curve's first part only (T ≤ ``horizon_fraction`` · H); predict its measured rest.
+  This is the extrapolation in T that every compute-optimal answer beyond the trained horizon relies on.
+- **largest model / smallest model**: fit without it, predict its curves. An interpolation law does
+  not answer outside its model range; here its multilinear interpolant is continued linearly in
+  log M from its last segment (what using the law there would amount to), and the report says so.
+- **noise σ̄ = x**: fit without one interior σ̄ column, predict it (interpolation in log σ̄).
+
+Targets are the raw measurements (seeds averaged) of each (model, σ̄) curve at the learning rate
+that ends lowest on that curve: one learning rate per curve, so the target is not a pointwise
+minimum of noisy values (which would be biased low). Errors are in nats; relative error is
+|predicted − measured| / measured. The same held-out sets are scored for every mode (paper and
+reference-compatible side by side).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.interpolate import RegularGridInterpolator
+
+from dpscaling.errors import UserError
+from dpscaling.law.artifact import Law, fit_law
+from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
+from dpscaling.law.settings import LawSettings
+
+LABEL = "validation"
+CAPTION = ("The law's prediction error on measurements it was not fitted on: per held-out set (the last part of "
+           "every curve; the largest and the smallest model, continued linearly in log M; each interior noise "
+           "column), the points scored, how many the law could not answer, mean and max absolute error in "
+           "nats and mean relative error, for paper mode and reference-compatible mode side by side.")
+PREDICTED = "Predicted"
+HELD_OUT = "Held Out"
+MODE = "Mode"
+HORIZON_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One held-out set: its name, the measurements the law is fitted on, the targets it must predict."""
+    name: str
+    fit_on: pd.DataFrame
+    targets: pd.DataFrame
+    extrapolate_model_size: bool = False
+
+
+def curve_targets(results: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, σ̄, T): the seed-mean measurement of the learning rate that ends lowest on that curve."""
+    keys = [MODEL, MODEL_SIZE, NOISE_BATCH_RATIO]
+    finite = results.dropna(subset=[CROSS_ENTROPY])
+    mean = finite.groupby(keys + [LEARNING_RATE, ITERATIONS], as_index=False)[CROSS_ENTROPY].mean()
+    last = mean[mean[ITERATIONS] == mean.groupby(keys + [LEARNING_RATE])[ITERATIONS].transform("max")]
+    best = last.loc[last.groupby(keys)[CROSS_ENTROPY].idxmin(), keys + [LEARNING_RATE]]
+    return mean.merge(best, on=keys + [LEARNING_RATE])
+
+
+def held_out_sets(results: pd.DataFrame, warmup_steps: float,
+                  horizon_fraction: float = HORIZON_FRACTION) -> list[HeldOut]:
+    """The horizon, model-size and interior-σ̄ held-out sets of ``results`` (tidy measurements)."""
+    if not 0 < horizon_fraction < 1:
+        raise UserError(f"validation horizon fraction must be in (0, 1), got {horizon_fraction:g}")
+    targets = curve_targets(results[results[ITERATIONS] >= warmup_steps])
+    sets = []
+    cut = horizon_fraction * float(results[ITERATIONS].max())
+    sets.append(HeldOut(f"horizon (fit T <= {cut:g}, predict the rest)", results[results[ITERATIONS] <= cut],
+                        targets[targets[ITERATIONS] > cut]))
+    sizes = results.groupby(MODEL)[MODEL_SIZE].first().sort_values()
+    if len(sizes) >= 3:  # two models must remain to interpolate
+        for label, name in (("largest", sizes.index[-1]), ("smallest", sizes.index[0])):
+            sets.append(HeldOut(f"{label} model ({name})", results[results[MODEL] != name],
+                                targets[targets[MODEL] == name], extrapolate_model_size=True))
+    noisy = np.sort(results.loc[results[NOISE_BATCH_RATIO] > 0, NOISE_BATCH_RATIO].unique())
+    for nbr in noisy[1:-1]:  # interior columns only: the law does not extrapolate in σ̄
+        sets.append(HeldOut(f"noise sigma-bar 2^{np.log2(nbr):.3g}", results[results[NOISE_BATCH_RATIO] != nbr],
+                            targets[targets[NOISE_BATCH_RATIO] == nbr]))
+    return sets
+
+
+def _extrapolating(interpolator: RegularGridInterpolator) -> RegularGridInterpolator:
+    """The same multilinear interpolant, continued linearly beyond its grid."""
+    return RegularGridInterpolator(interpolator.grid, interpolator.values, method="linear", bounds_error=False,
+                                   fill_value=None)
+
+
+def predict(law: Law, targets: pd.DataFrame, extrapolate_model_size: bool = False) -> np.ndarray:
+    """The law's loss at the targets' (M, T, σ̄); with ``extrapolate_model_size`` linear beyond its model range."""
+    m, t, s = (targets[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
+    if not extrapolate_model_size:
+        return law.loss(m, t, s)
+    loss = np.full(len(targets), np.nan)
+    private, public = s > 0, s == 0
+    with np.errstate(divide="ignore"):
+        points = np.column_stack([np.log(m), np.log(t), np.log(np.where(private, s, 1.0))])
+    # Only M is continued: T and σ̄ outside the law's range stay unanswered.
+    inside_t = (t >= law.loss.iterations[0]) & (t <= law.loss.iterations[-1])
+    inside_s = public | ((s >= law.loss.noise_batch_ratios[0]) & (s <= law.loss.noise_batch_ratios[-1]))
+    if private.any():
+        loss[private] = _extrapolating(law.loss.private)(points[private])
+    if public.any() and law.loss.non_private is not None:
+        loss[public] = _extrapolating(law.loss.non_private)(points[public][:, :2])
+    if law.loss.log_loss:
+        loss = np.exp(loss)
+    return np.where(inside_t & inside_s, loss, np.nan)
+
+
+def validate(results: pd.DataFrame, modes: Mapping[str, LawSettings], *, seq_len: int, physical_batch: int,
+             horizon_fraction: float = HORIZON_FRACTION) -> pd.DataFrame:
+    """Every held-out set × mode: one row per target point with the measured and predicted loss.
+
+    ``modes`` maps a name (e.g. "paper", "reference-compatible") to its settings; a held-out set whose fit
+    fails in a mode leaves its predictions NaN there.
+    """
+    rows = []
+    warmup = min(settings.warmup_steps for settings in modes.values())
+    for held in held_out_sets(results, warmup, horizon_fraction):
+        for mode, settings in modes.items():
+            try:
+                law = fit_law(held.fit_on, settings, seq_len=seq_len, physical_batch=physical_batch)
+                predicted = predict(law, held.targets, held.extrapolate_model_size)
+            except UserError:
+                predicted = np.full(len(held.targets), np.nan)
+            rows.append(held.targets.assign(**{PREDICTED: predicted, HELD_OUT: held.name, MODE: mode}))
+    if not rows:
+        raise UserError("validation: no held-out set can be formed from these results")
+    return pd.concat(rows, ignore_index=True)
+
+
+def error_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per held-out set: points, mean and max absolute error (nats) and mean relative error, modes side by side."""
+    error = (points[PREDICTED] - points[CROSS_ENTROPY]).abs()
+    scored = points.assign(error=error, relative=error / points[CROSS_ENTROPY])
+    summary = scored.groupby([HELD_OUT, MODE], sort=False).agg(
+        points=(CROSS_ENTROPY, "size"), unanswered=(PREDICTED, lambda v: int(v.isna().sum())),
+        mean_abs_error=("error", "mean"), max_abs_error=("error", "max"), mean_relative_error=("relative", "mean"))
+    wide = summary.unstack(MODE)
+    modes = list(dict.fromkeys(points[MODE]))
+    columns = [(stat, mode) for mode in modes for stat in summary.columns]
+    wide = wide[columns]
+    wide.columns = [f"{stat} ({mode})" for stat, mode in columns]
+    table = wide.reset_index().rename(columns={HELD_OUT: "held-out set"})
+    order = list(dict.fromkeys(points[HELD_OUT]))
+    return table.set_index("held-out set").loc[order].reset_index()

@@ -1,0 +1,22 @@
+from dpscaling.figures.validation import predicted_vs_measured
+from dpscaling.law import LawSettings
+from dpscaling.law.pipeline import load_results
+from dpscaling.law.validation import CAPTION, LABEL, error_table, validate
+from dpscaling.logs import log_to_file
+from dpscaling.tables.write import write_table
+
+with log_to_file(snakemake.log[0]) as log:
+    results, constants = load_results(snakemake.input.results, snakemake.params.results_format)
+    points = validate(
+        results,
+        {
+            name: LawSettings.from_json(settings)
+            for name, settings in snakemake.params.modes.items()
+        },
+        seq_len=constants["seq_len"],
+        physical_batch=constants["physical_batch"],
+    )
+    table = error_table(points)
+    write_table(table, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL)
+    predicted_vs_measured(points, snakemake.output.pdf.removesuffix(".pdf"))
+    log.info("held-out validation:\n%s", table.to_string(index=False))
