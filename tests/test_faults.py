@@ -1,0 +1,173 @@
+"""Standing fault-injection suite: every stage's failure has a known, tested outcome.
+
+Each test injects one real fault (kill -9 at a chosen point, overwritten or truncated
+files, a read-only or full file system, a second Snakemake on the same results) and
+asserts what the user gets: an identical curve after a resume, a refused file named in
+the error, earlier outputs intact. Smoke-sized: one tiny training run is shared by the
+tests; the kill tests run the real job in a subprocess (tests/fault_job.py) that kills
+itself with SIGKILL at the injected point. See docs/failure-modes.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dp_training_data import build_packed_corpus
+from dpscaling.train import TrainConfig, run_training
+
+JOB = Path(__file__).with_name("fault_job.py")
+CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
+# 20 steps, curve rows at 5, 10, 15, 20, checkpoints at 10 and 20.
+CONFIG = TrainConfig(
+    model="custom",
+    model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
+    batch_size=8,
+    warmup_steps=2,
+    noise_batch_ratio=0.01,
+    learning_rate=2.0**-8,
+    num_steps=20,
+    log_every=5,
+    checkpoint_every=10,
+)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("packed")
+    build_packed_corpus(directory, seq_len=32, n_documents=30)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory) -> Path:
+    """A persistent XLA cache shared by this process and the subprocess jobs: the (identical)
+    training step compiles once, not once per job (compilation is most of a tiny job's time)."""
+    cache = tmp_path_factory.mktemp("jax-cache")
+    settings = {"jax_compilation_cache_dir": str(cache), "jax_persistent_cache_min_compile_time_secs": 0.0,
+                "jax_persistent_cache_min_entry_size_bytes": 0}
+    before = {name: getattr(jax.config, name) for name in settings}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    yield cache
+    for name, value in before.items():
+        jax.config.update(name, value)
+
+
+@pytest.fixture(scope="module")
+def job_env(compile_cache) -> dict[str, str]:
+    return dict(
+        os.environ,
+        JAX_COMPILATION_CACHE_DIR=str(compile_cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, compile_cache, tmp_path_factory) -> Path:
+    """An uninterrupted run: its curve, and its checkpoints at steps 10 and 20."""
+    out = tmp_path_factory.mktemp("reference")
+    summary = run_training(CONFIG, corpus, out / "metrics.parquet", out / "ckpt")
+    assert summary.status == "finished" and summary.resumed_from_step == 0
+    return out
+
+
+def _curve(path: Path) -> dict[str, np.ndarray]:
+    table = pq.read_table(path, columns=CURVE)
+    return {name: table.column(name).to_numpy() for name in CURVE}
+
+
+def _assert_same_curve(path: Path, reference: Path) -> None:
+    found, wanted = _curve(path), _curve(reference / "metrics.parquet")
+    for name in CURVE:
+        np.testing.assert_array_equal(found[name], wanted[name], err_msg=name)
+    assert set(pq.read_table(path, columns=["status"]).column("status").to_pylist()) == {"finished"}
+
+
+def _killed_job(corpus: Path, out: Path, fault: str, env: dict[str, str]) -> None:
+    """Run the job until it kills itself (SIGKILL) at ``fault``."""
+    command = [sys.executable, str(JOB), json.dumps(CONFIG.to_dict()), str(corpus),
+               str(out / "metrics.parquet"), str(out / "ckpt"), fault]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == -9, f"not killed at {fault}: {result.returncode}\n{result.stderr[-3000:]}"
+
+
+def _rerun(corpus: Path, out: Path):
+    return run_training(CONFIG, corpus, out / "metrics.parquet", out / "ckpt")
+
+
+def _corrupt_checkpoint(step_dir: Path) -> None:
+    """Overwrite 4 KiB in the middle of every array data file of a committed checkpoint with 0xff
+    (float32 NaN): what a bad disk or a stray write does to a checkpoint after its commit."""
+    files = [p for p in step_dir.rglob("*") if p.is_file() and p.parent.name == "d" and p.stat().st_size > 8192]
+    assert files, f"no data files under {step_dir}"
+    for path in files:
+        data = bytearray(path.read_bytes())
+        start = len(data) // 10
+        data[start:start + 4096] = b"\xff" * 4096
+        path.write_bytes(bytes(data))
+
+
+# --- training: kill -9 and corrupted checkpoints -----------------------------------------
+
+
+def test_kill_during_training_resumes_to_the_identical_curve(corpus, reference, tmp_path, job_env):
+    _killed_job(corpus, tmp_path, "after-step=15", job_env)
+    assert not (tmp_path / "metrics.parquet").exists()
+    summary = _rerun(corpus, tmp_path)
+    assert summary.resumed_from_step == 10 and summary.status == "finished"
+    _assert_same_curve(tmp_path / "metrics.parquet", reference)
+
+
+def test_kill_during_checkpoint_save_never_commits_a_half_saved_checkpoint(corpus, reference, tmp_path, job_env):
+    _killed_job(corpus, tmp_path, "in-save=20", job_env)
+    state = tmp_path / "ckpt" / "state"
+    leftovers = [p.name for p in state.iterdir() if p.name.startswith("20")]
+    assert leftovers and all("tmp" in name for name in leftovers), leftovers  # written, never committed
+    assert not (tmp_path / "metrics.parquet").exists()
+    summary = _rerun(corpus, tmp_path)
+    assert summary.resumed_from_step == 10  # the uncommitted step 20 is not taken
+    assert sorted(p.name for p in state.iterdir()) == ["10", "20"]  # the temporary is gone
+    _assert_same_curve(tmp_path / "metrics.parquet", reference)
+
+
+def test_kill_during_metrics_write_leaves_no_final_file(corpus, reference, tmp_path, job_env):
+    _killed_job(corpus, tmp_path, "in-metrics-write", job_env)
+    assert not (tmp_path / "metrics.parquet").exists()  # only the temporary holds the half file
+    assert [p.name for p in tmp_path.glob(".metrics.parquet.tmp-*")]
+    summary = _rerun(corpus, tmp_path)
+    assert summary.resumed_from_step == 20  # everything was checkpointed: only the write is redone
+    _assert_same_curve(tmp_path / "metrics.parquet", reference)
+
+
+@pytest.mark.parametrize("corrupted", ["latest", "all"])
+def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference, tmp_path, caplog, corrupted):
+    shutil.copytree(reference / "ckpt", tmp_path / "ckpt")
+    steps = [20] if corrupted == "latest" else [20, 10]
+    for step in steps:
+        _corrupt_checkpoint(tmp_path / "ckpt" / "state" / str(step))
+    with caplog.at_level(logging.INFO, logger="dpscaling"):
+        summary = _rerun(corpus, tmp_path)
+    messages = [record.getMessage() for record in caplog.records if record.name.startswith("dpscaling")]
+    for step in steps:
+        assert any(m.startswith(f"checkpoint step {step} is not the state that was saved") for m in messages), messages
+    if corrupted == "latest":
+        assert "falling back to the previous good checkpoint: step 10 (discarded [20])" in messages
+        assert summary.resumed_from_step == 10
+    else:
+        assert "no checkpoint verified (discarded [20, 10]): starting over from step 0" in messages
+        assert summary.resumed_from_step == 0
+    assert summary.status == "finished"  # not 'diverged': the garbage was never trained on
+    _assert_same_curve(tmp_path / "metrics.parquet", reference)
