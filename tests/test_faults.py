@@ -28,7 +28,7 @@ from dpscaling.train import TrainConfig, run_training
 
 JOB = Path(__file__).with_name("fault_job.py")
 CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
-# 20 steps, curve rows at 5, 10, 15, 20, checkpoints at 10 and 20.
+# 20 steps; a curve row and a checkpoint every 5 steps (the last two checkpoints are kept).
 CONFIG = TrainConfig(
     model="custom",
     model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
@@ -38,7 +38,7 @@ CONFIG = TrainConfig(
     learning_rate=2.0**-8,
     num_steps=20,
     log_every=5,
-    checkpoint_every=10,
+    checkpoint_every=5,
 )
 
 
@@ -77,10 +77,19 @@ def job_env(compile_cache) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def reference(corpus, compile_cache, tmp_path_factory) -> Path:
-    """An uninterrupted run: its curve, and its checkpoints at steps 10 and 20."""
+    """An uninterrupted run: the curve every faulty run must reproduce."""
     out = tmp_path_factory.mktemp("reference")
     summary = run_training(CONFIG, corpus, out / "metrics.parquet", out / "ckpt")
     assert summary.status == "finished" and summary.resumed_from_step == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def interrupted(corpus, reference, job_env, tmp_path_factory) -> Path:
+    """A run killed with SIGKILL after step 15 (before its checkpoint): checkpoints 5 and 10."""
+    out = tmp_path_factory.mktemp("interrupted")
+    _killed_job(corpus, out, "after-step=15", job_env)
+    assert sorted(p.name for p in (out / "ckpt" / "state").iterdir()) == ["10", "5"]
     return out
 
 
@@ -109,9 +118,9 @@ def _rerun(corpus: Path, out: Path):
 
 
 def _corrupt_checkpoint(step_dir: Path) -> None:
-    """Overwrite 4 KiB in the middle of every array data file of a committed checkpoint with 0xff
+    """Overwrite 4 KiB of every large array data file of a committed checkpoint with 0xff
     (float32 NaN): what a bad disk or a stray write does to a checkpoint after its commit."""
-    files = [p for p in step_dir.rglob("*") if p.is_file() and p.parent.name == "d" and p.stat().st_size > 8192]
+    files = [p for p in step_dir.rglob("*") if p.is_file() and p.parent.name == "d" and p.stat().st_size > 65536]
     assert files, f"no data files under {step_dir}"
     for path in files:
         data = bytearray(path.read_bytes())
@@ -123,23 +132,23 @@ def _corrupt_checkpoint(step_dir: Path) -> None:
 # --- training: kill -9 and corrupted checkpoints -----------------------------------------
 
 
-def test_kill_during_training_resumes_to_the_identical_curve(corpus, reference, tmp_path, job_env):
-    _killed_job(corpus, tmp_path, "after-step=15", job_env)
-    assert not (tmp_path / "metrics.parquet").exists()
+def test_kill_during_training_resumes_to_the_identical_curve(corpus, reference, interrupted, tmp_path):
+    assert not (interrupted / "metrics.parquet").exists()
+    shutil.copytree(interrupted / "ckpt", tmp_path / "ckpt")
     summary = _rerun(corpus, tmp_path)
     assert summary.resumed_from_step == 10 and summary.status == "finished"
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
 
 
 def test_kill_during_checkpoint_save_never_commits_a_half_saved_checkpoint(corpus, reference, tmp_path, job_env):
-    _killed_job(corpus, tmp_path, "in-save=20", job_env)
+    _killed_job(corpus, tmp_path, "in-save=10", job_env)
     state = tmp_path / "ckpt" / "state"
-    leftovers = [p.name for p in state.iterdir() if p.name.startswith("20")]
+    leftovers = [p.name for p in state.iterdir() if p.name.startswith("10")]
     assert leftovers and all("tmp" in name for name in leftovers), leftovers  # written, never committed
     assert not (tmp_path / "metrics.parquet").exists()
     summary = _rerun(corpus, tmp_path)
-    assert summary.resumed_from_step == 10  # the uncommitted step 20 is not taken
-    assert sorted(p.name for p in state.iterdir()) == ["10", "20"]  # the temporary is gone
+    assert summary.resumed_from_step == 5  # the uncommitted step 10 is not taken
+    assert sorted(p.name for p in state.iterdir()) == ["15", "20"]  # the temporary is gone
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
 
 
@@ -153,9 +162,12 @@ def test_kill_during_metrics_write_leaves_no_final_file(corpus, reference, tmp_p
 
 
 @pytest.mark.parametrize("corrupted", ["latest", "all"])
-def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference, tmp_path, caplog, corrupted):
-    shutil.copytree(reference / "ckpt", tmp_path / "ckpt")
-    steps = [20] if corrupted == "latest" else [20, 10]
+def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference, interrupted, tmp_path, caplog,
+                                                             corrupted):
+    """The interrupted run's checkpoints are corrupted after their commit; the rerun must not train on them
+    (before the fix it resumed from the garbage, and recorded the run as 'diverged')."""
+    shutil.copytree(interrupted / "ckpt", tmp_path / "ckpt")
+    steps = [10] if corrupted == "latest" else [10, 5]
     for step in steps:
         _corrupt_checkpoint(tmp_path / "ckpt" / "state" / str(step))
     with caplog.at_level(logging.INFO, logger="dpscaling"):
@@ -164,10 +176,10 @@ def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference
     for step in steps:
         assert any(m.startswith(f"checkpoint step {step} is not the state that was saved") for m in messages), messages
     if corrupted == "latest":
-        assert "falling back to the previous good checkpoint: step 10 (discarded [20])" in messages
-        assert summary.resumed_from_step == 10
+        assert "falling back to the previous good checkpoint: step 5 (discarded [10])" in messages
+        assert summary.resumed_from_step == 5
     else:
-        assert "no checkpoint verified (discarded [20, 10]): starting over from step 0" in messages
+        assert "no checkpoint verified (discarded [10, 5]): starting over from step 0" in messages
         assert summary.resumed_from_step == 0
     assert summary.status == "finished"  # not 'diverged': the garbage was never trained on
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
