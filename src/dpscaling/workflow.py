@@ -50,6 +50,11 @@ def describe_schema_error(error: Any) -> str:
     accepted = ""
     if error.validator == "additionalProperties" and isinstance(error.schema, dict):
         accepted = f"; accepted keys: {sorted(error.schema.get('properties', {}))}"
+    elif error.validator == "pattern":  # every pattern in the schema is a name that becomes a path
+        accepted = (
+            "; it names a directory, so it must be one safe path component: letters, digits, _ and -"
+            f" (the pattern {error.validator_value})"
+        )
     elif error.validator == "type":
         if "number" in str(error.validator_value) and isinstance(error.instance, str):
             accepted = "; write numbers as 1.0e-3, not 1e-3 (YAML reads that as a string)"
