@@ -65,3 +65,58 @@ def write_text_atomic(target: str | os.PathLike[str], text: str) -> None:
 
 def write_json_atomic(target: str | os.PathLike[str], obj: Any) -> None:
     write_text_atomic(target, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+# --- Parquet files that prove their content on read --------------------------------------
+
+DIGEST_KEY = b"dpscaling.digest"
+
+
+def table_digest(table: Any) -> str:
+    """SHA-256 of a pyarrow table's column names, types and values (not its metadata)."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+
+    digest = hashlib.sha256()
+    for name, column in zip(table.column_names, table.columns):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        digest.update(f"{name}|{column.type}|{len(column)}|".encode())
+        if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            digest.update(np.ascontiguousarray(column.is_null().to_numpy(zero_copy_only=False)).tobytes())
+            digest.update(np.ascontiguousarray(column.fill_null(0).to_numpy(zero_copy_only=False)).tobytes())
+        else:
+            digest.update("\x1f".join(map(repr, column.to_pylist())).encode())
+    return digest.hexdigest()
+
+
+def write_parquet_atomic(table: Any, target: str | os.PathLike[str]) -> None:
+    """Write a pyarrow table atomically, with page checksums and a digest of its content in the
+    metadata, so :func:`read_parquet_verified` detects a truncated or overwritten file."""
+    import pyarrow.parquet as pq
+
+    metadata = dict(table.schema.metadata or {}) | {DIGEST_KEY: table_digest(table).encode()}
+    with atomic_path(target) as tmp:
+        pq.write_table(table.replace_schema_metadata(metadata), tmp, write_page_checksum=True)
+
+
+def read_parquet_verified(path: str | os.PathLike[str], remedy: str) -> Any:
+    """Read a Parquet file, refusing it (a UserError naming the file and ``remedy``) when it cannot be
+    read, a page fails its checksum, or the content does not match its recorded digest. Files
+    without a digest (written elsewhere) are only checked for readability."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpscaling.errors import UserError
+
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as error:
+        raise UserError(f"{path}: damaged or truncated Parquet file ({type(error).__name__}: "
+                        f"{str(error).strip()[:200]}); {remedy}") from error
+    recorded = (table.schema.metadata or {}).get(DIGEST_KEY)
+    if recorded is not None and recorded.decode(errors="replace") != table_digest(table):
+        raise UserError(f"{path}: content does not match the digest recorded when it was written "
+                        f"(the file was altered); {remedy}")
+    return table
