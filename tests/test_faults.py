@@ -183,3 +183,169 @@ def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference
         assert summary.resumed_from_step == 0
     assert summary.status == "finished"  # not 'diverged': the garbage was never trained on
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
+
+
+# --- damaged result files: the fit and accounting stages refuse them by name --------------
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _overwrite_block(path: Path) -> None:
+    """64 bytes of 0xff in the middle of the data pages (before the footer)."""
+    data = bytearray(path.read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    middle = footer // 2
+    data[middle:middle + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+
+
+def _alter_values(path: Path) -> None:
+    """A well-formed file whose values changed after it was written (its recorded digest kept)."""
+    table = pq.read_table(path)
+    column = table.column_names.index("loss" if "loss" in table.column_names else "sigma")
+    values = table.column(column).to_numpy().copy()
+    values[0] *= 0.5
+    pq.write_table(table.set_column(column, table.field(column), [values]), path)
+
+
+DAMAGES = {"truncated": _truncate, "overwritten": _overwrite_block, "altered": _alter_values}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_damaged_metrics_of_a_finished_run_is_refused_by_the_fit_stage(reference, tmp_path, damage):
+    from dpscaling.errors import UserError
+    from dpscaling.law.collect import collect_to_parquet
+
+    good, bad = tmp_path / "a" / "metrics.parquet", tmp_path / "b" / "metrics.parquet"
+    for path in (good, bad):
+        path.parent.mkdir()
+        shutil.copy(reference / "metrics.parquet", path)
+    collect_to_parquet([good, bad], tmp_path / "results.parquet")  # both fine before the damage
+    DAMAGES[damage](bad)
+    with pytest.raises(UserError) as caught:
+        collect_to_parquet([good, bad], tmp_path / "results2.parquet")
+    assert str(caught.value).startswith(f"{bad}: ") and "rerun snakemake to retrain the run" in str(caught.value)
+    assert not (tmp_path / "results2.parquet").exists()
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_damaged_sigma_table_chunk_is_detected(tmp_path, damage):
+    import pandas as pd
+
+    from dpscaling.accounting.table import merge_chunks, save_table
+    from dpscaling.errors import UserError
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for index, q in enumerate((0.01, 0.02)):
+        eps, steps = np.meshgrid([1.0, 2.0, 4.0, 8.0], [10, 20, 40, 80, 160], indexing="ij")
+        frame = pd.DataFrame({"epsilon": eps.ravel(), "steps": steps.ravel(), "sampling_probability": q,
+                              "delta": 1e-8, "sigma": rng.uniform(0.5, 5.0, eps.size), "status": "ok"})
+        paths.append(tmp_path / f"chunk-{index}.parquet")
+        save_table(frame, paths[-1])
+    assert len(merge_chunks(paths)) == 40
+    DAMAGES[damage](paths[1])
+    with pytest.raises(UserError) as caught:
+        merge_chunks(paths)
+    assert str(caught.value).startswith(f"{paths[1]}: ") and "rerun snakemake to recompute it" in str(caught.value)
+
+
+# --- a read-only or full results directory ------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 4 MiB tmpfs mounted for this test (root ignores chmod: a mount really denies writes)."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def _earlier_outputs(reference: Path, root: Path) -> dict[Path, bytes]:
+    from dpscaling.law.collect import collect_to_parquet
+
+    run = root / "runs" / "a" / "metrics.parquet"
+    run.parent.mkdir(parents=True)
+    shutil.copy(reference / "metrics.parquet", run)
+    collect_to_parquet([run], root / "law" / "results.parquet")
+    return {path: path.read_bytes() for path in (run, root / "law" / "results.parquet")}
+
+
+def _assert_intact(outputs: dict[Path, bytes]) -> None:
+    from dpscaling.law.collect import read_curve
+
+    for path, data in outputs.items():
+        assert path.read_bytes() == data, path
+        read_curve(path)  # and still verifies
+
+
+def test_read_only_results_directory_is_a_clear_error_and_keeps_earlier_outputs(corpus, reference, small_fs):
+    from dpscaling.errors import UserError
+    from dpscaling.law.collect import collect_to_parquet
+
+    earlier = _earlier_outputs(reference, small_fs)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    with pytest.raises(OSError):
+        (small_fs / "probe").write_text("x")  # writes really are denied, even to root
+    with pytest.raises(UserError) as caught:
+        collect_to_parquet([small_fs / "runs" / "a" / "metrics.parquet"], small_fs / "law" / "results.parquet")
+    assert str(caught.value).startswith(f"cannot write {small_fs / 'law' / 'results.parquet'}: Read-only file system;")
+    with pytest.raises(UserError) as caught:
+        run_training(CONFIG, corpus, small_fs / "runs" / "b" / "metrics.parquet", small_fs / "ckpt" / "b")
+    assert str(caught.value).startswith(f"cannot write checkpoints to {small_fs / 'ckpt' / 'b'}: Read-only file system;")
+    _assert_intact(earlier)
+
+
+def test_full_disk_is_a_clear_error_and_keeps_earlier_outputs(corpus, reference, small_fs):
+    from dpscaling.errors import UserError
+    from dpscaling.train.metrics import write_metrics
+
+    earlier = _earlier_outputs(reference, small_fs)
+    free = shutil.disk_usage(small_fs).free
+    (small_fs / "filler").write_bytes(b"\0" * (free - 256 * 1024))  # 256 KiB left: less than a checkpoint
+    with pytest.raises(UserError) as caught:
+        run_training(CONFIG, corpus, small_fs / "runs" / "b" / "metrics.parquet", small_fs / "ckpt" / "b")
+    assert str(caught.value).startswith(f"cannot save checkpoint step 5 in {small_fs / 'ckpt' / 'b' / 'state'}: "
+                                        "No space left on device;"), str(caught.value)
+    assert not (small_fs / "runs" / "b" / "metrics.parquet").exists()
+    (small_fs / "filler2").write_bytes(b"\0" * shutil.disk_usage(small_fs).free)  # now completely full
+    run = next(iter(earlier))
+    with pytest.raises(UserError) as caught:  # rewriting an earlier output on a full disk
+        write_metrics(run, [{name: 1.0 for name in CURVE} | {"steps_per_s": 1.0, "examples_per_s": 1.0}] * 2000,
+                      {"status": "finished"}, {})
+    assert str(caught.value).startswith(f"cannot write {run}: No space left on device;")
+    _assert_intact(earlier)
+
+
+# --- two snakemake invocations on one results directory -----------------------------------
+
+
+def test_second_snakemake_on_one_results_directory_is_refused(tmp_path, job_env):
+    from conftest import run_snakemake
+
+    config = tmp_path / "config.yaml"
+    config.write_text("run_name: faults\n")
+    results = tmp_path / "results" / "faults"
+    # The first invocation: a process holding the results directory (as a running snakemake does).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from dpscaling.workflow import lock_results; lock_results({str(results)!r}); "
+                               "print('locked', flush=True); import sys; sys.stdin.read()"],
+        env=job_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        args = ("--directory", str(tmp_path), "--configfile", str(config), "--cores", "1", "run_config")
+        refused = run_snakemake(*args, check=False)
+        assert refused.returncode != 0
+        assert f"run_name: results/faults is in use by another snakemake (pid {holder.pid} on" in refused.stderr
+        assert not (results / "config.yaml").exists()  # refused before any job ran
+    finally:
+        holder.kill()  # kill -9: the kernel releases the lock, no stale lock file blocks the next run
+        holder.wait()
+    run_snakemake(*args)
+    assert (results / "config.yaml").exists()

@@ -7,6 +7,7 @@ interrupted job leaves either the old file or none — never a truncated one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -25,26 +26,64 @@ def atomic_path(target: str | os.PathLike[str], *, directory: bool = False) -> I
     is left untouched.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{target.name}.tmp-"
-    if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
-    else:
-        handle, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
-        os.close(handle)
-        tmp = Path(name)
-    _apply_umask(tmp, directory)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if directory:
+            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+        else:
+            handle, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
+            os.close(handle)
+            tmp = Path(name)
+        _apply_umask(tmp, directory)
+    except OSError as error:
+        raise_if_storage_full_or_read_only(error, f"cannot write {target}")
+        raise
     try:
         yield tmp
         if directory and target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
+        raise_if_storage_full_or_read_only(error, f"cannot write {target}")
         raise
+
+
+# Failures of the storage, not of the program: the user frees space or fixes permissions and reruns.
+_STORAGE_ERRORS = {
+    errno.ENOSPC: "No space left on device",
+    errno.EDQUOT: "Disk quota exceeded",
+    errno.EROFS: "Read-only file system",
+    errno.EACCES: "Permission denied",
+}
+
+
+def storage_problem(error: BaseException) -> str | None:
+    """The reason when ``error`` is a full, read-only or unwritable file system; else None.
+
+    Also recognises the reason inside the messages of libraries that wrap the OS error
+    (pyarrow, orbax/tensorstore) instead of raising it.
+    """
+    if isinstance(error, OSError) and error.errno in _STORAGE_ERRORS:
+        return _STORAGE_ERRORS[error.errno]
+    text = str(error)
+    return next((reason for reason in _STORAGE_ERRORS.values() if reason in text), None)
+
+
+def raise_if_storage_full_or_read_only(error: BaseException, doing: str) -> None:
+    """Re-raise a storage failure as one clear UserError (``doing``: reason; what to do)."""
+    from dpscaling.errors import UserError
+
+    reason = None if isinstance(error, UserError) else storage_problem(error)
+    if reason is not None:
+        raise UserError(
+            f"{doing}: {reason}; free space or make the results directory writable, then rerun "
+            "(earlier outputs are unchanged; an interrupted run resumes from its last verified checkpoint)"
+        ) from error
 
 
 def _apply_umask(path: Path, directory: bool) -> None:

@@ -66,6 +66,52 @@ def output_root(config: Mapping[str, Any]) -> str:
     return f"results/{config['run_name']}"
 
 
+RESULTS_LOCK = ".snakemake-running"
+_HELD_LOCKS: dict[str, Any] = {}  # open lock files, held until this process exits
+
+
+def lock_results(root: str | Path) -> None:
+    """Claim ``root`` (``results/<run_name>``) for this Snakemake process, or refuse.
+
+    Snakemake only locks the files of its own DAG, so two invocations with different targets
+    could both write one results directory (e.g. retrain and collect curves at once). The
+    workflow's ``onstart`` hook calls this: an exclusive ``flock`` on ``root/.snakemake-running``,
+    released by the kernel when the process ends, however it ends (no stale lock after kill -9).
+    """
+    import fcntl
+    import os
+    import socket
+    import time
+
+    from dpscaling.io import raise_if_storage_full_or_read_only
+
+    root = Path(root)
+    key = str(root.resolve())
+    if key in _HELD_LOCKS:
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(root / RESULTS_LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - held open on purpose
+    except OSError as error:
+        raise_if_storage_full_or_read_only(error, f"cannot lock {root}")
+        raise
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"run_name: {root} is in use by another snakemake ({holder}); wait for it to finish, "
+            "or use another run_name (two invocations writing one results directory would mix their outputs)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    _HELD_LOCKS[key] = handle
+
+
 def known_model_names(config: Mapping[str, Any]) -> tuple[str, ...]:
     return PAPER_MODEL_NAMES + tuple(sorted(config["models"]["custom"]))
 

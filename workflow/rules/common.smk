@@ -12,6 +12,7 @@ from dpscaling.workflow import (
     ablation_training,
     check_config,
     corpus_spec,
+    lock_results,
     output_root,
     validate_config,
     vocab_path,
@@ -24,6 +25,14 @@ validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 check_config(config)
 
 RESULTS = output_root(config)
+
+
+# One running snakemake per results directory (a second one is refused; --nolock skips this, as it
+# skips Snakemake's own lock). Jobs spawned by Snakemake run with --no-hooks, so only the main
+# process takes it; dry runs and --report do not.
+onstart:
+    if workflow.execution_settings.lock:
+        lock_results(RESULTS)
 # Vendored resources are found next to the Snakefile, so --directory works.
 CORPUS = corpus_spec(config, repo=workflow.basedir)
 VOCAB = vocab_path(config, repo=workflow.basedir)

@@ -22,6 +22,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from dpscaling.errors import UserError
+from dpscaling.io import raise_if_storage_full_or_read_only
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +73,17 @@ def save_checkpoint(
 ) -> None:
     """Save ``state`` with its curve and digest as checkpoint ``step``, and wait for the commit."""
     record = {"step": int(step), DIGEST: state_digest(state), "curve": curve}
-    manager.save(
-        step,
-        args=ocp.args.Composite(
-            **{STATE_ITEM: ocp.args.StandardSave(state), RECORD_ITEM: ocp.args.JsonSave(record)}
-        ),
-    )
-    manager.wait_until_finished()
+    try:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                **{STATE_ITEM: ocp.args.StandardSave(state), RECORD_ITEM: ocp.args.JsonSave(record)}
+            ),
+        )
+        manager.wait_until_finished()
+    except Exception as error:  # orbax wraps a full disk in a ValueError: make it one clear line
+        raise_if_storage_full_or_read_only(error, f"cannot save checkpoint step {step} in {manager.directory}")
+        raise
 
 
 def _restore_step(manager: ocp.CheckpointManager, step: int, template: Any) -> tuple[Any, dict]:

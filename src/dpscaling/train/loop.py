@@ -28,7 +28,7 @@ import orbax.checkpoint as ocp
 
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
 from dpscaling.errors import UserError
-from dpscaling.io import write_json_atomic
+from dpscaling.io import raise_if_storage_full_or_read_only, write_json_atomic
 from dpscaling.models.bert import BertMlm
 from dpscaling.models.family import count_params
 from dpscaling.train.checkpoint import open_manager, restore_latest_verified, save_checkpoint
@@ -77,9 +77,13 @@ def run_training(
                 f"train.{name}: {getattr(config, name)} is not divisible by the "
                 f"{parallel.n_devices} devices"
             )
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    _check_same_config(checkpoint_dir, config, jax.process_index() == 0)
-    manager = open_manager(checkpoint_dir / STATE_DIR)
+    try:  # a read-only or full results directory fails here, in one line, before any training
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        _check_same_config(checkpoint_dir, config, jax.process_index() == 0)
+        manager = open_manager(checkpoint_dir / STATE_DIR)
+    except OSError as error:
+        raise_if_storage_full_or_read_only(error, f"cannot write checkpoints to {checkpoint_dir}")
+        raise
     try:
         return _train(
             config,
