@@ -33,6 +33,8 @@ RESULTS = output_root(config)
 onstart:
     if workflow.execution_settings.lock:
         lock_results(RESULTS)
+
+
 # Vendored resources are found next to the Snakefile, so --directory works.
 CORPUS = corpus_spec(config, repo=workflow.basedir)
 VOCAB = vocab_path(config, repo=workflow.basedir)
