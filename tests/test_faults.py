@@ -162,21 +162,34 @@ def test_kill_during_metrics_write_leaves_no_final_file(corpus, reference, tmp_p
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
 
 
-@pytest.mark.parametrize("corrupted", ["latest", "all"])
+@pytest.mark.parametrize("corrupted", ["latest", "all", "swapped"])
 def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference, interrupted, tmp_path, caplog,
                                                              corrupted):
     """The interrupted run's checkpoints are corrupted after their commit; the rerun must not train on them
-    (before the fix it resumed from the garbage, and recorded the run as 'diverged')."""
+    (before the fix it resumed from the garbage, and recorded the run as 'diverged').
+
+    'latest'/'all': bytes overwritten in the newest / every checkpoint (orbax may or may not notice);
+    'swapped': the newest checkpoint's arrays replaced by another checkpoint's well-formed ones (a mixed-up
+    copy), which orbax restores without complaint: only the digest tells.
+    """
     shutil.copytree(interrupted / "ckpt", tmp_path / "ckpt")
-    steps = [10] if corrupted == "latest" else [10, 5]
-    for step in steps:
-        _corrupt_checkpoint(tmp_path / "ckpt" / "state" / str(step))
+    state = tmp_path / "ckpt" / "state"
+    steps = [10, 5] if corrupted == "all" else [10]
+    if corrupted == "swapped":
+        shutil.rmtree(state / "10" / "state")
+        shutil.copytree(state / "5" / "state", state / "10" / "state")
+    else:
+        for step in steps:
+            _corrupt_checkpoint(state / str(step))
     with caplog.at_level(logging.INFO, logger="dpscaling"):
         summary = _rerun(corpus, tmp_path)
     messages = [record.getMessage() for record in caplog.records if record.name.startswith("dpscaling")]
     for step in steps:
         assert any(m.startswith(f"checkpoint step {step} is not the state that was saved") for m in messages), messages
-    if corrupted == "latest":
+    if corrupted == "swapped":
+        assert any(m.startswith("checkpoint step 10 is not the state that was saved (ValueError: digest mismatch")
+                   for m in messages), messages
+    if corrupted != "all":
         assert "falling back to the previous good checkpoint: step 5 (discarded [10])" in messages
         assert summary.resumed_from_step == 5
     else:
