@@ -87,6 +87,29 @@ def test_out_of_range_values_are_rejected(config: dict, fragment: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "config, key, name",
+    [
+        ({"run_name": ".."}, "run_name", ".."),
+        ({"run_name": "."}, "run_name", "."),
+        ({"run_name": ".hidden"}, "run_name", ".hidden"),
+        ({"run_name": "a/b"}, "run_name", "a/b"),
+        ({"run_name": ""}, "run_name", ""),
+        ({"models": {"custom": {"../up": {"layers": 1, "heads": 1, "hidden": 8}}}}, "models.custom", "../up"),
+        ({"models": {"custom": {"..": {"layers": 1, "heads": 1, "hidden": 8}}}}, "models.custom", ".."),
+        ({"models": {"names": ["a/b"]}}, "models.names.0", "a/b"),
+    ],
+)
+def test_names_that_become_paths_are_one_safe_component(config: dict, key: str, name: str) -> None:
+    text = error_text(config)
+    assert text.startswith(f"config key {key!r}: {name!r}") and "one safe path component" in text
+
+
+@pytest.mark.parametrize("name", ["smoke", "run-2.v1", "paper_2025"])
+def test_ordinary_run_names_are_accepted(name: str) -> None:
+    assert validated({"run_name": name})["run_name"] == name
+
+
+@pytest.mark.parametrize(
     "override, key",
     [
         ({"models": {"names": ["BertGiant"]}}, "models.names"),

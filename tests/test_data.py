@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,74 @@ def test_documents_are_blank_line_separated(tmp_path: Path) -> None:
     path = tmp_path / "two.txt"
     path.write_text("first para\nsecond para\n\n\nother doc\n")
     assert list(read_blank_line_documents(path)) == ["first para\nsecond para", "other doc"]
+
+
+# --- a source that cannot be read fails with a UserError naming the config key and the file ---
+
+
+def _binary(path: Path) -> Path:
+    path.write_bytes(b"document one\n\n" + bytes(range(128, 256)) * 8 + b"\nmore\n")
+    return path
+
+
+def _documents_error(spec: CorpusSpec) -> str:
+    with pytest.raises(UserError) as caught:
+        load_documents(spec)
+    return str(caught.value)
+
+
+def test_undecodable_text_names_data_paths_and_the_file(tmp_path: Path) -> None:
+    path = _binary(tmp_path / "corpus.txt")
+    text = _documents_error(CorpusSpec(source="text", paths=(str(path),)))
+    assert text.startswith(f"data.paths: {str(path)!r} is not UTF-8 text (byte 0x80: invalid start byte)")
+
+
+def test_damaged_compressed_text_names_data_paths_and_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "corpus.txt.xz"
+    path.write_bytes(CORPUS.read_bytes()[:2000])  # truncated .xz
+    text = _documents_error(CorpusSpec(source="text", paths=(str(path),)))
+    assert text.startswith(f"data.paths: {str(path)!r} cannot be read as .xz text (EOFError")
+
+
+def test_unreadable_parquet_names_data_paths_and_the_file(tmp_path: Path) -> None:
+    not_parquet = _binary(tmp_path / "corpus.parquet")
+    text = _documents_error(CorpusSpec(source="parquet", paths=(str(not_parquet),)))
+    assert text.startswith(f"data.paths: {str(not_parquet)!r} is not a readable Parquet file")
+    good = tmp_path / "good.parquet"
+    pd.DataFrame({"text": ["one doc", "another doc"] * 50}).to_parquet(good)
+    truncated = tmp_path / "truncated.parquet"
+    truncated.write_bytes(good.read_bytes()[:-40])
+    text = _documents_error(CorpusSpec(source="parquet", paths=(str(good), str(truncated))))
+    assert text.startswith(f"data.paths: {str(truncated)!r} is not a readable Parquet file")
+
+
+@pytest.mark.parametrize("frame, fragment", [
+    (pd.DataFrame({"body": ["a", "b"]}), "is not a column of"),
+    (pd.DataFrame({"text": [1, 2]}), "that holds int64, not text"),
+])
+def test_parquet_without_a_text_column_names_data_text_column_and_the_file(tmp_path, frame, fragment) -> None:
+    path = tmp_path / "corpus.parquet"
+    frame.to_parquet(path)
+    text = _documents_error(CorpusSpec(source="parquet", paths=(str(path),)))
+    assert text.startswith("data.text_column: 'text'") and str(path) in text and fragment in text
+
+
+class _Split(list):
+    """What ``datasets.load_dataset(..., split=...)`` returns: iterable rows with ``column_names``."""
+
+    column_names = ["text"]
+
+
+@pytest.mark.parametrize("rows, key", [([], "data.hf_split"), ([{"text": "  "}], "data.hf_split")])
+def test_empty_huggingface_split_names_the_split(monkeypatch, rows, key) -> None:
+    # The optional `datasets` package is not installed here (and needs the network): a stand-in
+    # with its load_dataset signature returns an empty split.
+    fake = type(sys)("datasets")
+    fake.load_dataset = lambda name, config, split: _Split(rows)
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    spec = CorpusSpec(source="huggingface", hf_dataset="user/corpus", hf_split="validation")
+    text = _documents_error(spec)
+    assert text.startswith(f"{key}: dataset 'user/corpus' (config None, split 'validation') has no non-empty")
 
 
 def test_split_is_disjoint_deterministic_and_covers_every_document(documents: list[str]) -> None:

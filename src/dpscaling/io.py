@@ -7,6 +7,7 @@ interrupted job leaves either the old file or none — never a truncated one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -25,26 +26,64 @@ def atomic_path(target: str | os.PathLike[str], *, directory: bool = False) -> I
     is left untouched.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{target.name}.tmp-"
-    if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
-    else:
-        handle, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
-        os.close(handle)
-        tmp = Path(name)
-    _apply_umask(tmp, directory)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if directory:
+            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+        else:
+            handle, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
+            os.close(handle)
+            tmp = Path(name)
+        _apply_umask(tmp, directory)
+    except OSError as error:
+        raise_if_storage_full_or_read_only(error, f"cannot write {target}")
+        raise
     try:
         yield tmp
         if directory and target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
+        raise_if_storage_full_or_read_only(error, f"cannot write {target}")
         raise
+
+
+# Failures of the storage, not of the program: the user frees space or fixes permissions and reruns.
+_STORAGE_ERRORS = {
+    errno.ENOSPC: "No space left on device",
+    errno.EDQUOT: "Disk quota exceeded",
+    errno.EROFS: "Read-only file system",
+    errno.EACCES: "Permission denied",
+}
+
+
+def storage_problem(error: BaseException) -> str | None:
+    """The reason when ``error`` is a full, read-only or unwritable file system; else None.
+
+    Also recognises the reason inside the messages of libraries that wrap the OS error
+    (pyarrow, orbax/tensorstore) instead of raising it.
+    """
+    if isinstance(error, OSError) and error.errno in _STORAGE_ERRORS:
+        return _STORAGE_ERRORS[error.errno]
+    text = str(error)
+    return next((reason for reason in _STORAGE_ERRORS.values() if reason in text), None)
+
+
+def raise_if_storage_full_or_read_only(error: BaseException, doing: str) -> None:
+    """Re-raise a storage failure as one clear UserError (``doing``: reason; what to do)."""
+    from dpscaling.errors import UserError
+
+    reason = None if isinstance(error, UserError) else storage_problem(error)
+    if reason is not None:
+        raise UserError(
+            f"{doing}: {reason}; free space or make the results directory writable, then rerun "
+            "(earlier outputs are unchanged; an interrupted run resumes from its last verified checkpoint)"
+        ) from error
 
 
 def _apply_umask(path: Path, directory: bool) -> None:
@@ -65,3 +104,58 @@ def write_text_atomic(target: str | os.PathLike[str], text: str) -> None:
 
 def write_json_atomic(target: str | os.PathLike[str], obj: Any) -> None:
     write_text_atomic(target, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+# --- Parquet files that prove their content on read --------------------------------------
+
+DIGEST_KEY = b"dpscaling.digest"
+
+
+def table_digest(table: Any) -> str:
+    """SHA-256 of a pyarrow table's column names, types and values (not its metadata)."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+
+    digest = hashlib.sha256()
+    for name, column in zip(table.column_names, table.columns):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        digest.update(f"{name}|{column.type}|{len(column)}|".encode())
+        if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            digest.update(np.ascontiguousarray(column.is_null().to_numpy(zero_copy_only=False)).tobytes())
+            digest.update(np.ascontiguousarray(column.fill_null(0).to_numpy(zero_copy_only=False)).tobytes())
+        else:
+            digest.update("\x1f".join(map(repr, column.to_pylist())).encode())
+    return digest.hexdigest()
+
+
+def write_parquet_atomic(table: Any, target: str | os.PathLike[str]) -> None:
+    """Write a pyarrow table atomically, with page checksums and a digest of its content in the
+    metadata, so :func:`read_parquet_verified` detects a truncated or overwritten file."""
+    import pyarrow.parquet as pq
+
+    metadata = dict(table.schema.metadata or {}) | {DIGEST_KEY: table_digest(table).encode()}
+    with atomic_path(target) as tmp:
+        pq.write_table(table.replace_schema_metadata(metadata), tmp, write_page_checksum=True)
+
+
+def read_parquet_verified(path: str | os.PathLike[str], remedy: str) -> Any:
+    """Read a Parquet file, refusing it (a UserError naming the file and ``remedy``) when it cannot be
+    read, a page fails its checksum, or the content does not match its recorded digest. Files
+    without a digest (written elsewhere) are only checked for readability."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpscaling.errors import UserError
+
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as error:
+        raise UserError(f"{path}: damaged or truncated Parquet file ({type(error).__name__}: "
+                        f"{str(error).strip()[:200]}); {remedy}") from error
+    recorded = (table.schema.metadata or {}).get(DIGEST_KEY)
+    if recorded is not None and recorded.decode(errors="replace") != table_digest(table):
+        raise UserError(f"{path}: content does not match the digest recorded when it was written "
+                        f"(the file was altered); {remedy}")
+    return table

@@ -53,6 +53,11 @@ def describe_schema_error(error: Any) -> str:
     accepted = ""
     if error.validator == "additionalProperties" and isinstance(error.schema, dict):
         accepted = f"; accepted keys: {sorted(error.schema.get('properties', {}))}"
+    elif error.validator == "pattern":  # every pattern in the schema is a name that becomes a path
+        accepted = (
+            "; it names a directory, so it must be one safe path component: letters, digits, _ and -"
+            f" (the pattern {error.validator_value})"
+        )
     elif error.validator == "type":
         if "number" in str(error.validator_value) and isinstance(error.instance, str):
             accepted = "; write numbers as 1.0e-3, not 1e-3 (YAML reads that as a string)"
@@ -62,6 +67,52 @@ def describe_schema_error(error: Any) -> str:
 def output_root(config: Mapping[str, Any]) -> str:
     """Where this config's outputs land: ``results/<run_name>``."""
     return f"results/{config['run_name']}"
+
+
+RESULTS_LOCK = ".snakemake-running"
+_HELD_LOCKS: dict[str, Any] = {}  # open lock files, held until this process exits
+
+
+def lock_results(root: str | Path) -> None:
+    """Claim ``root`` (``results/<run_name>``) for this Snakemake process, or refuse.
+
+    Snakemake only locks the files of its own DAG, so two invocations with different targets
+    could both write one results directory (e.g. retrain and collect curves at once). The
+    workflow's ``onstart`` hook calls this: an exclusive ``flock`` on ``root/.snakemake-running``,
+    released by the kernel when the process ends, however it ends (no stale lock after kill -9).
+    """
+    import fcntl
+    import os
+    import socket
+    import time
+
+    from dpscaling.io import raise_if_storage_full_or_read_only
+
+    root = Path(root)
+    key = str(root.resolve())
+    if key in _HELD_LOCKS:
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(root / RESULTS_LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - held open on purpose
+    except OSError as error:
+        raise_if_storage_full_or_read_only(error, f"cannot lock {root}")
+        raise
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"run_name: {root} is in use by another snakemake ({holder}); wait for it to finish, "
+            "or use another run_name (two invocations writing one results directory would mix their outputs)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    _HELD_LOCKS[key] = handle
 
 
 def known_model_names(config: Mapping[str, Any]) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from dpscaling.workflow import (
     check_config,
     check_epochs,
     corpus_spec,
+    lock_results,
     output_root,
     validate_config,
     vocab_path,
@@ -25,6 +26,16 @@ validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 check_config(config)
 
 RESULTS = output_root(config)
+
+
+# One running snakemake per results directory (a second one is refused; --nolock skips this, as it
+# skips Snakemake's own lock). Jobs spawned by Snakemake run with --no-hooks, so only the main
+# process takes it; dry runs and --report do not.
+onstart:
+    if workflow.execution_settings.lock:
+        lock_results(RESULTS)
+
+
 # Vendored resources are found next to the Snakefile, so --directory works.
 CORPUS = corpus_spec(config, repo=workflow.basedir)
 # The one-epoch guard, when the data stage's manifest is already there (else each training job checks).

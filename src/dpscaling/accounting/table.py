@@ -30,6 +30,7 @@ from dpscaling.accounting.calibration import SAMPLINGS
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import AccountingRefused
 from dpscaling.errors import UserError
+from dpscaling.io import read_parquet_verified, write_parquet_atomic
 
 COLUMNS = ("epsilon", "steps", "sampling_probability", "delta", "sigma", "status")
 _OK, _REFUSED_CELL, _JUMP, _NEAR_STEPS = range(4)
@@ -77,21 +78,19 @@ def compute_chunk(spec: TableSpec, chunk: Chunk) -> pd.DataFrame:
 def save_table(frame: pd.DataFrame, path: str | Path, spec: TableSpec | None = None) -> None:
     """Parquet, with the spec stored in the file metadata so a table knows its grid."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
     if spec is not None:
         metadata = dict(table.schema.metadata or {})
         metadata[_SPEC_METADATA_KEY] = json.dumps(spec.to_mapping()).encode()
         table = table.replace_schema_metadata(metadata)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    # Atomic, with page checksums and a content digest: a damaged chunk is refused by name on read.
+    write_parquet_atomic(table, path)
 
 
 def read_frame(path: str | Path) -> tuple[pd.DataFrame, TableSpec | None]:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
+    """A chunk or table file and its spec; a truncated, damaged or altered file is a UserError naming it."""
+    table = read_parquet_verified(path, "delete it and rerun snakemake to recompute it")
     raw = (table.schema.metadata or {}).get(_SPEC_METADATA_KEY)
     spec = TableSpec.from_mapping(json.loads(raw)) if raw else None
     return table.to_pandas(), spec

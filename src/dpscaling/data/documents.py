@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpscaling.errors import UserError
@@ -69,26 +70,55 @@ def read_blank_line_documents(path: str | Path) -> Iterator[str]:
     if not path.is_file():
         raise UserError(f"data.paths: no such file {str(path)!r}")
     paragraphs: list[str] = []
-    with _open_text(path) as handle:
-        for line in handle:
-            line = line.strip()
-            if line:
-                paragraphs.append(line)
-            elif paragraphs:
-                yield "\n".join(paragraphs)
-                paragraphs = []
+    try:
+        with _open_text(path) as handle:
+            for line in handle:
+                line = line.strip()
+                if line:
+                    paragraphs.append(line)
+                elif paragraphs:
+                    yield "\n".join(paragraphs)
+                    paragraphs = []
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"data.paths: {str(path)!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x}: "
+            f"{error.reason}); give text files (optionally .xz/.gz/.bz2) for data.source 'text', "
+            "or use data.source 'parquet'"
+        ) from error
+    except (EOFError, OSError, lzma.LZMAError) as error:  # truncated or not really .xz/.gz/.bz2
+        raise UserError(
+            f"data.paths: {str(path)!r} cannot be read as {path.suffix or 'plain'} text "
+            f"({type(error).__name__}: {error})"
+        ) from error
     if paragraphs:
         yield "\n".join(paragraphs)
 
 
 def _read_parquet_documents(path: str | Path, column: str) -> Iterator[str]:
-    table = pq.read_table(path)
-    if column not in table.column_names:
+    if not Path(path).is_file():
+        raise UserError(f"data.paths: no such file {str(path)!r}")
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as error:
         raise UserError(
-            f"data.text_column: {column!r} is not a column of {str(path)!r} "
-            f"(columns: {table.column_names})"
+            f"data.paths: {str(path)!r} is not a readable Parquet file ({type(error).__name__}: {error})"
+        ) from error
+    if column not in schema.names:
+        raise UserError(
+            f"data.text_column: {column!r} is not a column of {str(path)!r} (columns: {schema.names})"
         )
-    for text in table.column(column).to_pylist():
+    field = schema.field(column)
+    if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+        raise UserError(
+            f"data.text_column: {column!r} is a column of {str(path)!r} that holds {field.type}, not text"
+        )
+    try:
+        texts = pq.read_table(path, columns=[column]).column(column).to_pylist()
+    except (pa.ArrowException, OSError) as error:
+        raise UserError(
+            f"data.paths: {str(path)!r} is a damaged Parquet file ({type(error).__name__}: {error})"
+        ) from error
+    for text in texts:
         if text and text.strip():
             yield text.strip()
 
@@ -101,11 +131,26 @@ def _read_huggingface_documents(spec: CorpusSpec) -> Iterator[str]:
             "data.source: 'huggingface' needs the optional package `datasets` "
             "(pip install datasets); the default corpus needs no network"
         ) from error
-    dataset = datasets.load_dataset(spec.hf_dataset, spec.hf_config, split=spec.hf_split)
+    where = f"dataset {spec.hf_dataset!r} (config {spec.hf_config!r}, split {spec.hf_split!r})"
+    try:
+        dataset = datasets.load_dataset(spec.hf_dataset, spec.hf_config, split=spec.hf_split)
+    except Exception as error:  # noqa: BLE001 - network, unknown name/config/split: all the user's to fix
+        raise UserError(
+            f"data.hf_dataset: cannot load {where} ({type(error).__name__}: {error})"
+        ) from error
+    if spec.text_column not in dataset.column_names:
+        raise UserError(
+            f"data.text_column: {spec.text_column!r} is not a column of {where} "
+            f"(columns: {list(dataset.column_names)})"
+        )
+    found = 0
     for row in dataset:
         text = row.get(spec.text_column)
         if text and text.strip():
+            found += 1
             yield text.strip()
+    if not found:
+        raise UserError(f"data.hf_split: {where} has no non-empty {spec.text_column!r} documents")
 
 
 def iter_documents(spec: CorpusSpec) -> Iterator[str]:

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
+from dpscaling.io import read_parquet_verified, write_parquet_atomic
 from dpscaling.law.columns import (
     BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     SEED, STATUS)
@@ -83,19 +84,27 @@ def run_constants(curves: Iterable[pd.DataFrame]) -> dict[str, int]:
 
 def collect_training_curves(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, dict[str, int]]:
     """Read per-run curve Parquet files → (tidy table, run constants such as seq_len)."""
-    curves = [pd.read_parquet(path) for path in paths]
+    curves = [read_curve(path) for path in paths]
     if not curves:
         raise UserError("no training curves to collect")
     tidy = pd.concat([tidy_training_curve(curve) for curve in curves], ignore_index=True)
     return tidy, run_constants(curves)
 
 
+CURVE_REMEDY = ("delete it and rerun snakemake to retrain the run "
+                "(it resumes from its last verified checkpoint)")
+
+
+def read_curve(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """One run's curve file, refused by name (UserError) when truncated, damaged or altered."""
+    return read_parquet_verified(path, CURVE_REMEDY).to_pandas()
+
+
 def collect_to_parquet(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> pd.DataFrame:
     """Collect curves into one tidy Parquet table; the run constants ride along as columns for ``dpscaling fit``."""
     tidy, constants = collect_training_curves(paths)
     tidy = tidy.assign(**constants)
-    with atomic_path(out) as tmp:
-        tidy.to_parquet(tmp, index=False)
+    write_parquet_atomic(pa.Table.from_pandas(tidy, preserve_index=False), out)
     return tidy
 
 

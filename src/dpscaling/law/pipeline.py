@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from dpscaling.errors import UserError
+from dpscaling.io import read_parquet_verified
 from dpscaling.law.artifact import Law, fit_law
 from dpscaling.law.collect import (
     TIDY_COLUMNS,
@@ -50,7 +51,8 @@ def load_results(path: str | Path, results_format: str = "dpscaling") -> tuple[p
                                                  "physical_batch": PAPER_PHYSICAL_BATCH}
     if source.is_dir():
         return collect_training_curves(sorted(source.rglob("*.parquet")))
-    raw = pd.read_parquet(source) if source.suffix == ".parquet" else pd.read_csv(source)
+    raw = (read_parquet_verified(source, "delete it and rerun snakemake to rebuild it").to_pandas()
+           if source.suffix == ".parquet" else pd.read_csv(source))
     if not set(TIDY_COLUMNS[:6]) <= set(raw.columns):
         if source.suffix != ".parquet":
             raise UserError(f"--results {path}: not a tidy results table; expected columns "

@@ -29,11 +29,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 
 from dpscaling.data.shards import load_meta, load_split
 from dpscaling.errors import UserError
 from dpscaling.models.bert import BertMlm
+from dpscaling.train.checkpoint import open_manager, restore_verified_read_only
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.loop import CONFIG_FILE, STATE_DIR
 from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
@@ -74,7 +74,8 @@ def load_run_config(checkpoint_dir: str | Path) -> TrainConfig:
 
 
 def restore_params(checkpoint_dir: str | Path, model: BertMlm, config: TrainConfig, seq_len: int) -> tuple[Any, int]:
-    """(parameters, step) of the latest checkpoint in ``checkpoint_dir``/state, on the default device."""
+    """(parameters, step) of the latest checkpoint in ``checkpoint_dir``/state, verified against its
+    digest (:mod:`dpscaling.train.checkpoint`), on the default device."""
     state_dir = (Path(checkpoint_dir) / STATE_DIR).absolute()
     if not state_dir.is_dir():
         raise UserError(f"{state_dir}: no checkpoints")
@@ -84,15 +85,12 @@ def restore_params(checkpoint_dir: str | Path, model: BertMlm, config: TrainConf
         lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
         jax.eval_shape(lambda: init_state(model, optimizer, config, seq_len)),
     )
-    manager = ocp.CheckpointManager(state_dir, options=ocp.CheckpointManagerOptions(read_only=True))
+    manager = open_manager(state_dir, read_only=True)
     try:
-        step = manager.latest_step()
-        if step is None:
-            raise UserError(f"{state_dir}: no finished checkpoint")
-        state = manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        restored = restore_verified_read_only(manager, abstract, state_dir)
     finally:
         manager.close()
-    return state.params, int(step)
+    return restored.state.params, int(restored.step)
 
 
 def sample_rows(n_rows: int, examples: int, seed: int) -> np.ndarray:

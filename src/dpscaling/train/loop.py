@@ -2,11 +2,14 @@
 
 ``run_training`` is what the workflow's ``train`` rule calls. It is restartable: the
 state (parameters, Adam moments, step, noise counter) is checkpointed with orbax every
-``checkpoint_every`` steps into ``checkpoint_dir``, together with the partial curve;
-a rerun after a crash continues from the last checkpoint and, because data order,
-masking and noise are pure functions of (seed, step), reproduces the uninterrupted
-curve. The final curve is written to ``output`` atomically, once, at the end — for a
-finished or a diverged run alike.
+``checkpoint_every`` steps into ``checkpoint_dir``, together with the partial curve and
+a digest of the saved arrays (:mod:`dpscaling.train.checkpoint`); a rerun after a crash
+continues from the newest checkpoint whose restored arrays match their digest (falling
+back to an older one, or to step 0) and, because data order, masking and noise are pure
+functions of (seed, step), reproduces the uninterrupted curve. So a run is only ever
+recorded as ``diverged`` when the divergence happened in the process that records it,
+starting from a fresh or a verified state. The final curve is written to ``output``
+atomically, once, at the end — for a finished or a diverged run alike.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import orbax.checkpoint as ocp
 from dpscaling.data.epochs import check_one_epoch, epochs_seen
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
 from dpscaling.errors import UserError
-from dpscaling.io import write_json_atomic
+from dpscaling.io import raise_if_storage_full_or_read_only, write_json_atomic
 from dpscaling.models.bert import BertMlm
 from dpscaling.models.family import count_params
+from dpscaling.train.checkpoint import open_manager, restore_latest_verified, save_checkpoint
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
-from dpscaling.train.metrics import code_version, read_metrics, write_metrics
+from dpscaling.train.metrics import code_version, write_metrics
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.step import init_state, make_optimizer, make_train_step
 
@@ -76,17 +80,13 @@ def run_training(
                 f"train.{name}: {getattr(config, name)} is not divisible by the "
                 f"{parallel.n_devices} devices"
             )
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    _check_same_config(checkpoint_dir, config, jax.process_index() == 0)
-    manager = ocp.CheckpointManager(
-        (checkpoint_dir / STATE_DIR).absolute(),
-        # Synchronous saves keep "partial curve written, then state saved" in order, so a
-        # checkpoint never lacks its curve rows. Leftover temporaries of a save cut short by a kill are
-        # removed, so the same step can be saved again.
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=2, enable_async_checkpointing=False, cleanup_tmp_directories=True
-        ),
-    )
+    try:  # a read-only or full results directory fails here, in one line, before any training
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        _check_same_config(checkpoint_dir, config, jax.process_index() == 0)
+        manager = open_manager(checkpoint_dir / STATE_DIR)
+    except OSError as error:
+        raise_if_storage_full_or_read_only(error, f"cannot write checkpoints to {checkpoint_dir}")
+        raise
     try:
         return _train(
             config,
@@ -138,16 +138,12 @@ def _train(
     writer = jax.process_index() == 0
 
     curve: list[dict[str, Any]] = []
-    start_step = manager.latest_step() or 0
-    if start_step:
-        state = manager.restore(start_step, args=ocp.args.StandardRestore(state))
-        partial = checkpoint_dir / PARTIAL_METRICS
-        curve = (
-            [r for r in read_metrics(partial) if r["step"] <= start_step]
-            if partial.exists()
-            else []
-        )
-        logger.info("resuming from step %d (%d logged intervals)", start_step, len(curve))
+    start_step = 0
+    # Only a state proven to be the one saved is trained on (corrupted checkpoints are discarded).
+    restored = restore_latest_verified(manager, state)
+    if restored is not None:
+        start_step, state, curve = restored.step, restored.state, restored.curve
+        logger.info("resuming from verified step %d (%d logged intervals)", start_step, len(curve))
 
     compiled = step_fn.lower(state, parallel.global_batch(rows, sampler.indices(0))).compile()
     status, step = "finished", start_step
@@ -175,7 +171,10 @@ def _train(
         if not finite:
             status = "diverged"
             logger.warning(
-                "diverged in steps %d..%d: non-finite loss; stopping", step - n + 1, step
+                "diverged in steps %d..%d: non-finite loss; stopping (started from %s)",
+                step - n + 1,
+                step,
+                f"verified step {start_step}" if start_step else "step 0",
             )
             break
         if writer:
@@ -186,8 +185,7 @@ def _train(
                 config.to_dict(),
             )
         if step % config.checkpoint_every == 0 or step == config.num_steps:
-            manager.save(step, args=ocp.args.StandardSave(state))
-            manager.wait_until_finished()
+            save_checkpoint(manager, step, state, curve)
 
     finite_losses = [r["loss"] for r in curve if math.isfinite(r["loss"])]
     summary = RunSummary(

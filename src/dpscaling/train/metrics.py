@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dpscaling
-from dpscaling.io import atomic_path
+from dpscaling.io import write_parquet_atomic
 
 CONFIG_KEY = b"dpscaling.config"
 SUMMARY_KEY = b"dpscaling.summary"
@@ -72,9 +72,8 @@ def write_metrics(
     metadata = {CONFIG_KEY: json.dumps(config, sort_keys=True)}
     if summary is not None:
         metadata[SUMMARY_KEY] = json.dumps(summary, sort_keys=True)
-    table = pa.table(arrays).replace_schema_metadata(metadata)
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+    # Page checksums and a content digest: a damaged file is refused by name when read.
+    write_parquet_atomic(pa.table(arrays).replace_schema_metadata(metadata), path)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

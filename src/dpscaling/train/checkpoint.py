@@ -1,0 +1,152 @@
+"""Verified checkpoints of a training job (paper §3.2: restartable runs of up to 128K steps).
+
+A checkpoint is one orbax step directory holding two items, committed together by orbax's
+atomic rename: ``state`` (parameters, Adam moments, step, noise counter) and ``record``, a
+JSON object with the step, the partial training curve up to it and a SHA-256 digest of
+every saved array. A restore recomputes the digest of what it read; only a state whose
+digest matches is ever trained on. A checkpoint that fails to restore or to verify (a
+corrupted file, one written by another version) is discarded and the previous one tried,
+then a fresh start: storage corruption can cost recomputation, never a wrong curve.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from dpscaling.errors import UserError
+from dpscaling.io import raise_if_storage_full_or_read_only
+
+logger = logging.getLogger(__name__)
+
+STATE_ITEM, RECORD_ITEM = "state", "record"
+DIGEST = "sha256"
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A checkpoint whose arrays were proven to be the ones saved."""
+
+    step: int
+    state: Any
+    curve: list[dict[str, Any]]
+    discarded: tuple[int, ...]  # newer checkpoints that failed verification and were deleted
+
+
+def open_manager(state_dir: Path, *, read_only: bool = False) -> ocp.CheckpointManager:
+    """The orbax manager of a job's ``state`` directory (synchronous saves, two kept).
+
+    Synchronous saves keep "partial curve written, then state saved" in order. Leftover
+    temporaries of a save cut short by a kill are removed, so the same step can be saved again.
+    """
+    options = (
+        ocp.CheckpointManagerOptions(read_only=True)
+        if read_only
+        else ocp.CheckpointManagerOptions(
+            max_to_keep=2, enable_async_checkpointing=False, cleanup_tmp_directories=True
+        )
+    )
+    return ocp.CheckpointManager(Path(state_dir).absolute(), options=options)
+
+
+def state_digest(state: Any) -> str:
+    """SHA-256 over every array of ``state``: its tree path, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        if isinstance(leaf, jax.Array) and leaf.is_fully_replicated:
+            leaf = leaf.addressable_data(0)  # each host holds a full copy of a replicated array
+        array = np.ascontiguousarray(np.asarray(leaf))
+        digest.update(f"{jax.tree_util.keystr(path)}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def save_checkpoint(
+    manager: ocp.CheckpointManager, step: int, state: Any, curve: list[dict[str, Any]]
+) -> None:
+    """Save ``state`` with its curve and digest as checkpoint ``step``, and wait for the commit."""
+    record = {"step": int(step), DIGEST: state_digest(state), "curve": curve}
+    try:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                **{STATE_ITEM: ocp.args.StandardSave(state), RECORD_ITEM: ocp.args.JsonSave(record)}
+            ),
+        )
+        manager.wait_until_finished()
+    except Exception as error:  # orbax wraps a full disk in a ValueError: make it one clear line
+        raise_if_storage_full_or_read_only(error, f"cannot save checkpoint step {step} in {manager.directory}")
+        raise
+
+
+def _restore_step(manager: ocp.CheckpointManager, step: int, template: Any) -> tuple[Any, dict]:
+    """Restore checkpoint ``step``; raise ValueError unless its arrays match the recorded digest."""
+    restored = manager.restore(
+        step,
+        args=ocp.args.Composite(
+            **{STATE_ITEM: ocp.args.StandardRestore(template), RECORD_ITEM: ocp.args.JsonRestore()}
+        ),
+    )
+    state, record = restored[STATE_ITEM], restored[RECORD_ITEM]
+    if not isinstance(record, dict) or record.get("step") != step or DIGEST not in record:
+        raise ValueError("its integrity record is missing or names another step")
+    found = state_digest(state)
+    if found != record[DIGEST]:
+        raise ValueError(
+            f"digest mismatch: the arrays read hash to {found[:12]}…, saved as {record[DIGEST][:12]}…"
+        )
+    return state, record
+
+
+def restore_latest_verified(manager: ocp.CheckpointManager, template: Any) -> Restored | None:
+    """The newest checkpoint that restores and verifies; ``None`` when there is none (start over).
+
+    Checkpoints newer than it that fail are deleted (so their steps can be saved again), each
+    with a warning naming the step and the reason. Any restore error counts as a failure.
+    """
+    discarded: list[int] = []
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            state, record = _restore_step(manager, step, template)
+        except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is discarded, never used
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            logger.warning(
+                "checkpoint step %d is not the state that was saved (%s: %s); discarding it",
+                step,
+                type(error).__name__,
+                reason[:300],
+            )
+            manager.delete(step)
+            discarded.append(step)
+            continue
+        if discarded:
+            logger.warning(
+                "falling back to the previous good checkpoint: step %d (discarded %s)", step, discarded
+            )
+        logger.info("checkpoint step %d verified (%s %s…)", step, DIGEST, record[DIGEST][:12])
+        return Restored(step, state, list(record["curve"]), tuple(discarded))
+    if discarded:
+        logger.warning("no checkpoint verified (discarded %s): starting over from step 0", discarded)
+    return None
+
+
+def restore_verified_read_only(manager: ocp.CheckpointManager, template: Any, where: Path) -> Restored:
+    """The latest checkpoint, verified, without modifying anything (for evaluation)."""
+    step = manager.latest_step()
+    if step is None:
+        raise UserError(f"{where}: no finished checkpoint")
+    try:
+        state, record = _restore_step(manager, step, template)
+    except Exception as error:  # noqa: BLE001 - reported as the user's problem to fix: rerun training
+        raise UserError(
+            f"{where}: checkpoint step {step} is not the state that was saved ({type(error).__name__}: "
+            f"{str(error).strip()[:300]}); delete the run's metrics.parquet and rerun snakemake to retrain it"
+        ) from error
+    return Restored(step, state, list(record["curve"]), ())
