@@ -18,14 +18,29 @@ import optax.tree_utils as otu
 
 class GaussianNoiseState(NamedTuple):
     count: jnp.ndarray  # updates applied so far; the noise of step t uses fold_in(key, t)
+    noise_key: jax.Array  # the stream's key, in the state so a checkpoint carries it
+
+
+def replace_noise_key(opt_state, key: jax.Array):
+    """``opt_state`` with the noise stream's key replaced (e.g. by a secret one).
+
+    The key enters as data, never as a constant of a compiled function, so it cannot
+    reach XLA's compilation cache or a lowered program.
+    """
+    return otu.tree_set(opt_state, noise_key=key)
+
+
+def noise_key_of(opt_state) -> jax.Array:
+    """The noise stream's key stored in ``opt_state``."""
+    return otu.tree_get(opt_state, "noise_key")
 
 
 def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTransformation:
     """Add i.i.d. N(0, stddev²) noise in float32 to every coordinate of the update.
 
-    ``key`` is a PRNG key (or an int seed). The noise of update t depends only on
-    (key, t), so a run resumed from a
-    checkpoint (which stores ``count``) draws exactly the noise of an uninterrupted run.
+    ``key`` is a PRNG key (or an int seed); ``init`` stores it in the state, and the
+    noise of update t depends only on (stored key, t), so a run resumed from a
+    checkpoint (which stores both) draws exactly the noise of an uninterrupted run.
     ``stddev = 0`` passes updates through unchanged (the non-private baseline).
     """
     if stddev < 0:
@@ -34,17 +49,17 @@ def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTra
 
     def init_fn(params):
         del params
-        return GaussianNoiseState(count=jnp.zeros([], jnp.int32))
+        return GaussianNoiseState(count=jnp.zeros([], jnp.int32), noise_key=base_key)
 
     def update_fn(updates, state, params=None):
         del params
         if stddev > 0:
-            key = jax.random.fold_in(base_key, state.count)
+            key = jax.random.fold_in(state.noise_key, state.count)
             noise = otu.tree_random_like(key, updates, jax.random.normal, dtype=jnp.float32)
             updates = jax.tree.map(
                 lambda u, n: (u.astype(jnp.float32) + stddev * n).astype(u.dtype), updates, noise
             )
-        return updates, GaussianNoiseState(count=state.count + 1)
+        return updates, GaussianNoiseState(count=state.count + 1, noise_key=state.noise_key)
 
     return optax.GradientTransformation(init_fn, update_fn)
 
