@@ -85,10 +85,26 @@ def check_config(config: Mapping[str, Any]) -> None:
             f"training.warmup_steps: {training['warmup_steps']} must be below training.steps ({training['steps']})"
         )
     micro = training["microbatch_size"]
-    if micro is not None and training["physical_batch"] % micro:
+    if training["sampling"] == "poisson":
+        truncated = training["truncated_batch_size"]
+        if truncated is not None and truncated < training["physical_batch"]:
+            raise UserError(
+                f"training.truncated_batch_size: {truncated} is below the expected batch "
+                f"training.physical_batch ({training['physical_batch']})"
+            )
+        if micro is not None and truncated is not None and truncated % micro:
+            raise UserError(
+                f"training.microbatch_size: {micro} must divide training.truncated_batch_size ({truncated})"
+            )
+    elif training["truncated_batch_size"] is not None:
+        raise UserError("training.truncated_batch_size: only used with training.sampling 'poisson'")
+    elif micro is not None and training["physical_batch"] % micro:
         raise UserError(
             f"training.microbatch_size: {micro} must divide training.physical_batch ({training['physical_batch']})"
         )
+    from dpscaling.accounting.matched import matched_accountant
+
+    matched_accountant(training["sampling"], training["accountant"])
     check_ablation(config)
     data = config["data"]
     if data["tokenizer"] == "custom" and not data["vocab_file"]:
@@ -142,6 +158,10 @@ def ablation_training(config: Mapping[str, Any], batch: int) -> dict[str, Any]:
     return {
         **{key: training[key] for key in _TRAINING_SETTINGS},
         **{key: block[key] for key in ABLATION_TRAINING_KEYS},
+        # The ablation studies the physical batch of the shuffled study mode.
+        "sampling": "shuffle",
+        "truncated_batch_size": None,
+        "accountant": None,
         "microbatch_size": None if micro is None or micro >= batch else micro,
         "physical_batch": int(batch),
     }
@@ -185,12 +205,14 @@ def train_config(
     training: Mapping[str, Any],
     wildcards: Mapping[str, str],
     seq_len: int,
+    delta: float = 1e-8,
 ) -> TrainConfig:
     """The :class:`TrainConfig` of one training job.
 
     ``model`` is a family name or a ``models.custom`` entry; the grid point
     (batch, seed, noise-batch ratio, learning rate) comes from the job's
-    wildcards, everything else from the config's ``training`` block.
+    wildcards, everything else from the config's ``training`` block; ``delta``
+    (``accounting.delta``) is the δ of the run's recorded guarantee.
     """
     from dpscaling.train.config import TrainConfig
 
@@ -223,6 +245,10 @@ def train_config(
         p_mask=training["mask_rate"],
         log_every=training["log_every"],
         checkpoint_every=training["checkpoint_every"],
+        sampling=training["sampling"],
+        truncated_batch_size=training["truncated_batch_size"],
+        accountant=training["accountant"],
+        delta=delta,
     )
 
 

@@ -31,6 +31,7 @@ rule train_run:
             wildcards.model, wildcards.model
         ),
         training=config["training"],
+        delta=config["accounting"]["delta"],
         checkpoint_dir=lambda wildcards: f"{RESULTS}/checkpoints/{RUN}".format(
             **wildcards
         ),

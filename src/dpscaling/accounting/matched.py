@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import dp_accounting
-from jax_privacy.experimental.accounting import truncated_dpsgd_event
 
 from dpscaling.accounting import gaussian, pld
 from dpscaling.accounting.calibration import poisson_warm_start
@@ -79,6 +78,9 @@ def truncated_poisson_epsilon(sigma: float, q: float, steps: int, dataset_size: 
                               interval: float | None = None) -> float:
     """ε(δ) of T steps of truncated-Poisson DP-SGD with noise σ on the sum (jax-privacy event,
     dp-accounting PLD; the discretisation follows :mod:`dpscaling.accounting.pld`'s rule)."""
+    # jax_privacy imports JAX (seconds): only when a Poisson run is accounted.
+    from jax_privacy.experimental.accounting import truncated_dpsgd_event
+
     if sigma == 0:
         return math.inf
     if interval is None:
