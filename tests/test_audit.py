@@ -53,8 +53,9 @@ def test_audit_settings_are_checked():
 
 
 def test_audit_target_writes_the_report(tmp_path):
-    run_snakemake("--cores", "1", "audit", "--directory", str(tmp_path),
-                  "--config", "audit={'n_canaries': 400, 'steps': 60, 'expected_batch_size': 40}",
+    config = tmp_path / "audit.yaml"
+    config.write_text("audit: {n_canaries: 400, steps: 60, expected_batch_size: 40}\n")
+    run_snakemake("--cores", "1", "audit", "--directory", str(tmp_path), "--configfile", str(config),
                   cwd=tmp_path)
     summary = json.loads((tmp_path / "results/default/audit/audit.json").read_text())
     table = pd.read_csv(tmp_path / "results/default/audit/audit.csv")
