@@ -37,10 +37,10 @@ from dpscaling.io import write_json_atomic
 from dpscaling.models.bert import BertMlm
 from dpscaling.models.family import count_params
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
-from dpscaling.train.sampling import StepBatches, secret_key
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
 from dpscaling.train.metrics import code_version, read_metrics, write_metrics
 from dpscaling.train.mlm import MaskingSpec
+from dpscaling.train.sampling import StepBatches, secret_key
 from dpscaling.train.step import init_state, make_optimizer, make_train_step
 
 logger = logging.getLogger(__name__)
