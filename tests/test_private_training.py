@@ -24,7 +24,7 @@ import pytest
 from dp_training_data import build_packed_corpus
 from dpscaling.accounting.matched import account_run, shuffle_max_participations
 from dpscaling.data.shards import load_meta
-from dpscaling.dp import add_gaussian_noise, clipped_mean_grad
+from dpscaling.dp import add_gaussian_noise
 from dpscaling.errors import UserError
 from dpscaling.models import BertMlm
 from dpscaling.train import TrainConfig, run_training
@@ -32,7 +32,7 @@ from dpscaling.train.data import BatchSampler
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
 from dpscaling.train.step import init_state, make_optimizer, make_train_step, study_noise_key
-from private_step_job import EXPECTED, REAL, padded_grads, unpadded_grads, weights
+from private_step_job import REAL, padded_grads, unpadded_grads, weights
 from test_config_schema import validated
 from test_dp import BATCH, _setup
 
@@ -214,7 +214,7 @@ def private_run(corpus, tmp_path_factory):
     """One calibrated poisson run, with everything it logged."""
     out = tmp_path_factory.mktemp("private")
     config = TrainConfig(**PRIVATE)
-    log, handler = StringIO(), None
+    log = StringIO()
     handler = logging.StreamHandler(log)
     root = logging.getLogger()
     old_level = root.level
