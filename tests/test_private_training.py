@@ -25,6 +25,7 @@ from dp_training_data import build_packed_corpus
 from dpscaling.accounting.matched import account_run, shuffle_max_participations
 from dpscaling.data.shards import load_meta
 from dpscaling.dp import add_gaussian_noise
+from dpscaling.dp.noise import noise_key_of
 from dpscaling.errors import UserError
 from dpscaling.models import BertMlm
 from dpscaling.train import TrainConfig, run_training
@@ -316,32 +317,45 @@ def test_private_run_resumes_exactly(private_run, corpus, tmp_path):
 
 
 def test_study_runs_at_different_noise_ratios_share_one_noise_stream():
+    """The study's DP-Adam of one seed draws the same standard-normal noise at every σ̄: on a
+    zero gradient Adam's first step is −lr·n/(|n| + eps) ≈ −lr·sign(n), the same for σ̄ = 0.1
+    and 0.4, and different for another seed."""
     params = {"w": jnp.zeros((64, 32))}
-    base = dict(model="custom", batch_size=8, noise_batch_ratio=0.1, seed=4)
-    states = {}
-    for ratio in (0.1, 0.4):
-        optimizer = make_optimizer(TrainConfig(**(base | dict(noise_batch_ratio=ratio))))
-        states[ratio] = optimizer.init(params)
-    keys = [np.asarray(s[0].noise_key) for s in states.values()]
-    np.testing.assert_array_equal(keys[0], keys[1])
-    np.testing.assert_array_equal(keys[0], np.asarray(study_noise_key(4)))
-    assert not np.array_equal(keys[0], np.asarray(study_noise_key(5)))
+    base = dict(model="custom", batch_size=8, learning_rate=1.0, warmup_steps=0)
+    steps = {}
+    for seed, ratio in ((4, 0.1), (4, 0.4), (5, 0.1)):
+        optimizer = make_optimizer(TrainConfig(**(base | dict(noise_batch_ratio=ratio, seed=seed))))
+        state = optimizer.init(params)
+        assert noise_key_of(state) is None  # the study key is the seed's, not stored per run
+        steps[seed, ratio], _ = optimizer.update(params, state, params)
+    np.testing.assert_array_equal(np.sign(steps[4, 0.4]["w"]), np.sign(steps[4, 0.1]["w"]))
+    np.testing.assert_allclose(steps[4, 0.4]["w"], steps[4, 0.1]["w"], atol=1e-3)
+    assert np.mean(np.sign(steps[4, 0.1]["w"]) == np.sign(steps[5, 0.1]["w"])) < 0.6
+    # The same draw, scaled by σ̄: the σ̄ columns share a noise direction.
     draws = {}
     for ratio in (0.1, 0.4):
         noise = add_gaussian_noise(ratio, study_noise_key(4))
         draws[ratio], _ = noise.update(params, noise.init(params))
-    # The same standard-normal draw, scaled by σ̄: the σ̄ columns share a noise direction.
     np.testing.assert_allclose(draws[0.4]["w"], 4 * draws[0.1]["w"], rtol=1e-6)
 
 
 def test_workflow_passes_sampling_and_delta_to_the_run():
-    from dpscaling.workflow import train_config
+    from dpscaling.workflow import train_config, training_params
 
+    wildcards = {"model": "BertTiny", "nbr": "0.5", "lr": "0.01", "batch": "32", "seed": "0"}
     config = validated({"training": {"sampling": "poisson", "truncated_batch_size": 48,
                                      "physical_batch": 32, "microbatch_size": 16}})
-    made = train_config("BertTiny", copy.deepcopy(config["training"]),
-                        {"model": "BertTiny", "nbr": "0.5", "lr": "0.01", "batch": "32", "seed": "0"},
-                        seq_len=64, delta=1e-6)
+    params = training_params(config["training"], 1e-6)
+    made = train_config("BertTiny", copy.deepcopy(params), wildcards, seq_len=64)
     assert (made.sampling, made.truncated_batch_size, made.accountant, made.delta) == (
         "poisson", 48, None, 1e-6)
     assert made.physical_batch_size == 48
+    # A study job's param and config dict are what they were before these keys existed.
+    study = validated({})
+    params = training_params(study["training"], study["accounting"]["delta"])
+    assert not {"sampling", "truncated_batch_size", "accountant", "delta"} & set(params)
+    made = train_config("BertTiny", params, wildcards, seq_len=64)
+    assert made.sampling == "shuffle" and made.delta == 1e-8
+    assert not {"sampling", "truncated_batch_size", "accountant", "target_epsilon",
+                "delta"} & set(made.to_dict())
+    assert TrainConfig.from_dict(made.to_dict()) == made

@@ -104,7 +104,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         )
     from dpscaling.accounting.matched import matched_accountant
 
-    matched_accountant(training["sampling"], training["accountant"])
+    matched_accountant(training["sampling"], training["accountant"], block="training")
     check_ablation(config)
     data = config["data"]
     if data["tokenizer"] == "custom" and not data["vocab_file"]:
@@ -143,6 +143,23 @@ def check_ablation(config: Mapping[str, Any]) -> None:
             )
 
 
+# training keys added later, and their defaults: a training job's param carries them only when set
+# otherwise, so adding them retrains nothing. "delta" is accounting.delta (the δ each run records).
+OPTIONAL_TRAINING_KEYS: dict[str, Any] = {
+    "sampling": "shuffle",
+    "truncated_batch_size": None,
+    "accountant": None,
+    "delta": 1e-8,
+}
+
+
+def training_params(training: Mapping[str, Any], delta: float = 1e-8) -> dict[str, Any]:
+    """The ``training`` block (plus ``delta``) as a training job's param: optional keys only where
+    they differ from the default."""
+    return {key: value for key, value in {**training, "delta": delta}.items()
+            if not (key in OPTIONAL_TRAINING_KEYS and value == OPTIONAL_TRAINING_KEYS[key])}
+
+
 # The training settings an ablation job takes from the ablation_batch block; the rest come from `training`.
 ABLATION_TRAINING_KEYS = ("steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every")
 # What train_config reads from the `training` block (so a change to the main grid retrains no ablation job).
@@ -158,10 +175,6 @@ def ablation_training(config: Mapping[str, Any], batch: int) -> dict[str, Any]:
     return {
         **{key: training[key] for key in _TRAINING_SETTINGS},
         **{key: block[key] for key in ABLATION_TRAINING_KEYS},
-        # The ablation studies the physical batch of the shuffled study mode.
-        "sampling": "shuffle",
-        "truncated_batch_size": None,
-        "accountant": None,
         "microbatch_size": None if micro is None or micro >= batch else micro,
         "physical_batch": int(batch),
     }
@@ -205,14 +218,13 @@ def train_config(
     training: Mapping[str, Any],
     wildcards: Mapping[str, str],
     seq_len: int,
-    delta: float = 1e-8,
 ) -> TrainConfig:
     """The :class:`TrainConfig` of one training job.
 
     ``model`` is a family name or a ``models.custom`` entry; the grid point
     (batch, seed, noise-batch ratio, learning rate) comes from the job's
-    wildcards, everything else from the config's ``training`` block; ``delta``
-    (``accounting.delta``) is the δ of the run's recorded guarantee.
+    wildcards, everything else from the config's ``training`` block (as
+    :func:`training_params` passes it: keys of ``OPTIONAL_TRAINING_KEYS`` may be absent).
     """
     from dpscaling.train.config import TrainConfig
 
@@ -245,10 +257,12 @@ def train_config(
         p_mask=training["mask_rate"],
         log_every=training["log_every"],
         checkpoint_every=training["checkpoint_every"],
-        sampling=training["sampling"],
-        truncated_batch_size=training["truncated_batch_size"],
-        accountant=training["accountant"],
-        delta=delta,
+        sampling=training.get("sampling", OPTIONAL_TRAINING_KEYS["sampling"]),
+        truncated_batch_size=training.get(
+            "truncated_batch_size", OPTIONAL_TRAINING_KEYS["truncated_batch_size"]
+        ),
+        accountant=training.get("accountant", OPTIONAL_TRAINING_KEYS["accountant"]),
+        delta=training.get("delta", OPTIONAL_TRAINING_KEYS["delta"]),
     )
 
 

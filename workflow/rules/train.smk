@@ -1,4 +1,5 @@
 from dpscaling.cluster import train_resource
+from dpscaling.workflow import training_params
 
 
 rule train_run:
@@ -30,8 +31,8 @@ rule train_run:
         model=lambda wildcards: config["models"]["custom"].get(
             wildcards.model, wildcards.model
         ),
-        training=config["training"],
-        delta=config["accounting"]["delta"],
+        # Keys added later (sampling, truncated_batch_size, accountant, delta) only when set.
+        training=training_params(config["training"], config["accounting"]["delta"]),
         checkpoint_dir=lambda wildcards: f"{RESULTS}/checkpoints/{RUN}".format(
             **wildcards
         ),

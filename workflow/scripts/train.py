@@ -27,7 +27,6 @@ with log_to_file(snakemake.log[0]):
             training=snakemake.params.training,
             wildcards=dict(snakemake.wildcards),
             seq_len=load_meta(data_dir).seq_len,
-            delta=snakemake.params.delta,
         ),
         data_dir=data_dir,
         output=Path(snakemake.output[0]),

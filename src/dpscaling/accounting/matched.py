@@ -44,18 +44,21 @@ ACCOUNTANTS: tuple[str, ...] = tuple(ACCOUNTANT_ASSUMES)
 RELATIVE_TOLERANCE = 1e-3
 
 
-def matched_accountant(sampling: str, accountant: str | None = None) -> str:
-    """The accountant for ``sampling``; refuses an ``accountant`` that describes another mechanism."""
+def matched_accountant(sampling: str, accountant: str | None = None, block: str = "train") -> str:
+    """The accountant for ``sampling``; refuses an ``accountant`` that describes another mechanism.
+
+    ``block`` names the keys in messages (``train`` for a TrainConfig, ``training`` in a config).
+    """
     if sampling not in MATCHED_ACCOUNTANT:
-        raise UserError(f"train.sampling: must be one of {tuple(MATCHED_ACCOUNTANT)}, got {sampling!r}")
+        raise UserError(f"{block}.sampling: must be one of {tuple(MATCHED_ACCOUNTANT)}, got {sampling!r}")
     wanted = MATCHED_ACCOUNTANT[sampling]
     if accountant is None or accountant == wanted:
         return wanted
     if accountant not in ACCOUNTANT_ASSUMES:
-        raise UserError(f"train.accountant: must be one of {ACCOUNTANTS} or null, got {accountant!r}")
+        raise UserError(f"{block}.accountant: must be one of {ACCOUNTANTS} or null, got {accountant!r}")
     raise UserError(
-        f"train.accountant {accountant!r} assumes {ACCOUNTANT_ASSUMES[accountant]}, but "
-        f"train.sampling {sampling!r} runs a different mechanism: the sampler and the accountant "
+        f"{block}.accountant {accountant!r} assumes {ACCOUNTANT_ASSUMES[accountant]}, but "
+        f"{block}.sampling {sampling!r} runs a different mechanism: the sampler and the accountant "
         f"disagree, so the run is refused before it starts (use accountant {wanted!r} or null)"
     )
 

@@ -18,29 +18,48 @@ import optax.tree_utils as otu
 
 class GaussianNoiseState(NamedTuple):
     count: jnp.ndarray  # updates applied so far; the noise of step t uses fold_in(key, t)
-    noise_key: jax.Array  # the stream's key, in the state so a checkpoint carries it
+
+
+class KeyedGaussianNoiseState(NamedTuple):
+    """The state of a stream whose key is data in the state (a private run's secret key), so
+    its checkpoint carries the key; :class:`GaussianNoiseState` (the study's, keyed by the
+    transform) keeps the layout of earlier checkpoints."""
+
+    count: jnp.ndarray
+    noise_key: jax.Array
+
+
+def _is_noise_state(x) -> bool:
+    return isinstance(x, (GaussianNoiseState, KeyedGaussianNoiseState))
 
 
 def replace_noise_key(opt_state, key: jax.Array):
-    """``opt_state`` with the noise stream's key replaced (e.g. by a secret one).
+    """``opt_state`` whose noise stream uses ``key`` (e.g. a secret one) from now on.
 
     The key enters as data, never as a constant of a compiled function, so it cannot
     reach XLA's compilation cache or a lowered program.
     """
-    return otu.tree_set(opt_state, noise_key=key)
+    return jax.tree.map(
+        lambda x: KeyedGaussianNoiseState(x.count, key) if _is_noise_state(x) else x,
+        opt_state,
+        is_leaf=_is_noise_state,
+    )
 
 
-def noise_key_of(opt_state) -> jax.Array:
-    """The noise stream's key stored in ``opt_state``."""
-    return otu.tree_get(opt_state, "noise_key")
+def noise_key_of(opt_state) -> jax.Array | None:
+    """The key stored in ``opt_state`` (None: the stream uses the transform's own key)."""
+    found = [x.noise_key for x in jax.tree.leaves(opt_state, is_leaf=_is_noise_state)
+             if isinstance(x, KeyedGaussianNoiseState)]
+    return found[0] if found else None
 
 
 def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTransformation:
     """Add i.i.d. N(0, stddev²) noise in float32 to every coordinate of the update.
 
-    ``key`` is a PRNG key (or an int seed); ``init`` stores it in the state, and the
-    noise of update t depends only on (stored key, t), so a run resumed from a
-    checkpoint (which stores both) draws exactly the noise of an uninterrupted run.
+    ``key`` is a PRNG key (or an int seed). The noise of update t depends only on
+    (key, t), where a key set in the state (:func:`replace_noise_key`) overrides ``key``;
+    a run resumed from a checkpoint (which stores ``count`` and any state key) draws
+    exactly the noise of an uninterrupted run.
     ``stddev = 0`` passes updates through unchanged (the non-private baseline).
     """
     if stddev < 0:
@@ -49,17 +68,18 @@ def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTra
 
     def init_fn(params):
         del params
-        return GaussianNoiseState(count=jnp.zeros([], jnp.int32), noise_key=base_key)
+        return GaussianNoiseState(count=jnp.zeros([], jnp.int32))
 
     def update_fn(updates, state, params=None):
         del params
         if stddev > 0:
-            key = jax.random.fold_in(state.noise_key, state.count)
+            stream = getattr(state, "noise_key", base_key)
+            key = jax.random.fold_in(stream, state.count)
             noise = otu.tree_random_like(key, updates, jax.random.normal, dtype=jnp.float32)
             updates = jax.tree.map(
                 lambda u, n: (u.astype(jnp.float32) + stddev * n).astype(u.dtype), updates, noise
             )
-        return updates, GaussianNoiseState(count=state.count + 1, noise_key=state.noise_key)
+        return updates, state._replace(count=state.count + 1)
 
     return optax.GradientTransformation(init_fn, update_fn)
 

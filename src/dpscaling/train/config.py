@@ -135,7 +135,13 @@ class TrainConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """All fields, except the private-training ones at their defaults: a study run's dict
+        (and so its checkpoint's config.json) is the one it had before they existed."""
+        values = dataclasses.asdict(self)
+        for name, default in _PRIVATE_DEFAULTS.items():
+            if values[name] == default:
+                del values[name]
+        return values
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
@@ -144,6 +150,13 @@ class TrainConfig:
         if unknown:
             raise UserError(f"train: unknown option(s) {unknown}; known: {sorted(known)}")
         return cls(**values)
+
+
+_PRIVATE_DEFAULTS: dict[str, Any] = {
+    f.name: f.default
+    for f in dataclasses.fields(TrainConfig)
+    if f.name in ("sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta")
+}
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:

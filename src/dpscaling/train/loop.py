@@ -153,6 +153,8 @@ def _train(
     writer = jax.process_index() == 0
 
     curve: list[dict[str, Any]] = []
+    if config.sampling == "poisson":  # a slot for the secret key, so a restore fills it
+        state = _with_noise_key(state, np.zeros(2, np.uint32), parallel)
     start_step = manager.latest_step() or 0
     if start_step:
         state = manager.restore(start_step, args=ocp.args.StandardRestore(state))
@@ -279,11 +281,16 @@ def _private_key(state, fresh: bool, parallel: DataParallel):
 
     if fresh:
         key = np.asarray(multihost_utils.broadcast_one_to_all(secret_key()), np.uint32)
-        replicated = jax.device_put(key, parallel.replicated)
-        state = state._replace(opt_state=replace_noise_key(state.opt_state, replicated))
+        state = _with_noise_key(state, key, parallel)
     else:
         key = np.asarray(jax.device_get(noise_key_of(state.opt_state)), np.uint32)
     return state, key
+
+
+def _with_noise_key(state, key: np.ndarray, parallel: DataParallel):
+    """``state`` whose noise stream uses ``key`` (placed as data, never as a compiled constant)."""
+    replicated = jax.device_put(key, parallel.replicated)
+    return state._replace(opt_state=replace_noise_key(state.opt_state, replicated))
 
 
 def _privacy_columns(privacy: RunPrivacy) -> dict[str, Any]:
