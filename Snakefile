@@ -19,6 +19,7 @@ include: "workflow/rules/accounting.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/ablation.smk"
+include: "workflow/rules/audit.smk"
 
 
 localrules:

@@ -289,4 +289,4 @@ def test_paper_config_on_the_authors_results_csv_draws_every_figure_at_the_paper
     assert set(points["Privacy Budget"]) == paper("privacy_budgets")
     assert points["Cross Entropy"].notna().all()
     findings = pd.read_csv(run / "tables" / "findings.csv")
-    assert list(findings["finding"]) == ["a", "b", "c", "d"]
+    assert list(findings["finding"])[:4] == ["a", "b", "c", "d"]

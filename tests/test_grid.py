@@ -50,7 +50,11 @@ def test_alternation_matches_exactly_the_values() -> None:
 
 
 def test_paper_grid_in_config() -> None:
+    """config/paper.yaml's grid: the schema's defaults (the paper's values) fill what it leaves out."""
+    from dpscaling.workflow import validate_config
+
     config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    validate_config(config, REPO / "workflow" / "schemas" / "config.schema.yaml")
     training = config["training"]
     assert training["noise_batch_ratios"] == [0.0] + [2.0**-k for k in range(6, 24)]
     assert training["learning_rates"] == [2.0**-7, 2.0**-8, 2.0**-9]

@@ -243,10 +243,17 @@ def train_resources_for(config: Mapping[str, Any], model: str, attempt: int = 1)
     data, training = config["data"], config["training"]
     layers, hidden = model_shape(model, config["models"]["custom"])
     n_params = bert_param_count(layers, hidden, vocab_size(data["tokenizer"], data.get("vocab_file")))
+    batch = int(training["physical_batch"])
+    if training.get("sampling") == "poisson":  # the padded batch L is what runs
+        from dpscaling.train.sampling import default_truncated_batch_size
+
+        batch = training.get("truncated_batch_size") or default_truncated_batch_size(
+            batch, training.get("microbatch_size") or 1
+        )
     sized = train_resources(
         n_params,
         steps=int(training["steps"]),
-        batch=int(training["physical_batch"]),
+        batch=batch,
         seq_len=int(data["seq_len"]),
         attempt=attempt,
     )

@@ -139,10 +139,26 @@ def check_config(config: Mapping[str, Any]) -> None:
             f"training.warmup_steps: {training['warmup_steps']} must be below training.steps ({training['steps']})"
         )
     micro = training["microbatch_size"]
-    if micro is not None and training["physical_batch"] % micro:
+    if training["sampling"] == "poisson":
+        truncated = training["truncated_batch_size"]
+        if truncated is not None and truncated < training["physical_batch"]:
+            raise UserError(
+                f"training.truncated_batch_size: {truncated} is below the expected batch "
+                f"training.physical_batch ({training['physical_batch']})"
+            )
+        if micro is not None and truncated is not None and truncated % micro:
+            raise UserError(
+                f"training.microbatch_size: {micro} must divide training.truncated_batch_size ({truncated})"
+            )
+    elif training["truncated_batch_size"] is not None:
+        raise UserError("training.truncated_batch_size: only used with training.sampling 'poisson'")
+    elif micro is not None and training["physical_batch"] % micro:
         raise UserError(
             f"training.microbatch_size: {micro} must divide training.physical_batch ({training['physical_batch']})"
         )
+    from dpscaling.accounting.matched import matched_accountant
+
+    matched_accountant(training["sampling"], training["accountant"], block="training")
     check_ablation(config)
     data = config["data"]
     if data["tokenizer"] == "custom" and not data["vocab_file"]:
@@ -183,13 +199,26 @@ def check_ablation(config: Mapping[str, Any]) -> None:
 
 # Training keys added after runs existed, with their defaults (= TrainConfig's and the schema's). At their
 # default they are left out of a training job's Snakemake params, so adding them retrains nothing; a
-# changed value is a changed param, and Snakemake reruns the job.
-OPTIONAL_TRAINING_KEYS: dict[str, Any] = {"adam_b1": 0.9, "adam_b2": 0.999, "adam_eps": 1e-8, "allow_repeats": False}
+# changed value is a changed param, and Snakemake reruns the job. "delta" is accounting.delta (the δ each
+# run records).
+OPTIONAL_TRAINING_KEYS: dict[str, Any] = {
+    "adam_b1": 0.9,
+    "adam_b2": 0.999,
+    "adam_eps": 1e-8,
+    "allow_repeats": False,
+    "sampling": "shuffle",
+    "truncated_batch_size": None,
+    "accountant": None,
+    "delta": 1e-8,
+}
+# The private-training keys: the physical-batch ablation always runs the study's shuffled sampler.
+PRIVATE_TRAINING_KEYS = ("sampling", "truncated_batch_size", "accountant")
 
 
-def training_params(training: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``training`` block as a training job's param: optional keys only where they differ from the default."""
-    return {key: value for key, value in training.items()
+def training_params(training: Mapping[str, Any], delta: float = 1e-8) -> dict[str, Any]:
+    """The ``training`` block (plus ``delta``) as a training job's param: optional keys only where
+    they differ from the default."""
+    return {key: value for key, value in {**training, "delta": delta}.items()
             if not (key in OPTIONAL_TRAINING_KEYS and value == OPTIONAL_TRAINING_KEYS[key])}
 
 
@@ -207,7 +236,8 @@ def ablation_training(config: Mapping[str, Any], batch: int) -> dict[str, Any]:
     micro = block["microbatch_size"]
     return {
         **{key: training[key] for key in _TRAINING_SETTINGS},
-        **{key: value for key, value in training_params(training).items() if key in OPTIONAL_TRAINING_KEYS},
+        **{key: value for key, value in training_params(training).items()
+           if key in OPTIONAL_TRAINING_KEYS and key not in PRIVATE_TRAINING_KEYS},
         **{key: block[key] for key in ABLATION_TRAINING_KEYS},
         "microbatch_size": None if micro is None or micro >= batch else micro,
         "physical_batch": int(batch),
@@ -278,7 +308,8 @@ def train_config(
 
     ``model`` is a family name or a ``models.custom`` entry; the grid point
     (batch, seed, noise-batch ratio, learning rate) comes from the job's
-    wildcards, everything else from the config's ``training`` block.
+    wildcards, everything else from the config's ``training`` block (as
+    :func:`training_params` passes it: keys of ``OPTIONAL_TRAINING_KEYS`` may be absent).
     """
     from dpscaling.train.config import TrainConfig
 
@@ -315,6 +346,12 @@ def train_config(
         adam_b2=training.get("adam_b2", OPTIONAL_TRAINING_KEYS["adam_b2"]),
         adam_eps=training.get("adam_eps", OPTIONAL_TRAINING_KEYS["adam_eps"]),
         allow_repeats=training.get("allow_repeats", OPTIONAL_TRAINING_KEYS["allow_repeats"]),
+        sampling=training.get("sampling", OPTIONAL_TRAINING_KEYS["sampling"]),
+        truncated_batch_size=training.get(
+            "truncated_batch_size", OPTIONAL_TRAINING_KEYS["truncated_batch_size"]
+        ),
+        accountant=training.get("accountant", OPTIONAL_TRAINING_KEYS["accountant"]),
+        delta=training.get("delta", OPTIONAL_TRAINING_KEYS["delta"]),
     )
 
 

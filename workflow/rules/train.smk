@@ -31,8 +31,9 @@ rule train_run:
         model=lambda wildcards: config["models"]["custom"].get(
             wildcards.model, wildcards.model
         ),
-        # Keys added later (Adam's b1, b2, eps; allow_repeats) only when not at their defaults.
-        training=training_params(config["training"]),
+        # Keys added later (Adam's b1, b2, eps; allow_repeats; sampling, truncated_batch_size,
+        # accountant, delta) only when not at their defaults.
+        training=training_params(config["training"], config["accounting"]["delta"]),
         checkpoint_dir=lambda wildcards: f"{RESULTS}/checkpoints/{RUN}".format(
             **wildcards
         ),

@@ -16,6 +16,12 @@ before the next microbatch starts. Two exact ways to compute a microbatch's clip
   ``sum(g * s[:, None, ...], 0)``, which is 100×+ slower on CPU (notes/dp-training.md).
 * ``"ghost"``: per-example norms from layer activations without per-example
   gradients, then the clipped sum by book-keeping (:mod:`dpscaling.dp.ghost`).
+
+Variable-size (Poisson) batches run at a static shape: the batch is padded, and
+``example_weights`` (1 = real example, 0 = padding) multiply the clip factors, so a
+padding example's clipped gradient is exactly zero whatever it contains; the sum is
+divided by ``normaliser``, the *expected* batch size (dividing by the realised size
+would make the update's scale depend on the data).
 """
 
 from __future__ import annotations
@@ -66,9 +72,14 @@ def tree_sq_norms(per_example: PyTree) -> jnp.ndarray:
 
 
 def vmap_clipped_sum(
-    loss_fn: BatchLossFn, params: PyTree, batch: PyTree, clip_norm: float
+    loss_fn: BatchLossFn,
+    params: PyTree,
+    batch: PyTree,
+    clip_norm: float,
+    example_weights: jnp.ndarray | None = None,
 ) -> tuple[PyTree, jnp.ndarray, jnp.ndarray]:
-    """Σ_b clip(g_b) of one microbatch by materialising per-example gradients."""
+    """Σ_b w_b · clip(g_b) of one microbatch by materialising per-example gradients
+    (w_b = ``example_weights``, all 1 when None)."""
 
     def single_loss(p, example):
         one = jax.tree.map(lambda x: x[None], example)
@@ -76,7 +87,10 @@ def vmap_clipped_sum(
 
     losses, grads = jax.vmap(jax.value_and_grad(single_loss), in_axes=(None, 0))(params, batch)
     norms = jnp.sqrt(tree_sq_norms(grads))
-    return weighted_sum(clip_factors(norms, clip_norm), grads), losses, norms
+    factors = clip_factors(norms, clip_norm)
+    if example_weights is not None:
+        factors = factors * example_weights
+    return weighted_sum(factors, grads), losses, norms
 
 
 def microbatches(batch: PyTree, microbatch_size: int) -> PyTree:
@@ -105,6 +119,8 @@ def clipped_mean_grad(
     microbatch_size: int | None = None,
     method: ClippingMethod = "vmap",
     microbatch_sharding: jax.sharding.Sharding | None = None,
+    example_weights: jnp.ndarray | None = None,
+    normaliser: float | None = None,
 ) -> ClippedGrad:
     """ḡ = (1/B) Σ_b clip(∇ℓ(θ; x_b)) of Algorithm 1, accumulated over microbatches.
 
@@ -115,6 +131,10 @@ def clipped_mean_grad(
       method: ``"vmap"`` or ``"ghost"`` (same result up to float rounding).
       microbatch_sharding: optional sharding of the ``(n_micro, m, ...)`` batch, e.g.
         ``NamedSharding(mesh, P(None, "data"))`` for data parallelism.
+      example_weights: optional ``(B,)`` weights w_b multiplying each clipped gradient
+        (0 marks a padding example, whose contribution is then exactly zero).
+      normaliser: the divisor of the clipped sum (None = the physical batch size B);
+        padded Poisson batches pass the expected batch size.
     """
     if method == "vmap":
         clipped_sum = vmap_clipped_sum
@@ -126,19 +146,20 @@ def clipped_mean_grad(
         raise ValueError(f"clipping method {method!r} is not one of {CLIPPING_METHODS}")
 
     size = jax.tree.leaves(batch)[0].shape[0]
-    micro = microbatches(batch, microbatch_size or size)
+    micro = microbatches((batch, example_weights), microbatch_size or size)
     if microbatch_sharding is not None:
         micro = jax.lax.with_sharding_constraint(
             micro, jax.tree.map(lambda _: microbatch_sharding, micro)
         )
 
     def step(total, mb):
-        grad_sum, losses, norms = clipped_sum(loss_fn, params, mb, clip_norm)
+        examples, weights = mb
+        grad_sum, losses, norms = clipped_sum(loss_fn, params, examples, clip_norm, weights)
         return jax.tree.map(jnp.add, total, grad_sum), (losses, norms)
 
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
     total, (losses, norms) = jax.lax.scan(step, zeros, micro)
     # Undo the strided microbatch layout so losses/norms line up with the batch.
     unstride = lambda x: jnp.swapaxes(x, 0, 1).reshape(size)  # noqa: E731
-    mean = jax.tree.map(lambda g: g / size, total)
+    mean = jax.tree.map(lambda g: g / (size if normaliser is None else normaliser), total)
     return ClippedGrad(mean, unstride(losses), unstride(norms))

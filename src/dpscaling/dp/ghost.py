@@ -222,7 +222,11 @@ def _leaf_key(path: tuple[str, ...], name: str) -> str:
 
 
 def ghost_clipped_sum(
-    loss_fn: BatchLossFn, params: PyTree, batch: PyTree, clip_norm: float
+    loss_fn: BatchLossFn,
+    params: PyTree,
+    batch: PyTree,
+    clip_norm: float,
+    example_weights: jnp.ndarray | None = None,
 ) -> tuple[PyTree, jnp.ndarray, jnp.ndarray]:
     """Σ_b clip(g_b) of one microbatch via ghost norms and book-keeping.
 
@@ -261,6 +265,8 @@ def ghost_clipped_sum(
     norms = jnp.sqrt(jnp.maximum(sq_norms, 0.0))  # the cross term can round below 0
 
     scale = clip_factors(norms, clip_norm)
+    if example_weights is not None:
+        scale = scale * example_weights
     totals: dict[str, jnp.ndarray] = {}
     for use in uses:
         _, total = _sq_norms_and_sum(use, scale)

@@ -20,12 +20,46 @@ class GaussianNoiseState(NamedTuple):
     count: jnp.ndarray  # updates applied so far; the noise of step t uses fold_in(key, t)
 
 
+class KeyedGaussianNoiseState(NamedTuple):
+    """The state of a stream whose key is data in the state (a private run's secret key), so
+    its checkpoint carries the key; :class:`GaussianNoiseState` (the study's, keyed by the
+    transform) keeps the layout of earlier checkpoints."""
+
+    count: jnp.ndarray
+    noise_key: jax.Array
+
+
+def _is_noise_state(x) -> bool:
+    return isinstance(x, (GaussianNoiseState, KeyedGaussianNoiseState))
+
+
+def replace_noise_key(opt_state, key: jax.Array):
+    """``opt_state`` whose noise stream uses ``key`` (e.g. a secret one) from now on.
+
+    The key enters as data, never as a constant of a compiled function, so it cannot
+    reach XLA's compilation cache or a lowered program.
+    """
+    return jax.tree.map(
+        lambda x: KeyedGaussianNoiseState(x.count, key) if _is_noise_state(x) else x,
+        opt_state,
+        is_leaf=_is_noise_state,
+    )
+
+
+def noise_key_of(opt_state) -> jax.Array | None:
+    """The key stored in ``opt_state`` (None: the stream uses the transform's own key)."""
+    found = [x.noise_key for x in jax.tree.leaves(opt_state, is_leaf=_is_noise_state)
+             if isinstance(x, KeyedGaussianNoiseState)]
+    return found[0] if found else None
+
+
 def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTransformation:
     """Add i.i.d. N(0, stddev²) noise in float32 to every coordinate of the update.
 
     ``key`` is a PRNG key (or an int seed). The noise of update t depends only on
-    (key, t), so a run resumed from a
-    checkpoint (which stores ``count``) draws exactly the noise of an uninterrupted run.
+    (key, t), where a key set in the state (:func:`replace_noise_key`) overrides ``key``;
+    a run resumed from a checkpoint (which stores ``count`` and any state key) draws
+    exactly the noise of an uninterrupted run.
     ``stddev = 0`` passes updates through unchanged (the non-private baseline).
     """
     if stddev < 0:
@@ -39,12 +73,13 @@ def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTra
     def update_fn(updates, state, params=None):
         del params
         if stddev > 0:
-            key = jax.random.fold_in(base_key, state.count)
+            stream = getattr(state, "noise_key", base_key)
+            key = jax.random.fold_in(stream, state.count)
             noise = otu.tree_random_like(key, updates, jax.random.normal, dtype=jnp.float32)
             updates = jax.tree.map(
                 lambda u, n: (u.astype(jnp.float32) + stddev * n).astype(u.dtype), updates, noise
             )
-        return updates, GaussianNoiseState(count=state.count + 1)
+        return updates, state._replace(count=state.count + 1)
 
     return optax.GradientTransformation(init_fn, update_fn)
 

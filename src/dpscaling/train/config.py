@@ -9,9 +9,11 @@ from typing import Any
 
 import optax
 
+from dpscaling.accounting.matched import matched_accountant
 from dpscaling.dp.clipping import CLIPPING_METHODS
 from dpscaling.errors import UserError
 from dpscaling.models.family import BERT_MAX_POSITIONS, BertConfig, bert_config
+from dpscaling.train.sampling import SAMPLINGS, default_truncated_batch_size
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
 # clips), only for benchmarks and ablations.
@@ -50,6 +52,14 @@ class TrainConfig:
     # workflow sets False unless training.allow_repeats (dpscaling.data.epochs). A policy, not part
     # of what determines the curve: left out of to_dict, so checkpoints compare as before.
     allow_repeats: bool = True
+    # Batch selection (dpscaling.train.sampling): "shuffle" = the study's shuffled epochs, seeded;
+    # "poisson" = truncated Poisson at the static shape truncated_batch_size, batch_size is then
+    # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
+    sampling: str = "shuffle"
+    truncated_batch_size: int | None = None  # poisson's physical batch L; None = ⌈B + 4√B⌉
+    accountant: str | None = None  # None = the sampler's own (dpscaling.accounting.matched)
+    target_epsilon: float | None = None  # set: σ is calibrated for it; else ε of noise_batch_ratio
+    delta: float = 1e-8
 
     def __post_init__(self) -> None:
         def need(condition: bool, name: str, message: str) -> None:
@@ -59,11 +69,33 @@ class TrainConfig:
         need(self.noise_batch_ratio >= 0, "noise_batch_ratio", "must be >= 0")
         need(self.learning_rate > 0, "learning_rate", "must be > 0")
         need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(self.sampling in SAMPLINGS, "sampling", f"must be one of {SAMPLINGS}")
+        need(
+            self.truncated_batch_size is None
+            or (self.sampling == "poisson" and self.truncated_batch_size >= self.batch_size),
+            "truncated_batch_size",
+            f"is poisson's physical batch: must be >= batch_size={self.batch_size}",
+        )
+        need(
+            self.sampling == "shuffle" or self.clipping != "none",
+            "clipping",
+            "poisson (private) training must clip",
+        )
+        need(
+            self.target_epsilon is None or self.noise_batch_ratio == 0,
+            "noise_batch_ratio",
+            "is calibrated from target_epsilon; leave it at 0",
+        )
+        need(0 < self.delta < 1, "delta", "must be in (0, 1)")
+        matched_accountant(self.sampling, self.accountant)  # refuses a mismatched pair
         need(
             self.microbatch_size is None
-            or (self.microbatch_size >= 1 and self.batch_size % self.microbatch_size == 0),
+            or (
+                self.microbatch_size >= 1
+                and self.physical_batch_size % self.microbatch_size == 0
+            ),
             "microbatch_size",
-            f"must divide batch_size={self.batch_size}",
+            f"must divide the physical batch {self.physical_batch_size}",
         )
         need(self.num_steps >= 1, "num_steps", "must be >= 1")
         need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
@@ -85,8 +117,17 @@ class TrainConfig:
         return self.model_name or self.model
 
     @property
+    def physical_batch_size(self) -> int:
+        """Examples per step as computed: B (shuffle), or the padded Poisson batch L."""
+        if self.sampling == "shuffle":
+            return self.batch_size
+        return self.truncated_batch_size or default_truncated_batch_size(
+            self.batch_size, self.microbatch_size or 1
+        )
+
+    @property
     def microbatch(self) -> int:
-        return self.microbatch_size or self.batch_size
+        return self.microbatch_size or self.physical_batch_size
 
     def model_config(self, vocab_size: int) -> BertConfig:
         return bert_config(
@@ -98,8 +139,13 @@ class TrainConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """All fields, except the private-training ones at their defaults and the allow_repeats policy:
+        a study run's dict (and so its checkpoint's config.json) is the one it had before they existed."""
         values = dataclasses.asdict(self)
         values.pop("allow_repeats")
+        for name, default in _PRIVATE_DEFAULTS.items():
+            if values[name] == default:
+                del values[name]
         return values
 
     @classmethod
@@ -109,6 +155,13 @@ class TrainConfig:
         if unknown:
             raise UserError(f"train: unknown option(s) {unknown}; known: {sorted(known)}")
         return cls(**values)
+
+
+_PRIVATE_DEFAULTS: dict[str, Any] = {
+    f.name: f.default
+    for f in dataclasses.fields(TrainConfig)
+    if f.name in ("sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta")
+}
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:

@@ -10,6 +10,12 @@ functions of (seed, step), reproduces the uninterrupted curve. So a run is only 
 recorded as ``diverged`` when the divergence happened in the process that records it,
 starting from a fresh or a verified state. The final curve is written to ``output``
 atomically, once, at the end — for a finished or a diverged run alike.
+
+Batches come from :mod:`dpscaling.train.sampling` (``shuffle`` or truncated ``poisson``), and
+every run is accounted for the sampler it ran (:mod:`dpscaling.accounting.matched`): its ε, δ,
+σ, q, T, sampler and accountant are columns of the curve and the ``privacy`` entry of the
+summary. A ``poisson`` run's noise and sampling key is drawn from the operating system's
+entropy, stored only in the checkpointed state, and never logged or written to the curve.
 """
 
 from __future__ import annotations
@@ -27,17 +33,19 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from dpscaling.data.epochs import check_one_epoch, epochs_seen
+from dpscaling.accounting.matched import RunPrivacy, account_run
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
+from dpscaling.dp.noise import noise_key_of, replace_noise_key
 from dpscaling.errors import UserError
 from dpscaling.io import raise_if_storage_full_or_read_only, write_json_atomic
 from dpscaling.models.bert import BertMlm
 from dpscaling.models.family import count_params
 from dpscaling.train.checkpoint import open_manager, restore_latest_verified, save_checkpoint
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
-from dpscaling.train.data import BatchSampler
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
 from dpscaling.train.metrics import code_version, write_metrics
 from dpscaling.train.mlm import MaskingSpec
+from dpscaling.train.sampling import StepBatches, secret_key
 from dpscaling.train.step import init_state, make_optimizer, make_train_step
 
 logger = logging.getLogger(__name__)
@@ -57,6 +65,7 @@ class RunSummary:
     n_params_non_embedding: int
     resumed_from_step: int
     wall_seconds: float
+    privacy: dict[str, Any] | None = None  # RunPrivacy.record(): the guarantee of what ran
 
 
 def run_training(
@@ -74,7 +83,7 @@ def run_training(
     # The one-epoch guard, before anything trains (dpscaling.data.epochs).
     check_one_epoch(config.num_steps, config.batch_size, meta.n_train, config.allow_repeats)
     parallel = DataParallel()
-    for name in ("batch_size", "microbatch"):
+    for name in ("physical_batch_size", "microbatch"):
         if getattr(config, name) % parallel.n_devices:
             raise UserError(
                 f"train.{name}: {getattr(config, name)} is not divisible by the "
@@ -112,9 +121,20 @@ def _train(
     output: Path,
     started: float,
 ) -> RunSummary:
+    privacy = account_run(
+        config.sampling,
+        config.accountant,
+        dataset_size=len(rows),
+        expected_batch_size=config.batch_size,
+        physical_batch_size=config.physical_batch_size,
+        steps=config.num_steps,
+        delta=config.delta,
+        noise_batch_ratio=config.noise_batch_ratio,
+        target_epsilon=config.target_epsilon,
+    )
     model_config = config.model_config(meta.vocab_size)
     model = BertMlm(model_config)
-    optimizer = make_optimizer(config)
+    optimizer = make_optimizer(config, privacy.noise_batch_ratio)
     masking = MaskingSpec(
         vocab_size=meta.vocab_size,
         mask_id=meta.mask_id,
@@ -130,29 +150,42 @@ def _train(
         lambda: init_state(model, optimizer, config, meta.seq_len),
         out_shardings=parallel.replicated,
     )()
-    sampler = BatchSampler(len(rows), config.batch_size, config.seed)
     schedule = learning_rate_schedule(config)
     counts = count_params(model_config)
     run_info = _run_constants(config, meta.seq_len, counts, parallel) | {
-        "epochs": epochs_seen(config.num_steps, config.batch_size, len(rows))}
+        "epochs": epochs_seen(config.num_steps, config.batch_size, len(rows))} | _privacy_columns(privacy)
     writer = jax.process_index() == 0
 
     curve: list[dict[str, Any]] = []
     start_step = 0
+    if config.sampling == "poisson":  # a slot for the secret key, so a restore fills it
+        state = _with_noise_key(state, np.zeros(2, np.uint32), parallel)
     # Only a state proven to be the one saved is trained on (corrupted checkpoints are discarded).
     restored = restore_latest_verified(manager, state)
     if restored is not None:
         start_step, state, curve = restored.step, restored.state, restored.curve
         logger.info("resuming from verified step %d (%d logged intervals)", start_step, len(curve))
+    key = None
+    if config.sampling == "poisson":
+        state, key = _private_key(state, fresh=not start_step, parallel=parallel)
+    batches = StepBatches(
+        config.sampling,
+        rows,
+        meta.pad_id,
+        config.batch_size,
+        config.physical_batch_size,
+        config.seed,
+        key,
+    )
 
-    compiled = step_fn.lower(state, parallel.global_batch(rows, sampler.indices(0))).compile()
+    compiled = step_fn.lower(state, *batches(parallel, 0)).compile()
     status, step = "finished", start_step
     while step < config.num_steps:
         interval_end = min(config.num_steps, (step // config.log_every + 1) * config.log_every)
         tick = time.perf_counter()
         interval = []
         for s in range(step, interval_end):
-            state, metrics = compiled(state, parallel.global_batch(rows, sampler.indices(s)))
+            state, metrics = compiled(state, *batches(parallel, s))
             interval.append(metrics)
         fetched = jax.device_get(interval)  # waits for the interval's last step
         row, finite = _interval_row(
@@ -197,6 +230,7 @@ def _train(
         n_params_non_embedding=counts.non_embedding,
         resumed_from_step=start_step,
         wall_seconds=time.perf_counter() - started,
+        privacy=_jsonable(privacy.record()),
     )
     if writer:
         final_info = run_info | {"status": status, "last_finite_loss": summary.last_finite_loss}
@@ -240,6 +274,32 @@ def _run_constants(config: TrainConfig, seq_len: int, counts, parallel: DataPara
         "n_devices": parallel.n_devices,
         "device_kind": jax.devices()[0].device_kind,
     }
+
+
+def _private_key(state, fresh: bool, parallel: DataParallel):
+    """A private run's secret key: fresh from OS entropy (the same on every process) and put
+    into the state's noise stream, or, on resume, the one restored with the state."""
+    from jax.experimental import multihost_utils
+
+    if fresh:
+        key = np.asarray(multihost_utils.broadcast_one_to_all(secret_key()), np.uint32)
+        state = _with_noise_key(state, key, parallel)
+    else:
+        key = np.asarray(jax.device_get(noise_key_of(state.opt_state)), np.uint32)
+    return state, key
+
+
+def _with_noise_key(state, key: np.ndarray, parallel: DataParallel):
+    """``state`` whose noise stream uses ``key`` (placed as data, never as a compiled constant)."""
+    replicated = jax.device_put(key, parallel.replicated)
+    return state._replace(opt_state=replace_noise_key(state.opt_state, replicated))
+
+
+def _privacy_columns(privacy: RunPrivacy) -> dict[str, Any]:
+    """The run's guarantee as curve columns (T as ``accounted_steps``: ``step`` is the row's)."""
+    record = privacy.record()
+    record["accounted_steps"] = record.pop("steps")
+    return record
 
 
 def _check_same_config(checkpoint_dir: Path, config: TrainConfig, writer: bool) -> None:

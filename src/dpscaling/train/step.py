@@ -27,12 +27,27 @@ class TrainState(NamedTuple):
     opt_state: PyTree
 
 
-def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    """DP-Adam: N(0, σ̄²) on the clipped mean gradient, then Adam with the paper's schedule."""
+def make_optimizer(
+    config: TrainConfig, noise_batch_ratio: float | None = None
+) -> optax.GradientTransformation:
+    """DP-Adam: N(0, σ̄²) on the clipped mean gradient, then Adam with the paper's schedule.
+
+    σ̄ is ``config.noise_batch_ratio`` unless given (a run calibrated for a target ε). The
+    noise key it starts from is the study's :func:`study_noise_key`; a private run replaces it
+    in the state by a secret one (:func:`dpscaling.dp.noise.replace_noise_key`).
+    """
     adam = optax.adam(
         learning_rate_schedule(config), b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps
     )
-    return dp_optimizer(adam, config.noise_batch_ratio, _stream_key(config.seed, NOISE_STREAM))
+    ratio = config.noise_batch_ratio if noise_batch_ratio is None else noise_batch_ratio
+    return dp_optimizer(adam, ratio, study_noise_key(config.seed))
+
+
+def study_noise_key(seed: int) -> jax.Array:
+    """The study mode's reproducible noise key: a function of the seed only, NOT of σ̄, so the
+    runs of one seed at different σ̄ share one standard-normal noise stream (common random
+    numbers: the σ̄ columns differ by the noise scale, not by the draw)."""
+    return _stream_key(seed, NOISE_STREAM)
 
 
 def _stream_key(seed: int, stream: int) -> jax.Array:
@@ -67,14 +82,18 @@ def make_train_step(
     config: TrainConfig,
     microbatch_sharding: jax.sharding.Sharding | None = None,
 ) -> Callable[[TrainState, jnp.ndarray], tuple[TrainState, dict[str, jnp.ndarray]]]:
-    """``step(state, tokens) -> (state, metrics)``: mask, clip, noise, Adam. Pure; jit it.
+    """``step(state, tokens, example_weights=None) -> (state, metrics)``: mask, clip, noise,
+    Adam. Pure; jit it.
 
-    ``tokens`` is the ``(B, seq)`` physical batch of unmasked token ids.
+    ``tokens`` is the ``(B, seq)`` physical batch of unmasked token ids. A padded Poisson
+    batch also passes ``example_weights`` (1 real, 0 padding): padding contributes nothing,
+    the clipped sum is divided by the expected batch ``config.batch_size``, and the metrics
+    average over real examples only.
     """
     loss_fn = make_loss_fn(model)
     mask_key = _stream_key(config.seed, MASK_STREAM)
 
-    def step(state: TrainState, tokens: jnp.ndarray):
+    def step(state: TrainState, tokens: jnp.ndarray, example_weights: jnp.ndarray | None = None):
         batch = mask_tokens(jax.random.fold_in(mask_key, state.step), tokens, masking)
         if config.clipping == "none":
             losses, grad = _mean_grad(loss_fn, state.params, batch, config.microbatch)
@@ -88,13 +107,20 @@ def make_train_step(
                 microbatch_size=config.microbatch,
                 method=config.clipping,
                 microbatch_sharding=microbatch_sharding,
+                example_weights=example_weights,
+                normaliser=None if example_weights is None else config.batch_size,
             )
         updates, opt_state = optimizer.update(grad, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        if example_weights is None:
+            mean = jnp.mean
+        else:
+            real = jnp.maximum(jnp.sum(example_weights), 1.0)
+            mean = lambda x: jnp.sum(jnp.where(example_weights > 0, x, 0.0)) / real  # noqa: E731
         metrics = {
-            "loss": jnp.mean(losses),
-            "grad_norm": jnp.mean(norms),
-            "clipped_fraction": jnp.mean((norms > config.clip_norm).astype(jnp.float32)),
+            "loss": mean(losses),
+            "grad_norm": mean(norms),
+            "clipped_fraction": mean((norms > config.clip_norm).astype(jnp.float32)),
         }
         return TrainState(state.step + 1, params, opt_state), metrics
 

@@ -1,0 +1,128 @@
+"""Which examples form each step's batch: the study's shuffled batches, or truncated Poisson
+sampling at a static shape for private training (paper §3.1 decouples accounting from the
+physical batch; issue 16 trains for real).
+
+``shuffle`` (the study mode of the paper's grid) is :class:`dpscaling.train.data.BatchSampler`:
+per-epoch permutations, batches never straddle epochs, the epoch's remainder is dropped. An
+example therefore takes part in up to ⌈T / ⌊N/B⌋⌉ steps
+(:func:`dpscaling.accounting.matched.shuffle_max_participations`),
+which can exceed ⌈q·T⌉ (N = 1000, B = 300, T = 10: 4 against 3); the matched accountant
+(:mod:`dpscaling.accounting.matched`) uses this true maximum.
+
+``poisson`` is jax-privacy's ``CyclicPoissonSampling`` (cycle length 1, so every example is
+eligible at every step; ``PartitionType.INDEPENDENT``, the partition compatible with add/remove
+adjacency) with ``truncated_batch_size`` = the physical batch L: each example joins a step's
+batch independently with probability q = B/N, a batch above L keeps a uniform subset of L, and
+every batch is padded to exactly L with index −1 (jax-privacy's ``split_and_pad_global_batch``).
+Padding examples are a row of [PAD] tokens (never derived from data) with weight 0, so their
+clipped gradient is exactly zero; the clipped sum is divided by the expected batch size B
+(:func:`dpscaling.dp.clipped_mean_grad`'s ``normaliser``). Each step's batch is drawn from its
+own generator seeded by (secret, step), so a resumed run draws the batches of an uninterrupted
+one; the secret comes from the operating system (:func:`secret_key`) and lives only in the
+checkpoint, since which examples were sampled is itself private.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+import numpy as np
+from jax_privacy.batch_selection import (
+    CyclicPoissonSampling,
+    PartitionType,
+    split_and_pad_global_batch,
+)
+
+from dpscaling.errors import UserError
+from dpscaling.train.data import DATA_STREAM, BatchSampler
+
+SAMPLINGS: tuple[str, ...] = ("shuffle", "poisson")
+# Default truncation: expected size plus this many standard deviations of a Poisson count.
+TRUNCATION_STANDARD_DEVIATIONS = 4.0
+PADDING_INDEX = -1
+
+
+def default_truncated_batch_size(expected_batch_size: int, multiple: int = 1) -> int:
+    """L = ⌈B + 4√B⌉ rounded up to a multiple of ``multiple`` (the microbatch size)."""
+    size = math.ceil(expected_batch_size + TRUNCATION_STANDARD_DEVIATIONS * math.sqrt(expected_batch_size))
+    return -(-size // multiple) * multiple
+
+
+def secret_key() -> np.ndarray:
+    """A fresh 64-bit threefry key (``uint32[2]``, the layout of ``jax.random.PRNGKey``) from the
+    operating system's entropy; never derived from the configuration."""
+    return np.frombuffer(secrets.token_bytes(8), dtype=np.uint32).copy()
+
+
+class PoissonBatches:
+    """Padded index arrays of truncated Poisson batches: ``indices(step)`` has length L, real
+    indices first, then ``PADDING_INDEX``."""
+
+    def __init__(
+        self,
+        n_rows: int,
+        expected_batch_size: int,
+        truncated_batch_size: int,
+        key: np.ndarray,
+    ):
+        if expected_batch_size > n_rows:
+            raise UserError(
+                f"train.batch_size: expected batch {expected_batch_size} exceeds the "
+                f"{n_rows} training sequences"
+            )
+        self.n_rows = n_rows
+        self.truncated_batch_size = truncated_batch_size
+        self.sampling_probability = expected_batch_size / n_rows
+        self._seed = [int(w) for w in np.asarray(key, dtype=np.uint32).ravel()]
+        self._strategy = CyclicPoissonSampling(
+            sampling_prob=self.sampling_probability,
+            iterations=1,
+            truncated_batch_size=truncated_batch_size,
+            cycle_length=1,
+            partition_type=PartitionType.INDEPENDENT,
+        )
+
+    def indices(self, step: int) -> np.ndarray:
+        rng = np.random.default_rng([*self._seed, DATA_STREAM, step])
+        (batch,) = self._strategy.batch_iterator(self.n_rows, rng=rng)
+        (padded,) = split_and_pad_global_batch(
+            batch.astype(np.int64), minibatch_size=self.truncated_batch_size
+        )
+        return padded
+
+
+class StepBatches:
+    """The inputs of every step: ``tokens`` (and, for Poisson, ``example_weights``) as global
+    arrays laid out by ``parallel``; a pure function of (seed or secret, step)."""
+
+    def __init__(self, sampling: str, rows: np.ndarray, pad_id: int, batch_size: int,
+                 physical_batch_size: int, seed: int, key: np.ndarray | None = None):
+        self.sampling = sampling
+        if sampling == "shuffle":
+            self._rows = rows
+            self._shuffle = BatchSampler(len(rows), batch_size, seed)
+        elif sampling == "poisson":
+            if key is None:
+                raise ValueError("poisson batches need the run's secret key")
+            # One extra row of [PAD] tokens, not derived from any example, for the padding slots.
+            self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
+            self._weights = np.ones(len(rows) + 1, np.float32)
+            self._weights[-1] = 0.0
+            self._poisson = PoissonBatches(len(rows), batch_size, physical_batch_size, key)
+        else:
+            raise UserError(f"train.sampling: must be one of {SAMPLINGS}, got {sampling!r}")
+
+    def indices(self, step: int) -> np.ndarray:
+        """Row indices of the step's physical batch (padding slots = ``PADDING_INDEX``)."""
+        if self.sampling == "shuffle":
+            return self._shuffle.indices(step)
+        return self._poisson.indices(step)
+
+    def __call__(self, parallel, step: int) -> tuple:
+        """``(tokens, example_weights)`` of the step; weights are None for shuffled batches."""
+        indices = self.indices(step)
+        if self.sampling == "shuffle":
+            return parallel.global_batch(self._rows, indices), None
+        rows = np.where(indices == PADDING_INDEX, len(self._rows) - 1, indices)
+        return parallel.global_batch(self._rows, rows), parallel.global_batch(self._weights, rows)

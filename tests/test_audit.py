@@ -1,0 +1,64 @@
+"""The one-run canary audit (issue 16, item 4): it has power, and the private run passes."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import run_snakemake
+from dpscaling.audit import AuditSettings, canary_scores, run_audit
+from dpscaling.errors import UserError
+
+
+def test_negative_control_is_flagged_and_the_private_run_is_not():
+    settings = AuditSettings()
+    results = {r.run: r for r in run_audit(settings)}
+    private, control = results["private"], results["negative_control"]
+    # Noise off while claiming ε = 2: the audit must catch it (its power).
+    assert control.sigma == 0 and control.flagged
+    assert control.audited_epsilon > 2 * settings.epsilon
+    # The calibrated private run: the lower bound stays below the accounted ε.
+    assert private.sigma > 0 and not private.flagged
+    assert 0 <= private.audited_epsilon < settings.epsilon
+    assert private.claimed_epsilon == control.claimed_epsilon == settings.epsilon
+    assert 0.4 < private.n_included / settings.n_canaries < 0.6
+
+
+def test_canary_scores_count_participations_over_the_expected_batch():
+    """Without noise a canary's score is (its participations) / B exactly: clipping maps its
+    scaled gradient to its unit vector, padding adds nothing, and the divisor is B."""
+    import numpy as np
+
+    from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
+
+    settings = AuditSettings(n_canaries=40, expected_batch_size=5, steps=30, microbatch_size=4)
+    included = np.arange(40) % 2 == 0
+    key = secret_key()
+    scores = canary_scores(settings, 0.0, included, 16, key)
+    members = np.flatnonzero(included)
+    sampler = PoissonBatches(len(members), 5, 16, key)
+    counts = np.zeros(40)
+    for t in range(30):
+        rows = sampler.indices(t)
+        np.add.at(counts, members[rows[rows != PADDING_INDEX]], 1)
+    np.testing.assert_allclose(scores, counts / 5, atol=1e-6)
+    assert counts[~included].sum() == 0 and counts.sum() > 0
+
+
+def test_audit_settings_are_checked():
+    with pytest.raises(UserError, match="audit.significance"):
+        AuditSettings(significance=1.5)
+
+
+def test_audit_target_writes_the_report(tmp_path):
+    config = tmp_path / "audit.yaml"
+    config.write_text("audit: {n_canaries: 400, steps: 60, expected_batch_size: 40}\n")
+    run_snakemake("--cores", "1", "audit", "--directory", str(tmp_path), "--configfile", str(config),
+                  cwd=tmp_path)
+    summary = json.loads((tmp_path / "results/default/audit/audit.json").read_text())
+    table = pd.read_csv(tmp_path / "results/default/audit/audit.csv")
+    assert set(table["run"]) == {"private", "negative_control"}
+    assert summary["accounted_epsilon"] == 2.0
+    assert summary["audit_has_power"] is True and summary["private_run_passes"] is True
