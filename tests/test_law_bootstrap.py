@@ -173,3 +173,48 @@ def test_query_configs_rows_carry_the_interval(run, run_dir, tmp_path) -> None:
     assert len(rows) == 2
     for row in rows:
         assert row[LOSS_LOW] < row[LOSS_HIGH] and abs(row["Cross Entropy"] - row[LOSS_LOW]) < 0.2
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+BAND_FIGURES = ("fig-vary_compute_and_privacy", "fig-compute_allocation_selection")
+
+
+@pytest.fixture(scope="module")
+def band_contexts():
+    """(with replicates, without): the same law on seeded synthetic curves, scaled like tests/figure_context."""
+    from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
+
+    from dpscaling.figures.context import AnalysisContext
+
+    results = seeded_results(steps=2000, log_every=20, seed=6)
+    law = fit_law(results, SETTINGS_LAW, seq_len=SEQ_LEN, physical_batch=PHYSICAL_BATCH)
+    grids = replicate_grids(results, SETTINGS_LAW, range(4))
+    replicates = Replicates([LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])
+    common = dict(sigma=DeterministicGaussianSigma(), settings=SETTINGS, delta=1e-8, sampling="deterministic")
+    return (AnalysisContext(law, replicates=replicates, interval_note="90% band over 4 bootstrap replicates",
+                            **common),
+            AnalysisContext(law, **common))
+
+
+SETTINGS_LAW = LawSettings(warmup_steps=100, rolling_window=3)
+
+
+@pytest.mark.parametrize("name", BAND_FIGURES)
+def test_figures_draw_the_band_and_carry_it_in_their_csv(band_contexts, name, tmp_path) -> None:
+    from dpscaling.figures import render
+    from dpscaling.law.bootstrap import INTERVAL_NOTE, band
+
+    with_band, without = band_contexts
+    data = pd.read_csv(render(name, with_band, tmp_path / "with")[-1])
+    column = "Best Cross Entropy" if "vary" in name else "Model Size"
+    low, high = band(column)
+    answered = data.dropna(subset=[column])
+    assert len(answered) and answered[low].notna().mean() > 0.9
+    assert (answered[low] <= answered[high]).all()
+    assert set(data[INTERVAL_NOTE]) == {"90% band over 4 bootstrap replicates"}
+    if "vary" in name:  # the band holds the main law's line at most budgets
+        inside = (answered[low] - 0.05 <= answered[column]) & (answered[column] <= answered[high] + 0.05)
+        assert inside.mean() > 0.8
+    data = pd.read_csv(render(name, without, tmp_path / "without")[-1])
+    assert data[low].isna().all() and set(data[INTERVAL_NOTE]) == {NO_REPEATS}

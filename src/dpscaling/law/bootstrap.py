@@ -170,11 +170,12 @@ def bootstrap_directory(law_directory: str | os.PathLike[str]) -> Path:
 
 
 def load_replicates(directory: str | os.PathLike[str], settings: LawSettings) -> Replicates | None:
-    """The replicate laws saved in ``directory`` (chunk Parquet files), or None if there are none.
+    """The replicate laws saved in ``directory`` (chunk Parquet files) or one such file; None if there are none.
 
     Raises UserError when they were fitted in the other mode (paper vs reference-compatible).
     """
-    files = sorted(Path(directory).glob("*.parquet")) if Path(directory).is_dir() else []
+    path = Path(directory)
+    files = [path] if path.is_file() else sorted(path.glob("*.parquet")) if path.is_dir() else []
     if not files:
         return None
     table = pd.concat([pd.read_parquet(path) for path in files], ignore_index=True)
@@ -186,3 +187,58 @@ def load_replicates(directory: str | os.PathLike[str], settings: LawSettings) ->
     losses = [LossFunction.from_grid(grid, log_loss=settings.interpolate_log_loss)
               for _, grid in table.groupby(REPLICATE, sort=True)]
     return Replicates(losses)
+
+
+def combine_chunks(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> pd.DataFrame:
+    """The chunk jobs' replicates in one file (what queries and figures read)."""
+    chunks = [pd.read_parquet(path) for path in paths]
+    ids = [set(chunk[REPLICATE]) for chunk in chunks]
+    if sum(map(len, ids)) != len(set().union(*ids)):
+        raise UserError("bootstrap chunks overlap (a replicate in two chunks): refit them (`snakemake fit`)")
+    table = pd.concat(chunks, ignore_index=True)
+    write_replicates(table, out)
+    return table
+
+
+def bootstrap_from_files(results: str | os.PathLike[str], settings: LawSettings, replicates: Sequence[int],
+                         out: str | os.PathLike[str], *, seed: int = 0, results_format: str = "dpscaling") -> None:
+    """One bootstrap job of the workflow: read the run's results, refit ``replicates``, write their grids."""
+    from dpscaling.law.pipeline import load_results
+
+    write_replicates(replicate_grids(load_results(results, results_format)[0], settings, replicates, seed), out)
+
+
+OPTIMUM_COLUMNS = (CROSS_ENTROPY, "Model Size", "Batch Size", ITERATIONS)
+BEST = "Best Cross Entropy"  # running minimum of the optimum's loss over compute (fig:vary_compute_and_privacy)
+INTERVAL_NOTE = "Interval"
+
+
+def band(column: str) -> tuple[str, str]:
+    """The CSV columns of a quantity's 5% / 95% band across replicates."""
+    return f"{column} 5%", f"{column} 95%"
+
+
+def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute: str = "Compute") -> pd.DataFrame:
+    """Per compute budget: 5% / 95% quantiles over replicates of the optimum's loss, M, B and T.
+
+    ``candidates``: constant-compute configurations with their σ̄ (as :func:`evaluate_configurations` gives
+    them; σ does not depend on the law, so it is computed once). Each replicate's loss picks its own optimum;
+    ``Best Cross Entropy`` bands the running minimum over compute, per replicate.
+    """
+    m, t, s = (candidates[c].to_numpy(float) for c in ("Model Size", ITERATIONS, NOISE_BATCH_RATIO))
+    optima = []
+    for index, loss in enumerate(replicates.losses):
+        frame = candidates.assign(**{CROSS_ENTROPY: loss(m, t, s)}).dropna(subset=[CROSS_ENTROPY])
+        if frame.empty:
+            continue
+        best = frame.loc[frame.groupby(compute)[CROSS_ENTROPY].idxmin()].sort_values(compute)
+        optima.append(best[[compute, *OPTIMUM_COLUMNS]].assign(**{BEST: best[CROSS_ENTROPY].cummin(),
+                                                                  REPLICATE: index}))
+    columns = [compute] + [name for column in (BEST, *OPTIMUM_COLUMNS) for name in band(column)]
+    if not optima:
+        return pd.DataFrame(columns=columns)
+    stacked = pd.concat(optima, ignore_index=True)
+    grouped = stacked.groupby(compute)[[BEST, *OPTIMUM_COLUMNS]]
+    low, high = grouped.quantile(QUANTILES[0]), grouped.quantile(QUANTILES[1])
+    table = pd.concat([low.add_suffix(" 5%"), high.add_suffix(" 95%")], axis=1).reset_index()
+    return table.reindex(columns=columns)
