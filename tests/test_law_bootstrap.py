@@ -218,3 +218,54 @@ def test_figures_draw_the_band_and_carry_it_in_their_csv(band_contexts, name, tm
         assert inside.mean() > 0.8
     data = pd.read_csv(render(name, without, tmp_path / "without")[-1])
     assert data[low].isna().all() and set(data[INTERVAL_NOTE]) == {NO_REPEATS}
+
+
+# ---------------------------------------------------------------------------------------- grid, workflow
+
+
+def grid_config(**training):
+    return {"models": {"names": ["BertNano", "BertMicro"]},
+            "training": {"noise_batch_ratios": [0.0, 0.25], "learning_rates": [0.5], "physical_batch": 8,
+                         "seed": 0, **training}}
+
+
+def test_repeat_grid_adds_the_extra_seeds_at_the_chosen_points() -> None:
+    from dpscaling.grid import TrainPoint, repeat_grid
+
+    point = {"model": "BertNano", "noise_batch_ratio": 0.25, "learning_rate": 0.5}
+    assert repeat_grid(grid_config()) == []
+    assert repeat_grid(grid_config(repeat_seeds=[1, 2], repeat_points=[point])) == [
+        TrainPoint("BertNano", 8, 1, 0.25, 0.5), TrainPoint("BertNano", 8, 2, 0.25, 0.5)]
+    with pytest.raises(UserError, match=r"training.repeat_points\[0\].noise_batch_ratio"):
+        repeat_grid(grid_config(repeat_seeds=[1], repeat_points=[{**point, "noise_batch_ratio": 0.3}]))
+    with pytest.raises(UserError, match="training.repeat_seeds"):
+        repeat_grid(grid_config(repeat_seeds=[0], repeat_points=[point]))
+
+
+def test_repeat_keys_are_no_training_jobs_param() -> None:
+    """Adding repeats must not rerun the existing training jobs (their params stay the same)."""
+    from dpscaling.workflow import training_params
+
+    training = grid_config()["training"]
+    assert training_params({**training, "repeat_seeds": [1], "repeat_points": []}) == training_params(training)
+
+
+def test_snakemake_plans_the_repeat_runs_and_the_bootstrap_jobs(tmp_path) -> None:
+    import re
+
+    from conftest import REPO, run_snakemake
+
+    smoke = str(REPO / "tests" / "configs" / "smoke.yaml")
+
+    def planned(*config: str) -> dict[str, int]:
+        result = run_snakemake("-n", "fit", "figures", "--configfile", smoke, *config, cwd=tmp_path)
+        return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)\s*$", result.stdout, flags=re.MULTILINE)}
+
+    jobs = planned()
+    # smoke: 2 models x 3 sigma-bar x 1 LR, + 1 repeat seed; 4 replicates in chunks of 2, then one combine job.
+    assert jobs["train_run"] == 2 * 3 + 1 and jobs["bootstrap_chunk"] == 2 and jobs["bootstrap"] == 1
+    off = tmp_path / "off.yaml"
+    off.write_text("fit:\n  rolling_window: null\n  bootstrap: {replicates: 0}\n")
+    jobs = planned(str(off))  # a second --configfile
+    assert jobs["train_run"] == 2 * 3 + 1 and "bootstrap_chunk" not in jobs and "bootstrap" not in jobs
+    assert not (tmp_path / "results").exists()

@@ -5,6 +5,7 @@ from dpscaling.figures import ALL_FIGURES
 from dpscaling.figures.common import (
     ABLATION as NEEDS_ABLATION,
     ACCOUNTING as NEEDS_ACCOUNTING,
+    BOOTSTRAP as NEEDS_BOOTSTRAP,
     RESULTS as NEEDS_RESULTS,
 )
 from dpscaling.grid import ablation_grid, alternation, main_grid, repeat_grid
@@ -68,6 +69,8 @@ def figure_inputs(wildcards):
         inputs["sigma_table"] = SIGMA_TABLE
     if NEEDS_RESULTS in spec.needs:
         inputs["results"] = FIT_RESULTS
+    if NEEDS_BOOTSTRAP in spec.needs and BOOTSTRAP:
+        inputs["bootstrap"] = BOOTSTRAP[0]
     return inputs
 
 
