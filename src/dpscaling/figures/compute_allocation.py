@@ -62,7 +62,8 @@ def draw_allocation(data: pd.DataFrame, context: AnalysisContext, data_budgets):
             ax.set_ylabel(title)
             ax.set_title(f"N = {budget_label(users)}", fontsize=9)
     axes[0, 0].legend(fontsize=7)
-    bootstrap = ("Dotted: the optimum's 5%–95% spread over bootstrap replicates; " + interval_text(context)
+    bootstrap = (f"Dotted: the optimum's 5% and 95% quantiles over the bootstrap replicates ({context.interval_note}; "
+                 "seed-to-seed noise propagated through the fit, docs/fit.md \"Intervals\")."
                  if context.replicates is not None else interval_text(context))
     footnote(figure, f"Shading: configurations within {context.settings.near_optimal_tolerance:.0%} of the optimal "
              f"loss. {bootstrap}")

@@ -122,7 +122,7 @@ def interval_text(context: AnalysisContext) -> str:
 def draw_band(ax, curve: pd.DataFrame, column: str, colour) -> None:
     low, high = band(column)
     if low in curve and curve[low].notna().any():
-        ax.fill_between(curve[COMPUTE], curve[low], curve[high], color=colour, alpha=0.15, linewidth=0)
+        ax.fill_between(curve[COMPUTE], curve[low], curve[high], color=colour, alpha=0.3, linewidth=0)
 
 
 def best_loss_table(context: AnalysisContext) -> pd.DataFrame:
