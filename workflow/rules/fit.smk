@@ -12,7 +12,8 @@ BOOTSTRAP = [f"{RESULTS}/law/bootstrap/replicates.parquet"] if BOOTSTRAP_CHUNKS 
 
 rule collect_curves:
     input:
-        rules.train.input,
+        # The curves only: the `train` target also lists the run's config.yaml, which is no curve.
+        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet"),
     output:
         f"{RESULTS}/law/results.parquet",
     log:
