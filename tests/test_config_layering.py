@@ -47,6 +47,8 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "training.adam_b2": (0.999, NOT_STATED + " (optax's default)"),
     "training.adam_eps": (1e-8, NOT_STATED + " (optax's default)"),
     "training.allow_repeats": (False, "§3.2 Metrics: less than a single epoch, so training loss estimates evaluation loss"),
+    "training.repeat_seeds": ([], "the paper trains one seed per grid point and reports no intervals"),
+    "training.repeat_points": ([], "the paper trains one seed per grid point and reports no intervals"),
     # §3.3 "Data Cleaning and Smoothing", "Training Step Extrapolation"; Fig. compute_allocation caption.
     "fit.reference_compatible": (False, "paper mode: the paper's text, not the authors' code"),
     "fit.near_optimal_tolerance": (0.01, "fig:compute_allocation_selection: within 1% of optimal"),
@@ -61,6 +63,8 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "fit.isotonic_skip_nan": (True, NOT_STATED + " (the authors' code lets NaNs break monotonicity)"),
     "fit.interpolate_log_loss": (False, "§3.3 Scaling Law Fitting: F(log M, log T, log NBR) = L, not log L"),
     "fit.fill_missing_nbr": ("log_nbr", NOT_STATED + " (the authors' code: positional)"),
+    "fit.bootstrap": ({"replicates": 20, "chunk_size": 5, "seed": 0},
+                      NOT_STATED + " (intervals, issue 14; planned only where seeds are repeated)"),
     # §2 Privacy Budget; appendix "Notes on Generalized DP-SGD", Minibatch Selection.
     "accounting.delta": (1e-8, "§2: delta = 1e-8"),
     "accounting.sampling": ("min", "appendix Minibatch Selection: the lower of Poisson and deterministic"),

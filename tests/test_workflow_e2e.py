@@ -23,7 +23,7 @@ def smoke_run(tmp_path_factory) -> Path:
 
 def test_every_grid_point_has_a_real_curve(smoke_run: Path) -> None:
     curves = sorted((smoke_run / "runs").rglob("metrics.parquet"))
-    assert len(curves) == 2 * 3  # models x noise-batch ratios x learning rates
+    assert len(curves) == 2 * 3 + 1  # models x noise-batch ratios x learning rates, + 1 repeat seed
     for path in curves:
         curve = pd.read_parquet(path)
         assert curve["step"].tolist() == [10, 20, 30, 40]

@@ -76,6 +76,31 @@ def main_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
     ]
 
 
+def repeat_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
+    """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``): the
+    seed-to-seed noise the law's bootstrap intervals resample (docs/fit.md "Intervals").
+
+    Raises UserError when a point is not on the main grid or a repeat seed is the main seed.
+    """
+    training = config["training"]
+    seeds = [int(seed) for seed in training.get("repeat_seeds", [])]
+    if int(training["seed"]) in seeds:
+        raise UserError(f"training.repeat_seeds: {seeds} must not contain training.seed ({training['seed']})")
+    axes = {"model": config["models"]["names"], "noise_batch_ratio": [float(v) for v in training["noise_batch_ratios"]],
+            "learning_rate": [float(v) for v in training["learning_rates"]]}
+    main_keys = {"model": "models.names", "noise_batch_ratio": "training.noise_batch_ratios",
+                 "learning_rate": "training.learning_rates"}
+    points = []
+    for index, point in enumerate(training.get("repeat_points", [])):
+        for key, values in axes.items():
+            value = point[key] if key == "model" else float(point[key])
+            if value not in values:
+                raise UserError(f"training.repeat_points[{index}].{key}: {point[key]!r} is not in {main_keys[key]} "
+                                f"({list(values)})")
+        points += [TrainPoint(point["model"], int(training["physical_batch"]), seed,
+                              float(point["noise_batch_ratio"]), float(point["learning_rate"])) for seed in seeds]
+    return sorted(set(points))
+
 
 # ---------------------------------------------------------------------------- the physical-batch ablation
 

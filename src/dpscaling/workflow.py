@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.epochs import check_one_epoch
 from dpscaling.errors import UserError
+from dpscaling.grid import repeat_grid
 from dpscaling.models.family import BERT_MAX_POSITIONS, FAMILY
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ def check_config(config: Mapping[str, Any]) -> None:
 
     matched_accountant(training["sampling"], training["accountant"], block="training")
     check_ablation(config)
+    repeat_grid(config)  # repeat_points must be main-grid points, repeat_seeds must not hold training.seed
     data = config["data"]
     if data["tokenizer"] == "custom" and not data["vocab_file"]:
         raise UserError("data.vocab_file: required when data.tokenizer is 'custom'")
@@ -215,11 +217,17 @@ OPTIONAL_TRAINING_KEYS: dict[str, Any] = {
 PRIVATE_TRAINING_KEYS = ("sampling", "truncated_batch_size", "accountant")
 
 
+# Keys that choose which training jobs exist, not how one trains: never a job's param (adding repeats
+# retrains nothing).
+GRID_ONLY_TRAINING_KEYS = ("repeat_seeds", "repeat_points")
+
+
 def training_params(training: Mapping[str, Any], delta: float = 1e-8) -> dict[str, Any]:
     """The ``training`` block (plus ``delta``) as a training job's param: optional keys only where
-    they differ from the default."""
+    they differ from the default; the grid-only keys never."""
     return {key: value for key, value in {**training, "delta": delta}.items()
-            if not (key in OPTIONAL_TRAINING_KEYS and value == OPTIONAL_TRAINING_KEYS[key])}
+            if not (key in OPTIONAL_TRAINING_KEYS and value == OPTIONAL_TRAINING_KEYS[key])
+            and key not in GRID_ONLY_TRAINING_KEYS}
 
 
 # The training settings an ablation job takes from the ablation_batch block; the rest come from `training`.
@@ -374,6 +382,26 @@ def law_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("isotonic_skip_nan", "interpolate_log_loss", "fill_missing_nbr"):
             choices[key] = fit[key]
     return LawSettings.create(fit["reference_compatible"], **choices).to_json()
+
+
+def bootstrap_chunks(config: Mapping[str, Any]) -> list[int]:
+    """The bootstrap jobs of this run (one per ``fit.bootstrap.chunk_size`` replicates); none when the
+    bootstrap is off or has no repeated seeds to resample (results_csv has none)."""
+    from dpscaling.law.bootstrap import chunk_count
+
+    block = config["fit"]["bootstrap"]
+    if not block["replicates"] or config["results_csv"] or not repeat_grid(config):
+        return []
+    return list(range(chunk_count(block["replicates"], block["chunk_size"])))
+
+
+def bootstrap_status(config: Mapping[str, Any]) -> str:
+    """Why a run's answers have no interval ("" when they have one): the figures' footnote."""
+    from dpscaling.law.bootstrap import BOOTSTRAP_OFF, NO_REPEATS
+
+    if not config["fit"]["bootstrap"]["replicates"]:
+        return BOOTSTRAP_OFF
+    return "" if bootstrap_chunks(config) else NO_REPEATS
 
 
 def validation_modes(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -5,9 +5,10 @@ from dpscaling.figures import ALL_FIGURES
 from dpscaling.figures.common import (
     ABLATION as NEEDS_ABLATION,
     ACCOUNTING as NEEDS_ACCOUNTING,
+    BOOTSTRAP as NEEDS_BOOTSTRAP,
     RESULTS as NEEDS_RESULTS,
 )
-from dpscaling.grid import ablation_grid, alternation, main_grid
+from dpscaling.grid import ablation_grid, alternation, main_grid, repeat_grid
 from dpscaling.workflow import (
     ablation_training,
     check_config,
@@ -41,7 +42,8 @@ CORPUS = corpus_spec(config, repo=workflow.basedir)
 # The one-epoch guard, when the data stage's manifest is already there (else each training job checks).
 check_epochs(config, CORPUS)
 VOCAB = vocab_path(config, repo=workflow.basedir)
-GRID = main_grid(config)
+# The main grid, plus training.repeat_seeds at training.repeat_points (seed noise for the fit's intervals).
+GRID = main_grid(config) + repeat_grid(config)
 # The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.
 ABLATION_GRID = ablation_grid(config)
 # Wildcards match the configured values only: the main grid's and the ablation's.
@@ -78,6 +80,8 @@ def figure_inputs(wildcards):
         inputs["sigma_table"] = SIGMA_TABLE
     if NEEDS_RESULTS in spec.needs:
         inputs["results"] = FIT_RESULTS
+    if NEEDS_BOOTSTRAP in spec.needs and BOOTSTRAP:
+        inputs["bootstrap"] = BOOTSTRAP[0]
     return inputs
 
 

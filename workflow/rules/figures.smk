@@ -3,7 +3,7 @@ from dpscaling.figures.nonprivate import NONPRIVATE
 from dpscaling.figures.training_curves import TRAINING
 from dpscaling import findings as findings_check
 from dpscaling.tables import inflection_points, models, throughput
-from dpscaling.workflow import analysis_settings
+from dpscaling.workflow import analysis_settings, bootstrap_status
 
 ANALYSIS = analysis_settings(config)
 LAW = rules.fit_law.output[0]
@@ -38,6 +38,12 @@ rule figure:
         sampling=config["accounting"]["sampling"],
         results_format="reference" if config["results_csv"] else "dpscaling",
         caption=lambda wildcards: ALL_FIGURES[wildcards.figure].caption,
+        # Why a banded figure has no bootstrap band ("" when it has one, and for figures without bands).
+        no_interval=lambda wildcards: (
+            bootstrap_status(config)
+            if NEEDS_BOOTSTRAP in ALL_FIGURES[wildcards.figure].needs
+            else ""
+        ),
     script:
         "../scripts/figure.py"
 

@@ -1,14 +1,19 @@
 from dpscaling.law import validation
-from dpscaling.workflow import law_settings, validation_modes
+from dpscaling.workflow import bootstrap_chunks, law_settings, validation_modes
 
 # The law is fitted to our training curves, or to the authors' published
 # results.csv when config results_csv is set.
 FIT_RESULTS = config["results_csv"] or f"{RESULTS}/law/results.parquet"
+# Bootstrap replicates of the law (docs/fit.md "Intervals"): one job per chunk, planned only when the
+# run trains repeated seeds (training.repeat_seeds x training.repeat_points) and fit.bootstrap.replicates > 0.
+BOOTSTRAP_CHUNKS = bootstrap_chunks(config)
+BOOTSTRAP = [f"{RESULTS}/law/bootstrap/replicates.parquet"] if BOOTSTRAP_CHUNKS else []
 
 
 rule collect_curves:
     input:
-        rules.train.input,
+        # The curves only: the `train` target also lists the run's config.yaml, which is no curve.
+        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet"),
     output:
         f"{RESULTS}/law/results.parquet",
     log:
@@ -47,9 +52,51 @@ rule fit_law:
         "../scripts/fit_law.py"
 
 
+# Replicates 'chunk' * chunk_size ... of the law, refitted on curves perturbed with seed-to-seed residuals.
+rule bootstrap_chunk:
+    input:
+        results=FIT_RESULTS,
+    output:
+        f"{RESULTS}/law/bootstrap/chunks/chunk{{chunk}}.parquet",
+    log:
+        f"{RESULTS}/logs/fit/bootstrap_chunk{{chunk}}.log",
+    wildcard_constraints:
+        chunk=r"\d+",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        settings=law_settings(config),
+        results_format="reference" if config["results_csv"] else "dpscaling",
+        bootstrap=config["fit"]["bootstrap"],
+    script:
+        "../scripts/bootstrap_law.py"
+
+
+# The replicates in one file next to the law: `dpscaling query --law <run>/law/fit` finds them.
+rule bootstrap:
+    input:
+        expand(rules.bootstrap_chunk.output[0], chunk=BOOTSTRAP_CHUNKS),
+    output:
+        f"{RESULTS}/law/bootstrap/replicates.parquet",
+    log:
+        f"{RESULTS}/logs/fit/bootstrap.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/bootstrap_combine.py"
+
+
 rule fit:
     input:
         rules.fit_law.output,
+        BOOTSTRAP,
         RUN_CONFIG,
 
 

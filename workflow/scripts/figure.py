@@ -4,6 +4,7 @@ from dpscaling.figures import render
 from dpscaling.figures.context import load_context
 from dpscaling.figures.physical_batch import load_ablation_context
 from dpscaling.figures.settings import AnalysisSettings
+from dpscaling.law.bootstrap import NO_REPEATS
 from dpscaling.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
@@ -18,6 +19,8 @@ with log_to_file(snakemake.log[0]) as log:
             results=snakemake.input.get("results"),
             sampling=snakemake.params.sampling,
             results_format=snakemake.params.results_format,
+            bootstrap=snakemake.input.get("bootstrap"),
+            interval_note=snakemake.params.no_interval or NO_REPEATS,
         )
         source = context.accounting_source
     written = render(snakemake.wildcards.figure, context, Path(snakemake.output.pdf).with_suffix(""))

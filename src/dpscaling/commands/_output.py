@@ -34,5 +34,10 @@ def emit(result: Mapping[str, Any], as_json: bool) -> None:
         return
     width = max((len(str(k)) for k in result), default=0)
     for key, value in result.items():
-        shown = f"{value:.6g}" if isinstance(value, float) else value
+        if isinstance(value, float):
+            shown = f"{value:.6g}"
+        elif isinstance(value, list) and value and all(isinstance(v, float) for v in value):
+            shown = "[" + ", ".join(f"{v:.6g}" for v in value) + "]"  # intervals, ranges
+        else:
+            shown = value
         print(f"{str(key):<{width}}  {shown}")

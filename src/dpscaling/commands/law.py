@@ -25,6 +25,8 @@ from dpscaling.law.pipeline import RESULTS_FORMATS, existing_file, fit_from_file
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
+from dpscaling.law.bootstrap import (
+    LOSS_HIGH, LOSS_LOW, NO_REPEATS, Replicates, bootstrap_directory, interval, load_replicates)
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.settings import ASYMPTOTE_CHOICES
 from dpscaling.law.noise import SigmaFunction, read_accounting_csv, sigma_from_tables
@@ -114,6 +116,9 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                         help="near-optimal set: loss within this fraction of the optimum (default: the paper's "
                              "0.01; 0.02, the authors' code's band, for a reference-compatible law)")
     _add_model_size_range(parser)
+    parser.add_argument("--bootstrap", metavar="DIR",
+                        help="the law's bootstrap replicates (default: the workflow's <run>/law/bootstrap next to "
+                             "--law <run>/law/fit, if present): answers get a 90%% interval")
     parser.add_argument("--configs", metavar="CSV", help="configurations to evaluate")
     parser.add_argument("--out", metavar="CSV", help="with --configs: write the evaluated rows here")
     _add_accounting_flags(parser)
@@ -268,12 +273,51 @@ def run_query(args: argparse.Namespace) -> int:
     }
     for column, (low, high) in answer.ranges().items():
         result[f"near_optimal_{_snake(column)}"] = [low, high]
+    result.update(_optimum_interval(args, law, sigma))
     result["candidates"] = answer.candidates
     result["candidates_without_answer"] = answer.unanswered
     result["accounting"] = source
     result["sampling"] = sampling
     emit(result, args.json)
     return 0
+
+
+def _replicates(args: argparse.Namespace, law: Law) -> tuple[Replicates | None, str]:
+    """The law's bootstrap replicates (``--bootstrap`` or the workflow's directory next to the law) and,
+    when there are none, why."""
+    if args.bootstrap is not None:
+        if not Path(args.bootstrap).is_dir():
+            raise UserError(f"--bootstrap: no such directory {args.bootstrap}")
+        replicates = load_replicates(args.bootstrap, law.settings)
+        if replicates is None:
+            raise UserError(f"--bootstrap {args.bootstrap}: no replicate files (*.parquet) in it")
+        return replicates, ""
+    replicates = load_replicates(bootstrap_directory(args.law), law.settings)
+    return replicates, "" if replicates else f"{NO_REPEATS} (no bootstrap replicates next to the law)"
+
+
+def _optimum_interval(args: argparse.Namespace, law: Law, sigma: SigmaFunction) -> dict[str, Any]:
+    """The compute-optimal answer of every replicate: 5% / 95% quantiles of its loss and of its M, B, T."""
+    replicates, reason = _replicates(args, law)
+    if replicates is None:
+        return {"interval": reason}
+    optima, failed = [], 0
+    for loss in replicates.losses:
+        try:
+            optima.append(compute_optimal(args.compute, args.epsilon, args.users, loss, sigma, law.seq_len,
+                                          _candidate_model_sizes(args, law), law.iteration_bounds(), 0.0).optimum)
+        except UserError:
+            failed += 1  # this replicate's law has no answer in range: counted, not hidden
+    result: dict[str, Any] = {"interval": f"90% over {len(replicates)} bootstrap replicates"}
+    if not optima:
+        return {"interval": f"no interval: none of the {len(replicates)} replicates answers this query"}
+    table = pd.DataFrame(optima)
+    for column, key in ((CROSS_ENTROPY, "predicted_loss_90"), (MODEL_SIZE, "model_size_5_95"),
+                        (BATCH_SIZE, "batch_size_5_95"), (ITERATIONS, "iterations_5_95")):
+        result[key] = [float(v) for v in interval(table[column].to_numpy(float))]
+    result["bootstrap_replicates"] = len(replicates)
+    result["replicates_without_answer"] = failed
+    return result
 
 
 def _snake(column: str) -> str:
@@ -295,6 +339,11 @@ def _query_configs(args: argparse.Namespace) -> int:
     law = load_law(args.law)
     sigma, source, sampling = resolve_sigma(args, law, allow_per_row=True)
     evaluated = evaluate_configurations(configs.assign(**values), law.loss, sigma, law.seq_len)
+    replicates, reason = _replicates(args, law)
+    if replicates is not None:  # the 90% interval of each row's loss over the replicate laws
+        low, high = interval(replicates.loss_matrix(*(evaluated[c].to_numpy(float) for c in
+                                                       (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))))
+        evaluated = evaluated.assign(**{LOSS_LOW: low, LOSS_HIGH: high})
     unanswered = reason_counts(evaluated[REASON].to_numpy())
     if args.out:
         evaluated.to_csv(args.out, index=False)
@@ -302,7 +351,8 @@ def _query_configs(args: argparse.Namespace) -> int:
         evaluated.to_csv(sys.stdout, index=False)
     if args.json:
         emit({"rows": evaluated.to_dict("records"), "rows_without_answer": unanswered, "accounting": source,
-              "sampling": sampling}, True)
+              "sampling": sampling,
+              "interval": reason or f"90% over {len(replicates)} bootstrap replicates"}, True)
     for reason, count in unanswered.items():
         # Never a silent NaN row: each one has its Reason column and is counted here.
         print(f"dpscaling query: warning: {count} row(s) without a predicted loss: {reason}", file=sys.stderr)

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 # Inputs a figure can need; the workflow gives each figure job only these. ABLATION: the physical-batch
 # ablation's own curves (dpscaling.figures.physical_batch), instead of the law and everything else.
 LAW, ACCOUNTING, RESULTS, ABLATION = "law", "accounting", "results", "ablation"
+# BOOTSTRAP: the law's bootstrap replicates, when the run has them (figures that band the optimum).
+BOOTSTRAP = "bootstrap"
 # Columns counting what a law query could not answer (kept per line in a figure's CSV).
 BUDGETS_WITHOUT_ANSWER = "Budgets Without Answer"
 UNANSWERED = "Unanswered Configurations"

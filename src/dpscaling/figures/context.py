@@ -18,11 +18,12 @@ from dpscaling.errors import UserError
 from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.law import load_law
 from dpscaling.law.artifact import Law
-from dpscaling.law.columns import DATA_BUDGET, MODEL, MODEL_SIZE, PRIVACY_BUDGET
+from dpscaling.law.bootstrap import INTERVAL_NOTE, NO_REPEATS, Replicates, load_replicates, optimum_intervals
+from dpscaling.law.columns import COMPUTE, DATA_BUDGET, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET
 from dpscaling.law.noise import SigmaFunction, sigma_from_sigma_table
 from dpscaling.law.queries import (
-    DEFAULT_BATCH_SIZES, ComputeOptimal, best_loss_per_compute, compute_optimal, evaluate_configurations,
-    model_size_grid, near_optimal_per_compute)
+    DEFAULT_BATCH_SIZES, ComputeOptimal, best_loss_per_compute, compute_optimal, constant_compute_configurations,
+    evaluate_configurations, model_size_grid, near_optimal_per_compute)
 
 # Compute range derived from the law: batch sizes from the physical batch up to this many times it
 # (the paper's 1024 … 2^20 sequences).
@@ -53,6 +54,9 @@ class AnalysisContext:
     sampling: str = "min"
     results: pd.DataFrame | None = None  # raw tidy curves (fig:smoothing, fig:training)
     accounting_source: str = ""
+    # The law's bootstrap replicates (docs/fit.md "Intervals"), or None and why there are none.
+    replicates: Replicates | None = None
+    interval_note: str = NO_REPEATS
 
     def __post_init__(self) -> None:
         self.sigma = PrivacyAwareSigma(self.sigma)
@@ -112,6 +116,19 @@ class AnalysisContext:
                                         self.model_sizes, self.iteration_bounds,
                                         self.settings.near_optimal_tolerance, self.batch_sizes(epsilon))
 
+    def optimum_intervals(self, epsilon: float, users: float, budgets: np.ndarray | None = None) -> pd.DataFrame:
+        """Per budget: the 5% / 95% band over the bootstrap replicates of the optimum's loss (and its running
+        minimum) and of its M, B, T; the ``Interval`` column says over what, or why there is no band."""
+        if self.replicates is None:
+            return pd.DataFrame({COMPUTE: pd.Series(dtype=float), INTERVAL_NOTE: pd.Series(dtype=str)})
+        budgets = self.compute_budgets() if budgets is None else budgets
+        configs = constant_compute_configurations(budgets, self.model_sizes, self.law.seq_len, self.iteration_bounds,
+                                                  self.batch_sizes(epsilon))
+        candidates = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users}),
+                                             self.law.loss, self.sigma, self.law.seq_len)
+        table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), self.replicates)
+        return table.assign(**{INTERVAL_NOTE: self.interval_note})
+
     def evaluate(self, configs: pd.DataFrame) -> pd.DataFrame:
         """σ, σ̄ and loss for rows of (Model Size, Batch Size, Iterations, Privacy Budget, Data Budget)."""
         for column in (PRIVACY_BUDGET, DATA_BUDGET):
@@ -126,8 +143,10 @@ def _no_accounting(epsilon, steps, q) -> np.ndarray:
 
 def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table: str | Path | None = None,
                  results: str | Path | None = None, sampling: str = "min",
-                 results_format: str = "dpscaling") -> AnalysisContext:
-    """The context from workflow files: a law directory, dpscaling's σ table, the raw results.
+                 results_format: str = "dpscaling", bootstrap: str | Path | None = None,
+                 interval_note: str = NO_REPEATS) -> AnalysisContext:
+    """The context from workflow files: a law directory, dpscaling's σ table, the raw results, and the law's
+    bootstrap replicates (``bootstrap``; without them ``interval_note`` says why figures draw no band).
 
     σ comes from the accounting tables saved with the law (the authors' CSVs) when it has
     them, else from ``sigma_table`` (dpscaling's accounting stage).
@@ -146,7 +165,12 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
         sigma, delta, source = _no_accounting, float("nan"), "none"
     raw = None
     if results is not None:
+        from dpscaling.law.bootstrap import primary_seed_curves
         from dpscaling.law.pipeline import load_results
 
-        raw = load_results(results, results_format)[0]
-    return AnalysisContext(law, sigma, settings, delta, sampling, raw, source)
+        # The curves the fit saw: repeat seeds (training.repeat_seeds) only feed the bootstrap.
+        raw = primary_seed_curves(load_results(results, results_format)[0])[0]
+    replicates = load_replicates(bootstrap, law.settings) if bootstrap is not None else None
+    if replicates is not None:
+        interval_note = f"90% band over {len(replicates)} bootstrap replicates"
+    return AnalysisContext(law, sigma, settings, delta, sampling, raw, source, replicates, interval_note)

@@ -5,7 +5,8 @@ line per data budget. As in the authors' notebook the line is the running
 minimum over compute (a larger budget can always be spent like a smaller one),
 and each panel is annotated with the optimal model size at the inflection point
 — the saturating compute of Table 2: the smallest budget whose best loss is
-within 1% of the best over all budgets — for two of its curves.
+within 1% of the best over all budgets — for two of its curves. With bootstrap
+replicates (docs/fit.md "Intervals") each line has its 90% band.
 
 (c) Training tokens per parameter (S·B·T/M) of the compute-optimal
 configuration against compute at one data budget, one line per privacy budget
@@ -21,9 +22,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from dpscaling.figures.common import (
-    ACCOUNTING, BUDGETS_WITHOUT_ANSWER, LAW, UNANSWERED, FigureSpec, budget_label, colours, footnote, log_axes,
+    ACCOUNTING, BOOTSTRAP, BUDGETS_WITHOUT_ANSWER, LAW, UNANSWERED, FigureSpec, budget_label, colours, footnote, log_axes,
     no_data, reasons_text, subplots, unanswered_counts)
 from dpscaling.figures.context import AnalysisContext
+from dpscaling.law.bootstrap import INTERVAL_NOTE, band
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
     REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
@@ -102,19 +104,42 @@ def saturation_note(data: pd.DataFrame) -> str:
             "there.")
 
 
+def with_interval(curve: pd.DataFrame, bands: pd.DataFrame) -> pd.DataFrame:
+    """A curve with its bootstrap band columns (NaN where a replicate-free run has none)."""
+    if COMPUTE not in curve or bands.empty:
+        return curve
+    return curve.merge(bands.drop(columns=[INTERVAL_NOTE]), on=COMPUTE, how="left")
+
+
+def interval_text(context: AnalysisContext) -> str:
+    """The footnote's sentence on the band: what it is, or why there is none."""
+    if context.replicates is None:
+        return f"No band ({context.interval_note})."
+    return (f"Shading: {context.interval_note} (seed-to-seed noise propagated through the fit; docs/fit.md "
+            "\"Intervals\").")
+
+
+def draw_band(ax, curve: pd.DataFrame, column: str, colour) -> None:
+    low, high = band(column)
+    if low in curve and curve[low].notna().any():
+        ax.fill_between(curve[COMPUTE], curve[low], curve[high], color=colour, alpha=0.3, linewidth=0)
+
+
 def best_loss_table(context: AnalysisContext) -> pd.DataFrame:
     settings = context.settings
     frames = []
     for epsilon in settings.vary_compute_privacy_budgets:
-        panel = pd.concat([running_minimum(context.best_per_compute(epsilon, users), epsilon, users)
+        panel = pd.concat([with_interval(running_minimum(context.best_per_compute(epsilon, users), epsilon, users),
+                                         context.optimum_intervals(epsilon, users))
                            for users in settings.data_budgets], ignore_index=True)
         if INFLECTION_POINT in panel:
             panel[ANNOTATED] = choose_annotated(panel)
         frames.append(panel)
     data = pd.concat(frames, ignore_index=True)
-    columns = [PRIVACY_BUDGET, DATA_BUDGET, COMPUTE, BEST_CROSS_ENTROPY, *CONFIGURATION_COLUMNS[1:], INFLECTION_POINT,
-               SATURATES, ANNOTATED, BUDGETS_WITHOUT_ANSWER, UNANSWERED, REASON]
-    data = data.reindex(columns=columns)
+    columns = [PRIVACY_BUDGET, DATA_BUDGET, COMPUTE, BEST_CROSS_ENTROPY, *band(BEST_CROSS_ENTROPY),
+               *CONFIGURATION_COLUMNS[1:], *band(MODEL_SIZE), INFLECTION_POINT, SATURATES, ANNOTATED,
+               BUDGETS_WITHOUT_ANSWER, UNANSWERED, REASON, INTERVAL_NOTE]
+    data = data.reindex(columns=columns).assign(**{INTERVAL_NOTE: context.interval_note})
     return data.astype({column: "boolean" for column in (INFLECTION_POINT, SATURATES, ANNOTATED)})
 
 
@@ -136,6 +161,7 @@ def draw_best_loss(data: pd.DataFrame, context: AnalysisContext) -> Figure:
             if curve.empty:
                 continue
             ax.plot(curve[COMPUTE], curve[BEST_CROSS_ENTROPY], color=colour, label=f"N = {budget_label(users)}")
+            draw_band(ax, curve, BEST_CROSS_ENTROPY, colour)
             for _, point in curve[curve[ANNOTATED].fillna(False).astype(bool)].iterrows():
                 ax.plot(point[COMPUTE], point[BEST_CROSS_ENTROPY], "o", color=colour, markersize=5)
                 # Staggered upwards: the annotated curves' inflection points are often close together.
@@ -144,7 +170,8 @@ def draw_best_loss(data: pd.DataFrame, context: AnalysisContext) -> Figure:
                             arrowprops=dict(arrowstyle="-", color=colour, lw=0.8))
                 annotated += 1
         ax.legend(fontsize=7)
-    footnote(figure, saturation_note(data) + " " + count_note(data, [PRIVACY_BUDGET, DATA_BUDGET], "curve"))
+    footnote(figure, saturation_note(data) + " " + interval_text(context) + " "
+             + count_note(data, [PRIVACY_BUDGET, DATA_BUDGET], "curve"))
     return figure
 
 
@@ -214,7 +241,7 @@ VARY_COMPUTE = FigureSpec(
              "panel per privacy budget (the paper's panels a–b; label fig:vary_compute_and_privacy2 is panel b). "
              "Each panel is annotated with the optimal model size at the inflection point (the saturating "
              "compute budget) for two of the curves."),
-    needs=(LAW, ACCOUNTING),
+    needs=(LAW, ACCOUNTING, BOOTSTRAP),
     compute=best_loss_table,
     draw=draw_best_loss,
 )

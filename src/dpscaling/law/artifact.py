@@ -31,6 +31,7 @@ import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
+from dpscaling.law.bootstrap import primary_seed_curves
 from dpscaling.law.collect import EXCLUDED_STATUSES
 from dpscaling.law.columns import (
     CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PAPER_PHYSICAL_BATCH,
@@ -181,6 +182,8 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
         if sampling not in SAMPLINGS:
             raise UserError(f"accounting.sampling: {sampling!r} is not one of {list(SAMPLINGS)}")
     settings = settings or LawSettings()
+    # One curve per run: repeated seeds (training.repeat_seeds) measure noise for the bootstrap only.
+    results, repeat_runs = primary_seed_curves(results)
     kept, excluded = exclude_unfit_runs(results)
     smoothed = smooth_results(kept, settings)
     if smoothed.empty or smoothed[CROSS_ENTROPY].notna().sum() == 0:
@@ -191,6 +194,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     failed = fits[fits["status"] != "ok"]
     report = {
         "measurements": int(len(results)),
+        "repeat_seed_runs_set_aside": repeat_runs,
         "runs_excluded": excluded.to_dict("records"),
         "warmup_measurements_dropped": int((kept[ITERATIONS] < settings.warmup_steps).sum()),
         "nan_cells_after_smoothing": int(smoothed[CROSS_ENTROPY].isna().sum()),

@@ -66,6 +66,32 @@ def synthetic_results(law: TrueLaw = TrueLaw(), model_sizes=(1e5, 4e5, 1.6e6),
     return pd.concat(frames, ignore_index=True)[TIDY_COLUMNS]
 
 
+def seeded_results(law: TrueLaw = TrueLaw(), model_sizes=(1e5, 4e5, 1.6e6),
+                   noise_batch_ratios=(0.0, 2.0**-12, 2.0**-10, 2.0**-8, 2.0**-6),
+                   learning_rates=(2.0**-7, 2.0**-8), steps: int = 2000, log_every: int = 50,
+                   seed_noise: float = 0.03, measurement_noise: float = 0.005, repeat_seeds=(1, 2),
+                   repeat_points: int = 3, repeat_models: int = 1, seed: int = 0) -> pd.DataFrame:
+    """Curves with seed-to-seed noise: each run's curve is offset by N(0, seed_noise²) as a whole, plus
+    N(0, measurement_noise²) per measurement; the first ``repeat_points`` σ̄ of the ``repeat_models``
+    smallest models at the best learning rate are also trained with ``repeat_seeds`` (fresh offsets).
+    Primary seed 0."""
+    rng = np.random.default_rng(seed)
+    iterations = np.arange(log_every, steps + 1, log_every, dtype=float)
+    repeated = {(m, 0, nbr) for m in range(repeat_models) for nbr in noise_batch_ratios[:repeat_points]}
+    frames = []
+    for index, size in enumerate(model_sizes):
+        for rate_rank, rate in enumerate(learning_rates):
+            for nbr in noise_batch_ratios:
+                clean = law(size, iterations, nbr) * (1 + 0.02 * rate_rank)
+                for run_seed in (0, *(repeat_seeds if (index, rate_rank, nbr) in repeated else ())):
+                    loss = clean + rng.normal(0.0, seed_noise) + rng.normal(0.0, measurement_noise, len(iterations))
+                    frames.append(pd.DataFrame({
+                        MODEL: f"Synthetic{index}", MODEL_SIZE: float(size), LEARNING_RATE: rate,
+                        ITERATIONS: iterations, NOISE_BATCH_RATIO: float(nbr), CROSS_ENTROPY: loss,
+                        STATUS: "finished", SEED: run_seed}))
+    return pd.concat(frames, ignore_index=True)[TIDY_COLUMNS]
+
+
 def paper_reference_results(log_every: int = 100, steps: int = 128_000, law: TrueLaw = TrueLaw(),
                             seed: int = 0) -> pd.DataFrame:
     """Synthetic curves on the paper's whole grid in the authors' ``results.csv`` layout.
