@@ -5,6 +5,7 @@ from dpscaling.figures import ALL_FIGURES
 from dpscaling.figures.common import (
     ABLATION as NEEDS_ABLATION,
     ACCOUNTING as NEEDS_ACCOUNTING,
+    FLOOR as NEEDS_FLOOR,
     RESULTS as NEEDS_RESULTS,
 )
 from dpscaling.grid import ablation_grid, alternation, main_grid
@@ -78,6 +79,8 @@ def figure_inputs(wildcards):
         inputs["sigma_table"] = SIGMA_TABLE
     if NEEDS_RESULTS in spec.needs:
         inputs["results"] = FIT_RESULTS
+    if NEEDS_FLOOR in spec.needs and not config["results_csv"]:
+        inputs["floor"] = rules.unigram_floor.output[0]
     return inputs
 
 

@@ -18,6 +18,7 @@ with log_to_file(snakemake.log[0]) as log:
             results=snakemake.input.get("results"),
             sampling=snakemake.params.sampling,
             results_format=snakemake.params.results_format,
+            floor=snakemake.input.get("floor"),
         )
         source = context.accounting_source
     written = render(snakemake.wildcards.figure, context, Path(snakemake.output.pdf).with_suffix(""))

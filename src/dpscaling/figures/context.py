@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpscaling.data.floor import load_floor
 from dpscaling.errors import UserError
 from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.law import load_law
@@ -53,6 +54,8 @@ class AnalysisContext:
     sampling: str = "min"
     results: pd.DataFrame | None = None  # raw tidy curves (fig:smoothing, fig:training)
     accounting_source: str = ""
+    unigram_floor: float | None = None  # held-out unigram entropy of the run's data (dpscaling.data.floor)
+    floor_note: str = ""  # why there is no floor, when there is none
 
     def __post_init__(self) -> None:
         self.sigma = PrivacyAwareSigma(self.sigma)
@@ -126,8 +129,9 @@ def _no_accounting(epsilon, steps, q) -> np.ndarray:
 
 def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table: str | Path | None = None,
                  results: str | Path | None = None, sampling: str = "min",
-                 results_format: str = "dpscaling") -> AnalysisContext:
-    """The context from workflow files: a law directory, dpscaling's σ table, the raw results.
+                 results_format: str = "dpscaling", floor: str | Path | None = None) -> AnalysisContext:
+    """The context from workflow files: a law directory, dpscaling's σ table, the raw results, the
+    data stage's unigram floor (``unigram_floor.json``; none when the law comes from the authors' results).
 
     σ comes from the accounting tables saved with the law (the authors' CSVs) when it has
     them, else from ``sigma_table`` (dpscaling's accounting stage).
@@ -149,4 +153,10 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
         from dpscaling.law.pipeline import load_results
 
         raw = load_results(results, results_format)[0]
-    return AnalysisContext(law, sigma, settings, delta, sampling, raw, source)
+    if floor is not None:
+        value, note = load_floor(floor).nats, ""
+    elif results_format == "reference":
+        value, note = None, "no unigram floor: the law comes from the authors' results.csv, not this run's data"
+    else:
+        value, note = None, "no unigram floor given"
+    return AnalysisContext(law, sigma, settings, delta, sampling, raw, source, value, note)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import (
     ACCOUNTING, BUDGETS_WITHOUT_ANSWER, LAW, UNANSWERED, FigureSpec, budget_label, colours, footnote, log_axes,
     no_data, reasons_text, subplots, unanswered_counts)
@@ -143,6 +144,7 @@ def draw_best_loss(data: pd.DataFrame, context: AnalysisContext) -> Figure:
                             xytext=(-10, 14 + 12 * annotated), textcoords="offset points", ha="right", fontsize=7,
                             arrowprops=dict(arrowstyle="-", color=colour, lw=0.8))
                 annotated += 1
+        floor_line(ax, context)
         ax.legend(fontsize=7)
     footnote(figure, saturation_note(data) + " " + count_note(data, [PRIVACY_BUDGET, DATA_BUDGET], "curve"))
     return figure
@@ -214,7 +216,7 @@ VARY_COMPUTE = FigureSpec(
              "panel per privacy budget (the paper's panels a–b; label fig:vary_compute_and_privacy2 is panel b). "
              "Each panel is annotated with the optimal model size at the inflection point (the saturating "
              "compute budget) for two of the curves."),
-    needs=(LAW, ACCOUNTING),
+    needs=(LAW, ACCOUNTING, FLOOR),
     compute=best_loss_table,
     draw=draw_best_loss,
 )
