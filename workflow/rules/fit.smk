@@ -8,7 +8,7 @@ FIT_RESULTS = config["results_csv"] or f"{RESULTS}/law/results.parquet"
 
 rule collect_curves:
     input:
-        rules.train.input,
+        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet"),
     output:
         f"{RESULTS}/law/results.parquet",
     log:
