@@ -12,6 +12,7 @@ import pytest
 
 from conftest import REPO, run_snakemake
 from dpscaling.data.documents import CorpusSpec, load_documents, read_blank_line_documents, split_documents
+from dpscaling.data.floor import unigram_floor
 from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences
 from dpscaling.data.shards import load_meta, load_split
 from dpscaling.data.stage import pack_documents, prepare_documents
@@ -195,6 +196,9 @@ def test_data_target_through_snakemake(tmp_path: Path) -> None:
     assert meta["source"]["max_documents"] == 40
     assert load_split(packed, "train").shape == (meta["n_train"], 64)
     assert (tmp_path / "results" / "smoke" / "logs" / "data" / "pack_sequences.log").read_text().strip()
+    # the floor to beat is a data-stage output, computed from these shards
+    floor = json.loads((tmp_path / "results" / "smoke" / "data" / "unigram_floor.json").read_text())
+    assert floor == unigram_floor(packed).to_dict() and 0 < floor["nats"] < np.log(8192)
     # a second run has nothing to do
     rerun = run_snakemake("data", "--cores", "2", "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), cwd=tmp_path)
     assert "Nothing to be done" in rerun.stdout + rerun.stderr

@@ -95,3 +95,90 @@ def test_params_command_json(capsys):
     assert result["params"] == count_params(bert_config("BertBase")).total
     assert 0 < result["non_embedding_params"] < result["params"]
     assert abs(result["params"] / result["paper_params"] - 1) < 0.03
+
+
+# --- issue 15: model size counts what is trained ---------------------------------------------------------
+
+
+def _grid_point(model: str) -> dict[str, str]:
+    return {"model": model, "nbr": "0.0", "lr": "0.01", "batch": "4", "seed": "0"}
+
+
+TRAINING = {"microbatch_size": None, "steps": 10, "warmup_steps": 1, "decay_steps": 10, "decay_factor": 10.0,
+            "clip_norm": 1.0, "clipping": "vmap", "mask_rate": 0.15, "log_every": 5, "checkpoint_every": 5}
+
+
+def _trained_entries(config, seq_len: int) -> tuple[int, int, int]:
+    """Of one MLM loss's gradient on a batch: (entries of the parameter tree, entries with a non-zero data
+    gradient outside the attention key biases, entries of the key biases).
+
+    The key bias adds q·b to every score of a query, and softmax over keys ignores such a shift: its gradient
+    is 0 analytically (rounding noise numerically), whatever the data. It is part of BERT and of every count
+    convention (L·H parameters), so it is counted and set apart here (docs/models.md)."""
+    from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
+
+    model = BertMlm(config)
+    ids = jax.random.randint(jax.random.PRNGKey(1), (8, seq_len), 5, config.vocab_size)
+    ids = ids.at[:, 0].set(2).at[:, -1].set(3)  # [CLS] … [SEP], as packed
+    batch = mask_tokens(jax.random.PRNGKey(2), ids, MaskingSpec(config.vocab_size, 4, (0, 1, 2, 3, 4), 0, 0.5))
+    params = model.init(jax.random.PRNGKey(0), ids, batch["masked_positions"])["params"]
+
+    def loss(p):
+        logits = model.apply({"params": p}, batch["input_ids"], batch["masked_positions"], batch["padding_mask"])
+        return sequence_losses(logits, batch).mean()
+
+    leaves = jax.tree_util.tree_leaves_with_path(jax.grad(loss)(params))
+    scale = max(float(jnp.abs(leaf).max()) for _, leaf in leaves)
+    key_bias = [leaf for path, leaf in leaves if "/".join(str(k.key) for k in path).endswith("attention/key/bias")]
+    assert len(key_bias) == config.num_layers and all(float(jnp.abs(b).max()) < 1e-5 * scale for b in key_bias)
+    trained = sum(int(jnp.count_nonzero(leaf)) for path, leaf in leaves
+                  if not "/".join(str(k.key) for k in path).endswith("attention/key/bias"))
+    return sum(leaf.size for _, leaf in leaves), trained, sum(b.size for b in key_bias)
+
+
+def test_custom_model_count_is_the_parameters_that_receive_data_gradient():
+    from dpscaling.workflow import train_config
+
+    seq_len = 12
+    custom = {"layers": 1, "heads": 2, "hidden": 16}
+    config = train_config(custom, TRAINING, _grid_point("Nano"), seq_len).model_config(vocab_size=40)
+    assert (config.max_positions, config.type_vocab_size) == (seq_len, 1)
+    entries, trained, key_bias = _trained_entries(config, seq_len)
+    assert count_params(config).total == entries == trained + key_bias
+
+
+def test_family_model_keeps_512_positions_of_which_only_seq_len_are_trained():
+    from dpscaling.workflow import train_config
+
+    seq_len = 12
+    config = train_config("BertTiny", TRAINING, _grid_point("BertTiny"), seq_len).model_config(vocab_size=40)
+    assert (config.max_positions, config.type_vocab_size) == (512, 2)  # paper Table 1 counts them
+    entries, trained, key_bias = _trained_entries(config, seq_len)
+    assert count_params(config).total == entries
+    # untrained: positions seq_len … 511 and token type 1, exactly
+    assert entries - trained - key_bias == (512 - seq_len + 1) * config.hidden_size
+
+
+def test_model_param_reruns_custom_jobs_and_outdated_checkpoints_are_discarded(tmp_path):
+    from dpscaling.train.loop import CONFIG_FILE
+    from dpscaling.workflow import discard_outdated_checkpoints, model_param, train_config
+
+    run = {"models": {"custom": {"Nano": {"layers": 1, "heads": 2, "hidden": 16}}}, "data": {"seq_len": 64}}
+    assert model_param(run, "BertTiny") == "BertTiny"
+    param = model_param(run, "Nano")
+    assert param == {"layers": 1, "heads": 2, "hidden": 16, "max_positions": 64, "type_vocab_size": 1}
+    config = train_config(param, TRAINING, _grid_point("Nano"), 64)
+    assert config.max_positions == 64 and config.model_overrides["type_vocab_size"] == 1
+    # A checkpoint of the same run written before issue 15 (512 positions, 2 token types) is discarded ...
+    before = config.to_dict()
+    before["max_positions"] = 512
+    before["model_overrides"] = {k: v for k, v in before["model_overrides"].items() if k != "type_vocab_size"}
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / CONFIG_FILE).write_text(json.dumps(before))
+    assert discard_outdated_checkpoints(old, config) and not old.exists()
+    # ... any other difference, or the same configuration, is kept (the loop resumes or refuses it)
+    for name, saved in (("other", {**before, "learning_rate": 0.5}), ("same", config.to_dict())):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / CONFIG_FILE).write_text(json.dumps(saved))
+        assert not discard_outdated_checkpoints(tmp_path / name, config) and (tmp_path / name).exists()

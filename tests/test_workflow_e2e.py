@@ -89,12 +89,16 @@ def test_accounting_target_builds_a_checked_table(smoke_run: Path) -> None:
 
 def test_every_figure_is_drawn_with_its_data(smoke_run: Path) -> None:
     from dpscaling.figures import FIGURES
+    from dpscaling.figures.common import FLOOR, UNIGRAM_FLOOR
 
+    floor = json.loads((smoke_run / "data" / "unigram_floor.json").read_text())["nats"]
     for name in FIGURES:
         for suffix in (".pdf", ".png", ".csv"):
             path = smoke_run / "figures" / f"{name}{suffix}"
             assert path.is_file() and path.stat().st_size > 0, path
         assert (smoke_run / "logs" / "figures" / f"{name}.log").is_file()
+        if FLOOR in FIGURES[name].needs:  # loss figures draw the data stage's held-out unigram entropy
+            assert (pd.read_csv(smoke_run / "figures" / f"{name}.csv")[UNIGRAM_FLOOR] == floor).all(), name
 
 
 def test_tables_satisfy_their_identities(smoke_run: Path) -> None:

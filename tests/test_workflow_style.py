@@ -45,8 +45,13 @@ def test_results_csv_is_fitted_and_tabulated_without_training(tmp_path) -> None:
     results[["Model", "Learning Rate", "Iterations", "Noise Batch Ratio", "Cross Entropy"]].to_csv(csv, index=False)
     config = REPO / "tests" / "configs" / "smoke.yaml"
     args = ["--cores", "2", "--configfile", str(config), "--config", f"results_csv={csv}"]
-    run_snakemake("tables", *args, cwd=tmp_path, timeout=1200)
+    run_snakemake("tables", "results/smoke/figures/fig-nonprivate_reproduction.pdf", *args, cwd=tmp_path,
+                  timeout=1200)
     run_dir = tmp_path / "results" / "smoke"
+    # A loss figure without this run's data: no unigram floor, and its CSV says why (issue 15).
+    figure = pd.read_csv(run_dir / "figures" / "fig-nonprivate_reproduction.csv")
+    assert figure["Unigram Floor"].isna().all() and figure["Unigram Floor Note"].str.contains("results.csv").all()
+    assert not (run_dir / "data").exists()
     assert (run_dir / "law" / "fit" / "manifest.json").is_file()
     assert not (run_dir / "runs").exists()  # nothing was trained
     # Only the law's table: the models and throughput tables describe training runs there are none of.

@@ -18,7 +18,7 @@ from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.epochs import check_one_epoch
 from dpscaling.errors import UserError
 from dpscaling.grid import repeat_grid
-from dpscaling.models.family import BERT_MAX_POSITIONS, FAMILY
+from dpscaling.models.family import BERT_MAX_POSITIONS, FAMILY, trained_rows
 
 if TYPE_CHECKING:
     from dpscaling.train.config import TrainConfig
@@ -306,6 +306,38 @@ def corpus_inputs(spec: CorpusSpec) -> list[str]:
     return [] if spec.source == "huggingface" else list(spec.paths)
 
 
+def model_param(config: Mapping[str, Any], name: str) -> str | dict[str, Any]:
+    """A training job's ``model`` param: a family name, or a ``models.custom`` entry with the embedding rows
+    it creates at the run's ``data.seq_len`` (:func:`dpscaling.models.family.trained_rows`), so a change of
+    those rows reruns the job."""
+    custom = config["models"]["custom"]
+    if name not in custom:
+        return name
+    return {**custom[name], **trained_rows(int(config["data"]["seq_len"]))}
+
+
+def discard_outdated_checkpoints(checkpoint_dir: str | Path, config: TrainConfig) -> bool:
+    """Remove ``checkpoint_dir`` when it was written for the same run with the embedding rows custom models had
+    before issue 15 (BERT's 512 positions and 2 token types, now :func:`~dpscaling.models.family.trained_rows`):
+    such a run retrains from scratch. Any other difference is left to the training loop, which refuses it."""
+    import shutil
+
+    from dpscaling.train.loop import CONFIG_FILE
+
+    path = Path(checkpoint_dir) / CONFIG_FILE
+    if config.model != "custom" or not path.is_file():
+        return False
+    found = json.loads(path.read_text(encoding="utf-8"))
+    wanted = json.loads(json.dumps(config.to_dict()))
+    old_overrides = {k: v for k, v in wanted["model_overrides"].items() if k != "type_vocab_size"}
+    old = {**wanted, "max_positions": max(BERT_MAX_POSITIONS, wanted["max_positions"]),
+           "model_overrides": old_overrides}
+    if found == wanted or found != old:
+        return False
+    shutil.rmtree(checkpoint_dir)
+    return True
+
+
 def train_config(
     model: str | Mapping[str, Any],
     training: Mapping[str, Any],
@@ -322,20 +354,22 @@ def train_config(
     from dpscaling.train.config import TrainConfig
 
     if isinstance(model, str):
-        name, overrides = model, {}
-    else:
-        name = "custom"
+        name, overrides, positions = model, {}, max(BERT_MAX_POSITIONS, seq_len)
+    else:  # a custom size creates only the embedding rows it trains (docs/models.md)
+        rows = {**trained_rows(seq_len), **{k: model[k] for k in ("max_positions", "type_vocab_size") if k in model}}
+        name, positions = "custom", int(rows["max_positions"])
         overrides = {
             "num_layers": model["layers"],
             "num_heads": model["heads"],
             "hidden_size": model["hidden"],
             "intermediate_size": model.get("intermediate"),
+            "type_vocab_size": int(rows["type_vocab_size"]),
         }
     return TrainConfig(
         model=name,
         model_name=wildcards["model"],
         model_overrides=overrides,
-        max_positions=max(BERT_MAX_POSITIONS, seq_len),
+        max_positions=positions,
         noise_batch_ratio=float(wildcards["nbr"]),
         learning_rate=float(wildcards["lr"]),
         batch_size=int(wildcards["batch"]),

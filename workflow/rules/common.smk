@@ -6,6 +6,7 @@ from dpscaling.figures.common import (
     ABLATION as NEEDS_ABLATION,
     ACCOUNTING as NEEDS_ACCOUNTING,
     BOOTSTRAP as NEEDS_BOOTSTRAP,
+    FLOOR as NEEDS_FLOOR,
     RESULTS as NEEDS_RESULTS,
 )
 from dpscaling.grid import ablation_grid, alternation, main_grid, repeat_grid
@@ -82,6 +83,8 @@ def figure_inputs(wildcards):
         inputs["results"] = FIT_RESULTS
     if NEEDS_BOOTSTRAP in spec.needs and BOOTSTRAP:
         inputs["bootstrap"] = BOOTSTRAP[0]
+    if NEEDS_FLOOR in spec.needs and not config["results_csv"]:
+        inputs["floor"] = rules.unigram_floor.output[0]
     return inputs
 
 

@@ -48,7 +48,25 @@ rule pack_sequences:
         "../scripts/pack_sequences.py"
 
 
+# The floor to beat: held-out unigram entropy under the run's tokenizer (docs/data.md).
+rule unigram_floor:
+    input:
+        **rules.pack_sequences.output,
+    output:
+        f"{RESULTS}/data/unigram_floor.json",
+    log:
+        f"{RESULTS}/logs/data/unigram_floor.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../scripts/unigram_floor.py"
+
+
 rule data:
     input:
         rules.pack_sequences.output,
+        rules.unigram_floor.output,
         RUN_CONFIG,

@@ -10,7 +10,11 @@ LAW = rules.fit_law.output[0]
 SIGMA_TABLE = rules.accounting_table.output.table
 FIGURE_FILES = ["pdf", "png", "csv"]
 # The training curves behind the run-measured tables; none when the law comes from results_csv.
-RUN_METRICS = [] if config["results_csv"] else rules.train.input
+RUN_METRICS = (
+    []
+    if config["results_csv"]
+    else run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet")
+)
 
 
 rule figure:

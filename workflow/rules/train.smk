@@ -1,5 +1,5 @@
 from dpscaling.cluster import train_resource
-from dpscaling.workflow import training_params
+from dpscaling.workflow import model_param, training_params
 
 
 rule train_run:
@@ -28,9 +28,7 @@ rule train_run:
         mpi=lambda wc: train_resource(config, wc.model, "mpi"),
         tpu=1,
     params:
-        model=lambda wildcards: config["models"]["custom"].get(
-            wildcards.model, wildcards.model
-        ),
+        model=lambda wildcards: model_param(config, wildcards.model),
         # Keys added later (Adam's b1, b2, eps; allow_repeats; sampling, truncated_batch_size,
         # accountant, delta) only when not at their defaults.
         training=training_params(config["training"], config["accounting"]["delta"]),

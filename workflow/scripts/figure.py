@@ -21,6 +21,7 @@ with log_to_file(snakemake.log[0]) as log:
             results_format=snakemake.params.results_format,
             bootstrap=snakemake.input.get("bootstrap"),
             interval_note=snakemake.params.no_interval or NO_REPEATS,
+            floor=snakemake.input.get("floor"),
         )
         source = context.accounting_source
     written = render(snakemake.wildcards.figure, context, Path(snakemake.output.pdf).with_suffix(""))

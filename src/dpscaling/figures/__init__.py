@@ -17,7 +17,7 @@ from dpscaling.errors import UserError
 from dpscaling.figures import (
     baselines, compute_allocation, excess_vulnerability, full_grid, nonprivate, parametric, physical_batch,
     smoothing, training_curves, vary_compute, vector_fields)
-from dpscaling.figures.common import FigureSpec, save_figure
+from dpscaling.figures.common import FLOOR, FigureSpec, save_figure, with_floor
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.physical_batch import AblationContext
 
@@ -38,4 +38,5 @@ def render(name: str, context: AnalysisContext | AblationContext, stem: str | Pa
     """Compute figure ``name``'s data and write ``stem``.pdf/.png/.csv."""
     spec = figure_spec(name)
     data = spec.compute(context)
-    return save_figure(spec.draw(data, context), data, stem)
+    figure = spec.draw(data, context)
+    return save_figure(figure, with_floor(data, context) if FLOOR in spec.needs else data, stem)

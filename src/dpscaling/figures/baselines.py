@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import ACCOUNTING, LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.common import UNANSWERED, footnote, reasons_text, unanswered_counts
@@ -103,6 +104,7 @@ def draw_comparison(data: pd.DataFrame, context: AnalysisContext) -> Figure:
             label += f", B = {line[BATCH_SIZE].iloc[0]:.3g}"
         ax.plot(line[PRIVACY_BUDGET], line[CROSS_ENTROPY], style, color=colour, marker=marker, markersize=3,
                 linewidth=1.8 if marker is None else 1.2, label=label)
+    floor_line(ax, context)
     ax.legend(fontsize=7)
     footnote(figure, f"Every baseline spends C = {context.settings.baseline_compute:.2g} FLOPs (B = C/(6·M·T·S)). "
              + ("Privacy budgets with no prediction inside the law's range (not drawn): " + "; ".join(missing)
@@ -116,7 +118,7 @@ BASELINE_COMPARE = FigureSpec(
              "iterations, batch size set by the compute budget) as a function of the privacy budget. The "
              "baselines and the first compute-optimal line use the same compute budget, the second a reduced "
              "one; all use the same data budget."),
-    needs=(LAW, ACCOUNTING),
+    needs=(LAW, ACCOUNTING, FLOOR),
     compute=comparison_table,
     draw=draw_comparison,
 )

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 LAW, ACCOUNTING, RESULTS, ABLATION = "law", "accounting", "results", "ablation"
 # BOOTSTRAP: the law's bootstrap replicates, when the run has them (figures that band the optimum).
 BOOTSTRAP = "bootstrap"
+# FLOOR: the figure plots loss and draws the held-out unigram entropy (dpscaling.data.floor), given when the
+# run trained on its own data (none when the law comes from the authors' results.csv).
+FLOOR = "floor"
+UNIGRAM_FLOOR, UNIGRAM_FLOOR_NOTE = "Unigram Floor", "Unigram Floor Note"
+FLOOR_COLOUR = "firebrick"
 # Columns counting what a law query could not answer (kept per line in a figure's CSV).
 BUDGETS_WITHOUT_ANSWER = "Budgets Without Answer"
 UNANSWERED = "Unanswered Configurations"
@@ -151,3 +156,23 @@ def footnote(figure: Figure, text: str) -> None:
     figure's width (by characters: matplotlib's own ``wrap=True`` doubles the time to save)."""
     width = max(40, int(figure.get_figwidth() * FOOTNOTE_CHARACTERS_PER_INCH))
     figure.text(0.0, 0.0, textwrap.fill(text, width), ha="left", va="top", fontsize=7)
+
+
+def floor_line(ax: Axes, context) -> None:
+    """The held-out unigram entropy (the loss to beat, :mod:`dpscaling.data.floor`) as a labelled horizontal
+    line on a loss axis; without one (law from results.csv), a small note on the panel says so."""
+    floor = getattr(context, "unigram_floor", None)
+    if floor is None:
+        ax.text(0.99, 0.01, "no unigram floor", transform=ax.transAxes, ha="right", va="bottom", fontsize=6,
+                color=FLOOR_COLOUR)
+        return
+    ax.axhline(floor, color=FLOOR_COLOUR, linestyle="-.", linewidth=0.9)
+    ax.text(0.01, floor, f"held-out unigram entropy {floor:.2f}", transform=ax.get_yaxis_transform(),
+            ha="left", va="bottom", fontsize=6, color=FLOOR_COLOUR)
+
+
+def with_floor(data: pd.DataFrame, context) -> pd.DataFrame:
+    """``data`` with the floor drawn (NaN when none) and why there is none, for the figure's CSV."""
+    floor = getattr(context, "unigram_floor", None)
+    return data.assign(**{UNIGRAM_FLOOR: np.nan if floor is None else floor,
+                          UNIGRAM_FLOOR_NOTE: getattr(context, "floor_note", "")})

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpscaling.data.floor import load_floor
 from dpscaling.errors import UserError
 from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.law import load_law
@@ -57,6 +58,8 @@ class AnalysisContext:
     # The law's bootstrap replicates (docs/fit.md "Intervals"), or None and why there are none.
     replicates: Replicates | None = None
     interval_note: str = NO_REPEATS
+    unigram_floor: float | None = None  # held-out unigram entropy of the run's data (dpscaling.data.floor)
+    floor_note: str = ""  # why there is no floor, when there is none
 
     def __post_init__(self) -> None:
         self.sigma = PrivacyAwareSigma(self.sigma)
@@ -144,9 +147,10 @@ def _no_accounting(epsilon, steps, q) -> np.ndarray:
 def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table: str | Path | None = None,
                  results: str | Path | None = None, sampling: str = "min",
                  results_format: str = "dpscaling", bootstrap: str | Path | None = None,
-                 interval_note: str = NO_REPEATS) -> AnalysisContext:
-    """The context from workflow files: a law directory, dpscaling's σ table, the raw results, and the law's
-    bootstrap replicates (``bootstrap``; without them ``interval_note`` says why figures draw no band).
+                 interval_note: str = NO_REPEATS, floor: str | Path | None = None) -> AnalysisContext:
+    """The context from workflow files: a law directory, dpscaling's σ table, the raw results, the law's
+    bootstrap replicates (``bootstrap``; without them ``interval_note`` says why figures draw no band), and
+    the data stage's unigram floor (``unigram_floor.json``; none when the law comes from the authors' results).
 
     σ comes from the accounting tables saved with the law (the authors' CSVs) when it has
     them, else from ``sigma_table`` (dpscaling's accounting stage).
@@ -173,4 +177,11 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
     replicates = load_replicates(bootstrap, law.settings) if bootstrap is not None else None
     if replicates is not None:
         interval_note = f"90% band over {len(replicates)} bootstrap replicates"
-    return AnalysisContext(law, sigma, settings, delta, sampling, raw, source, replicates, interval_note)
+    if floor is not None:
+        value, note = load_floor(floor).nats, ""
+    elif results_format == "reference":
+        value, note = None, "no unigram floor: the law comes from the authors' results.csv, not this run's data"
+    else:
+        value, note = None, "no unigram floor given"
+    return AnalysisContext(law, sigma, settings, delta, sampling, raw, source, replicates=replicates,
+                           interval_note=interval_note, unigram_floor=value, floor_note=note)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import ACCOUNTING, LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.common import UNANSWERED, footnote, reasons_text
@@ -118,6 +119,7 @@ def draw_grid(data: pd.DataFrame, context: AnalysisContext) -> Figure:
                 default = np.isclose(value, fixed[budget])
                 ax.plot(line[AXIS_VALUE], line[CROSS_ENTROPY], color=colour, linewidth=2.4 if default else 1.2,
                         label=f"{symbol} = {_value_text(budget, value)}" + (" (default)" if default else ""))
+            floor_line(ax, context)
             ax.legend(fontsize=6)
     footnote(figure, "Thick lines: the default budget of the other rows. Iterations binned to powers of 2^(1/4). "
              + ("Candidate configurations outside the law's range (dropped), per line: " + "; ".join(notes)
@@ -131,7 +133,7 @@ FULL_GRID = FigureSpec(
              "data budget and compute budget vary, the other two fixed to their defaults (thick lines). From "
              "left to right the number of iterations, the model size and the batch size vary, the other two "
              "treated as nuisance parameters that are minimised over."),
-    needs=(LAW, ACCOUNTING),
+    needs=(LAW, ACCOUNTING, FLOOR),
     compute=grid_table,
     draw=draw_grid,
 )

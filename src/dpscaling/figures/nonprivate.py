@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import LAW, FigureSpec, log_axes, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.common import BUDGETS_WITHOUT_ANSWER, UNANSWERED, footnote, unanswered_counts
@@ -97,6 +98,8 @@ def draw_nonprivate(data: pd.DataFrame, context: AnalysisContext) -> Figure:
             continue
         ax.plot(answered[COMPUTE], answered[column], "o-", color="tab:blue", markersize=3,
                 label=r"$\bar\sigma$ = 0 optimum")
+        if column == CROSS_ENTROPY:
+            floor_line(ax, context)
     if not answered.empty:
         m_exp, t_exp = answered[MODEL_SIZE_EXPONENT].iloc[0], answered[TOKENS_EXPONENT].iloc[0]
         used = int(answered[IN_FIT].astype(bool).sum())
@@ -122,7 +125,7 @@ NONPRIVATE = FigureSpec(
              "σ = 0 (the paper's appendix \"Reproducing non-private scaling laws\", LaTeX label fig:my_label), "
              "at the physical batch size, with power-law fits of the optimal model size and of the training "
              "tokens against compute."),
-    needs=(LAW,),
+    needs=(LAW, FLOOR),
     compute=nonprivate_table,
     draw=draw_nonprivate,
 )

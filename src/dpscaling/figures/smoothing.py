@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.errors import UserError
+from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import LAW, RESULTS, FigureSpec, budget_label, log_axes, subplots
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.law.artifact import exclude_unfit_runs
@@ -127,6 +128,7 @@ def draw_smoothing(data: pd.DataFrame, context: AnalysisContext):
             ax.plot(rows[ITERATIONS], rows[CROSS_ENTROPY], label=series, **style)
     horizon = over_t.loc[over_t[SERIES] == ISOTONIC, ITERATIONS].max()
     ax.axvline(horizon, color="0.5", linestyle=":", linewidth=1)
+    floor_line(ax, context)
     ax.set_xlabel("Iterations T")
     ax.set_ylabel("Cross entropy")
     ax.set_title(rf"(a) $\bar\sigma$ = {budget_label(nbr)}", fontsize=9)
@@ -146,6 +148,7 @@ def draw_smoothing(data: pd.DataFrame, context: AnalysisContext):
     ax.set_xlabel(r"Noise-batch ratio $\bar\sigma$ (dotted levels: $\bar\sigma$ = 0)")
     ax.set_ylabel("Cross entropy")
     ax.set_title(f"(b) T = {steps:g}", fontsize=9)
+    floor_line(ax, context)
     ax.legend(fontsize=7)
     title = (f"Smoothing of {first[MODEL]} (M = {first[MODEL_SIZE]:.3g}), learning rate "
              f"{budget_label(first[LEARNING_RATE])}")
@@ -161,7 +164,7 @@ SMOOTHING = FigureSpec(
              "ratio over iterations (raw measurements, rolling mean, isotonic regression, and the law's "
              "extrapolation beyond the trained horizon); (b) one iteration count over the noise-batch ratio "
              "(raw versus isotonic; dotted levels are the noise-free values)."),
-    needs=(RESULTS, LAW),
+    needs=(RESULTS, LAW, FLOOR),
     compute=smoothing_table,
     draw=draw_smoothing,
 )

@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from dpscaling.errors import UserError
+from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import RESULTS, FigureSpec, budget_label, colours, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.law.collect import TIDY_COLUMNS
@@ -125,6 +126,7 @@ def draw_training(data: pd.DataFrame, context: AnalysisContext):
                 unfinished = STATUS in run and (run[STATUS].astype(str).str.lower() != "finished").any()
                 ax.plot(run[ITERATIONS], run[CROSS_ENTROPY], marker="o", markersize=2.5, color=palette[rate],
                         linestyle="--" if unfinished else "-", label=f"lr {budget_label(rate)}")
+            floor_line(ax, context)
             handles, labels = ax.get_legend_handles_labels()
             unique = dict(zip(labels, handles))
             ax.legend(unique.values(), unique.keys(), fontsize=7)
@@ -141,7 +143,7 @@ TRAINING = FigureSpec(
     label="fig:training",
     caption=("Training curves with varying learning rates at different noise-batch ratios (columns) for two "
              "models (rows), from the raw measurements at log-spaced iterations."),
-    needs=(RESULTS,),
+    needs=(RESULTS, FLOOR),
     compute=training_table,
     draw=draw_training,
 )

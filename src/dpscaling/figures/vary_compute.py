@@ -22,8 +22,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from dpscaling.figures.common import (
-    ACCOUNTING, BOOTSTRAP, BUDGETS_WITHOUT_ANSWER, LAW, UNANSWERED, FigureSpec, budget_label, colours, footnote, log_axes,
-    no_data, reasons_text, subplots, unanswered_counts)
+    ACCOUNTING, BOOTSTRAP, BUDGETS_WITHOUT_ANSWER, FLOOR, LAW, UNANSWERED, FigureSpec, budget_label, colours, footnote, log_axes,
+    floor_line, no_data, reasons_text, subplots, unanswered_counts)
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.law.bootstrap import INTERVAL_NOTE, band
 from dpscaling.law.columns import (
@@ -169,6 +169,7 @@ def draw_best_loss(data: pd.DataFrame, context: AnalysisContext) -> Figure:
                             xytext=(-10, 14 + 12 * annotated), textcoords="offset points", ha="right", fontsize=7,
                             arrowprops=dict(arrowstyle="-", color=colour, lw=0.8))
                 annotated += 1
+        floor_line(ax, context)
         ax.legend(fontsize=7)
     footnote(figure, saturation_note(data) + " " + interval_text(context) + " "
              + count_note(data, [PRIVACY_BUDGET, DATA_BUDGET], "curve"))
@@ -241,7 +242,7 @@ VARY_COMPUTE = FigureSpec(
              "panel per privacy budget (the paper's panels a–b; label fig:vary_compute_and_privacy2 is panel b). "
              "Each panel is annotated with the optimal model size at the inflection point (the saturating "
              "compute budget) for two of the curves."),
-    needs=(LAW, ACCOUNTING, BOOTSTRAP),
+    needs=(LAW, ACCOUNTING, BOOTSTRAP, FLOOR),
     compute=best_loss_table,
     draw=draw_best_loss,
 )

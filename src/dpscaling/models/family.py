@@ -113,6 +113,17 @@ def bert_config(
     return BertConfig(vocab_size=vocab_size, max_positions=max_positions, **base)
 
 
+def trained_rows(seq_len: int) -> dict[str, int]:
+    """Embedding-table sizes of a *custom* model trained on sequences of ``seq_len`` (issue 15, docs/models.md).
+
+    Only rows the MLM loss reaches are created: ``seq_len`` learned positions (not BERT's 512) and one
+    token type (packed single segments never use type 1). A row that the data never reaches gets zero
+    data gradient yet DP noise and Adam updates, and would count in M and C = 6MBST. The paper's family
+    (``BertTiny`` …) keeps BERT's 512 positions and 2 types, as paper Table 1 counts them.
+    """
+    return {"max_positions": seq_len, "type_vocab_size": 1}
+
+
 @dataclass(frozen=True)
 class ParamCount:
     """Trained parameters; ``non_embedding`` excludes the word/position/type tables (Kaplan et al.)."""

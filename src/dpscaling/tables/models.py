@@ -2,8 +2,9 @@
 
 Shapes come from the config (the paper's family or ``models.custom``); parameter
 counts are the ones the training jobs measured on the built models (``n_params``
-in each curve), never the paper's. The paper's count is shown beside a family
-member, labelled as the paper's.
+in each curve), never the paper's, split into the embedding tables (word, position and
+token-type rows: most of a small model with a large vocabulary) and the non-embedding rest
+(issue 15). The paper's count is shown beside a family member, labelled as the paper's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import pandas as pd
 from dpscaling.models.family import FAMILY, PAPER_PARAMS
 
 LABEL = "table:models"
-CAPTION = "Models used in this run: shapes and measured trainable parameter counts (M)."
+CAPTION = ("Models used in this run: shapes and measured trainable parameter counts (M), split into the "
+           "embedding tables (word, position, token type) and the rest.")
 
 
 def architecture(name: str, custom: Mapping[str, Mapping[str, Any]]) -> tuple[int, int, int]:
@@ -37,6 +39,7 @@ def models_table(metrics_paths: Iterable[str | Path], custom: Mapping[str, Mappi
         layers, heads, hidden = architecture(str(name), custom)
         rows.append({"Model": name, "Layers": layers, "Heads": heads, "Dims": hidden,
                      "Params": int(count["n_params"]),
+                     "Embedding Params": int(count["n_params"] - count["n_params_non_embedding"]),
                      "Non-embedding Params": int(count["n_params_non_embedding"]),
                      "Paper Params (reference)": PAPER_PARAMS.get(str(name), float("nan"))})
     return pd.DataFrame(rows)

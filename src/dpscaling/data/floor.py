@@ -1,0 +1,95 @@
+"""The floor to beat: held-out unigram entropy under the run's tokenizer (issue 15).
+
+A masked-LM that has learned nothing about context can still predict each masked token
+from how often it occurs. The cross-entropy such a context-free predictor reaches is the
+first number a trained model must beat before its loss says anything about language
+modelling (the paper's models are far below it; the paper states no floor, it is a
+sanity check of a reproduction, not part of the method).
+
+:func:`unigram_entropy` estimates the predictor from the training split with add-one
+(Laplace) smoothing and scores the held-out split:
+
+    p(v) = (count_train(v) + 1) / (N_train + V),    H = -(1 / N_held) Σ_t log p(t)
+
+in nats, over the held-out tokens t.
+
+**Which tokens are counted.** Only those the MLM objective predicts
+(:func:`dpscaling.train.mlm.mask_tokens`): masked positions are drawn among a sequence's
+non-special tokens, so ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (``DatasetMeta.special_ids``)
+are never a target — [CLS]/[SEP] are the packing's frame and document boundaries, packed
+sequences have no padding, and [UNK] is excluded from the candidates. Those ids are left
+out of both counts and out of the support: V is the number of non-special vocabulary
+entries, the tokens a target can be. Every counted token weighs the same (a token
+average); training's loss is a mean over sequences of per-sequence means, which differs
+only through the few sequences with fewer candidates (document boundaries, [UNK]).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dpscaling.data.shards import load_meta, load_split
+from dpscaling.errors import UserError
+from dpscaling.io import write_json_atomic
+
+FLOOR_FILE = "unigram_floor.json"
+
+
+@dataclass(frozen=True)
+class UnigramFloor:
+    """Held-out unigram cross-entropy and what it was computed from."""
+
+    nats: float  # mean -log p(t) over the counted held-out tokens
+    train_tokens: int  # counted (non-special) tokens of the training split
+    heldout_tokens: int  # counted (non-special) tokens of the held-out split
+    support: int  # V: non-special vocabulary entries, each given one pseudo-count
+    smoothing: str = "add-one"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def unigram_entropy(
+    train: np.ndarray, heldout: np.ndarray, vocab_size: int, special_ids: tuple[int, ...]
+) -> UnigramFloor:
+    """Cross-entropy (nats) of ``heldout``'s non-special tokens under add-one-smoothed
+    unigram frequencies of ``train``'s non-special tokens (token ids in ``[0, vocab_size)``)."""
+    special = np.zeros(vocab_size, dtype=bool)
+    special[list(special_ids)] = True
+    train_ids = np.asarray(train).ravel()
+    held_ids = np.asarray(heldout).ravel()
+    for name, ids in (("train", train_ids), ("heldout", held_ids)):
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+            raise UserError(f"data: the {name} split has token ids outside the vocabulary of {vocab_size}")
+    train_ids = train_ids[~special[train_ids]]
+    held_ids = held_ids[~special[held_ids]]
+    if held_ids.size == 0:
+        raise UserError("data: the held-out split has no maskable (non-special) tokens")
+    support = int(vocab_size - special.sum())
+    counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64)
+    log_p = np.log(counts + 1.0) - np.log(train_ids.size + support)
+    nats = float(-log_p[held_ids].mean())
+    return UnigramFloor(nats, int(train_ids.size), int(held_ids.size), support)
+
+
+def unigram_floor(data_dir: str | Path) -> UnigramFloor:
+    """:func:`unigram_entropy` of a packed data directory (:mod:`dpscaling.data.shards`)."""
+    meta = load_meta(data_dir)
+    return unigram_entropy(
+        load_split(data_dir, "train"), load_split(data_dir, "heldout"), meta.vocab_size, meta.special_ids
+    )
+
+
+def write_floor(floor: UnigramFloor, path: str | Path) -> None:
+    write_json_atomic(Path(path), floor.to_dict())
+
+
+def load_floor(path: str | Path) -> UnigramFloor:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"data: {str(path)!r} is missing; run the data stage first")
+    return UnigramFloor(**json.loads(path.read_text(encoding="utf-8")))
