@@ -190,6 +190,10 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
 
     schema = yaml.safe_load(Path(SCHEMA).read_text())["properties"]["training"]["properties"]
     for key, default in OPTIONAL_TRAINING_KEYS.items():
+        if key == "delta":  # accounting.delta, handed to each training job
+            accounting = yaml.safe_load(Path(SCHEMA).read_text())["properties"]["accounting"]["properties"]
+            assert accounting["delta"]["default"] == default
+            continue
         assert schema[key]["default"] == default
         if key != "allow_repeats":  # the library allows repeats; the workflow's default guards
             assert getattr(TrainConfig(), key) == default
