@@ -221,7 +221,7 @@ def test_grid_through_slurm_equals_local_run(slurm: LocalSlurm, local_reference,
         # Retries scale the time limit with the attempt (runtime × 2 on the second).
         assert int(recorded[retry]["TimeLimit"]) == 2 * int(recorded[cancelled]["TimeLimit"])
         logs = "".join(p.read_text() for p in (tmp_path / "results" / RUN_NAME / "logs" / "train").rglob("*.log"))
-        assert "resuming from step" in logs
+        assert "resuming from verified step" in logs
     assert_same_outputs(outputs(tmp_path, RUN_NAME), local_reference(target()))
 
 
