@@ -51,7 +51,7 @@ def test_figure_renders_pdf_png_csv(context, tmp_path, name):
 def test_figures_are_registered_with_their_inputs():
     assert set(MY_FIGURES) <= set(FIGURES)
     assert FIGURES["fig-vector_fields"].needs == ("accounting",)
-    assert FIGURES["fig-training"].needs == ("results",)
+    assert FIGURES["fig-training"].needs == ("results", "floor")
     assert set(FIGURES["fig-smoothing"].needs) == {"results", "law"}
 
 

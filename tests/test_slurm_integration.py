@@ -271,8 +271,8 @@ def test_rerun_incomplete_after_controller_restart(slurm: LocalSlurm, local_refe
     result = snakemake(tmp_path, "data", "--rerun-incomplete", *SLURM_PROFILES, *CONFIG, env=slurm.env)
     # Recovery redoes only what the dead run had not finished: the orphaned job's output
     # was recorded as complete by its own job-side Snakemake (measured), so only
-    # pack_sequences is submitted.
-    assert sorted(submissions(result.stdout + result.stderr).values()) == ["pack_sequences"]
+    # pack_sequences and the floor computed from its shards are submitted.
+    assert sorted(submissions(result.stdout + result.stderr).values()) == ["pack_sequences", "unigram_floor"]
     assert_same_outputs(outputs(tmp_path, RUN_NAME), local_reference("data"))
 
 
