@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import jax
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,3 +30,37 @@ def run_snakemake(*args: str, cwd: Path = REPO, check: bool = True, timeout: int
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+# jax.config option -> the environment variable a subprocess reads it from.
+_PERSISTENT_CACHE = {
+    "jax_compilation_cache_dir": "JAX_COMPILATION_CACHE_DIR",
+    "jax_persistent_cache_min_compile_time_secs": "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "jax_persistent_cache_min_entry_size_bytes": "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory) -> Iterator[Path]:
+    """One persistent XLA compilation cache for the whole session, in this process and in every
+    subprocess (Snakemake and its jobs, training jobs, Slurm jobs, which inherit the environment):
+    a program compiled by one test is loaded by the next (compilation is most of a tiny job's time).
+    It lives in the session's temporary directory, so no test reads a cache from another session."""
+    cache = tmp_path_factory.mktemp("jax-cache")
+    values = {"jax_compilation_cache_dir": str(cache), "jax_persistent_cache_min_compile_time_secs": 0.0,
+              "jax_persistent_cache_min_entry_size_bytes": 0}
+    before = {name: getattr(jax.config, name) for name in values}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in values.items():
+            jax.config.update(name, value)
+            patch.setenv(_PERSISTENT_CACHE[name], str(value))
+        yield cache
+    for name, value in before.items():
+        jax.config.update(name, value)
+
+
+@pytest.fixture(scope="session")
+def job_env(compile_cache) -> dict[str, str]:
+    """Environment of a subprocess job run from the tests: this checkout's library first, and the
+    session's compilation cache."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))

@@ -13,13 +13,11 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -48,32 +46,6 @@ def corpus(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("packed")
     build_packed_corpus(directory, seq_len=32, n_documents=30)
     return directory
-
-
-@pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory) -> Path:
-    """A persistent XLA cache shared by this process and the subprocess jobs: the (identical)
-    training step compiles once, not once per job (compilation is most of a tiny job's time)."""
-    cache = tmp_path_factory.mktemp("jax-cache")
-    settings = {"jax_compilation_cache_dir": str(cache), "jax_persistent_cache_min_compile_time_secs": 0.0,
-                "jax_persistent_cache_min_entry_size_bytes": 0}
-    before = {name: getattr(jax.config, name) for name in settings}
-    for name, value in settings.items():
-        jax.config.update(name, value)
-    yield cache
-    for name, value in before.items():
-        jax.config.update(name, value)
-
-
-@pytest.fixture(scope="module")
-def job_env(compile_cache) -> dict[str, str]:
-    return dict(
-        os.environ,
-        JAX_COMPILATION_CACHE_DIR=str(compile_cache),
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
-        PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
-    )
 
 
 @pytest.fixture(scope="module")

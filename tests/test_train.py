@@ -45,22 +45,6 @@ def corpus(tmp_path_factory) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
-def job_env(tmp_path_factory) -> dict[str, str]:
-    """Environment of subprocess jobs: a shared persistent compilation cache, so only
-    the first of several identical jobs pays for XLA compilation."""
-    cache = tmp_path_factory.mktemp("jax-cache")
-    return dict(
-        os.environ,
-        JAX_COMPILATION_CACHE_DIR=str(cache),
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
-        PYTHONPATH=os.pathsep.join(
-            [str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
-        ),
-    )
-
-
 def _job(config: TrainConfig, corpus: Path, out: Path) -> list[str]:
     return [
         sys.executable,
