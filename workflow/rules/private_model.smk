@@ -8,7 +8,9 @@ from dpscaling.workflow import model_param
 PRIVATE = f"{RESULTS}/private_model"
 PRIVATE_BUDGETS = [
     budget.label
-    for budget in private_budgets(config["private_model"], config["accounting"]["delta"])
+    for budget in private_budgets(
+        config["private_model"], config["accounting"]["delta"]
+    )
 ]
 # The plan picks the model: jobs are sized for the run's largest one.
 PRIVATE_SIZING_MODEL = max(
@@ -129,9 +131,7 @@ rule private_model_report:
         evaluations=expand(
             rules.private_model_evaluate.output[0], budget=PRIVATE_BUDGETS
         ),
-        audits=expand(
-            rules.private_model_audit.output.summary, budget=PRIVATE_BUDGETS
-        ),
+        audits=expand(rules.private_model_audit.output.summary, budget=PRIVATE_BUDGETS),
     output:
         csv=f"{PRIVATE}/table.csv",
         parquet=f"{PRIVATE}/table.parquet",
