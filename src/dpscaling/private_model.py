@@ -197,6 +197,16 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     }
 
 
+# The training block's keys that choose the grid's jobs, not how a private run trains: left out of
+# the private jobs' params, so a change to the grid retrains no private run.
+GRID_KEYS = ("noise_batch_ratios", "learning_rates", "physical_batch", "repeat_seeds", "repeat_points")
+
+
+def private_training(training: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``training`` block as a private job's param (the grid-only keys removed)."""
+    return {key: value for key, value in training.items() if key not in GRID_KEYS}
+
+
 def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
                      seed: int) -> TrainConfig:
     """The private training job of a plan: ``poisson`` sampling, σ calibrated for the budget's (ε, δ) on

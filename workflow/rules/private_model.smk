@@ -2,7 +2,7 @@
 # Per budget: the law's compute-optimal configuration -> a private (truncated Poisson) training job on
 # exactly N sequences -> its held-out loss and a matched audit; then one table and one figure.
 from dpscaling.cluster import evaluation_resource, train_resource
-from dpscaling.private_model import budgets as private_budgets
+from dpscaling.private_model import budgets as private_budgets, private_training
 from dpscaling.workflow import model_param
 
 PRIVATE = f"{RESULTS}/private_model"
@@ -66,7 +66,7 @@ rule private_model_train:
         tpu=1,
     params:
         models={name: model_param(config, name) for name in config["models"]["names"]},
-        training=config["training"],
+        training=private_training(config["training"]),
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
     script:
         "../scripts/private_model_train.py"
