@@ -20,6 +20,7 @@ include: "workflow/rules/fit.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/private_model.smk"
 
 
 localrules:
@@ -39,6 +40,7 @@ localrules:
     throughput,
     nonprivate,
     ablation_batch,
+    private_model,
 
 
 rule all:

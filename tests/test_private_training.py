@@ -364,3 +364,35 @@ def test_workflow_passes_sampling_and_delta_to_the_run():
                 "delta"} & set(made.to_dict())
     # allow_repeats is a policy, not part of the dict (train/config.py): compare everything else
     assert TrainConfig.from_dict(made.to_dict()) == dataclasses.replace(made, allow_repeats=True)
+
+
+# --- item 5: what closing the loop needs from training ---------------------------------
+
+
+def test_a_private_checkpoint_is_evaluated_on_held_out_sequences(private_run, corpus):
+    from dpscaling.train.evaluate import evaluate_checkpoint
+
+    config, summary, out, _ = private_run
+    evaluation = evaluate_checkpoint(out / "ckpt", corpus, 64, batch_size=32, split="heldout")
+    assert evaluation.step == config.num_steps  # the final private model, secret key slot and all
+    assert evaluation.split == "heldout" and math.isfinite(evaluation.loss)
+    # A trained model, not a fresh one: below the uniform guess over the vocabulary.
+    assert evaluation.loss < math.log(load_meta(corpus).vocab_size)
+
+
+def test_train_sequences_is_a_seeded_data_independent_subset(corpus):
+    from dpscaling.train.loop import training_rows
+
+    rows = np.arange(1000)[:, None] * np.ones((1, 4), np.int32)
+    config = TrainConfig(**PRIVATE, train_sequences=100)
+    subset = training_rows(rows, config)
+    assert subset.shape == (100, 4) and len(np.unique(subset[:, 0])) == 100
+    assert np.all(np.diff(subset[:, 0]) > 0)  # original order
+    np.testing.assert_array_equal(subset, training_rows(rows * 7, config) // 7)  # positions, not contents
+    assert not np.array_equal(subset, training_rows(rows, dataclasses.replace(config, seed=1)))
+    assert training_rows(rows, TrainConfig(**PRIVATE)) is rows
+    assert "train_sequences" not in TrainConfig(**PRIVATE).to_dict()  # study checkpoints compare as before
+    with pytest.raises(UserError, match="train_sequences"):
+        TrainConfig(**PRIVATE, train_sequences=8)  # below the expected batch
+    with pytest.raises(UserError, match="train_sequences"):
+        run_training(TrainConfig(**PRIVATE, train_sequences=10**9), corpus, corpus / "x.parquet", corpus / "x")

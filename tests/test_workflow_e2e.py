@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -17,7 +18,8 @@ SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("smoke")
-    run_snakemake("--cores", "2", "--configfile", str(SMOKE), cwd=workdir, timeout=1500)  # target `all`
+    # Target `all`, and private_model (not part of `all`), which reuses this run's law.
+    run_snakemake("all", "private_model", "--cores", "2", "--configfile", str(SMOKE), cwd=workdir, timeout=1800)
     return workdir / "results" / "smoke"
 
 
@@ -143,3 +145,49 @@ def test_report_has_every_figure_and_table(smoke_run: Path) -> None:
         assert f"{stem}.csv" in html
     assert "predicted_vs_measured.pdf" in html
     assert "run_name: smoke" in (smoke_run / "config.yaml").read_text()
+
+
+def test_private_model_closes_the_loop(smoke_run: Path) -> None:
+    import dp_accounting
+    import yaml
+
+    smoke = yaml.safe_load(SMOKE.read_text())
+    budgets = smoke["private_model"]["budgets"]
+    out = smoke_run / "private_model"
+    table = pd.read_parquet(out / "table.parquet")
+    assert len(table) == len(budgets)  # every budget answered, trained and reported
+    assert sorted(zip(table["epsilon"], table["data_budget"], table["compute"])) == sorted(
+        (b["epsilon"], b["data_budget"], b["compute"]) for b in budgets)
+    assert set(table["model"]) <= set(smoke["models"]["names"])  # a model the workflow built
+    seq_len = smoke["data"]["seq_len"]
+    for row in table.itertuples():
+        assert row.status == "finished" and row.accountant == "truncated_poisson"
+        assert row.dataset_size == row.data_budget  # trained on exactly N sequences, accounted with N
+        assert row.trained_compute == pytest.approx(6 * row.model_size * row.batch_size * seq_len * row.iterations)
+        assert row.trained_compute == pytest.approx(row.compute, rel=0.1)  # the budget, up to whole steps
+        assert row.sigma == pytest.approx(row.planned_sigma)  # the plan priced what the run calibrated
+        for value in (row.predicted_loss, row.predicted_loss_5, row.predicted_loss_95, row.achieved_train_loss,
+                      row.achieved_heldout_loss, row.audited_epsilon):
+            assert np.isfinite(value)
+        assert row.predicted_loss_5 <= row.predicted_loss_95
+        assert 0 < row.achieved_train_loss < 20 and 0 < row.achieved_heldout_loss < 20
+        assert row.audited_epsilon <= row.epsilon  # the matched audit does not flag the private run
+        # ε spent, from the run's own curve, recomputed with dp-accounting alone.
+        curve = pd.read_parquet(out / row.budget / "metrics.parquet").iloc[-1]
+        assert int(curve["accounted_steps"]) == row.iterations and int(curve["dataset_size"]) == row.data_budget
+        assert curve["sampling_probability"] == pytest.approx(row.batch_size / row.data_budget, rel=1e-12)
+        event = dp_accounting.SelfComposedDpEvent(
+            dp_accounting.TruncatedSubsampledGaussianDpEvent(
+                dataset_size=int(curve["dataset_size"]), sampling_probability=float(curve["sampling_probability"]),
+                truncated_batch_size=int(curve["truncated_batch_size"]), noise_multiplier=float(curve["sigma"])),
+            int(curve["accounted_steps"]))
+        epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4).compose(event).get_epsilon(
+            float(curve["delta"]))
+        assert row.epsilon_spent == pytest.approx(epsilon, rel=0.01)
+        assert row.epsilon_spent <= row.epsilon * (1 + 1e-9) and epsilon <= row.epsilon * 1.01
+        evaluation = json.loads((out / row.budget / "evaluation.json").read_text())
+        assert evaluation["split"] == "heldout" and evaluation["step"] == row.iterations
+    markdown = (out / "table.md").read_text()
+    assert "bootstrap replicates" in markdown and markdown.count("| BertNano") + markdown.count("| BertMicro") == len(budgets)
+    for suffix in ("pdf", "png", "csv"):
+        assert (out / f"predicted_vs_achieved.{suffix}").stat().st_size > 0

@@ -60,6 +60,9 @@ class TrainConfig:
     accountant: str | None = None  # None = the sampler's own (dpscaling.accounting.matched)
     target_epsilon: float | None = None  # set: σ is calibrated for it; else ε of noise_batch_ratio
     delta: float = 1e-8
+    # Train on this many sequences of the train split (a subset drawn with ``seed``, public and
+    # data-independent); None = all of them. The accountant's dataset size N is this number.
+    train_sequences: int | None = None
 
     def __post_init__(self) -> None:
         def need(condition: bool, name: str, message: str) -> None:
@@ -87,6 +90,11 @@ class TrainConfig:
             "is calibrated from target_epsilon; leave it at 0",
         )
         need(0 < self.delta < 1, "delta", "must be in (0, 1)")
+        need(
+            self.train_sequences is None or self.train_sequences >= self.batch_size,
+            "train_sequences",
+            f"must be >= batch_size={self.batch_size} (or None: the whole train split)",
+        )
         matched_accountant(self.sampling, self.accountant)  # refuses a mismatched pair
         need(
             self.microbatch_size is None
@@ -160,7 +168,8 @@ class TrainConfig:
 _PRIVATE_DEFAULTS: dict[str, Any] = {
     f.name: f.default
     for f in dataclasses.fields(TrainConfig)
-    if f.name in ("sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta")
+    if f.name
+    in ("sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences")
 }
 
 

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpscaling.data.shards import load_meta, load_split
+from dpscaling.dp.noise import replace_noise_key
 from dpscaling.errors import UserError
 from dpscaling.models.bert import BertMlm
 from dpscaling.train.checkpoint import open_manager, restore_verified_read_only
@@ -80,10 +81,16 @@ def restore_params(checkpoint_dir: str | Path, model: BertMlm, config: TrainConf
     if not state_dir.is_dir():
         raise UserError(f"{state_dir}: no checkpoints")
     optimizer = make_optimizer(config)
+
+    def layout():
+        state = init_state(model, optimizer, config, seq_len)
+        if config.sampling == "poisson":  # a private run's state holds its secret key (never read here)
+            state = state._replace(opt_state=replace_noise_key(state.opt_state, jnp.zeros(2, jnp.uint32)))
+        return state
+
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     abstract = jax.tree.map(
-        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
-        jax.eval_shape(lambda: init_state(model, optimizer, config, seq_len)),
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), jax.eval_shape(layout)
     )
     manager = open_manager(state_dir, read_only=True)
     try:

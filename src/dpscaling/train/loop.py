@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 STATE_DIR = "state"
 PARTIAL_METRICS = "metrics.partial.parquet"
 CONFIG_FILE = "config.json"
+SUBSET_STREAM = 4  # the training subset of train_sequences (apart from init, masks, noise, data order)
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,13 @@ def run_training(
         raise UserError(
             f"train.max_positions: {config.max_positions} < data seq_len {meta.seq_len}"
         )
+    n_train = config.train_sequences or meta.n_train
+    if n_train > meta.n_train:
+        raise UserError(
+            f"train.train_sequences: {n_train:,} exceeds the {meta.n_train:,} sequences of the train split"
+        )
     # The one-epoch guard, before anything trains (dpscaling.data.epochs).
-    check_one_epoch(config.num_steps, config.batch_size, meta.n_train, config.allow_repeats)
+    check_one_epoch(config.num_steps, config.batch_size, n_train, config.allow_repeats)
     parallel = DataParallel()
     for name in ("physical_batch_size", "microbatch"):
         if getattr(config, name) % parallel.n_devices:
@@ -100,7 +106,7 @@ def run_training(
         return _train(
             config,
             meta,
-            load_split(data_dir, "train"),
+            training_rows(load_split(data_dir, "train"), config),
             parallel,
             manager,
             checkpoint_dir,
@@ -236,6 +242,18 @@ def _train(
         final_info = run_info | {"status": status, "last_finite_loss": summary.last_finite_loss}
         write_metrics(output, curve, final_info, config.to_dict(), _jsonable(asdict(summary)))
     return summary
+
+
+def training_rows(rows: np.ndarray, config: TrainConfig) -> np.ndarray:
+    """The sequences a run trains on: all of ``rows``, or ``config.train_sequences`` of them drawn
+    without replacement by a generator seeded with ``config.seed`` only (public, independent of the
+    data), in their original order. The accountant's dataset size is ``len`` of the result."""
+    if config.train_sequences is None:
+        return rows
+    chosen = np.random.default_rng([config.seed, SUBSET_STREAM]).choice(
+        len(rows), config.train_sequences, replace=False
+    )
+    return rows[np.sort(chosen)]
 
 
 def _interval_row(metrics, start, end, seconds, config, schedule) -> tuple[dict[str, Any], bool]:

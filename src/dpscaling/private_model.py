@@ -1,0 +1,392 @@
+"""Close the loop: ask the law, train its answer privately, compare (paper §3.4; issue 16, item 5).
+
+The paper's promise to a practitioner is a prediction: for a compute budget C (FLOPs), a privacy
+budget (ε, δ) and a data budget N (sequences), the law names the compute-optimal model, batch size
+B and iterations T and predicts the final loss (§3.4, "Using the fitted function"). This module
+checks that promise on the run's own law, one budget at a time, in four steps (one workflow rule
+each, target ``private_model``):
+
+1. :func:`plan_budget` — the compute-optimal query (:func:`dpscaling.law.queries.compute_optimal`,
+   the code behind ``dpscaling query``) restricted to what the workflow can build: the run's own
+   trained models (not the law's continuous model-size range) and integer batch sizes; T is
+   rounded to whole steps. The learning rate is the one that won on the law's measured grid for
+   that model at the nearest noisy σ̄.
+2. :func:`train_config_for` — a ``poisson`` (truncated Poisson, secret keys) training job at that
+   (model, B, T) on exactly N training sequences, whose σ is calibrated for (ε, δ) by the run's
+   matched accountant (``target_epsilon``), with the grid's learning-rate schedule.
+3. The matched audit (:func:`audit_settings_for`): the gradient-canary one-run audit of
+   :mod:`dpscaling.audit` at the run's (N, B, T, L, ε, δ) — see docs/private-training.md for why
+   the private run itself carries no canaries.
+4. :func:`report_row` / :func:`write_report` — the law's prediction at the configuration that was
+   actually trained (its σ̄ = the calibrated σ / B) with the bootstrap 90% interval, beside the
+   achieved final training loss (the law's quantity) and held-out loss, the ε the run's own
+   accountant spent and the audited ε.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.errors import UserError
+from dpscaling.grid import canonical
+from dpscaling.law.columns import (
+    BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA,
+    SOURCE)
+
+if TYPE_CHECKING:  # importing the training stack pulls in JAX
+    from dpscaling.train.config import TrainConfig
+
+BLOCK = "private_model"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One practitioner's budget: privacy (ε, δ), data (N sequences) and compute (FLOPs, C = 6·M·B·S·T)."""
+
+    epsilon: float
+    delta: float
+    data_budget: int
+    compute: float
+
+    @property
+    def label(self) -> str:
+        """The budget's directory under ``private_model/`` (and its wildcard)."""
+        return (f"eps={canonical(self.epsilon)}_delta={canonical(self.delta)}"
+                f"_N={canonical(self.data_budget)}_C={self.compute:.4g}")
+
+
+def budgets(block: Mapping[str, Any], default_delta: float) -> list[Budget]:
+    """The budgets of a ``private_model`` config block (δ defaults to ``default_delta``, accounting.delta)."""
+    result = []
+    for index, entry in enumerate(block["budgets"]):
+        delta = entry.get("delta")
+        budget = Budget(float(entry["epsilon"]), float(default_delta if delta is None else delta),
+                        int(entry["data_budget"]), float(entry["compute"]))
+        if not (budget.epsilon > 0 and 0 < budget.delta < 1 and budget.data_budget >= 1 and budget.compute > 0):
+            raise UserError(f"{BLOCK}.budgets[{index}]: epsilon, data_budget and compute must be positive and "
+                            f"delta in (0, 1), got {dict(entry)}")
+        result.append(budget)
+    labels = [b.label for b in result]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"{BLOCK}.budgets: a budget is listed twice ({labels})")
+    return result
+
+
+def budget_by_label(block: Mapping[str, Any], default_delta: float, label: str) -> Budget:
+    for budget in budgets(block, default_delta):
+        if budget.label == label:
+            return budget
+    raise UserError(f"{BLOCK}.budgets: no budget {label!r}")
+
+
+def integer_batch_sizes(data_budget: int) -> np.ndarray:
+    """The query's batch sizes 2^(k/4) rounded to whole sequences, at most the data budget."""
+    from dpscaling.law.queries import DEFAULT_BATCH_SIZES
+
+    sizes = np.unique(np.round(DEFAULT_BATCH_SIZES))
+    return sizes[sizes <= data_budget]
+
+
+def trained_models(law, models: Sequence[str]) -> pd.Series:
+    """Model Size of each of the run's ``models`` that the law was fitted on (index: model name)."""
+    sizes = law.grid[[MODEL, MODEL_SIZE]].drop_duplicates().set_index(MODEL)[MODEL_SIZE]
+    sizes = sizes[sizes.index.isin(list(models))].sort_values()
+    if sizes.empty:
+        raise UserError(f"models.names: none of {list(models)} is in the law (it has {sorted(set(law.grid[MODEL]))})")
+    return sizes
+
+
+def law_sigma(law):
+    """σ(ε, T, q) of the law's own accounting (the run's σ table, else tables saved with the law)."""
+    if law.sigma_table:
+        sigma, delta, sampling = law.table_sigma_function()
+        return sigma, delta, sampling
+    if law.accounting:
+        sigma, delta = law.sigma_function()
+        return sigma, delta, "the law's accounting tables"
+    raise UserError("the law has no accounting table to search with: build it (`snakemake accounting`)")
+
+
+def best_learning_rate(law, model: str, noise_batch_ratio: float, iterations: float) -> float:
+    """The learning rate that won on the law's measured grid for ``model`` at the noisy σ̄ nearest
+    (in log) to ``noise_batch_ratio``, and there at the measured T nearest to ``iterations``."""
+    grid = law.grid
+    cells = grid[(grid[MODEL] == model) & (grid[SOURCE] == "measured") & (grid[NOISE_BATCH_RATIO] > 0)]
+    cells = cells.dropna(subset=[LEARNING_RATE])
+    if cells.empty:
+        raise UserError(f"the law has no measured noisy curve of {model} to take a learning rate from; "
+                        f"set {BLOCK}.learning_rate")
+    distance = (np.abs(np.log(cells[NOISE_BATCH_RATIO].to_numpy(float) / noise_batch_ratio)),
+                np.abs(np.log(cells[ITERATIONS].to_numpy(float) / iterations)))
+    return float(cells.iloc[np.lexsort(distance[::-1])[0]][LEARNING_RATE])
+
+
+# Candidates of the law's search (lowest loss first) re-priced with the real sampler's σ.
+RERANKED_CANDIDATES = 8
+RERANK_TOLERANCE = 0.05
+
+
+def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequence[str],
+                learning_rate: float | None = None, microbatch_size: int | None = None) -> dict[str, Any]:
+    """The law's compute-optimal configuration for ``budget`` among the run's ``models``, made trainable.
+
+    The search (σ from the law's table, thousands of candidates) proposes; its best
+    :data:`RERANKED_CANDIDATES` distinct (model, B, whole T) within :data:`RERANK_TOLERANCE` of its
+    optimum are re-priced with the σ the private run will really have (truncated Poisson at its
+    padded batch L, calibrated for (ε, δ) on N sequences), and the lowest law loss at that σ̄ wins.
+    """
+    from dpscaling.accounting.matched import calibrate_truncated_poisson
+    from dpscaling.law import load_law
+    from dpscaling.law.queries import compute_cost, compute_optimal
+    from dpscaling.train.sampling import default_truncated_batch_size
+
+    law = load_law(law_dir)
+    sigma, table_delta, sampling = law_sigma(law)
+    sizes = trained_models(law, models)
+    try:
+        answer = compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, sigma, law.seq_len,
+                                 sizes.to_numpy(float), law.iteration_bounds(), RERANK_TOLERANCE,
+                                 integer_batch_sizes(budget.data_budget))
+    except UserError as error:
+        raise UserError(f"{BLOCK}.budgets {budget.label}: the law cannot answer it: {error}") from error
+    candidates = answer.near_optimal.assign(**{ITERATIONS: np.maximum(1, np.round(answer.near_optimal[ITERATIONS]))})
+    candidates = candidates.drop_duplicates([MODEL_SIZE, BATCH_SIZE, ITERATIONS]).head(RERANKED_CANDIDATES)
+    priced = []
+    for _, row in candidates.iterrows():
+        batch, steps = int(row[BATCH_SIZE]), int(row[ITERATIONS])
+        truncated = default_truncated_batch_size(batch, microbatch_size or 1)
+        real = calibrate_truncated_poisson(budget.epsilon, budget.delta, batch / budget.data_budget, steps,
+                                           budget.data_budget, truncated)
+        loss = float(law.loss(np.array([row[MODEL_SIZE]]), np.array([float(steps)]), np.array([real / batch]))[0])
+        priced.append({"row": row, "batch": batch, "steps": steps, "sigma": real, "loss": loss,
+                       "truncated": truncated})
+    answered = [p for p in priced if math.isfinite(p["loss"])]
+    if not answered:
+        raise UserError(f"{BLOCK}.budgets {budget.label}: with the real sampler's sigma none of the law's "
+                        f"{len(priced)} best configurations is inside its range (sigma-bar "
+                        f"{min(p['sigma'] / p['batch'] for p in priced):.3g} and up; the law's largest is "
+                        f"{law.loss.noise_batch_ratios[-1]:.3g}): raise epsilon, data_budget or compute")
+    chosen = min(answered, key=lambda p: p["loss"])
+    best, batch, steps = chosen["row"], chosen["batch"], chosen["steps"]
+    model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), best[MODEL_SIZE]))[0]])
+    rate = learning_rate or best_learning_rate(law, model, chosen["sigma"] / batch, steps)
+    optimum = answer.optimum
+    return {
+        "budget": dataclasses.asdict(budget) | {"label": budget.label},
+        "model": model, "model_size": float(best[MODEL_SIZE]), "batch_size": batch, "iterations": steps,
+        "learning_rate": rate, "seq_len": int(law.seq_len),
+        "compute": float(compute_cost(best[MODEL_SIZE], batch, steps, law.seq_len)),
+        "sigma": chosen["sigma"], "noise_batch_ratio": chosen["sigma"] / batch,
+        "truncated_batch_size": chosen["truncated"], "predicted_loss": chosen["loss"],
+        "candidates_repriced": len(priced), "candidates_answered": len(answered),
+        # The search's own optimum (σ from the law's table, at the table's δ, for its sampling rule).
+        "query": {"model_size": float(optimum[MODEL_SIZE]), "batch_size": float(optimum[BATCH_SIZE]),
+                  "iterations": float(optimum[ITERATIONS]), "sigma": float(optimum[SIGMA]),
+                  "noise_batch_ratio": float(optimum[NOISE_BATCH_RATIO]),
+                  "predicted_loss": float(optimum[CROSS_ENTROPY]), "sampling": sampling,
+                  "delta": float(table_delta), "candidates": answer.candidates, "models": list(sizes.index)},
+    }
+
+
+# The training block's keys that choose the grid's jobs, not how a private run trains: left out of
+# the private jobs' params, so a change to the grid retrains no private run.
+GRID_KEYS = ("noise_batch_ratios", "learning_rates", "physical_batch", "repeat_seeds", "repeat_points")
+
+
+def private_training(training: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``training`` block as a private job's param (the grid-only keys removed)."""
+    return {key: value for key, value in training.items() if key not in GRID_KEYS}
+
+
+def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
+                     seed: int) -> TrainConfig:
+    """The private training job of a plan: ``poisson`` sampling, σ calibrated for the budget's (ε, δ) on
+    exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
+    from dpscaling.workflow import train_config
+
+    budget = plan["budget"]
+    private = {**training, "steps": int(plan["iterations"]), "sampling": "poisson", "accountant": None,
+               "truncated_batch_size": None, "allow_repeats": True, "delta": budget["delta"]}
+    wildcards = {"model": plan["model"], "nbr": "0", "lr": repr(float(plan["learning_rate"])),
+                 "batch": str(plan["batch_size"]), "seed": str(seed)}
+    config = train_config(model_param, private, wildcards, int(plan["seq_len"]))
+    return dataclasses.replace(config, target_epsilon=float(budget["epsilon"]),
+                               train_sequences=int(budget["data_budget"]))
+
+
+def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microbatch: int | None) -> dict[str, Any]:
+    """The matched audit's settings (:class:`dpscaling.audit.AuditSettings`): 2N canaries (≈ N of them
+    included, the run's dataset size), the run's expected batch B, steps T, ε and δ."""
+    budget = plan["budget"]
+    return {"n_canaries": 2 * int(budget["data_budget"]), "expected_batch_size": int(plan["batch_size"]),
+            "steps": int(plan["iterations"]), "epsilon": float(budget["epsilon"]), "delta": float(budget["delta"]),
+            "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan["batch_size"]),
+            "seed": int(audit["seed"])}
+
+
+def achieved_training_loss(curve: pd.DataFrame, window: int | None) -> float:
+    """The run's final training loss as the law measures it: the trailing mean of its last ``window``
+    logged intervals (the fit's rolling mean; one interval without it)."""
+    losses = curve.sort_values("step")["loss"].to_numpy(float)
+    return float(np.mean(losses[-(window or 1):]))
+
+
+def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping[str, Any],
+               audit: Mapping[str, Any], law, replicates, window: int | None) -> dict[str, Any]:
+    """One budget's line: the law's prediction at what was trained, what was achieved, ε spent and audited."""
+    from dpscaling.law.bootstrap import interval
+
+    last = curve.sort_values("step").iloc[-1]
+    budget = plan["budget"]
+    nbr = float(last["noise_batch_ratio"])
+    point = (np.array([plan["model_size"]]), np.array([float(plan["iterations"])]), np.array([nbr]))
+    predicted = float(law.loss(*point)[0])
+    low = high = math.nan
+    if replicates is not None:
+        lows, highs = interval(replicates.loss_matrix(*point))
+        low, high = float(lows[0]), float(highs[0])
+    return {
+        "budget": budget["label"], "epsilon": budget["epsilon"], "delta": budget["delta"],
+        "data_budget": budget["data_budget"], "compute": budget["compute"],
+        "model": plan["model"], "model_size": plan["model_size"], "batch_size": plan["batch_size"],
+        "iterations": plan["iterations"], "learning_rate": plan["learning_rate"],
+        "trained_compute": plan["compute"],
+        "sigma": float(last["sigma"]), "noise_batch_ratio": nbr,
+        "truncated_batch_size": int(last["truncated_batch_size"]),
+        "dataset_size": int(last["dataset_size"]), "sampling_probability": float(last["sampling_probability"]),
+        "planned_sigma": plan["sigma"], "query_noise_batch_ratio": plan["query"]["noise_batch_ratio"],
+        "query_predicted_loss": plan["query"]["predicted_loss"],
+        "predicted_loss": predicted, "predicted_loss_5": low, "predicted_loss_95": high,
+        "achieved_train_loss": achieved_training_loss(curve, window),
+        "achieved_heldout_loss": float(evaluation["loss"]),
+        "error_train": achieved_training_loss(curve, window) - predicted,
+        "epsilon_spent": float(last["epsilon"]), "accountant": str(last["accountant"]),
+        "audited_epsilon": float(audit["audited_epsilon"]),
+        "audit_has_power": bool(audit["audit_has_power"]), "status": str(last["status"]),
+    }
+
+
+MARKDOWN_COLUMNS = {
+    "epsilon": "ε", "data_budget": "N", "compute": "C (FLOPs)", "model": "model", "batch_size": "B",
+    "iterations": "T", "noise_batch_ratio": "σ̄", "predicted_loss": "predicted", "predicted_loss_5": "5%",
+    "predicted_loss_95": "95%", "achieved_train_loss": "achieved (train)",
+    "achieved_heldout_loss": "achieved (held-out)", "epsilon_spent": "ε spent", "audited_epsilon": "ε audited"}
+CAPTION = ("The law's compute-optimal configuration per budget, trained with truncated Poisson sampling: "
+           "predicted final loss (bootstrap 5%–95%) at the trained σ̄ against the achieved final training "
+           "loss (trailing mean, the law's quantity) and held-out loss; ε spent by the run's accountant and "
+           "the matched one-run audit's ε lower bound.")
+
+
+def write_report(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str],
+                 interval_note: str) -> pd.DataFrame:
+    """``table.{csv,parquet,md}`` and ``predicted_vs_achieved.{pdf,png,csv}`` under ``out_dir``."""
+    from dpscaling.figures.common import save_figure, subplots
+    from dpscaling.io import atomic_path
+
+    table = pd.DataFrame(list(rows))
+    out = Path(out_dir)
+    with atomic_path(out / "table.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    with atomic_path(out / "table.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    shown = table[list(MARKDOWN_COLUMNS)].rename(columns=MARKDOWN_COLUMNS)
+    shown = shown.map(lambda v: f"{v:.4g}" if isinstance(v, float) else v)
+    with atomic_path(out / "table.md") as tmp:
+        tmp.write_text(f"{CAPTION} Interval: {interval_note}.\n\n" + shown.to_markdown(index=False) + "\n",
+                       encoding="utf-8")
+    figure, axes = subplots(width=5.0, height=3.4)
+    ax = axes[0, 0]
+    x = np.arange(len(table))
+    # The interval as a bar from 5% to 95% (the main fit's own answer can lie outside it with few replicates).
+    ax.vlines(x - 0.1, table["predicted_loss_5"], table["predicted_loss_95"], color="C0", label="law's 90% interval")
+    ax.plot(x - 0.1, table["predicted_loss"], "o", color="C0", label="predicted")
+    ax.plot(x + 0.1, table["achieved_train_loss"], "s", label="achieved (train)")
+    ax.plot(x + 0.1, table["achieved_heldout_loss"], "^", label="achieved (held-out)")
+    ax.set_xticks(x, [f"ε={e:g}\nN={n:.3g}\nC={c:.2g}" for e, n, c in
+                      zip(table["epsilon"], table["data_budget"], table["compute"])], fontsize=7)
+    ax.set_ylabel("final cross entropy (nats)")
+    ax.legend(fontsize=7)
+    save_figure(figure, table, out / "predicted_vs_achieved")
+    return table
+
+
+# ---------------------------------------------------------------------------------------- the rules' steps
+
+def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], default_delta: float, label: str,
+               models: Sequence[str], microbatch_size: int | None, out: str | os.PathLike[str]) -> dict[str, Any]:
+    """Rule ``private_model_plan``: the plan of budget ``label`` as JSON."""
+    from dpscaling.io import write_json_atomic
+
+    plan = plan_budget(law_dir, budget_by_label(block, default_delta, label), models, block["learning_rate"],
+                       microbatch_size)
+    write_json_atomic(out, plan)
+    return plan
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    import json
+
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def train_budget(plan_path: str | os.PathLike[str], models: Mapping[str, Any], training: Mapping[str, Any],
+                 data_dir: str | os.PathLike[str], output: str | os.PathLike[str],
+                 checkpoint_dir: str | os.PathLike[str]):
+    """Rule ``private_model_train``: train the plan privately; its curve (with its accounting) to ``output``."""
+    from dpscaling.train import run_training
+
+    plan = read_json(plan_path)
+    config = train_config_for(plan, models[plan["model"]], training, int(training["seed"]))
+    discard_other_plans_checkpoint(checkpoint_dir, config)
+    return run_training(config, data_dir=Path(data_dir), output=Path(output), checkpoint_dir=Path(checkpoint_dir))
+
+
+def discard_other_plans_checkpoint(checkpoint_dir: str | os.PathLike[str], config: TrainConfig) -> bool:
+    """Remove a budget's checkpoint written for another plan (the law or the budget changed): that run
+    is obsolete, and its directory holds a secret key. A checkpoint of this plan is kept and resumed."""
+    import json
+    import shutil
+
+    from dpscaling.train.loop import CONFIG_FILE
+
+    path = Path(checkpoint_dir) / CONFIG_FILE
+    if not path.is_file() or json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(config.to_dict())):
+        return False
+    shutil.rmtree(checkpoint_dir)
+    return True
+
+
+def audit_budget(plan_path: str | os.PathLike[str], audit: Mapping[str, Any], microbatch: int | None,
+                 summary_path: str | os.PathLike[str], table_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Rule ``private_model_audit``: the matched one-run audit of the plan (and its negative control)."""
+    from dpscaling.audit import write_audit
+
+    settings = audit_settings_for(read_json(plan_path), audit, microbatch)
+    delta = settings.pop("delta")
+    return write_audit(settings, delta, summary_path, table_path)
+
+
+def report_from_files(law_dir: str | os.PathLike[str], bootstrap: Sequence[str], plans: Sequence[str],
+                      curves: Sequence[str], evaluations: Sequence[str], audits: Sequence[str],
+                      settings: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> pd.DataFrame:
+    """Rule ``private_model_report``: the table and figure of every budget (inputs in the same order)."""
+    from dpscaling.law import LawSettings, load_law
+    from dpscaling.law.bootstrap import NO_REPEATS, load_replicates
+
+    law_settings = LawSettings.from_json(dict(settings))
+    law = load_law(law_dir)
+    replicates = load_replicates(bootstrap[0], law_settings) if bootstrap else None
+    note = f"90% over {len(replicates)} bootstrap replicates" if replicates else NO_REPEATS
+    rows = [report_row(read_json(plan), pd.read_parquet(curve), read_json(evaluation), read_json(audit), law,
+                       replicates, law_settings.rolling_window)
+            for plan, curve, evaluation, audit in zip(plans, curves, evaluations, audits, strict=True)]
+    return write_report(rows, out_dir, note)

@@ -1,0 +1,159 @@
+# Close the loop (issue 16, item 5; docs/private-training.md "Closing the loop"): target `private_model`.
+# Per budget: the law's compute-optimal configuration -> a private (truncated Poisson) training job on
+# exactly N sequences -> its held-out loss and a matched audit; then one table and one figure.
+from dpscaling.cluster import evaluation_resource, train_resource
+from dpscaling.private_model import budgets as private_budgets, private_training
+from dpscaling.workflow import model_param
+
+PRIVATE = f"{RESULTS}/private_model"
+PRIVATE_BUDGETS = [
+    budget.label
+    for budget in private_budgets(
+        config["private_model"], config["accounting"]["delta"]
+    )
+]
+# The plan picks the model: jobs are sized for the run's largest one.
+PRIVATE_SIZING_MODEL = max(
+    config["models"]["names"], key=lambda name: train_resource(config, name, "mem_mb")
+)
+
+
+wildcard_constraints:
+    budget=alternation(PRIVATE_BUDGETS) if PRIVATE_BUDGETS else "no-budget",
+
+
+rule private_model_plan:
+    input:
+        law=rules.fit_law.output[0],
+        sigma_table=SIGMA_TABLE,
+    output:
+        f"{PRIVATE}/{{budget}}/plan.json",
+    log:
+        f"{RESULTS}/logs/private_model/{{budget}}/plan.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        settings=config["private_model"],
+        delta=config["accounting"]["delta"],
+        models=config["models"]["names"],
+        microbatch=config["training"]["microbatch_size"],
+    script:
+        "../scripts/private_model_plan.py"
+
+
+rule private_model_train:
+    input:
+        plan=rules.private_model_plan.output[0],
+        meta=rules.pack_sequences.output.meta,
+        train=rules.pack_sequences.output.train,
+    output:
+        f"{PRIVATE}/{{budget}}/metrics.parquet",
+    log:
+        f"{RESULTS}/logs/private_model/{{budget}}/train.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: config["host_threads"]
+    resources:
+        mem_mb=lambda wc, attempt: train_resource(
+            config, PRIVATE_SIZING_MODEL, "mem_mb", attempt
+        ),
+        runtime=lambda wc, attempt: train_resource(
+            config, PRIVATE_SIZING_MODEL, "runtime", attempt
+        ),
+        tpu=1,
+    params:
+        models={name: model_param(config, name) for name in config["models"]["names"]},
+        training=private_training(config["training"]),
+        checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
+    script:
+        "../scripts/private_model_train.py"
+
+
+rule private_model_evaluate:
+    input:
+        meta=rules.pack_sequences.output.meta,
+        heldout=rules.pack_sequences.output.heldout,
+        curve=rules.private_model_train.output[0],
+    output:
+        f"{PRIVATE}/{{budget}}/evaluation.json",
+    log:
+        f"{RESULTS}/logs/private_model/{{budget}}/evaluate.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: config["host_threads"]
+    resources:
+        mem_mb=lambda wc, attempt: evaluation_resource(
+            config,
+            PRIVATE_SIZING_MODEL,
+            config["private_model"]["evaluation"]["examples"],
+            "mem_mb",
+            attempt,
+        ),
+        runtime=30,
+        tpu=1,
+    params:
+        checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
+        evaluation={**config["private_model"]["evaluation"], "split": "heldout"},
+    script:
+        "../scripts/evaluate.py"
+
+
+rule private_model_audit:
+    input:
+        plan=rules.private_model_plan.output[0],
+    output:
+        summary=f"{PRIVATE}/{{budget}}/audit.json",
+        table=f"{PRIVATE}/{{budget}}/audit.csv",
+    log:
+        f"{RESULTS}/logs/private_model/{{budget}}/audit.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        audit=config["audit"],
+        microbatch=config["training"]["microbatch_size"],
+    script:
+        "../scripts/private_model_audit.py"
+
+
+rule private_model_report:
+    input:
+        law=rules.fit_law.output[0],
+        bootstrap=BOOTSTRAP,
+        plans=expand(rules.private_model_plan.output[0], budget=PRIVATE_BUDGETS),
+        curves=expand(rules.private_model_train.output[0], budget=PRIVATE_BUDGETS),
+        evaluations=expand(
+            rules.private_model_evaluate.output[0], budget=PRIVATE_BUDGETS
+        ),
+        audits=expand(rules.private_model_audit.output.summary, budget=PRIVATE_BUDGETS),
+    output:
+        csv=f"{PRIVATE}/table.csv",
+        parquet=f"{PRIVATE}/table.parquet",
+        md=f"{PRIVATE}/table.md",
+        pdf=f"{PRIVATE}/predicted_vs_achieved.pdf",
+        png=f"{PRIVATE}/predicted_vs_achieved.png",
+        data=f"{PRIVATE}/predicted_vs_achieved.csv",
+    log:
+        f"{RESULTS}/logs/private_model/report.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        settings=law_settings(config),
+        rolling_window=config["fit"]["rolling_window"],
+    script:
+        "../scripts/private_model_report.py"
+
+
+rule private_model:
+    input:
+        rules.private_model_report.output,
+        RUN_CONFIG,

@@ -1,0 +1,12 @@
+from dpscaling.logs import log_to_file
+from dpscaling.private_model import audit_budget
+
+with log_to_file(snakemake.log[0]) as log:
+    summary = audit_budget(
+        snakemake.input.plan,
+        snakemake.params.audit,
+        snakemake.params.microbatch,
+        snakemake.output.summary,
+        snakemake.output.table,
+    )
+    log.info("matched audit: %s", summary)

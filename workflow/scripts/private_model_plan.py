@@ -1,0 +1,14 @@
+from dpscaling.logs import log_to_file
+from dpscaling.private_model import write_plan
+
+with log_to_file(snakemake.log[0]) as log:
+    plan = write_plan(
+        snakemake.input.law,
+        snakemake.params.settings,
+        snakemake.params.delta,
+        snakemake.wildcards.budget,
+        snakemake.params.models,
+        snakemake.params.microbatch,
+        snakemake.output[0],
+    )
+    log.info("plan: %s", plan)

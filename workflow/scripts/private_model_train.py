@@ -1,0 +1,22 @@
+import logging
+from pathlib import Path
+
+from dpscaling.train.distributed import limit_host_threads
+
+# Before JAX starts its CPU backend: use the cores this job was given, not all of them.
+limit_host_threads(snakemake.threads)
+
+from dpscaling.logs import log_to_file  # noqa: E402
+from dpscaling.private_model import train_budget  # noqa: E402
+
+with log_to_file(snakemake.log[0]) as log:
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step
+    summary = train_budget(
+        snakemake.input.plan,
+        snakemake.params.models,
+        snakemake.params.training,
+        Path(snakemake.input.meta).parent,
+        snakemake.output[0],
+        snakemake.params.checkpoint_dir,
+    )
+    log.info("private run: %s", summary)
