@@ -127,17 +127,74 @@ def probe(args: argparse.Namespace) -> dict:
 # --------------------------------------------------------------------------- candidate
 
 
-def final_losses(results: Path) -> list[dict]:
-    """Each model's final smoothed training loss at sigma-bar 0 and the smallest positive sigma-bar (best LR)."""
-    import pandas as pd
+def model_losses(results_dir: Path, floor: float) -> list[dict]:
+    """Per model: parameters, and the final smoothed training loss (the last logged interval's mean,
+    seeds averaged; best learning rate) at sigma-bar 0 and at the smallest positive sigma-bar."""
+    from dpscaling.findings import final_losses
+    from dpscaling.law.collect import read_tidy_results
+    from dpscaling.law.columns import CROSS_ENTROPY, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
 
-    from dpscaling.law.collect import load_curves  # noqa: F401  (kept for the run's own reading)
-
-    raise NotImplementedError
+    ends = final_losses(read_tidy_results(results_dir / "law" / "results.parquet"))
+    rows = []
+    for (model, size), group in ends.groupby([MODEL, MODEL_SIZE]):
+        public = group[group[NOISE_BATCH_RATIO] == 0]
+        private = group[group[NOISE_BATCH_RATIO] > 0]
+        smallest = private[private[NOISE_BATCH_RATIO] == private[NOISE_BATCH_RATIO].min()]
+        row = {"model": model, "params": int(size),
+               "loss_nonprivate": float(public[CROSS_ENTROPY].min()) if len(public) else None,
+               "smallest_sigma_bar": float(smallest[NOISE_BATCH_RATIO].iloc[0]) if len(smallest) else None,
+               "loss_smallest_sigma_bar": float(smallest[CROSS_ENTROPY].min()) if len(smallest) else None}
+        row["margin_nonprivate"] = None if row["loss_nonprivate"] is None else floor - row["loss_nonprivate"]
+        row["margin_smallest_sigma_bar"] = (None if row["loss_smallest_sigma_bar"] is None
+                                            else floor - row["loss_smallest_sigma_bar"])
+        rows.append(row)
+    return sorted(rows, key=lambda row: row["params"])
 
 
 def candidate(args: argparse.Namespace) -> dict:
-    raise NotImplementedError
+    import threading
+
+    import yaml
+
+    layer = Path(args.layer).resolve()
+    scratch = Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    run_name = yaml.safe_load(layer.read_text()).get("run_name", "default")
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+               "--profile", str(REPO / "profiles" / "local"), "--cores", str(args.cores),
+               "--configfile", str(REPO / "config" / "config.yaml"), str(layer), "--", args.target]
+    loads: list[list[float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(30.0):
+            loads.append(load_average())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    load0, cpu0, started = load_average(), children_cpu(), time.perf_counter()
+    sampler.start()
+    with open(scratch / "snakemake.log", "w") as log:
+        status = subprocess.run(command, cwd=scratch, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall, cpu = time.perf_counter() - started, children_cpu() - cpu0
+    done.set()
+    results = scratch / "results" / run_name
+    report: dict = {"candidate": str(layer), "layer": yaml.safe_load(layer.read_text()), "target": args.target,
+                    "status": status, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                    "load_start": load0, "load_end": load_average(),
+                    "load_1min_mean": round(sum(x[0] for x in loads) / len(loads), 2) if loads else None}
+    floor_file = results / "data" / "unigram_floor.json"
+    if floor_file.is_file():
+        report["floor"] = json.loads(floor_file.read_text())["nats"]
+    if (results / "law" / "results.parquet").is_file() and "floor" in report:
+        report["models"] = model_losses(results, report["floor"])
+        sizes = [row["params"] for row in report["models"]]
+        report["span"] = round(max(sizes) / min(sizes), 1)
+    findings = results / "tables" / "findings.md"
+    if findings.is_file():
+        report["findings"] = findings.read_text()
+    print(json.dumps({k: v for k, v in report.items() if k != "findings"}, indent=1))
+    print(report.get("findings", "(no findings table)"))
+    return report
 
 
 def main() -> None:
