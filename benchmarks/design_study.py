@@ -151,6 +151,22 @@ def model_losses(results_dir: Path, floor: float) -> list[dict]:
     return sorted(rows, key=lambda row: row["params"])
 
 
+def run_summaries(results_dir: Path) -> list[dict]:
+    """Every finished training run's final logged loss and step rate, read from its metrics file (so a
+    candidate stopped before the law still reports what it trained)."""
+    import pandas as pd
+
+    rows = []
+    for path in sorted((results_dir / "runs").glob("model=*/batch=*/seed=*/nbr=*/lr=*/metrics.parquet")):
+        frame = pd.read_parquet(path)
+        last = frame.iloc[-1]
+        rows.append({"model": last["model"], "params": int(last["n_params"]), "seed": int(last["seed"]),
+                     "nbr": float(last["noise_batch_ratio"]), "lr": float(last["learning_rate"]),
+                     "steps": int(last["step"]), "final_loss": float(last["loss"]),
+                     "median_steps_per_s": round(float(frame["steps_per_s"].median()), 2)})
+    return rows
+
+
 def candidate(args: argparse.Namespace) -> dict:
     import threading
 
@@ -173,8 +189,11 @@ def candidate(args: argparse.Namespace) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     load0, cpu0, started = load_average(), children_cpu(), time.perf_counter()
     sampler.start()
-    with open(scratch / "snakemake.log", "w") as log:
-        status = subprocess.run(command, cwd=scratch, stdout=log, stderr=subprocess.STDOUT).returncode
+    if args.summarize:
+        status = None
+    else:
+        with open(scratch / "snakemake.log", "w") as log:
+            status = subprocess.run(command, cwd=scratch, stdout=log, stderr=subprocess.STDOUT).returncode
     wall, cpu = time.perf_counter() - started, children_cpu() - cpu0
     done.set()
     results = scratch / "results" / run_name
@@ -185,6 +204,7 @@ def candidate(args: argparse.Namespace) -> dict:
     floor_file = results / "data" / "unigram_floor.json"
     if floor_file.is_file():
         report["floor"] = json.loads(floor_file.read_text())["nats"]
+    report["runs"] = run_summaries(results)
     if (results / "law" / "results.parquet").is_file() and "floor" in report:
         report["models"] = model_losses(results, report["floor"])
         sizes = [row["params"] for row in report["models"]]
@@ -218,6 +238,7 @@ def main() -> None:
     c.add_argument("--target", default="all")
     c.add_argument("--cores", type=int, default=2)
     c.add_argument("--out", required=True)
+    c.add_argument("--summarize", action="store_true", help="only read what an earlier (or running) run wrote")
     args = parser.parse_args()
     report = probe(args) if args.mode == "probe" else candidate(args)
     Path(args.out).write_text(json.dumps(report, indent=1))
