@@ -231,3 +231,15 @@ def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypat
     # ... and so will one of another trained vocabulary size.
     (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000, "vocab_size": 2048}))
     assert check_epochs(config, corpus) is None
+
+
+def test_laptop_config_layers_on_the_default() -> None:
+    from snakemake.utils import update_config
+
+    config = load("config.yaml")
+    update_config(config, load("laptop.yaml"))
+    config = validated(config)
+    check_config(config)
+    assert config["run_name"] == "laptop" and config["models"] == load("config.yaml")["models"]
+    assert config["training"]["steps"] == 2 * load("config.yaml")["training"]["steps"]
+    assert config["data"]["tokenizer"] == "train"  # the default's data, not the schema's
