@@ -240,6 +240,6 @@ def test_laptop_config_layers_on_the_default() -> None:
     update_config(config, load("laptop.yaml"))
     config = validated(config)
     check_config(config)
-    assert config["run_name"] == "laptop" and config["models"]["custom"] == load("config.yaml")["models"]["custom"]
+    assert config["run_name"] == "laptop" and config["models"]["names"] == load("config.yaml")["models"]["names"]
     assert config["training"]["steps"] == 2 * load("config.yaml")["training"]["steps"]
     assert config["data"]["tokenizer"] == "train"  # the default's data, not the schema's
