@@ -111,3 +111,19 @@ def test_data_target_trains_packs_and_floors_under_the_trained_vocabulary(tmp_pa
     assert meta.tokenizer == "train"
     floor = json.loads((data / "unigram_floor.json").read_text())
     assert floor == unigram_floor(data / "packed").to_dict() and floor["support"] == 512 - len(SPECIAL_TOKENS)
+
+
+def test_job_sizing_reads_the_trained_size() -> None:
+    from dpscaling.cluster import data_vocab_size, train_resources_for
+
+    config = validate_default()
+    assert data_vocab_size(config["data"]) == 1024
+    small = train_resources_for(config, "BertSlim")
+    config["data"]["vocab_size"] = 65536  # a larger vocabulary sizes the job up
+    assert train_resources_for(config, "BertSlim")["mem_mb"] > small["mem_mb"]
+
+
+def validate_default() -> dict:
+    config = default_config()
+    validate_config(config, SCHEMA)
+    return config
