@@ -212,10 +212,11 @@ def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypat
     assert check_epochs(config, corpus) is None  # no data stage yet: the training job checks
     packed = tmp_path / "results" / config["run_name"] / "data" / "packed"
     packed.mkdir(parents=True)
-    meta = {"n_train": 74913, "seq_len": 64, "tokenizer": "wordpiece-core-8192", "source": asdict(corpus)}
+    meta = {"n_train": 114519, "seq_len": 64, "tokenizer": "train", "vocab_size": 1024, "source": asdict(corpus)}
     (packed / "meta.json").write_text(json.dumps(meta))
-    # The default: 400 steps x batch 32 = 12,800 of the vendored corpus's 74,913 training sequences.
-    assert check_epochs(config, corpus) == pytest.approx(12_800 / 74_913)
+    # The default: 400 steps x batch 32 = 12,800 of the vendored corpus's 114,519 training sequences
+    # (under the trained 1,024-entry vocabulary).
+    assert check_epochs(config, corpus) == pytest.approx(12_800 / 114_519)
     (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000}))
     with pytest.raises(UserError) as caught:
         check_epochs(config, corpus)
@@ -227,3 +228,18 @@ def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypat
     # A manifest built for other data settings will be rebuilt: no verdict from it.
     (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000, "seq_len": 128}))
     assert check_epochs(config, corpus) is None
+    # ... and so will one of another trained vocabulary size.
+    (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000, "vocab_size": 2048}))
+    assert check_epochs(config, corpus) is None
+
+
+def test_laptop_config_layers_on_the_default() -> None:
+    from snakemake.utils import update_config
+
+    config = load("config.yaml")
+    update_config(config, load("laptop.yaml"))
+    config = validated(config)
+    check_config(config)
+    assert config["run_name"] == "laptop" and config["models"]["names"] == load("config.yaml")["models"]["names"]
+    assert config["training"]["steps"] == 2 * load("config.yaml")["training"]["steps"]
+    assert config["data"]["tokenizer"] == "train"  # the default's data, not the schema's

@@ -90,6 +90,13 @@ def vocab_size(tokenizer: str, vocab_file: str | Path | None = None) -> int:
     return _VOCAB_SIZES["bert-base-uncased"]  # sizing only: a safe (large) guess
 
 
+def data_vocab_size(data: Mapping[str, Any]) -> int:
+    """Vocabulary size of a config's ``data`` block (``data.vocab_size`` when the data stage trains it)."""
+    if data["tokenizer"] == "train":
+        return int(data["vocab_size"])
+    return vocab_size(data["tokenizer"], data.get("vocab_file"))
+
+
 def _env_number(name: str, default: float) -> float:
     value = os.environ.get(name, "")
     try:
@@ -242,7 +249,7 @@ def train_resources_for(config: Mapping[str, Any], model: str, attempt: int = 1)
     """Snakemake resources of the training job of ``model`` under the workflow ``config``."""
     data, training = config["data"], config["training"]
     layers, hidden = model_shape(model, config["models"]["custom"])
-    n_params = bert_param_count(layers, hidden, vocab_size(data["tokenizer"], data.get("vocab_file")))
+    n_params = bert_param_count(layers, hidden, data_vocab_size(data))
     batch = int(training["physical_batch"])
     if training.get("sampling") == "poisson":  # the padded batch L is what runs
         from dpscaling.train.sampling import default_truncated_batch_size
@@ -275,7 +282,7 @@ def evaluation_resource(
     """
     data = config["data"]
     layers, hidden = model_shape(model, config["models"]["custom"])
-    n_params = bert_param_count(layers, hidden, vocab_size(data["tokenizer"], data.get("vocab_file")))
+    n_params = bert_param_count(layers, hidden, data_vocab_size(data))
     sized = train_resources(
         n_params, steps=max(1, math.ceil(examples / 3)), batch=1, seq_len=int(data["seq_len"]), attempt=attempt
     )

@@ -169,6 +169,11 @@ def check_config(config: Mapping[str, Any]) -> None:
         raise UserError(
             f"data.vocab_file: only used with data.tokenizer 'custom' (got tokenizer {data['tokenizer']!r})"
         )
+    if (data["tokenizer"] == "train") != (data["vocab_size"] is not None):
+        raise UserError(
+            f"data.vocab_size: set it exactly when data.tokenizer is 'train' (got tokenizer "
+            f"{data['tokenizer']!r}, vocab_size {data['vocab_size']!r})"
+        )
     corpus_spec(config)  # source-specific checks
 
 
@@ -285,7 +290,8 @@ def check_epochs(config: Mapping[str, Any], corpus: CorpusSpec) -> float | None:
     meta = json.loads(path.read_text(encoding="utf-8"))
     data = config["data"]
     same_data = (meta.get("source") == json.loads(json.dumps(asdict(corpus)))
-                 and meta.get("seq_len") == data["seq_len"] and meta.get("tokenizer") == data["tokenizer"])
+                 and meta.get("seq_len") == data["seq_len"] and meta.get("tokenizer") == data["tokenizer"]
+                 and (data["tokenizer"] != "train" or meta.get("vocab_size") == data["vocab_size"]))
     if not same_data or "n_train" not in meta:
         return None
     training = config["training"]
@@ -293,9 +299,15 @@ def check_epochs(config: Mapping[str, Any], corpus: CorpusSpec) -> float | None:
                            training["allow_repeats"], keys=("training.steps", "training.physical_batch"))
 
 
+TRAINED_VOCAB = "data/vocab.txt"  # under output_root: the data stage's trained vocabulary
+
+
 def vocab_path(config: Mapping[str, Any], repo: str | Path = ".") -> str:
-    """The vocabulary file: a vendored one in ``repo``, or the user's ``vocab_file``."""
+    """The vocabulary file: a vendored one in ``repo``, the user's ``vocab_file``, or the one the data
+    stage trains (``data.tokenizer: train``, ``results/<run>/data/vocab.txt``)."""
     data = config["data"]
+    if data["tokenizer"] == "train":
+        return f"{output_root(config)}/{TRAINED_VOCAB}"
     if data["tokenizer"] == "custom":
         return str(data["vocab_file"])
     return str(Path(repo) / VENDORED_VOCAB.format(name=data["tokenizer"]))

@@ -1,6 +1,6 @@
 from dataclasses import asdict
 
-from dpscaling.workflow import corpus_inputs
+from dpscaling.workflow import TRAINED_VOCAB, corpus_inputs
 
 
 rule prepare_documents:
@@ -21,6 +21,27 @@ rule prepare_documents:
         seed=config["data"]["split_seed"],
     script:
         "../scripts/prepare_documents.py"
+
+
+# data.tokenizer 'train': a WordPiece vocabulary of data.vocab_size entries, trained on the train
+# split only (docs/data.md); VOCAB is then this rule's output.
+rule train_vocabulary:
+    input:
+        rules.prepare_documents.output[0],
+    output:
+        f"{RESULTS}/{TRAINED_VOCAB}",
+    log:
+        f"{RESULTS}/logs/data/train_vocabulary.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        vocab_size=config["data"]["vocab_size"],
+    script:
+        "../scripts/train_vocabulary.py"
 
 
 rule pack_sequences:

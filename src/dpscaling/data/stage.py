@@ -2,6 +2,8 @@
 
 1. :func:`prepare_documents` — read the configured corpus, split it by document
    into train / held-out, and store the documents (``documents.parquet``).
+1b. :func:`train_vocabulary` — with ``data.tokenizer: train`` only: train a WordPiece
+   vocabulary on the train split (:mod:`dpscaling.data.wordpiece`, ``vocab.txt``).
 2. :func:`pack_documents` — tokenize each split and pack it into fixed-length
    sequences (Parquet shards + ``meta.json``, see :mod:`dpscaling.data.shards`).
 """
@@ -13,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from dpscaling.data.documents import SPLITS, CorpusSpec, documents_of_split, load_documents, split_documents
-from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
+from dpscaling.data.packing import Vocabulary, load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
 from dpscaling.data.shards import DatasetMeta, write_meta, write_split
+from dpscaling.data.wordpiece import train_wordpiece, write_vocabulary
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
 
@@ -27,6 +30,12 @@ def prepare_documents(
     with atomic_path(output) as tmp:
         frame.to_parquet(tmp, index=False)
     return frame
+
+
+def train_vocabulary(documents: str | Path, vocab_size: int, output: str | Path) -> Vocabulary:
+    """Train a ``vocab_size`` WordPiece vocabulary on ``documents``' train split; write ``output``."""
+    frame = pd.read_parquet(documents)
+    return write_vocabulary(train_wordpiece(documents_of_split(frame, "train"), vocab_size), output)
 
 
 def pack_documents(

@@ -1,0 +1,248 @@
+"""Design study for the embedded default (issue 15): which CPU-sized design learns past unigram
+statistics, spans >= 30x in parameter count, and keeps `make run` <= 30 min on 2 quiet cores?
+
+Two modes:
+
+* ``probe`` — cheap estimates before any full grid: packs the vendored corpus under a trained
+  vocabulary of each asked size (the data stage's own functions), reports its held-out unigram
+  floor, then trains single runs of each asked shape (the training library, one XLA thread, as a
+  workflow job runs) and reports parameter counts, the final smoothed training loss and the CPU
+  and wall seconds per run (start-up and compilation included) and per step.
+
+      python benchmarks/design_study.py probe --vocab 1024 --shapes 1x32 2x64 2x128 4x128 \\
+          --steps 400 --batch 32 --nbr 0.000244140625 --out /tmp/probe.json
+
+* ``candidate`` — the real pipeline: snakemake on config/config.yaml with the candidate's YAML
+  layered on top (as the default is layered on the schema's defaults) in a scratch directory, the
+  ``all`` target (or ``--target``); reports the floor, each model's parameter count and final loss
+  (non-private and smallest sigma-bar), the size span, CPU (user+sys of snakemake and every job) and
+  wall time with the load average, and the findings table.
+
+      python benchmarks/design_study.py candidate cand.yaml --scratch /tmp/cand --out /tmp/cand.json
+
+Numbers of the study: docs/design-study.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --------------------------------------------------------------------------- probe
+
+
+def probe_data(scratch: Path, vocab_size: int, seq_len: int) -> tuple[Path, dict]:
+    """Packed shards of the vendored corpus under a trained ``vocab_size`` vocabulary, and its floor."""
+    from dpscaling.data.floor import unigram_floor
+    from dpscaling.data.stage import pack_documents, prepare_documents, train_vocabulary
+    from dpscaling.workflow import corpus_spec
+
+    documents = scratch / "documents.parquet"
+    if not documents.is_file():
+        spec = corpus_spec({"data": {"source": "core", "paths": [], "text_column": "text", "hf_dataset": None,
+                                     "hf_config": None, "hf_split": "train", "max_documents": None}}, repo=REPO)
+        prepare_documents(spec, 0.02, 0, documents)
+    out = scratch / f"v{vocab_size}-s{seq_len}"
+    if not (out / "packed" / "meta.json").is_file():
+        vocab = train_vocabulary(documents, vocab_size, out / "vocab.txt")
+        pack_documents(documents, vocab.path, "train", seq_len, 4096, out / "packed")
+    floor = unigram_floor(out / "packed")
+    return out / "packed", floor.to_dict()
+
+
+def probe(args: argparse.Namespace) -> dict:
+    from dpscaling.train.distributed import limit_host_threads
+
+    limit_host_threads(1)
+    import yaml
+
+    from dpscaling.train import run_training
+    from dpscaling.workflow import train_config, validate_config
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    validate_config(config, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    training = {**config["training"], "steps": args.steps, "decay_steps": args.steps,
+                "warmup_steps": args.warmup or max(1, args.steps // 10), "physical_batch": args.batch,
+                "log_every": args.log_every, "checkpoint_every": args.steps}
+    scratch = Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    report: dict = {"load_start": load_average(), "runs": [], "data": {}}
+    for vocab_size in args.vocab:
+        started, cpu0 = time.perf_counter(), self_cpu()
+        data_dir, floor = probe_data(scratch, vocab_size, args.seq_len)
+        report["data"][vocab_size] = {"floor": floor, "wall_s": time.perf_counter() - started,
+                                      "cpu_s": self_cpu() - cpu0}
+        print(json.dumps({"vocab": vocab_size, **report["data"][vocab_size]}), flush=True)
+        for shape in args.shapes:
+            layers, hidden = (int(x) for x in shape.split("x"))
+            model = {"layers": layers, "heads": max(2, hidden // 64), "hidden": hidden,
+                     "max_positions": args.seq_len, "type_vocab_size": 1}
+            for nbr in args.nbr:
+                for lr in args.lr:
+                    name = f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}"
+                    run_dir = scratch / "runs" / name
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                    tc = train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
+                                                        "batch": str(args.batch), "seed": "0"}, args.seq_len)
+                    started, cpu0, load0 = time.perf_counter(), self_cpu(), load_average()
+                    summary = run_training(tc, data_dir, run_dir / "curve.parquet", run_dir / "ckpt")
+                    wall, cpu = time.perf_counter() - started, self_cpu() - cpu0
+                    row = {"vocab": vocab_size, "shape": shape, "nbr": nbr, "lr": lr, "steps": summary.steps,
+                           "batch": args.batch, "seq_len": args.seq_len, "status": summary.status,
+                           "params": summary.n_params, "params_non_embedding": summary.n_params_non_embedding,
+                           "final_loss": summary.final_loss, "floor": floor["nats"],
+                           "below_floor": None if summary.final_loss is None else floor["nats"] - summary.final_loss,
+                           "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                           "cpu_s_per_step": round(cpu / max(1, summary.steps), 4), "load": [load0, load_average()]}
+                    report["runs"].append(row)
+                    print(json.dumps(row), flush=True)
+                    shutil.rmtree(run_dir / "ckpt", ignore_errors=True)
+    return report
+
+
+# --------------------------------------------------------------------------- candidate
+
+
+def model_losses(results_dir: Path, floor: float) -> list[dict]:
+    """Per model: parameters, and the final smoothed training loss (the last logged interval's mean,
+    seeds averaged; best learning rate) at sigma-bar 0 and at the smallest positive sigma-bar."""
+    from dpscaling.findings import final_losses
+    from dpscaling.law.collect import read_tidy_results
+    from dpscaling.law.columns import CROSS_ENTROPY, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
+
+    ends = final_losses(read_tidy_results(results_dir / "law" / "results.parquet"))
+    rows = []
+    for (model, size), group in ends.groupby([MODEL, MODEL_SIZE]):
+        public = group[group[NOISE_BATCH_RATIO] == 0]
+        private = group[group[NOISE_BATCH_RATIO] > 0]
+        smallest = private[private[NOISE_BATCH_RATIO] == private[NOISE_BATCH_RATIO].min()]
+        row = {"model": model, "params": int(size),
+               "loss_nonprivate": float(public[CROSS_ENTROPY].min()) if len(public) else None,
+               "smallest_sigma_bar": float(smallest[NOISE_BATCH_RATIO].iloc[0]) if len(smallest) else None,
+               "loss_smallest_sigma_bar": float(smallest[CROSS_ENTROPY].min()) if len(smallest) else None}
+        row["margin_nonprivate"] = None if row["loss_nonprivate"] is None else floor - row["loss_nonprivate"]
+        row["margin_smallest_sigma_bar"] = (None if row["loss_smallest_sigma_bar"] is None
+                                            else floor - row["loss_smallest_sigma_bar"])
+        rows.append(row)
+    return sorted(rows, key=lambda row: row["params"])
+
+
+def run_summaries(results_dir: Path) -> list[dict]:
+    """Every finished training run's final logged loss and step rate, read from its metrics file (so a
+    candidate stopped before the law still reports what it trained)."""
+    import pandas as pd
+
+    rows = []
+    for path in sorted((results_dir / "runs").glob("model=*/batch=*/seed=*/nbr=*/lr=*/metrics.parquet")):
+        frame = pd.read_parquet(path)
+        last = frame.iloc[-1]
+        rows.append({"model": last["model"], "params": int(last["n_params"]), "seed": int(last["seed"]),
+                     "nbr": float(last["noise_batch_ratio"]), "lr": float(last["learning_rate"]),
+                     "steps": int(last["step"]), "final_loss": float(last["loss"]),
+                     "median_steps_per_s": round(float(frame["steps_per_s"].median()), 2)})
+    return rows
+
+
+def candidate(args: argparse.Namespace) -> dict:
+    import threading
+
+    import yaml
+
+    layer = Path(args.layer).resolve()
+    scratch = Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    run_name = yaml.safe_load(layer.read_text()).get("run_name", "default")
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+               "--profile", str(REPO / "profiles" / "local"), "--cores", str(args.cores),
+               "--configfile", str(REPO / "config" / "config.yaml"), str(layer), "--", args.target]
+    loads: list[list[float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(30.0):
+            loads.append(load_average())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    load0, cpu0, started = load_average(), children_cpu(), time.perf_counter()
+    sampler.start()
+    if args.summarize:
+        status = None
+    else:
+        with open(scratch / "snakemake.log", "w") as log:
+            status = subprocess.run(command, cwd=scratch, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall, cpu = time.perf_counter() - started, children_cpu() - cpu0
+    done.set()
+    results = scratch / "results" / run_name
+    report: dict = {"candidate": str(layer), "layer": yaml.safe_load(layer.read_text()), "target": args.target,
+                    "status": status, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                    "load_start": load0, "load_end": load_average(),
+                    "load_1min_mean": round(sum(x[0] for x in loads) / len(loads), 2) if loads else None}
+    floor_file = results / "data" / "unigram_floor.json"
+    if floor_file.is_file():
+        report["floor"] = json.loads(floor_file.read_text())["nats"]
+    report["runs"] = run_summaries(results)
+    if (results / "law" / "results.parquet").is_file() and "floor" in report:
+        report["models"] = model_losses(results, report["floor"])
+        sizes = [row["params"] for row in report["models"]]
+        report["span"] = round(max(sizes) / min(sizes), 1)
+    findings = results / "tables" / "findings.md"
+    if findings.is_file():
+        report["findings"] = findings.read_text()
+    print(json.dumps({k: v for k, v in report.items() if k != "findings"}, indent=1))
+    print(report.get("findings", "(no findings table)"))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("probe")
+    p.add_argument("--vocab", type=int, nargs="+", default=[1024])
+    p.add_argument("--shapes", nargs="+", default=["1x32", "2x64", "2x128"])
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--nbr", type=float, nargs="+", default=[0.000244140625])
+    p.add_argument("--lr", type=float, nargs="+", default=[0.0078125])
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--scratch", default="/tmp/design-probe")
+    p.add_argument("--out", required=True)
+    c = sub.add_parser("candidate")
+    c.add_argument("layer", help="the candidate's YAML, layered on config/config.yaml")
+    c.add_argument("--scratch", required=True)
+    c.add_argument("--target", default="all")
+    c.add_argument("--cores", type=int, default=2)
+    c.add_argument("--out", required=True)
+    c.add_argument("--summarize", action="store_true", help="only read what an earlier (or running) run wrote")
+    args = parser.parse_args()
+    report = probe(args) if args.mode == "probe" else candidate(args)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
