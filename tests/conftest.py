@@ -37,6 +37,7 @@ _PERSISTENT_CACHE = {
     "jax_compilation_cache_dir": "JAX_COMPILATION_CACHE_DIR",
     "jax_persistent_cache_min_compile_time_secs": "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
     "jax_persistent_cache_min_entry_size_bytes": "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+    "jax_compilation_cache_max_size": "JAX_COMPILATION_CACHE_MAX_SIZE",
 }
 
 
@@ -45,10 +46,17 @@ def compile_cache(tmp_path_factory) -> Iterator[Path]:
     """One persistent XLA compilation cache for the whole session, in this process and in every
     subprocess (Snakemake and its jobs, training jobs, Slurm jobs, which inherit the environment):
     a program compiled by one test is loaded by the next (compilation is most of a tiny job's time).
-    It lives in the session's temporary directory, so no test reads a cache from another session."""
-    cache = tmp_path_factory.mktemp("jax-cache")
+
+    It lives in the session's temporary root, shared by pytest-xdist's workers, so no test reads a
+    cache from another session. A size limit turns on JAX's file lock around reads and writes:
+    parallel jobs compiling the same program must not read each other's half-written entries."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's root, above this worker's own directory
+    cache = root / "jax-cache"
+    cache.mkdir(exist_ok=True)
     values = {"jax_compilation_cache_dir": str(cache), "jax_persistent_cache_min_compile_time_secs": 0.0,
-              "jax_persistent_cache_min_entry_size_bytes": 0}
+              "jax_persistent_cache_min_entry_size_bytes": 0, "jax_compilation_cache_max_size": 8 * 2**30}
     before = {name: getattr(jax.config, name) for name in values}
     with pytest.MonkeyPatch.context() as patch:
         for name, value in values.items():
@@ -57,6 +65,14 @@ def compile_cache(tmp_path_factory) -> Iterator[Path]:
         yield cache
     for name, value in before.items():
         jax.config.update(name, value)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with slow tests first: with pytest-xdist's per-file distribution (the Makefile's
+    ``-n auto --dist loadfile``) the long end-to-end files then start at once on separate workers
+    instead of one of them running alone at the end."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order otherwise kept
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ from dpscaling.grid import canonical
 
 SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
 
+pytestmark = pytest.mark.slow  # the smoke fixture runs the whole workflow (minutes)
+
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
