@@ -68,15 +68,14 @@ def compile_cache(tmp_path_factory) -> Iterator[Path]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with slow tests first: with pytest-xdist's per-file distribution (the Makefile's
-    ``-n auto --dist loadfile``) the long end-to-end files then start at once on separate workers
-    instead of one of them running alone at the end."""
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order otherwise kept
-
-
-@pytest.fixture(scope="session")
-def job_env(compile_cache) -> dict[str, str]:
-    """Environment of a subprocess job run from the tests: this checkout's library first, and the
-    session's compilation cache."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    """The longest modules first, by their ``slow(minutes=...)`` marks: with pytest-xdist's
+    per-file distribution (the Makefile's ``-n auto --dist loadfile --no-loadscope-reorder``;
+    without the last flag xdist starts the files with the most tests first) the end-to-end files
+    then run side by side on separate workers instead of one of them running alone at the end."""
+    minutes: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        if mark is not None:
+            name = item.module.__name__
+            minutes[name] = max(minutes.get(name, 0.0), float(mark.kwargs.get("minutes", 1.0)))
+    items.sort(key=lambda item: -minutes.get(item.module.__name__, 0.0))  # stable: file order otherwise kept

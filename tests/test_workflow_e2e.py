@@ -14,7 +14,7 @@ from dpscaling.grid import canonical
 
 SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
 
-pytestmark = pytest.mark.slow  # the smoke fixture runs the whole workflow (minutes)
+pytestmark = pytest.mark.slow(minutes=8)  # the smoke fixture runs the whole workflow (minutes)
 
 
 @pytest.fixture(scope="module")
