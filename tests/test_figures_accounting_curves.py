@@ -52,7 +52,7 @@ def test_figures_are_registered_with_their_inputs():
     assert set(MY_FIGURES) <= set(FIGURES)
     assert FIGURES["fig-vector_fields"].needs == ("accounting",)
     assert FIGURES["fig-training"].needs == ("results", "floor")
-    assert set(FIGURES["fig-smoothing"].needs) == {"results", "law"}
+    assert set(FIGURES["fig-smoothing"].needs) == {"results", "law", "floor"}
 
 
 # ---------------------------------------------------------------------- vector fields
