@@ -79,3 +79,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             name = item.module.__name__
             minutes[name] = max(minutes.get(name, 0.0), float(mark.kwargs.get("minutes", 1.0)))
     items.sort(key=lambda item: -minutes.get(item.module.__name__, 0.0))  # stable: file order otherwise kept
+
+
+@pytest.fixture(scope="session")
+def job_env(compile_cache) -> dict[str, str]:
+    """Environment of a subprocess job run from the tests: this checkout's library first, and the
+    session's compilation cache (set in ``os.environ`` by ``compile_cache``)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
