@@ -32,7 +32,7 @@ import numpy as np
 from dpscaling.models import BertMlm, bert_config, count_params
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.mlm import MaskingSpec
-from dpscaling.train.step import init_state, make_optimizer, make_train_step
+from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams
 
 SPECIAL = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK]
 MASK_ID = 4
@@ -74,10 +74,10 @@ class JaxVariant:
         model = BertMlm(config.model_config(args.vocab_size))
         optimizer = make_optimizer(config)
         masking = MaskingSpec(args.vocab_size, MASK_ID, SPECIAL, pad_id=0, p_mask=config.p_mask)
-        step = jax.jit(make_train_step(model, optimizer, masking, config), donate_argnums=0)
+        step = jax.jit(make_train_step(model, masking, config), donate_argnums=0)
         self.state = init_state(model, optimizer, config, args.seq_len)
-        self.tokens = jnp.asarray(tokens)
-        self.step = step.lower(self.state, self.tokens).compile()
+        self.inputs = (step_hyperparams(config), jnp.asarray(tokens))
+        self.step = step.lower(self.state, *self.inputs).compile()
         memory = self.step.memory_analysis()
         self.temp_mb = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
         self.times: list[float] = []
@@ -87,7 +87,7 @@ class JaxVariant:
         out = []
         for _ in range(n):
             tick = time.perf_counter()
-            self.state, metrics = self.step(self.state, self.tokens)
+            self.state, metrics = self.step(self.state, *self.inputs)
             jax.block_until_ready(metrics["loss"])
             out.append(time.perf_counter() - tick)
         return out

@@ -29,7 +29,7 @@ from dp_step import MASK_ID, SPECIAL, token_batch
 from dpscaling.models import BertMlm
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.mlm import MaskingSpec
-from dpscaling.train.step import init_state, make_optimizer, make_train_step
+from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams
 
 
 def parse_args() -> argparse.Namespace:
@@ -53,9 +53,10 @@ class Variant:
         model = BertMlm(config.model_config(args.vocab_size))
         optimizer = make_optimizer(config)
         masking = MaskingSpec(args.vocab_size, MASK_ID, SPECIAL, pad_id=0, p_mask=config.p_mask)
-        step = jax.jit(make_train_step(model, optimizer, masking, config), donate_argnums=0)
+        step = jax.jit(make_train_step(model, masking, config), donate_argnums=0)
         self.state = init_state(model, optimizer, config, args.seq_len)
-        self.inputs = (jnp.asarray(tokens),) + (() if weights is None else (jnp.asarray(weights),))
+        weight_input = () if weights is None else (jnp.asarray(weights),)
+        self.inputs = (step_hyperparams(config), jnp.asarray(tokens)) + weight_input
         self.step = step.lower(self.state, *self.inputs).compile()
         self.run(2)  # warm-up
 

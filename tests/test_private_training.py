@@ -34,7 +34,13 @@ from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
-from dpscaling.train.step import init_state, make_optimizer, make_train_step, study_noise_key
+from dpscaling.train.step import (
+    init_state,
+    make_optimizer,
+    make_train_step,
+    step_hyperparams,
+    study_noise_key,
+)
 from private_step_job import REAL, padded_grads, unpadded_grads, weights
 from test_config_schema import validated
 from test_dp import BATCH, _setup
@@ -83,14 +89,15 @@ def test_padded_train_step_ignores_what_the_padding_contains():
     model = BertMlm(config.model_config(vocab))
     optimizer = make_optimizer(config)
     masking = MaskingSpec(vocab_size=vocab, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0)
-    step = jax.jit(make_train_step(model, optimizer, masking, config))
+    step = jax.jit(make_train_step(model, masking, config))
+    hyperparams = step_hyperparams(config)
     state = init_state(model, optimizer, config, seq)
     tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(5), (BATCH, seq), 5, vocab))
     arbitrary, pads = tokens.copy(), tokens.copy()
     pads[REAL:] = 0
     w = jnp.asarray(weights())
-    one, metrics_one = step(state, jnp.asarray(arbitrary), w)
-    two, metrics_two = step(state, jnp.asarray(pads), w)
+    one, metrics_one = step(state, hyperparams, jnp.asarray(arbitrary), w)
+    two, metrics_two = step(state, hyperparams, jnp.asarray(pads), w)
     for a, b in zip(jax.tree.leaves((one, metrics_one)), jax.tree.leaves((two, metrics_two)),
                     strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -100,7 +107,7 @@ def test_padded_train_step_ignores_what_the_padding_contains():
     assert all(moved)
     changed = pads.copy()
     changed[0] = tokens[REAL]
-    three, _ = step(state, jnp.asarray(changed), w)
+    three, _ = step(state, hyperparams, jnp.asarray(changed), w)
     assert any(not np.array_equal(a, b) for a, b in
                zip(jax.tree.leaves(three.params), jax.tree.leaves(two.params), strict=True))
 

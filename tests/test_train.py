@@ -274,3 +274,56 @@ def test_adam_settings_reach_the_optimizer(eps):
     params = {"w": jnp.zeros(1)}
     updates, _ = optimizer.update({"w": jnp.array([1.0])}, optimizer.init(params), params)
     np.testing.assert_allclose(updates["w"], [-0.5 / (1.0 + eps)], rtol=1e-6)
+
+
+# --- one compiled step per shape ---------------------------------------------------------
+
+
+def _step_setup(config: TrainConfig, vocab: int = 120, seq: int = 16):
+    from dpscaling.models.bert import BertMlm
+    from dpscaling.train.step import init_state, make_optimizer, make_train_step
+
+    model = BertMlm(config.model_config(vocab))
+    masking = MaskingSpec(vocab_size=vocab, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0)
+    state = init_state(model, make_optimizer(config), config, seq)
+    tokens = jax.random.randint(jax.random.PRNGKey(7), (config.batch_size, seq), 5, vocab)
+    return model, masking, jax.jit(make_train_step(model, masking, config)), state, tokens
+
+
+def test_grid_points_of_one_shape_lower_to_one_program():
+    """σ̄, learning rate and seed are data of the step: two grid points of one shape give the same
+    program text, so JAX's persistent cache compiles it once for all of them."""
+    from dpscaling.train.step import step_hyperparams
+
+    texts = []
+    for changes in (dict(), dict(noise_batch_ratio=0.0, learning_rate=2.0**-6, seed=3)):
+        config = TrainConfig(**(SMALL | dict(batch_size=8, microbatch_size=4) | changes))
+        _, _, step, state, tokens = _step_setup(config)
+        texts.append(step.lower(state, step_hyperparams(config), tokens).as_text())
+    assert texts[0] == texts[1]
+    assert "0.01" not in texts[0]  # σ̄ is not a constant of the program
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.3])
+def test_traced_step_is_dp_adam_with_the_configured_noise_and_learning_rate(ratio):
+    """One traced step, against DP-Adam recomputed from its parts with σ̄ and the peak as Python
+    constants: clipped mean gradient + σ̄·N(0, I) from the seed's noise stream, then Adam's first
+    step −lr·g/(|g| + ε) (no warm-up)."""
+    import jax.numpy as jnp
+
+    from dpscaling.dp import add_gaussian_noise, clipped_mean_grad
+    from dpscaling.train.step import MASK_STREAM, make_loss_fn, step_hyperparams, study_noise_key
+
+    config = TrainConfig(**(SMALL | dict(batch_size=8, microbatch_size=4, warmup_steps=0,
+                                         noise_batch_ratio=ratio, learning_rate=0.05, seed=2)))
+    model, masking, step, state, tokens = _step_setup(config)
+    after, _ = step(state, step_hyperparams(config), tokens)
+
+    mask_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(config.seed), MASK_STREAM), 0)
+    batch = mask_tokens(mask_key, tokens, masking)
+    grad, _, _ = clipped_mean_grad(make_loss_fn(model), state.params, batch, clip_norm=1.0, microbatch_size=4)
+    noise = add_gaussian_noise(ratio, study_noise_key(config.seed))
+    noisy, _ = noise.update(grad, noise.init(grad))
+    expected = jax.tree.map(lambda p, g: p - 0.05 * g / (jnp.abs(g) + config.adam_eps), state.params, noisy)
+    for got, want in zip(jax.tree.leaves(after.params), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-6)

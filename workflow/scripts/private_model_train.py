@@ -1,10 +1,11 @@
 import logging
 from pathlib import Path
 
-from dpscaling.train.distributed import limit_host_threads
+from dpscaling.train.distributed import configure_job
 
-# Before JAX starts its CPU backend: use the cores this job was given, not all of them.
-limit_host_threads(snakemake.threads)
+# Before JAX starts its CPU backend: use the cores this job was given, not all of them, and the
+# shared compilation cache (read from the config, not a param: it never changes what a job computes).
+configure_job(snakemake.threads, snakemake.config["compilation_cache"])
 
 from dpscaling.logs import log_to_file  # noqa: E402
 from dpscaling.private_model import train_budget  # noqa: E402

@@ -53,16 +53,18 @@ def noise_key_of(opt_state) -> jax.Array | None:
     return found[0] if found else None
 
 
-def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTransformation:
+def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int) -> optax.GradientTransformation:
     """Add i.i.d. N(0, stddev²) noise in float32 to every coordinate of the update.
 
     ``key`` is a PRNG key (or an int seed). The noise of update t depends only on
     (key, t), where a key set in the state (:func:`replace_noise_key`) overrides ``key``;
     a run resumed from a checkpoint (which stores ``count`` and any state key) draws
     exactly the noise of an uninterrupted run.
-    ``stddev = 0`` passes updates through unchanged (the non-private baseline).
+    A Python ``stddev = 0`` passes updates through unchanged (the non-private baseline); a
+    traced ``stddev`` (one compiled step for every σ̄) always draws, and 0 · noise adds 0.
     """
-    if stddev < 0:
+    concrete = isinstance(stddev, (int, float))
+    if concrete and stddev < 0:
         raise ValueError(f"noise stddev must be >= 0, got {stddev}")
     base_key = jax.random.PRNGKey(key) if isinstance(key, int) else key
 
@@ -72,7 +74,7 @@ def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTra
 
     def update_fn(updates, state, params=None):
         del params
-        if stddev > 0:
+        if not concrete or stddev > 0:
             stream = getattr(state, "noise_key", base_key)
             key = jax.random.fold_in(stream, state.count)
             noise = otu.tree_random_like(key, updates, jax.random.normal, dtype=jnp.float32)
@@ -85,7 +87,7 @@ def add_gaussian_noise(stddev: float, key: jax.Array | int) -> optax.GradientTra
 
 
 def dp_optimizer(
-    optimizer: optax.GradientTransformation, noise_batch_ratio: float, key: jax.Array | int
+    optimizer: optax.GradientTransformation, noise_batch_ratio: float | jax.Array, key: jax.Array | int
 ) -> optax.GradientTransformation:
     """Generalized DP-SGD's noise + OptimizerUpdate (Algorithm 1, lines 5–6).
 

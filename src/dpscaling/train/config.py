@@ -173,17 +173,19 @@ _PRIVATE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
+def learning_rate_schedule(config: TrainConfig, peak: float | Any | None = None) -> optax.Schedule:
     """Linear warm-up to the peak, then exponential decay by ``decay_factor`` over ``decay_steps``.
 
-    Paper §3.2: 1000 warm-up steps, then 10× decay over a 128K-iteration horizon.
+    Paper §3.2: 1000 warm-up steps, then 10× decay over a 128K-iteration horizon. The peak is
+    ``config.learning_rate`` unless given (a traced value inside the compiled step).
     """
+    peak = config.learning_rate if peak is None else peak
     decay = optax.exponential_decay(
-        init_value=config.learning_rate,
+        init_value=peak,
         transition_steps=config.decay_steps,
         decay_rate=1.0 / config.decay_factor,
     )
     if config.warmup_steps == 0:
         return decay
-    warmup = optax.linear_schedule(0.0, config.learning_rate, config.warmup_steps)
+    warmup = optax.linear_schedule(0.0, peak, config.warmup_steps)
     return optax.join_schedules([warmup, decay], [config.warmup_steps])

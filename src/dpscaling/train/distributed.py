@@ -30,6 +30,28 @@ def limit_host_threads(threads: int) -> None:
     os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
 
 
+def configure_job(threads: int, compilation_cache: str | os.PathLike | None) -> None:
+    """A training or evaluation job's start-up, before JAX creates its backend: the cores it was
+    given (:func:`limit_host_threads`) and the shared compilation cache (:func:`use_compilation_cache`)."""
+    limit_host_threads(threads)
+    use_compilation_cache(compilation_cache)
+
+
+def use_compilation_cache(directory: str | os.PathLike | None) -> None:
+    """Keep compiled XLA programs in ``directory`` (JAX's persistent compilation cache), so the
+    jobs of one model and batch shape compile their train step once between them: σ̄, learning
+    rate and seed are data of that step (:class:`dpscaling.train.step.StepHyperparams`).
+
+    A cache set in the environment (``JAX_COMPILATION_CACHE_DIR``) wins; ``None`` leaves it off.
+    A size limit turns on JAX's file lock, so parallel jobs never read a half-written entry.
+    Entries hold programs, never data: a private run's key is an argument, not a constant.
+    """
+    if directory is None or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    jax.config.update("jax_compilation_cache_dir", os.fspath(directory))
+    jax.config.update("jax_compilation_cache_max_size", 4 * 2**30)
+
+
 def maybe_initialize_distributed(requested: bool | None) -> None:
     """Call ``jax.distributed.initialize()`` (which reads Slurm / TPU-pod settings itself)
     if requested, or if ``requested is None`` and the environment is multi-host."""

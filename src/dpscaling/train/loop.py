@@ -46,7 +46,7 @@ from dpscaling.train.distributed import DataParallel, maybe_initialize_distribut
 from dpscaling.train.metrics import code_version, write_metrics
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.sampling import StepBatches, secret_key
-from dpscaling.train.step import init_state, make_optimizer, make_train_step
+from dpscaling.train.step import init_key, init_state, make_optimizer, make_train_step, step_hyperparams
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ def _train(
     )
     model_config = config.model_config(meta.vocab_size)
     model = BertMlm(model_config)
-    optimizer = make_optimizer(config, privacy.noise_batch_ratio)
+    hyperparams = jax.device_put(step_hyperparams(config, privacy.noise_batch_ratio), parallel.replicated)
+    optimizer = make_optimizer(config, hyperparams)
     masking = MaskingSpec(
         vocab_size=meta.vocab_size,
         mask_id=meta.mask_id,
@@ -149,13 +150,11 @@ def _train(
         p_mask=config.p_mask,
         max_predictions=config.max_predictions,
     )
-    step_fn = jax.jit(
-        make_train_step(model, optimizer, masking, config, parallel.microbatch), donate_argnums=0
-    )
+    step_fn = jax.jit(make_train_step(model, masking, config, parallel.microbatch), donate_argnums=0)
     state = jax.jit(
-        lambda: init_state(model, optimizer, config, meta.seq_len),
+        lambda key: init_state(model, optimizer, config, meta.seq_len, key),
         out_shardings=parallel.replicated,
-    )()
+    )(init_key(config.seed))
     schedule = learning_rate_schedule(config)
     counts = count_params(model_config)
     run_info = _run_constants(config, meta.seq_len, counts, parallel) | {
@@ -184,14 +183,16 @@ def _train(
         key,
     )
 
-    compiled = step_fn.lower(state, *batches(parallel, 0)).compile()
+    # The same program for every σ̄, learning rate and seed of this shape: with a persistent
+    # compilation cache (dpscaling.train.distributed.use_compilation_cache) only the first such job compiles.
+    compiled = step_fn.lower(state, hyperparams, *batches(parallel, 0)).compile()
     status, step = "finished", start_step
     while step < config.num_steps:
         interval_end = min(config.num_steps, (step // config.log_every + 1) * config.log_every)
         tick = time.perf_counter()
         interval = []
         for s in range(step, interval_end):
-            state, metrics = compiled(state, *batches(parallel, s))
+            state, metrics = compiled(state, hyperparams, *batches(parallel, s))
             interval.append(metrics)
         fetched = jax.device_get(interval)  # waits for the interval's last step
         row, finite = _interval_row(

@@ -27,20 +27,46 @@ class TrainState(NamedTuple):
     opt_state: PyTree
 
 
+class StepHyperparams(NamedTuple):
+    """What differs between the grid points of one model and batch shape, passed to the step
+    as data: one compiled step (and one entry of the persistent compilation cache) serves every
+    σ̄, learning rate and seed of a shape, instead of each job compiling its own constants."""
+
+    noise_batch_ratio: jnp.ndarray  # float32 scalar σ̄
+    learning_rate: jnp.ndarray  # float32 scalar: the schedule's peak
+    mask_key: jax.Array  # the masking stream; step t uses fold_in(mask_key, t)
+    noise_key: jax.Array  # the study's noise stream (a private run's state key overrides it)
+
+
+def step_hyperparams(config: TrainConfig, noise_batch_ratio: float | None = None) -> StepHyperparams:
+    """The run's :class:`StepHyperparams`: σ̄ is ``config.noise_batch_ratio`` unless given (a
+    run calibrated for a target ε); the keys are the seed's study streams."""
+    ratio = config.noise_batch_ratio if noise_batch_ratio is None else noise_batch_ratio
+    return StepHyperparams(
+        jnp.float32(ratio),
+        jnp.float32(config.learning_rate),
+        _stream_key(config.seed, MASK_STREAM),
+        study_noise_key(config.seed),
+    )
+
+
 def make_optimizer(
-    config: TrainConfig, noise_batch_ratio: float | None = None
+    config: TrainConfig, hyperparams: StepHyperparams | None = None
 ) -> optax.GradientTransformation:
     """DP-Adam: N(0, σ̄²) on the clipped mean gradient, then Adam with the paper's schedule.
 
-    σ̄ is ``config.noise_batch_ratio`` unless given (a run calibrated for a target ε). The
-    noise key it starts from is the study's :func:`study_noise_key`; a private run replaces it
-    in the state by a secret one (:func:`dpscaling.dp.noise.replace_noise_key`).
+    σ̄, the peak learning rate and the noise key come from ``hyperparams`` (default: the
+    config's, :func:`step_hyperparams`); inside the step they are traced values. A private run
+    replaces the noise key in the state by a secret one (:func:`dpscaling.dp.noise.replace_noise_key`).
     """
+    hyperparams = step_hyperparams(config) if hyperparams is None else hyperparams
     adam = optax.adam(
-        learning_rate_schedule(config), b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps
+        learning_rate_schedule(config, peak=hyperparams.learning_rate),
+        b1=config.adam_b1,
+        b2=config.adam_b2,
+        eps=config.adam_eps,
     )
-    ratio = config.noise_batch_ratio if noise_batch_ratio is None else noise_batch_ratio
-    return dp_optimizer(adam, ratio, study_noise_key(config.seed))
+    return dp_optimizer(adam, hyperparams.noise_batch_ratio, hyperparams.noise_key)
 
 
 def study_noise_key(seed: int) -> jax.Array:
@@ -54,12 +80,23 @@ def _stream_key(seed: int, stream: int) -> jax.Array:
     return jax.random.fold_in(jax.random.PRNGKey(seed), stream)
 
 
+def init_key(seed: int) -> jax.Array:
+    """The key of the seed's parameter initialisation."""
+    return _stream_key(seed, INIT_STREAM)
+
+
 def init_state(
-    model: BertMlm, optimizer: optax.GradientTransformation, config: TrainConfig, seq_len: int
+    model: BertMlm,
+    optimizer: optax.GradientTransformation,
+    config: TrainConfig,
+    seq_len: int,
+    key: jax.Array | None = None,
 ) -> TrainState:
+    """The state at step 0; ``key`` (default :func:`init_key` of the seed) may be a jit argument."""
     ids = jnp.zeros((1, seq_len), jnp.int32)
     positions = jnp.zeros((1, 1), jnp.int32)
-    params = model.init(_stream_key(config.seed, INIT_STREAM), ids, positions)["params"]
+    key = init_key(config.seed) if key is None else key
+    params = model.init(key, ids, positions)["params"]
     return TrainState(jnp.zeros([], jnp.int32), params, optimizer.init(params))
 
 
@@ -77,24 +114,31 @@ def make_loss_fn(model: BertMlm) -> Callable[[PyTree, dict], jnp.ndarray]:
 
 def make_train_step(
     model: BertMlm,
-    optimizer: optax.GradientTransformation,
     masking: MaskingSpec,
     config: TrainConfig,
     microbatch_sharding: jax.sharding.Sharding | None = None,
-) -> Callable[[TrainState, jnp.ndarray], tuple[TrainState, dict[str, jnp.ndarray]]]:
-    """``step(state, tokens, example_weights=None) -> (state, metrics)``: mask, clip, noise,
-    Adam. Pure; jit it.
+) -> Callable[..., tuple[TrainState, dict[str, jnp.ndarray]]]:
+    """``step(state, hyperparams, tokens, example_weights=None) -> (state, metrics)``: mask,
+    clip, noise, Adam. Pure; jit it.
 
-    ``tokens`` is the ``(B, seq)`` physical batch of unmasked token ids. A padded Poisson
+    ``hyperparams`` (:class:`StepHyperparams`) are arguments, not constants, so the compiled
+    step depends only on the shapes and the config's fixed settings (clipping, schedule
+    shape, Adam's b1/b2/eps). ``tokens`` is the ``(B, seq)`` physical batch of unmasked
+    token ids. A padded Poisson
     batch also passes ``example_weights`` (1 real, 0 padding): padding contributes nothing,
     the clipped sum is divided by the expected batch ``config.batch_size``, and the metrics
     average over real examples only.
     """
     loss_fn = make_loss_fn(model)
-    mask_key = _stream_key(config.seed, MASK_STREAM)
 
-    def step(state: TrainState, tokens: jnp.ndarray, example_weights: jnp.ndarray | None = None):
-        batch = mask_tokens(jax.random.fold_in(mask_key, state.step), tokens, masking)
+    def step(
+        state: TrainState,
+        hyperparams: StepHyperparams,
+        tokens: jnp.ndarray,
+        example_weights: jnp.ndarray | None = None,
+    ):
+        optimizer = make_optimizer(config, hyperparams)
+        batch = mask_tokens(jax.random.fold_in(hyperparams.mask_key, state.step), tokens, masking)
         if config.clipping == "none":
             losses, grad = _mean_grad(loss_fn, state.params, batch, config.microbatch)
             norms = jnp.full(losses.shape, jnp.nan)
