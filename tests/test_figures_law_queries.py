@@ -216,3 +216,25 @@ def test_empty_figures_say_why():
             assert any("no " in text and "law's range" in text for text in texts(figure))
         finally:
             plt.close(figure)
+
+
+def test_a_repeated_sigma_ask_is_answered_from_memory_and_a_new_one_is_not():
+    """A figure asks σ for the same candidates twice (its optimum and the optimum's band): the
+    second ask must not interpolate again, must return the first answer, and must not share it."""
+    from dpscaling.figures.context import PrivacyAwareSigma
+
+    asked = []
+
+    def sigma(epsilon, steps, q):
+        asked.append(len(epsilon))
+        return epsilon * steps * q
+
+    remembered = PrivacyAwareSigma(sigma)
+    epsilon, steps, q = np.array([1.0, np.inf, 2.0]), np.array([10.0, 20.0, 30.0]), np.array([0.5, 0.5, 0.25])
+    first = remembered(epsilon, steps, q)
+    np.testing.assert_array_equal(first, [5.0, 0.0, 15.0])  # ε = ∞: no noise
+    first[0] = -1.0  # a caller's edit must not reach the memory
+    np.testing.assert_array_equal(remembered(epsilon, steps, q), [5.0, 0.0, 15.0])
+    assert asked == [2]
+    np.testing.assert_array_equal(remembered(epsilon, steps, 2 * q), [10.0, 0.0, 30.0])
+    assert asked == [2, 2]
