@@ -163,6 +163,26 @@ def test_seed_summary_and_best_learning_rate_per_iteration(tmp_path) -> None:
         assert [p.suffix for p in written] == [".pdf", ".png", ".csv"] and all(p.stat().st_size for p in written)
 
 
+def test_batch_gap_is_the_spread_of_seed_means_against_the_widest_seed_range() -> None:
+    from dpscaling.tables.batch_gap import batch_gap_table
+
+    table = batch_gap_table(_curves(), final_intervals=1).set_index(["Noise Batch Ratio", "Batch Size"])
+    assert len(table) == 2 * 2 and set(table["Seeds"]) == {2}  # the ablation's learning rate only
+    row = table.loc[(0.5, 4)]
+    assert row["Final Loss"] == pytest.approx(5.0 - 2 - 0.04 - 0.1 + 0.05 + 0.5)
+    assert (row["Final Loss Min"], row["Final Loss Max"]) == pytest.approx((3.36, 3.46))
+    # B = 4 and 8 differ by 0.04, the seeds by 0.1: consistent with "loss depends on σ̄, not on B".
+    assert (row["Batch Gap"], row["Seed Spread"]) == pytest.approx((0.04, 0.1)) and row["Gap Within Seed Spread"]
+    # The final loss averages the last intervals (steps 10 and 20 here).
+    two = batch_gap_table(_curves(), final_intervals=2).set_index(["Noise Batch Ratio", "Batch Size"])
+    assert two.loc[(0.5, 4), "Final Loss"] == pytest.approx(row["Final Loss"] + 0.5)
+    # A batch effect larger than the seeds' noise is flagged, at every σ̄.
+    curves = _curves()
+    curves.loc[curves["Batch Size"] == 8, "Cross Entropy"] += 0.3
+    wide = batch_gap_table(curves, final_intervals=1)
+    assert wide["Batch Gap"].to_numpy() == pytest.approx([0.26] * 4) and not wide["Gap Within Seed Spread"].any()
+
+
 # ---------------------------------------------------------------------------- the evaluation
 
 
@@ -258,6 +278,12 @@ def test_ablation_target_end_to_end(tmp_path) -> None:
     table = pd.read_csv(root / "tables" / "tab-physical-batch-size-sweep-loss-entire-train-set.csv")
     for suffix in (".md", ".tex"):
         assert (root / "tables" / f"tab-physical-batch-size-sweep-loss-entire-train-set{suffix}").stat().st_size
+        assert (root / "tables" / f"table-physical_batch_gap{suffix}").stat().st_size
+    gap = pd.read_csv(root / "tables" / "table-physical_batch_gap.csv")
+    finals = ablation[ablation["step"] >= 20].groupby(["batch_size", "seed"])["loss"].mean()  # last 3 intervals
+    assert gap["Batch Size"].tolist() == smoke["physical_batches"]
+    assert gap["Final Loss"].tolist() == pytest.approx(finals.groupby(level=0).mean().tolist(), rel=1e-12)
+    assert gap["Batch Gap"].iloc[0] == pytest.approx(np.ptp(finals.groupby(level=0).mean()), rel=1e-9)
     assert table["Batch Size"].tolist() == smoke["physical_batches"]
     assert ((table["Accuracy"] >= 0) & (table["Accuracy"] <= 1)).all()
     assert (table["Seeds"] == 2).all() and (table["Examples"] == smoke["evaluation"]["examples"]).all()

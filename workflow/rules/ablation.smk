@@ -4,7 +4,7 @@ from dpscaling.grid import (
     ablation_eval_points,
     ablation_sweep_points,
 )
-from dpscaling.tables import physical_batch
+from dpscaling.tables import batch_gap, physical_batch
 from dpscaling.workflow import ablation_training
 
 # The physical-batch ablation (paper appendix "Physical Batch Size Ablation"): target
@@ -116,6 +116,25 @@ rule table_physical_batch:
         "../scripts/table_physical_batch.py"
 
 
+# Per noise-batch ratio: the gap between the physical batches' final losses against the seed spread.
+rule table_batch_gap:
+    input:
+        rules.ablation_curves.output,
+    output:
+        **table_outputs(batch_gap.LABEL),
+    log:
+        f"{RESULTS}/logs/tables/batch_gap.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        caption=batch_gap.CAPTION,
+    script:
+        "../scripts/table_batch_gap.py"
+
+
 rule ablation_batch:
     input:
         expand(
@@ -124,4 +143,5 @@ rule ablation_batch:
             ext=["pdf", "png", "csv"],
         ),
         rules.table_physical_batch.output,
+        rules.table_batch_gap.output,
         RUN_CONFIG,

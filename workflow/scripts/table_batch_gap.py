@@ -1,0 +1,10 @@
+import pandas as pd
+
+from dpscaling.logs import log_to_file
+from dpscaling.tables.batch_gap import CAPTION, LABEL, batch_gap_table
+from dpscaling.tables.write import write_table
+
+with log_to_file(snakemake.log[0]) as log:
+    table = batch_gap_table(pd.read_parquet(snakemake.input[0]))
+    write_table(table, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL)
+    log.info("%s", table.to_string(index=False))
