@@ -1,10 +1,9 @@
-import pandas as pd
-
+from dpscaling.figures.physical_batch import load_ablation_context
 from dpscaling.logs import log_to_file
 from dpscaling.tables.batch_gap import CAPTION, LABEL, batch_gap_table
 from dpscaling.tables.write import write_table
 
 with log_to_file(snakemake.log[0]) as log:
-    table = batch_gap_table(pd.read_parquet(snakemake.input[0]))
+    table = batch_gap_table(load_ablation_context(snakemake.input[0]).curves)
     write_table(table, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL)
     log.info("%s", table.to_string(index=False))

@@ -173,7 +173,7 @@ _PRIVATE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def learning_rate_schedule(config: TrainConfig, peak: float | Any | None = None) -> optax.Schedule:
+def learning_rate_schedule(config: TrainConfig, peak: Any = None) -> optax.Schedule:
     """Linear warm-up to the peak, then exponential decay by ``decay_factor`` over ``decay_steps``.
 
     Paper §3.2: 1000 warm-up steps, then 10× decay over a 128K-iteration horizon. The peak is
