@@ -52,7 +52,7 @@ PRIVATE = dict(
     model="custom",
     model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
     batch_size=16,
-    truncated_batch_size=32,
+    truncated_batch_size=None,  # priced by the run's accountant
     microbatch_size=8,
     num_steps=20,
     warmup_steps=5,
@@ -149,7 +149,7 @@ def test_shuffle_participations_are_counted_by_the_accountant(n_rows, batch, ste
     k = shuffle_max_participations(n_rows, batch, steps)
     assert counts.max() == k
     privacy = account_run("shuffle", None, dataset_size=n_rows, expected_batch_size=batch,
-                          physical_batch_size=batch, steps=steps, delta=1e-8,
+                          steps=steps, delta=1e-8,
                           noise_batch_ratio=0.05)
     assert privacy.max_participations == k
     sigma = 0.05 * batch
@@ -199,14 +199,16 @@ def test_private_config_checks():
     with pytest.raises(UserError, match="train.truncated_batch_size"):
         TrainConfig(**(PRIVATE | dict(truncated_batch_size=8)))
     with pytest.raises(UserError, match="train.truncated_batch_size"):
-        TrainConfig(**(PRIVATE | dict(sampling="shuffle")))
+        TrainConfig(**(PRIVATE | dict(sampling="shuffle", truncated_batch_size=32)))
     with pytest.raises(UserError, match="train.microbatch_size"):
         TrainConfig(**(PRIVATE | dict(truncated_batch_size=36)))
     with pytest.raises(UserError, match="train.noise_batch_ratio"):
         TrainConfig(**(PRIVATE | dict(noise_batch_ratio=0.1)))
-    default = TrainConfig(**(PRIVATE | dict(batch_size=100, truncated_batch_size=None)))
-    assert default.physical_batch_size == 144  # ⌈100 + 4·10⌉ = 140, up to a multiple of 8
-    assert default.microbatch == 8
+    priced = TrainConfig(**(PRIVATE | dict(batch_size=100)))
+    assert not priced.truncation_resolved  # L is priced by the run's accountant, once N is known
+    with pytest.raises(ValueError, match="truncated_batch_size"):
+        priced.physical_batch_size
+    assert priced.microbatch == 8
 
 
 # --- a private run: its recorded guarantee, its secret key, exact resume ------------------
@@ -264,7 +266,8 @@ def test_private_run_epsilon_recomputed_independently(private_run, corpus):
     assert n == load_meta(corpus).n_train
     assert row["sampling_probability"] == pytest.approx(config.batch_size / n, rel=1e-12)
     assert int(row["accounted_steps"]) == config.num_steps
-    assert int(row["truncated_batch_size"]) == config.truncated_batch_size
+    # L priced by the run (config.truncated_batch_size is None), a multiple of the microbatch.
+    assert bool(row["truncation_priced"]) and int(row["truncated_batch_size"]) % config.microbatch_size == 0
     assert row["noise_batch_ratio"] == pytest.approx(row["sigma"] / config.batch_size)
     # dp-accounting alone (not jax-privacy's event, not dpscaling's discretisation rule).
     event = dp_accounting.SelfComposedDpEvent(

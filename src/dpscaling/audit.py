@@ -122,16 +122,17 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
     """The private run and its negative control, each audited against the claimed ε."""
     from jax_privacy.auditing import CanaryScoreAuditor
 
-    from dpscaling.train.sampling import default_truncated_batch_size, secret_key
+    from dpscaling.train.sampling import secret_key
 
     rng = np.random.default_rng([settings.seed, 16])
     included = rng.random(settings.n_canaries) < 0.5
     n_in = int(included.sum())
-    truncated = default_truncated_batch_size(settings.expected_batch_size, settings.microbatch_size)
+    # L priced as a private training run's is (dpscaling.accounting.truncation).
     privacy = account_run("poisson", None, dataset_size=n_in,
-                          expected_batch_size=settings.expected_batch_size,
-                          physical_batch_size=truncated, steps=settings.steps,
-                          delta=settings.delta, target_epsilon=settings.epsilon)
+                          expected_batch_size=settings.expected_batch_size, steps=settings.steps,
+                          delta=settings.delta, target_epsilon=settings.epsilon,
+                          multiple=settings.microbatch_size)
+    truncated = privacy.truncated_batch_size
     results = []
     for run, ratio in (("private", privacy.noise_batch_ratio), ("negative_control", 0.0)):
         scores = canary_scores(settings, ratio, included, truncated, secret_key())

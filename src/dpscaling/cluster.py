@@ -252,10 +252,12 @@ def train_resources_for(config: Mapping[str, Any], model: str, attempt: int = 1)
     n_params = bert_param_count(layers, hidden, data_vocab_size(data))
     batch = int(training["physical_batch"])
     if training.get("sampling") == "poisson":  # the padded batch L is what runs
-        from dpscaling.train.sampling import default_truncated_batch_size
+        # The run prices L once it has its data; this upper bound of it sizes the job.
+        from dpscaling.accounting.truncation import tail_truncated_batch_size
 
-        batch = training.get("truncated_batch_size") or default_truncated_batch_size(
-            batch, training.get("microbatch_size") or 1
+        batch = training.get("truncated_batch_size") or tail_truncated_batch_size(
+            batch, int(training["steps"]), float(config["accounting"]["delta"]),
+            training.get("microbatch_size") or 1
         )
     sized = train_resources(
         n_params,

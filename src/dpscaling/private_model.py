@@ -141,13 +141,15 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
 
     The search (σ from the law's table, thousands of candidates) proposes; its best
     :data:`RERANKED_CANDIDATES` distinct (model, B, whole T) within :data:`RERANK_TOLERANCE` of its
-    optimum are re-priced with the σ the private run will really have (truncated Poisson at its
-    padded batch L, calibrated for (ε, δ) on N sequences), and the lowest law loss at that σ̄ wins.
+    optimum are re-priced with the σ of the real sampler on exactly N sequences at the budget's
+    (ε, δ): untruncated Poisson's, which truncated Poisson at its priced L matches within
+    :data:`dpscaling.accounting.truncation.EPSILON_TOLERANCE` of ε. The lowest law loss at that σ̄
+    wins, and its σ is then calibrated at its priced L exactly as the private run will.
     """
-    from dpscaling.accounting.matched import calibrate_truncated_poisson
+    from dpscaling.accounting.calibration import calibrate_poisson
+    from dpscaling.accounting.truncation import truncated_poisson_run
     from dpscaling.law import load_law
     from dpscaling.law.queries import compute_cost, compute_optimal
-    from dpscaling.train.sampling import default_truncated_batch_size
 
     law = load_law(law_dir)
     sigma, table_delta, sampling = law_sigma(law)
@@ -163,12 +165,9 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     priced = []
     for _, row in candidates.iterrows():
         batch, steps = int(row[BATCH_SIZE]), int(row[ITERATIONS])
-        truncated = default_truncated_batch_size(batch, microbatch_size or 1)
-        real = calibrate_truncated_poisson(budget.epsilon, budget.delta, batch / budget.data_budget, steps,
-                                           budget.data_budget, truncated)
+        real = calibrate_poisson(budget.epsilon, batch / budget.data_budget, steps, budget.delta)
         loss = float(law.loss(np.array([row[MODEL_SIZE]]), np.array([float(steps)]), np.array([real / batch]))[0])
-        priced.append({"row": row, "batch": batch, "steps": steps, "sigma": real, "loss": loss,
-                       "truncated": truncated})
+        priced.append({"row": row, "batch": batch, "steps": steps, "sigma": real, "loss": loss})
     answered = [p for p in priced if math.isfinite(p["loss"])]
     if not answered:
         raise UserError(f"{BLOCK}.budgets {budget.label}: with the real sampler's sigma none of the law's "
@@ -177,16 +176,21 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
                         f"{law.loss.noise_batch_ratios[-1]:.3g}): raise epsilon, data_budget or compute")
     chosen = min(answered, key=lambda p: p["loss"])
     best, batch, steps = chosen["row"], chosen["batch"], chosen["steps"]
+    run = truncated_poisson_run(q=batch / budget.data_budget, steps=steps, dataset_size=budget.data_budget,
+                                delta=budget.delta, multiple=microbatch_size or 1, target_epsilon=budget.epsilon)
     model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), best[MODEL_SIZE]))[0]])
-    rate = learning_rate or best_learning_rate(law, model, chosen["sigma"] / batch, steps)
+    rate = learning_rate or best_learning_rate(law, model, run.sigma / batch, steps)
+    predicted = float(law.loss(np.array([best[MODEL_SIZE]]), np.array([float(steps)]), np.array([run.sigma / batch]))[0])
     optimum = answer.optimum
     return {
         "budget": dataclasses.asdict(budget) | {"label": budget.label},
         "model": model, "model_size": float(best[MODEL_SIZE]), "batch_size": batch, "iterations": steps,
         "learning_rate": rate, "seq_len": int(law.seq_len),
         "compute": float(compute_cost(best[MODEL_SIZE], batch, steps, law.seq_len)),
-        "sigma": chosen["sigma"], "noise_batch_ratio": chosen["sigma"] / batch,
-        "truncated_batch_size": chosen["truncated"], "predicted_loss": chosen["loss"],
+        "sigma": run.sigma, "noise_batch_ratio": run.sigma / batch, "untruncated_sigma": run.untruncated_sigma,
+        "truncated_batch_size": run.price.truncated_batch_size,
+        "truncation_probability": run.price.truncation_probability, "padding_share": run.price.padding_share,
+        "predicted_loss": predicted,
         "candidates_repriced": len(priced), "candidates_answered": len(answered),
         # The search's own optimum (σ from the law's table, at the table's δ, for its sampling rule).
         "query": {"model_size": float(optimum[MODEL_SIZE]), "batch_size": float(optimum[BATCH_SIZE]),
@@ -262,6 +266,8 @@ def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping
         "trained_compute": plan["compute"],
         "sigma": float(last["sigma"]), "noise_batch_ratio": nbr,
         "truncated_batch_size": int(last["truncated_batch_size"]),
+        "truncation_probability": float(last["truncation_probability"]),
+        "padding_share": float(last["padding_share"]), "untruncated_sigma": float(last["untruncated_sigma"]),
         "dataset_size": int(last["dataset_size"]), "sampling_probability": float(last["sampling_probability"]),
         "planned_sigma": plan["sigma"], "query_noise_batch_ratio": plan["query"]["noise_batch_ratio"],
         "query_predicted_loss": plan["query"]["predicted_loss"],
@@ -277,10 +283,13 @@ def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping
 
 MARKDOWN_COLUMNS = {
     "epsilon": "ε", "data_budget": "N", "compute": "C (FLOPs)", "model": "model", "batch_size": "B",
-    "iterations": "T", "noise_batch_ratio": "σ̄", "predicted_loss": "predicted", "predicted_loss_5": "5%",
+    "iterations": "T", "truncated_batch_size": "L", "padding_share": "padding", "sigma": "σ",
+    "untruncated_sigma": "σ untruncated", "noise_batch_ratio": "σ̄", "predicted_loss": "predicted", "predicted_loss_5": "5%",
     "predicted_loss_95": "95%", "achieved_train_loss": "achieved (train)",
     "achieved_heldout_loss": "achieved (held-out)", "epsilon_spent": "ε spent", "audited_epsilon": "ε audited"}
-CAPTION = ("The law's compute-optimal configuration per budget, trained with truncated Poisson sampling: "
+CAPTION = ("The law's compute-optimal configuration per budget, trained with truncated Poisson sampling at "
+           "the L priced by its accountant (padding: the expected share of L that is padding; σ untruncated: "
+           "the σ untruncated Poisson would need for the same ε): "
            "predicted final loss (bootstrap 5%–95%) at the trained σ̄ against the achieved final training "
            "loss (trailing mean, the law's quantity) and held-out loss; ε spent by the run's accountant and "
            "the matched one-run audit's ε lower bound.")

@@ -11,7 +11,9 @@ for the sampler it ran:
   ⌈T/⌊N/B⌋⌉, not ⌈q·T⌉ (which it exceeds when an epoch's remainder is dropped).
 * ``poisson`` (:mod:`dpscaling.train.sampling`, truncated Poisson at L) →
   ``truncated_poisson``: jax-privacy's ``truncated_dpsgd_event`` (Chua et al. 2024,
-  arXiv 2411.04205) composed by dp-accounting's PLD accountant, add/remove adjacency.
+  arXiv 2411.04205) composed by dp-accounting's PLD accountant, add/remove adjacency,
+  with L chosen by its privacy price unless the run fixes it
+  (:mod:`dpscaling.accounting.truncation`).
 
 ``poisson`` (untruncated Poisson PLD, the study table's accountant) describes no sampler
 a run executes here, so a run asking for it is refused, as is any other pairing of a
@@ -24,11 +26,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import dp_accounting
-
-from dpscaling.accounting import gaussian, pld
-from dpscaling.accounting.calibration import poisson_warm_start
-from dpscaling.accounting.search import solve_decreasing
+from dpscaling.accounting import gaussian
+from dpscaling.accounting.truncation import truncated_poisson_run
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
 
@@ -40,8 +39,6 @@ ACCOUNTANT_ASSUMES: dict[str, str] = {
     "poisson": "untruncated Poisson sampling (dp-accounting PLD), which no training run executes",
 }
 ACCOUNTANTS: tuple[str, ...] = tuple(ACCOUNTANT_ASSUMES)
-# Calibration tolerance on σ (relative): ε(σ) ≤ target always holds, σ is at most this much high.
-RELATIVE_TOLERANCE = 1e-3
 
 
 def matched_accountant(sampling: str, accountant: str | None = None, block: str = "train") -> str:
@@ -71,40 +68,6 @@ def shuffle_max_participations(n_rows: int, batch_size: int, steps: int) -> int:
     return math.ceil(steps / (n_rows // batch_size))
 
 
-def _discretisation(sigma: float, q: float, steps: int, epsilon: float | None, delta: float) -> float:
-    step_mu = None if epsilon is None else gaussian.gdp_mu(epsilon, delta) / math.sqrt(steps)
-    return pld.choose_discretisation(sigma, q, gdp_step_mu=step_mu).interval
-
-
-def truncated_poisson_epsilon(sigma: float, q: float, steps: int, dataset_size: int,
-                              truncated_batch_size: int, delta: float,
-                              interval: float | None = None) -> float:
-    """ε(δ) of T steps of truncated-Poisson DP-SGD with noise σ on the sum (jax-privacy event,
-    dp-accounting PLD; the discretisation follows :mod:`dpscaling.accounting.pld`'s rule)."""
-    # jax_privacy imports JAX (seconds): only when a Poisson run is accounted.
-    from jax_privacy.experimental.accounting import truncated_dpsgd_event
-
-    if sigma == 0:
-        return math.inf
-    if interval is None:
-        interval = _discretisation(sigma, q, steps, None, delta)
-    event = truncated_dpsgd_event(sigma, steps, sampling_prob=q, num_examples=dataset_size,
-                                  truncated_batch_size=truncated_batch_size)
-    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
-    return float(accountant.compose(event).get_epsilon(delta))
-
-
-def calibrate_truncated_poisson(epsilon: float, delta: float, q: float, steps: int,
-                                dataset_size: int, truncated_batch_size: int) -> float:
-    """Smallest σ (within :data:`RELATIVE_TOLERANCE`) with truncated-Poisson DP-SGD (ε, δ)-DP."""
-    start = poisson_warm_start(epsilon, delta, q, steps)
-    interval = _discretisation(start, q, steps, epsilon, delta)
-    return solve_decreasing(
-        lambda s: truncated_poisson_epsilon(s, q, steps, dataset_size, truncated_batch_size,
-                                            delta, interval),
-        epsilon, start=start, relative_tolerance=RELATIVE_TOLERANCE)
-
-
 @dataclass(frozen=True)
 class RunPrivacy:
     """The guarantee of one run, with every parameter needed to recompute it."""
@@ -122,40 +85,51 @@ class RunPrivacy:
     truncated_batch_size: int | None  # L (poisson)
     max_participations: int | None  # k (shuffle): the sampler's true maximum
     calibrated: bool  # σ solved for a target ε (else ε accounted for the configured σ̄)
+    # poisson: what truncating at L costs (dpscaling.accounting.truncation)
+    truncation_priced: bool | None = None  # L chosen by its privacy price (else the user's)
+    truncation_probability: float | None = None  # P(batch > L) per step
+    padding_share: float | None = None  # expected share of a step's L slots that are padding
+    untruncated_epsilon: float | None = None  # ε of untruncated Poisson at the run's σ
+    untruncated_sigma: float | None = None  # σ untruncated Poisson needs for the run's ε
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
-                expected_batch_size: int, physical_batch_size: int, steps: int, delta: float,
-                noise_batch_ratio: float = 0.0, target_epsilon: float | None = None) -> RunPrivacy:
+                expected_batch_size: int, steps: int, delta: float,
+                noise_batch_ratio: float = 0.0, target_epsilon: float | None = None,
+                truncated_batch_size: int | None = None, multiple: int = 1) -> RunPrivacy:
     """Calibrate σ for ``target_epsilon`` (if given) or account ε for ``noise_batch_ratio``,
-    with the accountant that matches ``sampling`` (refusing a mismatched ``accountant``)."""
+    with the accountant that matches ``sampling`` (refusing a mismatched ``accountant``).
+
+    ``poisson`` runs are truncated at ``truncated_batch_size``; None chooses it by its privacy
+    price, a multiple of ``multiple`` (:func:`dpscaling.accounting.truncation.truncated_poisson_run`).
+    """
     accountant = matched_accountant(sampling, accountant)
     delta = check_delta(delta)
     participations = shuffle_max_participations(dataset_size, expected_batch_size, steps)
     q = expected_batch_size / dataset_size
-    truncated = physical_batch_size if sampling == "poisson" else None
-    if sampling != "shuffle":
-        participations = None
-    if target_epsilon is not None:
-        epsilon = check_epsilon(target_epsilon)
-        if sampling == "shuffle":
-            sigma = math.sqrt(participations) * gaussian.analytic_gaussian_sigma(epsilon, delta)
-        else:
-            sigma = calibrate_truncated_poisson(epsilon, delta, q, steps, dataset_size, truncated)
+    epsilon = None if target_epsilon is None else check_epsilon(target_epsilon)
+    common = dict(sampler=sampling, accountant=accountant, delta=delta, sampling_probability=q, steps=steps,
+                  dataset_size=dataset_size, expected_batch_size=expected_batch_size,
+                  calibrated=epsilon is not None)
+    if sampling == "poisson":
+        run = truncated_poisson_run(
+            q=q, steps=steps, dataset_size=dataset_size, delta=delta, multiple=multiple,
+            truncated_batch_size=truncated_batch_size, target_epsilon=epsilon,
+            sigma=None if epsilon is not None else noise_batch_ratio * expected_batch_size)
+        price = run.price
+        return RunPrivacy(
+            **common, epsilon=run.epsilon, sigma=run.sigma, noise_batch_ratio=run.sigma / expected_batch_size,
+            truncated_batch_size=price.truncated_batch_size, max_participations=None,
+            truncation_priced=run.truncation_priced, truncation_probability=price.truncation_probability,
+            padding_share=price.padding_share, untruncated_epsilon=price.untruncated_epsilon,
+            untruncated_sigma=run.untruncated_sigma)
+    if epsilon is not None:
+        sigma = math.sqrt(participations) * gaussian.analytic_gaussian_sigma(epsilon, delta)
     else:
         sigma = noise_batch_ratio * expected_batch_size
-    if sigma == 0:
-        spent = math.inf
-    elif sampling == "shuffle":
-        spent = gaussian.gaussian_epsilon(sigma / math.sqrt(participations), delta)
-    else:
-        spent = truncated_poisson_epsilon(sigma, q, steps, dataset_size, truncated, delta)
-    return RunPrivacy(
-        sampler=sampling, accountant=accountant, epsilon=spent, delta=delta, sigma=sigma,
-        noise_batch_ratio=sigma / expected_batch_size, sampling_probability=q, steps=steps,
-        dataset_size=dataset_size, expected_batch_size=expected_batch_size,
-        truncated_batch_size=truncated, max_participations=participations,
-        calibrated=target_epsilon is not None)
+    spent = math.inf if sigma == 0 else gaussian.gaussian_epsilon(sigma / math.sqrt(participations), delta)
+    return RunPrivacy(**common, epsilon=spent, sigma=sigma, noise_batch_ratio=sigma / expected_batch_size,
+                      truncated_batch_size=None, max_participations=participations)

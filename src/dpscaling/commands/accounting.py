@@ -1,4 +1,4 @@
-"""``dpscaling sigma | epsilon | vulnerability``: privacy accounting from the command line.
+"""``dpscaling sigma | epsilon | vulnerability | truncation``: privacy accounting from the command line.
 
 q = batch/users is the Poisson sampling probability, σ the noise multiplier on
 the sum of clipped gradients, σ̄ = σ/batch the noise-batch ratio (paper §2).
@@ -10,7 +10,7 @@ import argparse
 import json
 import math
 
-from dpscaling.accounting import calibration, interpolation_check, reference_csv, table, vulnerability
+from dpscaling.accounting import calibration, interpolation_check, reference_csv, table, truncation, vulnerability
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import DEFAULT_DELTA, MAX_EPSILON, MAX_STEPS
 from dpscaling.commands._output import add_json_flag, emit
@@ -38,14 +38,15 @@ def _configuration(args: argparse.Namespace) -> tuple[float, int, float]:
     return batch / users, int(steps), args.delta
 
 
-def _add_configuration_flags(parser: argparse.ArgumentParser) -> None:
+def _add_configuration_flags(parser: argparse.ArgumentParser, sampling: bool = True) -> None:
     parser.add_argument("--users", type=float, required=True, help="data budget N (number of users)")
     parser.add_argument("--batch", type=float, required=True, help="(expected) batch size B")
     parser.add_argument("--steps", type=float, required=True, help="training iterations T")
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="δ (default 1e-8)")
-    parser.add_argument("--sampling", choices=calibration.SAMPLINGS, default="min",
-                        help="poisson, deterministic (each example in ⌈qT⌉ steps) or min "
-                             "(the lower σ of the two, the paper's rule; default)")
+    if sampling:
+        parser.add_argument("--sampling", choices=calibration.SAMPLINGS, default="min",
+                            help="poisson, deterministic (each example in ⌈qT⌉ steps) or min "
+                                 "(the lower σ of the two, the paper's rule; default)")
     add_json_flag(parser)
 
 
@@ -159,6 +160,36 @@ def _register_table(subparsers: argparse._SubParsersAction) -> None:
     check.set_defaults(func=_run_table_check)
 
 
+def _run_truncation(args: argparse.Namespace) -> int:
+    q, steps, delta = _configuration(args)
+    epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
+    users, batch = int(args.users), round(args.batch)
+    if args.users != users or args.multiple < 1:
+        raise UserError(f"--users must be a whole number of sequences and --multiple >= 1, "
+                        f"got {args.users!r} and {args.multiple!r}")
+    run = truncation.truncated_poisson_run(q=q, steps=steps, dataset_size=users, delta=delta,
+                                           multiple=args.multiple, target_epsilon=epsilon)
+    lengths = args.lengths or [truncation.round_up(batch + k * math.sqrt(batch), args.multiple) for k in (3, 4, 5, 6)]
+    if min(lengths) < batch:
+        raise UserError(f"--lengths must be at least --batch ({batch}), got {min(lengths)}")
+    trade = truncation.truncation_trade(epsilon, q, steps, users, delta,
+                                        [*lengths, run.price.truncated_batch_size])
+    result = {"truncated_batch_size": run.price.truncated_batch_size, "sigma": run.sigma,
+              "untruncated_sigma": run.untruncated_sigma, "epsilon": run.epsilon,
+              "truncation_probability": run.price.truncation_probability,
+              "padding_share": run.price.padding_share, "tolerance": truncation.EPSILON_TOLERANCE,
+              "trade": trade}
+    if args.json:
+        emit(result, True)
+        return 0
+    emit({k: v for k, v in result.items() if k != "trade"}, False)
+    print("\n     L  P(batch > L)  padding       sigma  extra noise")
+    for row in trade:
+        print(f"{row['truncated_batch_size']:>6}  {row['truncation_probability']:>12.2g}  "
+              f"{row['padding_share']:>7.1%}  {row['sigma']:>10.4g}  {row['extra_noise']:>+11.1%}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     sigma = subparsers.add_parser("sigma", help="noise multiplier σ and noise-batch ratio σ/B for (ε, δ)")
     sigma.add_argument("--epsilon", type=float, required=True, help="privacy budget ε")
@@ -176,5 +207,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     vuln.add_argument("--sigma", type=float, help="or use this noise multiplier directly")
     _add_configuration_flags(vuln)
     vuln.set_defaults(func=_run_vulnerability)
+
+    trade = subparsers.add_parser(
+        "truncation", help="the truncation length L of truncated Poisson, priced: padding against noise")
+    trade.add_argument("--epsilon", type=float, required=True, help="privacy budget ε the run is calibrated for")
+    trade.add_argument("--multiple", type=int, default=1, help="L is a multiple of this (the microbatch size)")
+    trade.add_argument("--lengths", type=lambda v: [int(x) for x in v.split(",")],
+                       help="comma-separated L to compare (default: B + k√B, k = 3..6, and the priced L)")
+    _add_configuration_flags(trade, sampling=False)
+    trade.set_defaults(func=_run_truncation)
 
     _register_table(subparsers)

@@ -13,7 +13,7 @@ from dpscaling.accounting.matched import matched_accountant
 from dpscaling.dp.clipping import CLIPPING_METHODS
 from dpscaling.errors import UserError
 from dpscaling.models.family import BERT_MAX_POSITIONS, BertConfig, bert_config
-from dpscaling.train.sampling import SAMPLINGS, default_truncated_batch_size
+from dpscaling.train.sampling import SAMPLINGS
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
 # clips), only for benchmarks and ablations.
@@ -56,7 +56,9 @@ class TrainConfig:
     # "poisson" = truncated Poisson at the static shape truncated_batch_size, batch_size is then
     # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
     sampling: str = "shuffle"
-    truncated_batch_size: int | None = None  # poisson's physical batch L; None = ⌈B + 4√B⌉
+    # poisson's physical batch L; None = chosen by its privacy price when the run is accounted
+    # (dpscaling.accounting.truncation), a multiple of the microbatch
+    truncated_batch_size: int | None = None
     accountant: str | None = None  # None = the sampler's own (dpscaling.accounting.matched)
     target_epsilon: float | None = None  # set: σ is calibrated for it; else ε of noise_batch_ratio
     delta: float = 1e-8
@@ -100,10 +102,10 @@ class TrainConfig:
             self.microbatch_size is None
             or (
                 self.microbatch_size >= 1
-                and self.physical_batch_size % self.microbatch_size == 0
+                and (not self.truncation_resolved or self.physical_batch_size % self.microbatch_size == 0)
             ),
             "microbatch_size",
-            f"must divide the physical batch {self.physical_batch_size}",
+            f"must divide the physical batch {self.physical_batch_size if self.truncation_resolved else 'L'}",
         )
         need(self.num_steps >= 1, "num_steps", "must be >= 1")
         need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
@@ -125,13 +127,19 @@ class TrainConfig:
         return self.model_name or self.model
 
     @property
+    def truncation_resolved(self) -> bool:
+        """Whether the physical batch is known: always for shuffle; for poisson once L is set (by
+        the user, or by the run's accountant pricing it: :func:`dpscaling.train.loop.run_training`)."""
+        return self.sampling == "shuffle" or self.truncated_batch_size is not None
+
+    @property
     def physical_batch_size(self) -> int:
         """Examples per step as computed: B (shuffle), or the padded Poisson batch L."""
         if self.sampling == "shuffle":
             return self.batch_size
-        return self.truncated_batch_size or default_truncated_batch_size(
-            self.batch_size, self.microbatch_size or 1
-        )
+        if self.truncated_batch_size is None:
+            raise ValueError("train.truncated_batch_size: not priced yet (the run's accountant chooses it)")
+        return self.truncated_batch_size
 
     @property
     def microbatch(self) -> int:

@@ -20,6 +20,7 @@ entropy, stored only in the checkpointed state, and never logged or written to t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -89,12 +90,8 @@ def run_training(
     # The one-epoch guard, before anything trains (dpscaling.data.epochs).
     check_one_epoch(config.num_steps, config.batch_size, n_train, config.allow_repeats)
     parallel = DataParallel()
-    for name in ("physical_batch_size", "microbatch"):
-        if getattr(config, name) % parallel.n_devices:
-            raise UserError(
-                f"train.{name}: {getattr(config, name)} is not divisible by the "
-                f"{parallel.n_devices} devices"
-            )
+    if config.truncation_resolved:  # else checked once the accountant has priced L
+        _check_divisible(config, parallel)
     try:  # a read-only or full results directory fails here, in one line, before any training
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         _check_same_config(checkpoint_dir, config, jax.process_index() == 0)
@@ -132,12 +129,16 @@ def _train(
         config.accountant,
         dataset_size=len(rows),
         expected_batch_size=config.batch_size,
-        physical_batch_size=config.physical_batch_size,
         steps=config.num_steps,
         delta=config.delta,
         noise_batch_ratio=config.noise_batch_ratio,
         target_epsilon=config.target_epsilon,
+        truncated_batch_size=config.truncated_batch_size,
+        multiple=config.microbatch_size or parallel.n_devices,
     )
+    if not config.truncation_resolved:  # the L its accountant priced is what runs (and is recorded)
+        config = dataclasses.replace(config, truncated_batch_size=privacy.truncated_batch_size)
+        _check_divisible(config, parallel)
     model_config = config.model_config(meta.vocab_size)
     model = BertMlm(model_config)
     hyperparams = jax.device_put(step_hyperparams(config, privacy.noise_batch_ratio), parallel.replicated)
@@ -243,6 +244,15 @@ def _train(
         final_info = run_info | {"status": status, "last_finite_loss": summary.last_finite_loss}
         write_metrics(output, curve, final_info, config.to_dict(), _jsonable(asdict(summary)))
     return summary
+
+
+def _check_divisible(config: TrainConfig, parallel: DataParallel) -> None:
+    for name in ("physical_batch_size", "microbatch"):
+        if getattr(config, name) % parallel.n_devices:
+            raise UserError(
+                f"train.{name}: {getattr(config, name)} is not divisible by the "
+                f"{parallel.n_devices} devices"
+            )
 
 
 def training_rows(rows: np.ndarray, config: TrainConfig) -> np.ndarray:

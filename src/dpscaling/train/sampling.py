@@ -11,7 +11,8 @@ which can exceed ⌈q·T⌉ (N = 1000, B = 300, T = 10: 4 against 3); the matche
 
 ``poisson`` is jax-privacy's ``CyclicPoissonSampling`` (cycle length 1, so every example is
 eligible at every step; ``PartitionType.INDEPENDENT``, the partition compatible with add/remove
-adjacency) with ``truncated_batch_size`` = the physical batch L: each example joins a step's
+adjacency) with ``truncated_batch_size`` = the physical batch L (chosen by its privacy price,
+:mod:`dpscaling.accounting.truncation`): each example joins a step's
 batch independently with probability q = B/N, a batch above L keeps a uniform subset of L, and
 every batch is padded to exactly L with index −1 (jax-privacy's ``split_and_pad_global_batch``).
 Padding examples are a row of [PAD] tokens (never derived from data) with weight 0, so their
@@ -24,7 +25,6 @@ checkpoint, since which examples were sampled is itself private.
 
 from __future__ import annotations
 
-import math
 import secrets
 
 import numpy as np
@@ -38,15 +38,7 @@ from dpscaling.errors import UserError
 from dpscaling.train.data import DATA_STREAM, BatchSampler
 
 SAMPLINGS: tuple[str, ...] = ("shuffle", "poisson")
-# Default truncation: expected size plus this many standard deviations of a Poisson count.
-TRUNCATION_STANDARD_DEVIATIONS = 4.0
 PADDING_INDEX = -1
-
-
-def default_truncated_batch_size(expected_batch_size: int, multiple: int = 1) -> int:
-    """L = ⌈B + 4√B⌉ rounded up to a multiple of ``multiple`` (the microbatch size)."""
-    size = math.ceil(expected_batch_size + TRUNCATION_STANDARD_DEVIATIONS * math.sqrt(expected_batch_size))
-    return -(-size // multiple) * multiple
 
 
 def secret_key() -> np.ndarray:
