@@ -1,4 +1,4 @@
-"""`dpscaling sigma | epsilon | vulnerability`: output and errors."""
+"""`dpscaling sigma | epsilon | vulnerability | truncation`: output and errors."""
 
 from __future__ import annotations
 
@@ -61,10 +61,31 @@ def test_vulnerability_reports_advantage(capsys):
     (["sigma", "--epsilon", "1", *CONFIG, "--delta", "2"], "--delta"),
     (["epsilon", "--sigma", "0", *CONFIG], "--sigma"),
     (["vulnerability", *CONFIG], "--epsilon"),
+    (["truncation", "--epsilon", "4", "--users", "2000.5", "--batch", "50", "--steps", "10"], "--users"),
+    (["truncation", "--epsilon", "4", "--users", "2000", "--batch", "50", "--steps", "10", "--lengths", "40"],
+     "--lengths"),
 ])
 def test_errors_name_the_flag(argv, flag):
     with pytest.raises(UserError, match=flag):
         run(argv)
+
+
+def test_truncation_prices_l_and_shows_the_trade(capsys):
+    argv = ["truncation", "--epsilon", "4", "--users", "20000", "--batch", "181", "--steps", "289",
+            "--multiple", "8", "--lengths", "240"]
+    assert run([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    priced = result["truncated_batch_size"]
+    assert priced % 8 == 0 and priced > 240
+    assert result["sigma"] == pytest.approx(result["untruncated_sigma"], rel=0.02)
+    assert result["untruncated_sigma"] == pytest.approx(calibration.calibrate_poisson(4.0, 181 / 20000, 289),
+                                                        rel=1e-9)
+    by_length = {row["truncated_batch_size"]: row for row in result["trade"]}
+    assert set(by_length) == {240, priced}
+    assert by_length[240]["extra_noise"] > 0.2 > by_length[priced]["extra_noise"]
+    assert by_length[240]["padding_share"] < by_length[priced]["padding_share"] == result["padding_share"]
+    assert run(argv) == 0
+    assert "extra noise" in capsys.readouterr().out
 
 
 def test_unknown_sampling_is_rejected_by_argparse():

@@ -168,6 +168,9 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
         assert row.trained_compute == pytest.approx(6 * row.model_size * row.batch_size * seq_len * row.iterations)
         assert row.trained_compute == pytest.approx(row.compute, rel=0.1)  # the budget, up to whole steps
         assert row.sigma == pytest.approx(row.planned_sigma)  # the plan priced what the run calibrated
+        # L priced by the accountant: truncation costs the run at most ~1% of noise
+        assert row.sigma == pytest.approx(row.untruncated_sigma, rel=0.02) and row.sigma >= row.untruncated_sigma
+        assert 0 < row.padding_share < 1 and row.truncation_probability < 1e-3
         for value in (row.predicted_loss, row.predicted_loss_5, row.predicted_loss_95, row.achieved_train_loss,
                       row.achieved_heldout_loss, row.audited_epsilon):
             assert np.isfinite(value)
