@@ -24,6 +24,9 @@ def test_negative_control_is_flagged_and_the_private_run_is_not():
     assert 0 <= private.audited_epsilon < settings.epsilon
     assert private.claimed_epsilon == control.claimed_epsilon == settings.epsilon
     assert 0.4 < private.n_included / settings.n_canaries < 0.6
+    # L priced as a private training run's: a multiple of the microbatch, costing <= ~1% of noise.
+    assert private.truncated_batch_size % settings.microbatch_size == 0
+    assert private.sigma == pytest.approx(private.untruncated_sigma, rel=0.02)
 
 
 def test_canary_scores_count_participations_over_the_expected_batch():

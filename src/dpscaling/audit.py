@@ -71,6 +71,8 @@ class AuditResult:
     noise_batch_ratio: float
     sampling_probability: float
     steps: int
+    truncated_batch_size: int  # L, priced as a private run's (dpscaling.accounting.truncation)
+    untruncated_sigma: float  # the σ untruncated Poisson needs for the claimed ε
     n_canaries: int
     n_included: int
     significance: float
@@ -142,7 +144,7 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
             run=run, claimed_epsilon=settings.epsilon, audited_epsilon=audited,
             flagged=audited > settings.epsilon, sigma=ratio * settings.expected_batch_size,
             noise_batch_ratio=ratio, sampling_probability=privacy.sampling_probability,
-            steps=settings.steps, n_canaries=settings.n_canaries, n_included=n_in,
+            steps=settings.steps, truncated_batch_size=truncated, untruncated_sigma=privacy.untruncated_sigma, n_canaries=settings.n_canaries, n_included=n_in,
             significance=settings.significance, delta=settings.delta))
     return results
 
