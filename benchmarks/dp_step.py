@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpscaling.models import BertMlm, bert_config, count_params
+from dpscaling.models.bert import BertMlm, count_params
+from dpscaling.models.family import bert_config
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams

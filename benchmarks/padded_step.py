@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from dp_step import MASK_ID, SPECIAL, token_batch
 
-from dpscaling.models import BertMlm
+from dpscaling.models.bert import BertMlm
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams

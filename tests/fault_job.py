@@ -26,7 +26,6 @@ import pyarrow.parquet as pq
 from orbax.checkpoint._src.path import atomicity
 
 import dpscaling.train.loop as loop
-import dpscaling.train.metrics as metrics
 from dpscaling.train import TrainConfig, run_training
 
 
@@ -67,7 +66,7 @@ def inject(fault: str, output: Path) -> None:
                 _die()
             real_write_table(table, where, *args, **kwargs)
 
-        metrics.pq.write_table = half_then_die
+        pq.write_table = half_then_die  # dpscaling.io's write_parquet_atomic calls it through the module
     else:
         raise SystemExit(f"unknown fault {fault!r}")
 

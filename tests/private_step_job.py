@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpscaling.dp import clipped_mean_grad
+from dpscaling.dp import CLIPPED_SUMS, clipped_mean_grad
 from dpscaling.train.distributed import DataParallel
 from test_dp import BATCH, _setup
 
@@ -34,7 +34,7 @@ def padded_grads(method: str, microbatch: int = 4, sharded: bool = True) -> dict
 
     def grad(p, b, w):
         return clipped_mean_grad(loss_fn, p, b, clip_norm=1.0, microbatch_size=microbatch,
-                                 method=method, example_weights=w, normaliser=EXPECTED,
+                                 clipped_sum=CLIPPED_SUMS[method], example_weights=w, normaliser=EXPECTED,
                                  microbatch_sharding=parallel.microbatch if sharded else None)
 
     result = jax.jit(grad)(params, tokens, w)
@@ -45,7 +45,7 @@ def unpadded_grads(method: str) -> dict[str, np.ndarray]:
     """The same examples without padding, divided by the same expected batch size."""
     loss_fn, params, batch = _setup()
     real = jax.tree.map(lambda x: x[:REAL], batch)
-    result = jax.jit(lambda p, b: clipped_mean_grad(loss_fn, p, b, clip_norm=1.0, method=method,
+    result = jax.jit(lambda p, b: clipped_mean_grad(loss_fn, p, b, clip_norm=1.0, clipped_sum=CLIPPED_SUMS[method],
                                                     normaliser=EXPECTED))(params, real)
     return _flat(result.grad)
 

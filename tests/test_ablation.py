@@ -16,7 +16,9 @@ from conftest import REPO, run_snakemake
 from dpscaling.errors import UserError
 from dpscaling.grid import (
     TrainPoint, ablation_curve_points, ablation_eval_points, ablation_grid, ablation_sweep_points, canonical)
-from dpscaling.workflow import ablation_training, check_config, validate_config
+from dpscaling.config.checks import check_config
+from dpscaling.config.schema import validate_config
+from dpscaling.workflow import ablation_training
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 SMOKE = REPO / "tests" / "configs" / "smoke.yaml"

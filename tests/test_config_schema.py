@@ -10,7 +10,8 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from dpscaling.errors import UserError
-from dpscaling.workflow import check_config, validate_config
+from dpscaling.config.checks import check_config
+from dpscaling.config.schema import validate_config
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 
@@ -169,42 +170,39 @@ def test_fit_block_reaches_law_settings_and_reference_mode_fixes_the_authors_cho
 
 
 def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_defaults() -> None:
-    """Snakemake reruns a job whose params change: the Adam keys and allow_repeats at their defaults must
-    give the training param of a config without them (same repr), a changed value must change it."""
-    from dpscaling.workflow import GRID_ONLY_TRAINING_KEYS, OPTIONAL_TRAINING_KEYS, ablation_training, training_params
+    """Snakemake reruns a job whose params change: the late keys (Adam's b1, b2, eps, allow_repeats, the
+    private-training keys, delta) at their defaults must give the training param of a config without them
+    (same repr, the config's key order), a changed value must change it."""
+    from dpscaling.config.blocks import GRID_ONLY_TRAINING_KEYS, LATE_TRAINING_KEYS
+    from dpscaling.workflow import ablation_training, training_params
 
     config = validated(load("config.yaml"))
     # repeat_seeds / repeat_points choose which jobs exist, never a job's param.
     before = {key: value for key, value in config["training"].items()
-              if key not in OPTIONAL_TRAINING_KEYS and key not in GRID_ONLY_TRAINING_KEYS}
-    assert repr(training_params(config["training"])) == repr(before)
+              if key not in LATE_TRAINING_KEYS and key not in GRID_ONLY_TRAINING_KEYS}
+    assert repr(training_params(config)) == repr(before)
     explicit = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "adam_eps": 1.0e-8}})
-    assert repr(training_params(explicit["training"])) == repr(before)
-    changed = validated({"training": {"adam_eps": 1.0e-4, "allow_repeats": True}})
-    assert training_params(changed["training"])["adam_eps"] == 1.0e-4
-    assert training_params(changed["training"])["allow_repeats"] is True
+    assert repr(training_params(explicit)) == repr(before)
+    changed = validated({"training": {"adam_eps": 1.0e-4, "allow_repeats": True}, "accounting": {"delta": 1.0e-6}})
+    assert training_params(changed)["adam_eps"] == 1.0e-4
+    assert training_params(changed)["allow_repeats"] is True and training_params(changed)["delta"] == 1.0e-6
     assert "adam_eps" not in ablation_training(config, 8)
     assert ablation_training(changed, 8)["adam_eps"] == 1.0e-4
-    # One set of defaults: schema = workflow = TrainConfig.
-    from dpscaling.train.config import TrainConfig
+    # One set of defaults: TrainConfig's are the schema's.
+    from dpscaling.train.config import CONFIG_KEYS, TrainConfig
 
-    schema = yaml.safe_load(Path(SCHEMA).read_text())["properties"]["training"]["properties"]
-    for key, default in OPTIONAL_TRAINING_KEYS.items():
-        if key == "delta":  # accounting.delta, handed to each training job
-            accounting = yaml.safe_load(Path(SCHEMA).read_text())["properties"]["accounting"]["properties"]
-            assert accounting["delta"]["default"] == default
-            continue
-        assert schema[key]["default"] == default
-        if key != "allow_repeats":  # the library allows repeats; the workflow's default guards
-            assert getattr(TrainConfig(), key) == default
-    assert "does not state" in schema["adam_eps"]["description"]
+    schema = yaml.safe_load(Path(SCHEMA).read_text())["properties"]
+    for name, key in CONFIG_KEYS.items():
+        block, leaf = key.split(".")
+        assert getattr(TrainConfig(), name) == schema[block]["properties"][leaf]["default"], name
+    assert "does not state" in schema["training"]["properties"]["adam_eps"]["description"]
 
 
 def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypatch) -> None:
     import json
     from dataclasses import asdict
 
-    from dpscaling.workflow import check_epochs, corpus_spec
+    from dpscaling.config.checks import check_epochs, corpus_spec
 
     monkeypatch.chdir(tmp_path)
     config = validated(load("config.yaml"))

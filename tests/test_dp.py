@@ -11,13 +11,15 @@ import optax
 import pytest
 
 from dpscaling.dp import (
+    CLIPPED_SUMS,
     add_gaussian_noise,
     clip_factors,
     clipped_mean_grad,
     dp_optimizer,
     weighted_sum,
 )
-from dpscaling.models import BertMlm, bert_config
+from dpscaling.models.bert import BertMlm
+from dpscaling.models.family import bert_config
 from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
 
 VOCAB, SEQ, BATCH = 120, 24, 8
@@ -100,7 +102,7 @@ def _cached_clipper(method: str, seq: int, hidden: int):
     def clipped(params, batch, clip_norm, loss_scale):
         scaled = lambda p, b: loss_scale * loss_fn(p, b)  # noqa: E731
         return clipped_mean_grad(
-            scaled, params, batch, clip_norm=clip_norm, microbatch_size=2, method=method
+            scaled, params, batch, clip_norm=clip_norm, microbatch_size=2, clipped_sum=CLIPPED_SUMS[method]
         )
 
     return jax.jit(clipped)

@@ -132,6 +132,29 @@ def test_kill_during_metrics_write_leaves_no_final_file(corpus, reference, tmp_p
     summary = _rerun(corpus, tmp_path)
     assert summary.resumed_from_step == 20  # everything was checkpointed: only the write is redone
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
+    assert not list(tmp_path.glob(".metrics.parquet.tmp-*"))  # the next write of the file removed it
+
+
+def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_file(tmp_path):
+    """Snakemake cancels a job (and Slurm ends one at its time limit) with SIGTERM: inside a step's
+    log_to_file block that is an exception, so the half-written temporary is removed at once."""
+    target, log = tmp_path / "result.txt", tmp_path / "job.log"
+    target.write_text("earlier result")
+    code = (
+        "import os, signal\n"
+        "from dpscaling.io import atomic_path\n"
+        "from dpscaling.logs import log_to_file\n"
+        f"with log_to_file({str(log)!r}):\n"
+        f"    with atomic_path({str(target)!r}) as tmp:\n"
+        "        tmp.write_text('half')\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        tmp.write_text('never')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 143, result.stderr  # 128 + SIGTERM, as an unhandled SIGTERM
+    assert target.read_text() == "earlier result"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.log", "result.txt"]
+    assert "Terminated" in log.read_text()
 
 
 @pytest.mark.parametrize("corrupted", ["latest", "all", "swapped"])
@@ -322,7 +345,7 @@ def test_second_snakemake_on_one_results_directory_is_refused(tmp_path, job_env)
     results = tmp_path / "results" / "faults"
     # The first invocation: a process holding the results directory (as a running snakemake does).
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from dpscaling.workflow import lock_results; lock_results({str(results)!r}); "
+        [sys.executable, "-c", f"from dpscaling.io import lock_results; lock_results({str(results)!r}); "
                                "print('locked', flush=True); import sys; sys.stdin.read()"],
         env=job_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

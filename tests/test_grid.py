@@ -51,7 +51,7 @@ def test_alternation_matches_exactly_the_values() -> None:
 
 def test_paper_grid_in_config() -> None:
     """config/paper.yaml's grid: the schema's defaults (the paper's values) fill what it leaves out."""
-    from dpscaling.workflow import validate_config
+    from dpscaling.config.schema import validate_config
 
     config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     validate_config(config, REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -69,10 +69,12 @@ def test_paper_grid_in_config() -> None:
 
 
 def test_main_grid_expands_the_product() -> None:
-    config = {
+    from test_config_schema import validated
+
+    config = validated({
         "models": {"names": ["A", "B"]},
         "training": {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.1, 0.2, 0.3], "physical_batch": 8, "seed": 3},
-    }
+    })
     grid = main_grid(config)
     assert len(grid) == 12 and len(set(grid)) == 12
     assert TrainPoint("B", 8, 3, 0.5, 0.3) in grid

@@ -224,9 +224,11 @@ def test_figures_draw_the_band_and_carry_it_in_their_csv(band_contexts, name, tm
 
 
 def grid_config(**training):
-    return {"models": {"names": ["BertNano", "BertMicro"]},
-            "training": {"noise_batch_ratios": [0.0, 0.25], "learning_rates": [0.5], "physical_batch": 8,
-                         "seed": 0, **training}}
+    from test_config_schema import validated
+
+    return validated({"models": {"names": ["BertNano", "BertMicro"]},
+                      "training": {"noise_batch_ratios": [0.0, 0.25], "learning_rates": [0.5], "physical_batch": 8,
+                                   "seed": 0, **training}})
 
 
 def test_repeat_grid_adds_the_extra_seeds_at_the_chosen_points() -> None:
@@ -246,8 +248,9 @@ def test_repeat_keys_are_no_training_jobs_param() -> None:
     """Adding repeats must not rerun the existing training jobs (their params stay the same)."""
     from dpscaling.workflow import training_params
 
-    training = grid_config()["training"]
-    assert training_params({**training, "repeat_seeds": [1], "repeat_points": []}) == training_params(training)
+    config = grid_config()
+    repeated = {**config, "training": {**config["training"], "repeat_seeds": [1], "repeat_points": []}}
+    assert training_params(repeated) == training_params(config)
 
 
 def test_snakemake_plans_the_repeat_runs_and_the_bootstrap_jobs(tmp_path) -> None:

@@ -76,7 +76,7 @@ def test_reference_results_with_unknown_model_or_columns_are_refused(tmp_path) -
 
 
 def test_collected_table_carries_run_constants_to_the_fit(tmp_path) -> None:
-    from dpscaling.law.pipeline import load_results
+    from dpscaling.law.collect import load_results
     from dpscaling.law.collect import collect_to_parquet
 
     training_curve().to_parquet(tmp_path / "run.parquet")

@@ -12,7 +12,8 @@ import pytest
 
 from dpscaling.commands import params as params_command
 from dpscaling.errors import UserError
-from dpscaling.models import FAMILY, PAPER_PARAMS, BertMlm, bert_config, count_params
+from dpscaling.models.bert import BertMlm, count_params
+from dpscaling.models.family import FAMILY, PAPER_PARAMS, bert_config
 
 
 @pytest.mark.parametrize("name", list(FAMILY))
@@ -138,21 +139,21 @@ def _trained_entries(config, seq_len: int) -> tuple[int, int, int]:
 
 
 def test_custom_model_count_is_the_parameters_that_receive_data_gradient():
-    from dpscaling.workflow import train_config
+    from dpscaling.train.config import job_train_config
 
     seq_len = 12
     custom = {"layers": 1, "heads": 2, "hidden": 16}
-    config = train_config(custom, TRAINING, _grid_point("Nano"), seq_len).model_config(vocab_size=40)
+    config = job_train_config(custom, TRAINING, _grid_point("Nano"), seq_len).model_config(vocab_size=40)
     assert (config.max_positions, config.type_vocab_size) == (seq_len, 1)
     entries, trained, key_bias = _trained_entries(config, seq_len)
     assert count_params(config).total == entries == trained + key_bias
 
 
 def test_family_model_keeps_512_positions_of_which_only_seq_len_are_trained():
-    from dpscaling.workflow import train_config
+    from dpscaling.train.config import job_train_config
 
     seq_len = 12
-    config = train_config("BertTiny", TRAINING, _grid_point("BertTiny"), seq_len).model_config(vocab_size=40)
+    config = job_train_config("BertTiny", TRAINING, _grid_point("BertTiny"), seq_len).model_config(vocab_size=40)
     assert (config.max_positions, config.type_vocab_size) == (512, 2)  # paper Table 1 counts them
     entries, trained, key_bias = _trained_entries(config, seq_len)
     assert count_params(config).total == entries
@@ -161,16 +162,22 @@ def test_family_model_keeps_512_positions_of_which_only_seq_len_are_trained():
 
 
 def test_model_param_reruns_custom_jobs_and_outdated_checkpoints_are_discarded(tmp_path):
-    from dpscaling.train.loop import CONFIG_FILE
-    from dpscaling.workflow import discard_outdated_checkpoints, model_param, train_config
+    from test_config_schema import validated
 
-    run = {"models": {"custom": {"Nano": {"layers": 1, "heads": 2, "hidden": 16}}}, "data": {"seq_len": 64}}
+    from dpscaling.train.checkpoint import CONFIG_FILE, discard_outdated_checkpoints
+    from dpscaling.train.config import job_train_config
+    from dpscaling.workflow import model_param
+
+    run = validated({"models": {"custom": {"Nano": {"layers": 1, "heads": 2, "hidden": 16}}}, "data": {"seq_len": 64}})
     assert model_param(run, "BertTiny") == "BertTiny"
     param = model_param(run, "Nano")
-    assert param == {"layers": 1, "heads": 2, "hidden": 16, "max_positions": 64, "type_vocab_size": 1}
-    config = train_config(param, TRAINING, _grid_point("Nano"), 64)
+    # the validated entry (intermediate filled by the schema) and the rows it trains
+    assert param == {"layers": 1, "heads": 2, "hidden": 16, "intermediate": None, "max_positions": 64,
+                     "type_vocab_size": 1}
+    config = job_train_config(param, TRAINING, _grid_point("Nano"), 64)
     assert config.max_positions == 64 and config.model_overrides["type_vocab_size"] == 1
-    # A checkpoint of the same run written before issue 15 (512 positions, 2 token types) is discarded ...
+    # A checkpoint of the same run written when custom models had BERT's 512 positions and 2 token types is
+    # discarded ...
     before = config.to_dict()
     before["max_positions"] = 512
     before["model_overrides"] = {k: v for k, v in before["model_overrides"].items() if k != "type_vocab_size"}

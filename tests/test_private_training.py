@@ -29,7 +29,7 @@ from dpscaling.data.shards import load_meta
 from dpscaling.dp import add_gaussian_noise
 from dpscaling.dp.noise import noise_key_of
 from dpscaling.errors import UserError
-from dpscaling.models import BertMlm
+from dpscaling.models.bert import BertMlm
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.mlm import MaskingSpec
@@ -186,7 +186,7 @@ def test_sampler_and_accountant_that_disagree_are_refused(sampling, accountant):
     with pytest.raises(UserError, match="disagree"):
         TrainConfig(**(PRIVATE | dict(sampling=sampling, accountant=accountant,
                                       truncated_batch_size=None)))
-    from dpscaling.workflow import check_config
+    from dpscaling.config.checks import check_config
 
     config = validated({"training": {"sampling": sampling, "accountant": accountant}})
     with pytest.raises(UserError, match="training.accountant.*disagree"):
@@ -354,21 +354,22 @@ def test_study_runs_at_different_noise_ratios_share_one_noise_stream():
 
 
 def test_workflow_passes_sampling_and_delta_to_the_run():
-    from dpscaling.workflow import train_config, training_params
+    from dpscaling.train.config import job_train_config
+    from dpscaling.workflow import training_params
 
     wildcards = {"model": "BertTiny", "nbr": "0.5", "lr": "0.01", "batch": "32", "seed": "0"}
     config = validated({"training": {"sampling": "poisson", "truncated_batch_size": 48,
-                                     "physical_batch": 32, "microbatch_size": 16}})
-    params = training_params(config["training"], 1e-6)
-    made = train_config("BertTiny", copy.deepcopy(params), wildcards, seq_len=64)
+                                     "physical_batch": 32, "microbatch_size": 16}, "accounting": {"delta": 1e-6}})
+    params = training_params(config)
+    made = job_train_config("BertTiny", copy.deepcopy(params), wildcards, seq_len=64)
     assert (made.sampling, made.truncated_batch_size, made.accountant, made.delta) == (
         "poisson", 48, None, 1e-6)
     assert made.physical_batch_size == 48
     # A study job's param and config dict are what they were before these keys existed.
     study = validated({})
-    params = training_params(study["training"], study["accounting"]["delta"])
+    params = training_params(study)
     assert not {"sampling", "truncated_batch_size", "accountant", "delta"} & set(params)
-    made = train_config("BertTiny", params, wildcards, seq_len=64)
+    made = job_train_config("BertTiny", params, wildcards, seq_len=64)
     assert made.sampling == "shuffle" and made.delta == 1e-8
     assert not {"sampling", "truncated_batch_size", "accountant", "target_epsilon",
                 "delta"} & set(made.to_dict())

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from dpscaling.models.family import configured_model
 from dpscaling.cluster import (
     LaunchEnvironment,
     Site,
     SlurmAllocation,
-    bert_param_count,
     launch_environment,
     srun_command,
     train_resources,
@@ -158,7 +158,8 @@ def test_slurm_profile_resources_from_environment(tmp_path: Path) -> None:
     assert (pack["slurm_partition"], pack["mem_mb"], pack["runtime"], pack["cpus_per_task"]) == ("cpu", "8000", "60", "2")
     train = only(jobs["train_run"])
     # BertNano at the pinned small size: one GPU on one node, sized by dpscaling.cluster.
-    expected = train_resources(bert_param_count(1, 32, 8192), steps=300, batch=8, seq_len=64, site=Site())
+    n_params = configured_model("BertNano", {"BertNano": {"layers": 1, "heads": 2, "hidden": 32}}, 8192, 64).param_count()
+    expected = train_resources(n_params.total, steps=300, batch=8, seq_len=64, site=Site())
     assert train["slurm_partition"] == "gpu" and train["slurm_account"] == "proj42"
     assert (train["gpu"], train["nodes"], train["cpus_per_task"]) == ("1", "1", "4")
     assert (int(train["mem_mb"]), int(train["runtime"])) == (expected.mem_mb, expected.runtime)
@@ -181,6 +182,27 @@ def test_slurm_paper_grid_sizes_by_model(tmp_path: Path) -> None:
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
 
 
+# The rules that train or score a model; each is sized by dpscaling.cluster.job_resources.
+TRAINING_LIKE = ("train_run", "ablation_run", "ablation_evaluate", "private_model_train", "private_model_evaluate")
+
+
+def test_every_training_like_job_requests_a_gpu_on_the_gpu_partition(tmp_path: Path) -> None:
+    targets = ["all", "ablation_batch", "private_model"]
+    jobs = dry_run(tmp_path, *SLURM, *targets, "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"),
+                   env=clean_env(**CLUSTER_ENV))
+    assert set(TRAINING_LIKE) <= set(jobs), sorted(jobs)
+    for rule, found in jobs.items():
+        for job in found:
+            # job_resources marks every job it sizes with tpu=1: a training-like rule that forgot it would
+            # show here without a GPU
+            gpus = int(job.get("gpu", 0)) or int(job.get("gres", "gpu:0").split(":")[-1])
+            assert (rule in TRAINING_LIKE) == ("tpu" in job), (rule, job)
+            if rule in TRAINING_LIKE:
+                assert gpus >= 1 and job["slurm_partition"] == "gpu", (rule, job)
+            else:
+                assert gpus == 0 and job.get("slurm_partition", "cpu") == "cpu", (rule, job)
+
+
 def test_ci_layer_keeps_every_resource_of_the_real_profile(tmp_path: Path) -> None:
     # The CI profile must only add status/poll settings: were it to set default- or
     # set-resources, the real profile's mapping would be replaced wholesale.
@@ -201,12 +223,16 @@ def test_site_environment_changes_sizing(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- dpscaling.cluster
 
 
-@pytest.mark.parametrize("layers,hidden,vocab", [(2, 128, 30522), (1, 32, 8192), (12, 768, 30522), (4, 256, 8192)])
-def test_closed_form_param_count_matches_the_model(layers: int, hidden: int, vocab: int) -> None:
-    from dpscaling.models import bert_config, count_params
+@pytest.mark.parametrize("layers,hidden,vocab,positions,types,inner", [
+    (2, 128, 30522, 512, 2, None), (1, 32, 8192, 64, 1, None), (12, 768, 30522, 512, 2, None),
+    (4, 256, 8192, 128, 1, 300)])
+def test_closed_form_param_count_matches_the_model(layers, hidden, vocab, positions, types, inner) -> None:
+    from dpscaling.models.bert import count_params
+    from dpscaling.models.family import bert_config
 
-    config = bert_config("custom", vocab_size=vocab, num_layers=layers, num_heads=2, hidden_size=hidden)
-    assert bert_param_count(layers, hidden, vocab) == count_params(config).total
+    config = bert_config("custom", vocab_size=vocab, max_positions=positions, num_layers=layers, num_heads=2,
+                         hidden_size=hidden, type_vocab_size=types, intermediate_size=inner)
+    assert config.param_count() == count_params(config)
 
 
 def test_retries_scale_time_and_memory() -> None:

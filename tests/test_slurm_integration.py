@@ -41,12 +41,6 @@ TIMING_COLUMNS = re.compile(r"per_s$|seconds|wall")
 pytestmark = pytest.mark.slow(minutes=5)
 
 
-def training_built() -> bool:
-    import dpscaling.workflow
-
-    return hasattr(dpscaling.workflow, "train_config")
-
-
 def cannot_run_reason() -> str | None:
     if os.geteuid() != 0:
         return "needs root (slurmd owns the node; fake GPUs need mknod)"
@@ -165,10 +159,6 @@ def assert_same_outputs(ours: dict[str, object], reference: dict[str, object]) -
             assert ours[key] == value, key
 
 
-def target() -> str:
-    return "train" if training_built() else "data"
-
-
 @pytest.fixture(scope="module")
 def local_reference(tmp_path_factory):
     """``reference(target)``: the outputs of the same grid run locally with profiles/local."""
@@ -186,15 +176,15 @@ def local_reference(tmp_path_factory):
 
 
 def test_grid_through_slurm_equals_local_run(slurm: LocalSlurm, local_reference, tmp_path: Path) -> None:
-    """The grid through sbatch gives the local run's results. With training built, one
-    training job is cancelled (scancel) after its first checkpoint: the profile's retry
-    resubmits it with a doubled time limit and it resumes to the same curve."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), target(), *SLURM_PROFILES, *CONFIG]
+    """The grid through sbatch gives the local run's results. One training job is cancelled
+    (scancel) after its first checkpoint: the profile's retry resubmits it with a doubled time
+    limit and it resumes to the same curve."""
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "train", *SLURM_PROFILES, *CONFIG]
     log_path = tmp_path / "snakemake.log"
     with open(log_path, "w") as log_file:
         run = subprocess.Popen(command, cwd=tmp_path, env=slurm.env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        cancelled = cancel_after_first_checkpoint(slurm, tmp_path) if training_built() else None
+        cancelled = cancel_after_first_checkpoint(slurm, tmp_path)
         assert run.wait(timeout=420) == 0, log_path.read_text()[-5000:]
     finally:
         if run.poll() is None:
@@ -214,15 +204,14 @@ def test_grid_through_slurm_equals_local_run(slurm: LocalSlurm, local_reference,
         assert recorded[job]["JobState"] == expected_state and recorded[job]["Name"] == run_id, recorded.get(job)
         # Training on the GPU partition (with a GPU), everything else on the CPU partition.
         assert recorded[job]["Partition"] == ("gpu" if rule == "train_run" else "debug"), (rule, recorded[job])
-    if cancelled:
-        train_jobs = sorted((j for j, r in jobs.items() if r == "train_run"), key=int)
-        assert len(train_jobs) == 3, jobs  # two grid points + one retry
-        retry = train_jobs[-1]
-        # Retries scale the time limit with the attempt (runtime × 2 on the second).
-        assert int(recorded[retry]["TimeLimit"]) == 2 * int(recorded[cancelled]["TimeLimit"])
-        logs = "".join(p.read_text() for p in (tmp_path / "results" / RUN_NAME / "logs" / "train").rglob("*.log"))
-        assert "resuming from verified step" in logs
-    assert_same_outputs(outputs(tmp_path, RUN_NAME), local_reference(target()))
+    train_jobs = sorted((j for j, r in jobs.items() if r == "train_run"), key=int)
+    assert len(train_jobs) == 3, jobs  # two grid points + one retry
+    retry = train_jobs[-1]
+    # Retries scale the time limit with the attempt (runtime × 2 on the second).
+    assert int(recorded[retry]["TimeLimit"]) == 2 * int(recorded[cancelled]["TimeLimit"])
+    logs = "".join(p.read_text() for p in (tmp_path / "results" / RUN_NAME / "logs" / "train").rglob("*.log"))
+    assert "resuming from verified step" in logs
+    assert_same_outputs(outputs(tmp_path, RUN_NAME), local_reference("train"))
 
 
 def cancel_after_first_checkpoint(slurm: LocalSlurm, workdir: Path) -> str:

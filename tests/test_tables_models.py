@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dpscaling.models import bert_config, count_params
+from dpscaling.models.bert import count_params
+from dpscaling.models.family import bert_config
 from dpscaling.tables.models import models_table
-from dpscaling.workflow import train_config
+from dpscaling.train.config import job_train_config
 
 CUSTOM = {"Nano": {"layers": 1, "heads": 2, "hidden": 32}, "Micro": {"layers": 2, "heads": 2, "hidden": 64}}
 TRAINING = {"microbatch_size": None, "steps": 10, "warmup_steps": 1, "decay_steps": 10, "decay_factor": 10.0,
@@ -17,7 +18,7 @@ def test_embedding_and_non_embedding_columns_add_up_to_the_measured_count(tmp_pa
     paths = []
     for name, spec in CUSTOM.items():
         point = {"model": name, "nbr": "0.0", "lr": "0.01", "batch": "4", "seed": "0"}
-        counts = count_params(train_config(spec, TRAINING, point, seq_len=64).model_config(vocab_size=8192))
+        counts = count_params(job_train_config(spec, TRAINING, point, seq_len=64).model_config(vocab_size=8192))
         path = tmp_path / f"{name}.parquet"
         pd.DataFrame({"model": [name] * 2, "n_params": [counts.total] * 2,
                       "n_params_non_embedding": [counts.non_embedding] * 2}).to_parquet(path)

@@ -262,12 +262,12 @@ def test_adam_settings_reach_the_optimizer(eps):
     import jax.numpy as jnp
 
     from dpscaling.train.step import make_optimizer
-    from dpscaling.workflow import train_config
+    from dpscaling.train.config import job_train_config
 
     training = {"microbatch_size": None, "steps": 10, "warmup_steps": 0, "decay_steps": 10, "decay_factor": 1.0,
                 "clip_norm": 1.0, "clipping": "vmap", "mask_rate": 0.15, "log_every": 1, "checkpoint_every": 1,
                 "adam_eps": eps, "adam_b1": 0.5, "adam_b2": 0.75}
-    config = train_config("BertTiny", training, {"model": "BertTiny", "nbr": "0.0", "lr": "0.5", "batch": "4",
+    config = job_train_config("BertTiny", training, {"model": "BertTiny", "nbr": "0.0", "lr": "0.5", "batch": "4",
                                                  "seed": "0"}, seq_len=64)
     assert (config.adam_eps, config.adam_b1, config.adam_b2, config.allow_repeats) == (eps, 0.5, 0.75, False)
     optimizer = make_optimizer(config)
@@ -311,8 +311,9 @@ def test_traced_step_is_dp_adam_with_the_configured_noise_and_learning_rate(rati
     step −lr·g/(|g| + ε) (no warm-up)."""
     import jax.numpy as jnp
 
-    from dpscaling.dp import add_gaussian_noise, clipped_mean_grad
-    from dpscaling.train.step import MASK_STREAM, make_loss_fn, step_hyperparams, study_noise_key
+    from dpscaling.dp import add_gaussian_noise, clipped_mean_grad, vmap_clipped_sum
+    from dpscaling.streams import Stream
+    from dpscaling.train.step import make_loss_fn, step_hyperparams, study_noise_key
 
     config = TrainConfig(**(SMALL | dict(batch_size=8, microbatch_size=4, warmup_steps=0,
                                          noise_batch_ratio=ratio, learning_rate=0.05, seed=2)))
@@ -321,9 +322,10 @@ def test_traced_step_is_dp_adam_with_the_configured_noise_and_learning_rate(rati
 
     @jax.jit  # compiled, with σ̄ and the peak as constants (eagerly this took ~25 s)
     def reference(params, tokens):
-        mask_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(config.seed), MASK_STREAM), 0)
+        mask_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(config.seed), Stream.MASK), 0)
         batch = mask_tokens(mask_key, tokens, masking)
-        grad, _, _ = clipped_mean_grad(make_loss_fn(model), params, batch, clip_norm=1.0, microbatch_size=4)
+        grad, _, _ = clipped_mean_grad(make_loss_fn(model), params, batch, clip_norm=1.0, microbatch_size=4,
+                                    clipped_sum=vmap_clipped_sum)
         noise = add_gaussian_noise(ratio, study_noise_key(config.seed))
         noisy, _ = noise.update(grad, noise.init(grad))
         return jax.tree.map(lambda p, g: p - 0.05 * g / (jnp.abs(g) + config.adam_eps), params, noisy)

@@ -18,7 +18,8 @@ from dpscaling.data.shards import load_meta
 from dpscaling.data.stage import prepare_documents, train_vocabulary
 from dpscaling.data.wordpiece import train_wordpiece
 from dpscaling.errors import UserError
-from dpscaling.workflow import check_config, validate_config, vocab_path
+from dpscaling.config.checks import check_config, vocab_path
+from dpscaling.config.schema import validate_config
 
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
 SLICE = CorpusSpec(source="core", paths=(str(CORPUS),), max_documents=40)
@@ -104,7 +105,9 @@ def test_data_target_trains_packs_and_floors_under_the_trained_vocabulary(tmp_pa
     run_snakemake("data", "--cores", "2", "--configfile", str(smoke), str(layer), cwd=tmp_path)
     data = tmp_path / "results" / "trained" / "data"
     config = {**yaml.safe_load(smoke.read_text()), "run_name": "trained"}
-    assert vocab_path({**config, "data": {**config["data"], "tokenizer": "train"}}) == "results/trained/data/vocab.txt"
+    config = {**config, "data": {**config["data"], "tokenizer": "train", "vocab_size": 512}}
+    validate_config(config, SCHEMA)
+    assert vocab_path(config) == "results/trained/data/vocab.txt"
     vocabulary = load_vocabulary(data / "vocab.txt")
     meta = load_meta(data / "packed")
     assert meta.vocab_size == vocabulary.size == 512 and meta.vocab_sha256 == vocabulary.sha256
@@ -114,13 +117,16 @@ def test_data_target_trains_packs_and_floors_under_the_trained_vocabulary(tmp_pa
 
 
 def test_job_sizing_reads_the_trained_size() -> None:
-    from dpscaling.cluster import data_vocab_size, train_resources_for
+    from dpscaling.cluster import grid_work, sized_resources
+    from dpscaling.config.blocks import load_config
 
     config = validate_default()
-    assert data_vocab_size(config["data"]) == 1024
-    small = train_resources_for(config, "BertSlim")
+    run = load_config(config)
+    assert run.data.model_vocab_size() == 1024
+    small = sized_resources(run, grid_work(run, "BertSlim"))
     config["data"]["vocab_size"] = 65536  # a larger vocabulary sizes the job up
-    assert train_resources_for(config, "BertSlim")["mem_mb"] > small["mem_mb"]
+    larger = load_config(config)
+    assert sized_resources(larger, grid_work(larger, "BertSlim"))["mem_mb"] > small["mem_mb"]
 
 
 def validate_default() -> dict:

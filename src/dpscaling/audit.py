@@ -38,6 +38,7 @@ import pandas as pd
 from dpscaling.accounting.matched import account_run
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path, write_json_atomic
+from dpscaling.streams import Stream
 
 # Canary gradients are this many times the clip norm, so clipping always acts on them.
 CANARY_GRADIENT_SCALE = 1e3
@@ -89,7 +90,7 @@ def canary_scores(settings: AuditSettings, noise_batch_ratio: float, included: n
     import jax
     import jax.numpy as jnp
 
-    from dpscaling.dp import add_gaussian_noise, clipped_mean_grad
+    from dpscaling.dp import add_gaussian_noise, clipped_mean_grad, vmap_clipped_sum
     from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
     members = np.flatnonzero(included)
@@ -104,6 +105,7 @@ def canary_scores(settings: AuditSettings, noise_batch_ratio: float, included: n
     @jax.jit
     def step(noise_state, coordinates, weights):
         clipped = clipped_mean_grad(loss_fn, params, {"coordinate": coordinates}, clip_norm=1.0,
+                                    clipped_sum=vmap_clipped_sum,
                                     microbatch_size=settings.microbatch_size,
                                     example_weights=weights,
                                     normaliser=settings.expected_batch_size)
@@ -126,7 +128,7 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
 
     from dpscaling.train.sampling import secret_key
 
-    rng = np.random.default_rng([settings.seed, 16])
+    rng = np.random.default_rng([settings.seed, Stream.AUDIT_CANARIES])
     included = rng.random(settings.n_canaries) < 0.5
     n_in = int(included.sum())
     # L priced as a private training run's is (dpscaling.accounting.truncation).

@@ -28,23 +28,12 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# Paper Table 1 (layers, hidden); heads do not change the parameter count.
-_FAMILY_SHAPES: dict[str, tuple[int, int]] = {
-    "BertTiny": (2, 128),
-    "BertMini": (4, 256),
-    "BertSmall": (4, 512),
-    "BertMedium": (8, 512),
-    "BertBase": (12, 768),
-    "BertLarge": (24, 1024),
-    "BertMega": (24, 1536),
-}
-_VOCAB_SIZES = {"bert-base-uncased": 30522, "wordpiece-core-8192": 8192}
-BERT_MAX_POSITIONS = 512
+if TYPE_CHECKING:
+    from dpscaling.config.blocks import RunConfig
 
 # Paper appendix "Training Throughput" (Table): params, records/s per TPUv3 core (seq 512).
 PAPER_THROUGHPUT: tuple[tuple[float, float], ...] = (
@@ -57,44 +46,6 @@ PAPER_THROUGHPUT: tuple[tuple[float, float], ...] = (
     (729e6, 6.1),
 )
 PAPER_SEQ_LEN = 512
-
-
-def bert_param_count(layers: int, hidden: int, vocab_size: int, max_positions: int = BERT_MAX_POSITIONS) -> int:
-    """Trained parameters of ``dpscaling.models.BertMlm`` (tied MLM head, no pooler), in closed form.
-
-    Equal to ``dpscaling.models.count_params`` (tested) without building the model:
-    embeddings (word, position, 2 token types, LayerNorm) + per layer 12·H² + 13·H
-    (attention 4·(H²+H), LayerNorms 4·H, feed-forward 8·H² + 5·H) + MLM head
-    (dense H²+H, LayerNorm 2·H, output bias V).
-    """
-    embeddings = (vocab_size + max_positions + 2) * hidden + 2 * hidden
-    encoder = layers * (12 * hidden * hidden + 13 * hidden)
-    head = hidden * hidden + 3 * hidden + vocab_size
-    return embeddings + encoder + head
-
-
-def model_shape(name: str, custom: Mapping[str, Mapping[str, int]]) -> tuple[int, int]:
-    """(layers, hidden) of a paper family member or a ``models.custom`` entry of the config."""
-    if name in custom:
-        return int(custom[name]["layers"]), int(custom[name]["hidden"])
-    return _FAMILY_SHAPES[name]
-
-
-def vocab_size(tokenizer: str, vocab_file: str | Path | None = None) -> int:
-    """Vocabulary size of a vendored tokenizer, or the line count of a custom vocab file."""
-    if tokenizer in _VOCAB_SIZES:
-        return _VOCAB_SIZES[tokenizer]
-    if vocab_file and Path(vocab_file).exists():
-        with open(vocab_file, encoding="utf-8") as handle:
-            return sum(1 for _ in handle)
-    return _VOCAB_SIZES["bert-base-uncased"]  # sizing only: a safe (large) guess
-
-
-def data_vocab_size(data: Mapping[str, Any]) -> int:
-    """Vocabulary size of a config's ``data`` block (``data.vocab_size`` when the data stage trains it)."""
-    if data["tokenizer"] == "train":
-        return int(data["vocab_size"])
-    return vocab_size(data["tokenizer"], data.get("vocab_file"))
 
 
 def _env_number(name: str, default: float) -> float:
@@ -245,50 +196,79 @@ def _largest_pow2_divisor(n: int) -> int:
     return n & -n if n > 0 else 1
 
 
-def train_resources_for(config: Mapping[str, Any], model: str, attempt: int = 1) -> dict[str, Any]:
-    """Snakemake resources of the training job of ``model`` under the workflow ``config``."""
-    data, training = config["data"], config["training"]
-    layers, hidden = model_shape(model, config["models"]["custom"])
-    n_params = bert_param_count(layers, hidden, data_vocab_size(data))
+@dataclass(frozen=True)
+class Work:
+    """What one training-like job computes: ``steps`` steps of ``batch`` sequences through ``model``
+    (scoring is sized as steps of batch 1: a forward pass is a third of a training step)."""
+
+    model: str
+    steps: int
+    batch: int
+
+
+# The resources a sized job sets; every training-like rule gets all of them (None = not requested).
+SIZED_RESOURCES = ("cpus_per_task", "mem_mb", "runtime", "nodes", "gpu", "gres", "tasks", "tasks_per_gpu", "mpi")
+
+
+def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, Any]:
+    """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
+    n_params = run.model_config(work.model).param_count().total
+    return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=run.data.seq_len,
+                           attempt=attempt).snakemake()
+
+
+def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = None) -> Work:
+    """A grid training job of ``model`` with the ``training`` mapping (a training job's param; None = the
+    run's ``training`` block). A ``poisson`` job runs its padded batch L: the run prices L once it has its
+    data, so an upper bound of it sizes the job."""
+    training = run.training.to_mapping() if training is None else training
     batch = int(training["physical_batch"])
-    if training.get("sampling") == "poisson":  # the padded batch L is what runs
-        # The run prices L once it has its data; this upper bound of it sizes the job.
+    if training.get("sampling") == "poisson":
         from dpscaling.accounting.truncation import tail_truncated_batch_size
 
         batch = training.get("truncated_batch_size") or tail_truncated_batch_size(
-            batch, int(training["steps"]), float(config["accounting"]["delta"]),
-            training.get("microbatch_size") or 1
-        )
-    sized = train_resources(
-        n_params,
-        steps=int(training["steps"]),
-        batch=batch,
-        seq_len=int(data["seq_len"]),
-        attempt=attempt,
-    )
-    return sized.snakemake()
+            batch, int(training["steps"]), run.accounting.delta, training.get("microbatch_size") or 1)
+    return Work(model, int(training["steps"]), batch)
 
 
-def train_resource(config: Mapping[str, Any], model: str, name: str, attempt: int = 1) -> Any:
-    """One resource of :func:`train_resources_for` (a Snakemake rule needs one callable per name)."""
-    return train_resources_for(config, model, attempt)[name]
+def evaluation_work(model: str, examples: int) -> Work:
+    """Scoring ``examples`` sequences with ``model``: forward passes only (2·M FLOPs per token against a
+    training step's 6·M), batch 1 so that it stays on one device."""
+    return Work(model, max(1, math.ceil(examples / 3)), 1)
 
 
-def evaluation_resource(
-    config: Mapping[str, Any], model: str, examples: int, name: str, attempt: int = 1
-) -> Any:
-    """One Snakemake resource of scoring ``examples`` sequences with ``model`` (forward passes only).
+def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None = None) -> Work:
+    """A ``private_model`` job: its plan's model, iterations and padded batch L once the plan exists (the
+    job is then ready to run); before that (a dry run), the largest of the run's models at the grid's
+    horizon. ``scoring`` = sequences scored, for the held-out evaluation of the plan's model."""
+    import json
 
-    Sized as a one-device training job of ``examples / 3`` single-sequence steps: a forward pass
-    costs 2·M FLOPs per token, a training step 6·M; batch 1 keeps it to one device.
-    """
-    data = config["data"]
-    layers, hidden = model_shape(model, config["models"]["custom"])
-    n_params = bert_param_count(layers, hidden, data_vocab_size(data))
-    sized = train_resources(
-        n_params, steps=max(1, math.ceil(examples / 3)), batch=1, seq_len=int(data["seq_len"]), attempt=attempt
-    )
-    return sized.snakemake()[name]
+    if os.path.exists(plan):
+        chosen = json.loads(open(plan, encoding="utf-8").read())
+        work = Work(chosen["model"], int(chosen["iterations"]), int(chosen["truncated_batch_size"]))
+    else:
+        largest = max(run.models.names, key=lambda name: run.model_config(name).param_count().total)
+        work = grid_work(run, largest, {**run.training.to_mapping(), "sampling": "poisson"})
+    return work if scoring is None else evaluation_work(work.model, scoring)
+
+
+class _SizedResource:
+    """One resource of a training-like job as Snakemake asks for it: a callable of the job's wildcards,
+    inputs and attempt (inputs, so a job can be sized from a file an upstream job writes)."""
+
+    def __init__(self, run: RunConfig, work: Callable[[Any, Any], Work], name: str):
+        self.run, self.work, self.name = run, work, name
+
+    def __call__(self, wildcards, input, attempt):  # noqa: A002 - Snakemake passes arguments by name
+        return sized_resources(self.run, self.work(wildcards, input), attempt)[self.name]
+
+
+def job_resources(run: RunConfig, work: Callable[[Any, Any], Work]) -> dict[str, Any]:
+    """The whole ``resources`` mapping of a training-like rule: ``work(wildcards, input)`` says what one
+    job computes; GPUs, nodes, CPUs, host memory and wall time follow (:func:`train_resources`), and
+    ``tpu=1``: a job owns every local accelerator (profiles/tpu runs one at a time). Every rule that
+    trains or scores a model uses it, so none can miss a GPU request."""
+    return {name: _SizedResource(run, work, name) for name in SIZED_RESOURCES} | {"tpu": 1}
 
 
 # --------------------------------------------------------------------------- launch

@@ -12,11 +12,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpscaling.errors import UserError
+
+if TYPE_CHECKING:
+    from dpscaling.config.blocks import RunConfig
 
 
 def canonical(value: float | int) -> str:
@@ -65,79 +68,103 @@ class TrainPoint:
         }
 
 
-def main_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
+def _typed(config: Mapping[str, Any] | RunConfig) -> RunConfig:
+    from dpscaling.config.blocks import typed
+
+    return typed(config)
+
+
+def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """The main grid: every model × noise-batch ratio × learning rate at the physical batch."""
-    training = config["training"]
+    run = _typed(config)
+    training = run.training
     return [
-        TrainPoint(model, int(training["physical_batch"]), int(training["seed"]), float(nbr), float(lr))
-        for model, nbr, lr in product(
-            config["models"]["names"], training["noise_batch_ratios"], training["learning_rates"]
-        )
+        TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr))
+        for model, nbr, lr in product(run.models.names, training.noise_batch_ratios, training.learning_rates)
     ]
 
 
-def repeat_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
+def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``): the
     seed-to-seed noise the law's bootstrap intervals resample (docs/fit.md "Intervals").
 
     Raises UserError when a point is not on the main grid or a repeat seed is the main seed.
     """
-    training = config["training"]
-    seeds = [int(seed) for seed in training.get("repeat_seeds", [])]
-    if int(training["seed"]) in seeds:
-        raise UserError(f"training.repeat_seeds: {seeds} must not contain training.seed ({training['seed']})")
-    axes = {"model": config["models"]["names"], "noise_batch_ratio": [float(v) for v in training["noise_batch_ratios"]],
-            "learning_rate": [float(v) for v in training["learning_rates"]]}
+    run = _typed(config)
+    training = run.training
+    seeds = [int(seed) for seed in training.repeat_seeds]
+    if training.seed in seeds:
+        raise UserError(f"training.repeat_seeds: {seeds} must not contain training.seed ({training.seed})")
+    axes = {"model": list(run.models.names), "noise_batch_ratio": [float(v) for v in training.noise_batch_ratios],
+            "learning_rate": [float(v) for v in training.learning_rates]}
     main_keys = {"model": "models.names", "noise_batch_ratio": "training.noise_batch_ratios",
                  "learning_rate": "training.learning_rates"}
     points = []
-    for index, point in enumerate(training.get("repeat_points", [])):
+    for index, point in enumerate(training.repeat_points):
         for key, values in axes.items():
-            value = point[key] if key == "model" else float(point[key])
-            if value not in values:
-                raise UserError(f"training.repeat_points[{index}].{key}: {point[key]!r} is not in {main_keys[key]} "
+            value = getattr(point, key)
+            if (value if key == "model" else float(value)) not in values:
+                raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
-        points += [TrainPoint(point["model"], int(training["physical_batch"]), seed,
-                              float(point["noise_batch_ratio"]), float(point["learning_rate"])) for seed in seeds]
+        points += [TrainPoint(point.model, training.physical_batch, seed, float(point.noise_batch_ratio),
+                              float(point.learning_rate)) for seed in seeds]
     return sorted(set(points))
 
 
 # ---------------------------------------------------------------------------- the physical-batch ablation
 
 
-def ablation_curve_points(config: Mapping[str, Any]) -> list[TrainPoint]:
+@dataclass(frozen=True)
+class AblationAxes:
+    """What decides the ablation's training points: its model, σ̄ values, physical batches, seeds and learning
+    rate, and its learning-rate sweep (one σ̄, several rates)."""
+
+    model: str
+    noise_batch_ratios: tuple[float, ...]
+    physical_batches: tuple[int, ...]
+    seeds: tuple[int, ...]
+    learning_rate: float
+    sweep_noise_batch_ratio: float
+    sweep_learning_rates: tuple[float, ...]
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any] | RunConfig) -> AblationAxes:
+        """From a run's config (typed or a mapping), or from the ``ablation_batch`` block's mapping alone."""
+        if not isinstance(config, Mapping):
+            block = config.ablation_batch.to_mapping()
+        else:
+            block = config.get("ablation_batch", config)
+        sweep = block["sweep"]
+        return cls(str(block["model"]), tuple(float(v) for v in block["noise_batch_ratios"]),
+                   tuple(int(v) for v in block["physical_batches"]), tuple(int(v) for v in block["seeds"]),
+                   float(block["learning_rate"]), float(sweep["noise_batch_ratio"]),
+                   tuple(float(v) for v in sweep["learning_rates"]))
+
+
+def ablation_curve_points(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """fig:physical_batch_size_ablation: σ̄ × physical batch × seed at the ablation's one learning rate."""
-    block = config["ablation_batch"]
-    return sorted(
-        TrainPoint(block["model"], int(batch), int(seed), float(nbr), float(block["learning_rate"]))
-        for nbr, batch, seed in product(block["noise_batch_ratios"], block["physical_batches"], block["seeds"])
-    )
+    axes = AblationAxes.of(config)
+    return sorted(TrainPoint(axes.model, batch, seed, nbr, axes.learning_rate)
+                  for nbr, batch, seed in product(axes.noise_batch_ratios, axes.physical_batches, axes.seeds))
 
 
-def ablation_sweep_points(config: Mapping[str, Any]) -> list[TrainPoint]:
+def ablation_sweep_points(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """fig:physical-batch-size-sweep-loss: the learning-rate sweep at one σ̄, every physical batch and seed."""
-    block = config["ablation_batch"]
-    sweep = block["sweep"]
-    return sorted(
-        TrainPoint(block["model"], int(batch), int(seed), float(sweep["noise_batch_ratio"]), float(lr))
-        for lr, batch, seed in product(sweep["learning_rates"], block["physical_batches"], block["seeds"])
-    )
+    axes = AblationAxes.of(config)
+    return sorted(TrainPoint(axes.model, batch, seed, axes.sweep_noise_batch_ratio, lr)
+                  for lr, batch, seed in product(axes.sweep_learning_rates, axes.physical_batches, axes.seeds))
 
 
-def ablation_eval_points(config: Mapping[str, Any]) -> list[TrainPoint]:
+def ablation_eval_points(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """tab:physical-batch-size-sweep-loss-entire-train-set: the final models at the sweep's σ̄ trained
     with the ablation's learning rate, every physical batch and seed (paper: σ̄ = 2^-15, LR 2^-8)."""
-    block = config["ablation_batch"]
-    nbr, lr = float(block["sweep"]["noise_batch_ratio"]), float(block["learning_rate"])
-    return sorted(
-        TrainPoint(block["model"], int(batch), int(seed), nbr, lr)
-        for batch, seed in product(block["physical_batches"], block["seeds"])
-    )
+    axes = AblationAxes.of(config)
+    return sorted(TrainPoint(axes.model, batch, seed, axes.sweep_noise_batch_ratio, axes.learning_rate)
+                  for batch, seed in product(axes.physical_batches, axes.seeds))
 
 
-def ablation_grid(config: Mapping[str, Any]) -> list[TrainPoint]:
+def ablation_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """Every training job of the ``ablation_batch`` target (paper appendix "Physical Batch Size Ablation"):
     the fixed-learning-rate ablation, its learning-rate sweep and the evaluated models, each point once."""
-    return sorted(
-        set(ablation_curve_points(config)) | set(ablation_sweep_points(config)) | set(ablation_eval_points(config))
-    )
+    return sorted(set(ablation_curve_points(config)) | set(ablation_sweep_points(config))
+                  | set(ablation_eval_points(config)))

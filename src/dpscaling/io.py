@@ -17,18 +17,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dpscaling.errors import UserError
+
 
 @contextmanager
 def atomic_path(target: str | os.PathLike[str], *, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; move it onto ``target`` on success.
 
-    On an exception the temporary file or directory is removed and ``target``
-    is left untouched.
+    On an exception (SIGTERM included, inside :func:`dpscaling.logs.log_to_file`) the temporary file or
+    directory is removed and ``target`` is left untouched. A writer killed outright (SIGKILL, power loss)
+    cannot clean up: its temporary is removed when ``target`` is next written, since only one writer of a
+    target runs at a time (Snakemake's lock on its outputs).
     """
     target = Path(target)
     prefix = f".{target.name}.tmp-"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target)
         if directory:
             tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
         else:
@@ -51,6 +56,18 @@ def atomic_path(target: str | os.PathLike[str], *, directory: bool = False) -> I
             tmp.unlink(missing_ok=True)
         raise_if_storage_full_or_read_only(error, f"cannot write {target}")
         raise
+
+
+def remove_stale_temporaries(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporaries a killed writer of ``target`` left behind (``.<name>.tmp-*``); return them."""
+    target = Path(target)
+    stale = sorted(target.parent.glob(f".{target.name}.tmp-*")) if target.parent.is_dir() else []
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return stale
 
 
 # Failures of the storage, not of the program: the user frees space or fixes permissions and reruns.
@@ -76,8 +93,6 @@ def storage_problem(error: BaseException) -> str | None:
 
 def raise_if_storage_full_or_read_only(error: BaseException, doing: str) -> None:
     """Re-raise a storage failure as one clear UserError (``doing``: reason; what to do)."""
-    from dpscaling.errors import UserError
-
     reason = None if isinstance(error, UserError) else storage_problem(error)
     if reason is not None:
         raise UserError(
@@ -147,8 +162,6 @@ def read_parquet_verified(path: str | os.PathLike[str], remedy: str) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dpscaling.errors import UserError
-
     try:
         table = pq.read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as error:
@@ -159,3 +172,49 @@ def read_parquet_verified(path: str | os.PathLike[str], remedy: str) -> Any:
         raise UserError(f"{path}: content does not match the digest recorded when it was written "
                         f"(the file was altered); {remedy}")
     return table
+
+
+# ---------------------------------------------------------------------------- one snakemake per results directory
+
+RESULTS_LOCK = ".snakemake-running"
+_HELD_LOCKS: dict[str, Any] = {}  # open lock files, held until this process exits
+
+
+def lock_results(root: str | Path) -> None:
+    """Claim ``root`` (``results/<run_name>``) for this Snakemake process, or refuse.
+
+    Snakemake only locks the files of its own DAG, so two invocations with different targets
+    could both write one results directory (e.g. retrain and collect curves at once). The
+    workflow's ``onstart`` hook calls this: an exclusive ``flock`` on ``root/.snakemake-running``,
+    released by the kernel when the process ends, however it ends (no stale lock after kill -9).
+    """
+    import fcntl
+    import os
+    import socket
+    import time
+
+    root = Path(root)
+    key = str(root.resolve())
+    if key in _HELD_LOCKS:
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(root / RESULTS_LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - held open on purpose
+    except OSError as error:
+        raise_if_storage_full_or_read_only(error, f"cannot lock {root}")
+        raise
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"run_name: {root} is in use by another snakemake ({holder}); wait for it to finish, "
+            "or use another run_name (two invocations writing one results directory would mix their outputs)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    _HELD_LOCKS[key] = handle

@@ -105,17 +105,6 @@ def trained_models(law, models: Sequence[str]) -> pd.Series:
     return sizes
 
 
-def law_sigma(law):
-    """σ(ε, T, q) of the law's own accounting (the run's σ table, else tables saved with the law)."""
-    if law.sigma_table:
-        sigma, delta, sampling = law.table_sigma_function()
-        return sigma, delta, sampling
-    if law.accounting:
-        sigma, delta = law.sigma_function()
-        return sigma, delta, "the law's accounting tables"
-    raise UserError("the law has no accounting table to search with: build it (`snakemake accounting`)")
-
-
 def best_learning_rate(law, model: str, noise_batch_ratio: float, iterations: float) -> float:
     """The learning rate that won on the law's measured grid for ``model`` at the noisy σ̄ nearest
     (in log) to ``noise_batch_ratio``, and there at the measured T nearest to ``iterations``."""
@@ -152,10 +141,10 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     from dpscaling.law.queries import compute_cost, compute_optimal
 
     law = load_law(law_dir)
-    sigma, table_delta, sampling = law_sigma(law)
+    source = law.sigma_source()
     sizes = trained_models(law, models)
     try:
-        answer = compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, sigma, law.seq_len,
+        answer = compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, source.sigma, law.seq_len,
                                  sizes.to_numpy(float), law.iteration_bounds(), RERANK_TOLERANCE,
                                  integer_batch_sizes(budget.data_budget))
     except UserError as error:
@@ -196,8 +185,8 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
         "query": {"model_size": float(optimum[MODEL_SIZE]), "batch_size": float(optimum[BATCH_SIZE]),
                   "iterations": float(optimum[ITERATIONS]), "sigma": float(optimum[SIGMA]),
                   "noise_batch_ratio": float(optimum[NOISE_BATCH_RATIO]),
-                  "predicted_loss": float(optimum[CROSS_ENTROPY]), "sampling": sampling,
-                  "delta": float(table_delta), "candidates": answer.candidates, "models": list(sizes.index)},
+                  "predicted_loss": float(optimum[CROSS_ENTROPY]), "sampling": source.sampling,
+                  "delta": float(source.delta), "candidates": answer.candidates, "models": list(sizes.index)},
     }
 
 
@@ -215,14 +204,14 @@ def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, An
                      seed: int) -> TrainConfig:
     """The private training job of a plan: ``poisson`` sampling, σ calibrated for the budget's (ε, δ) on
     exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
-    from dpscaling.workflow import train_config
+    from dpscaling.train.config import job_train_config
 
     budget = plan["budget"]
     private = {**training, "steps": int(plan["iterations"]), "sampling": "poisson", "accountant": None,
                "truncated_batch_size": None, "allow_repeats": True, "delta": budget["delta"]}
     wildcards = {"model": plan["model"], "nbr": "0", "lr": repr(float(plan["learning_rate"])),
                  "batch": str(plan["batch_size"]), "seed": str(seed)}
-    config = train_config(model_param, private, wildcards, int(plan["seq_len"]))
+    config = job_train_config(model_param, private, wildcards, int(plan["seq_len"]))
     return dataclasses.replace(config, target_epsilon=float(budget["epsilon"]),
                                train_sequences=int(budget["data_budget"]))
 
@@ -365,7 +354,7 @@ def discard_other_plans_checkpoint(checkpoint_dir: str | os.PathLike[str], confi
     import json
     import shutil
 
-    from dpscaling.train.loop import CONFIG_FILE
+    from dpscaling.train.checkpoint import CONFIG_FILE
 
     path = Path(checkpoint_dir) / CONFIG_FILE
     if not path.is_file() or json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(config.to_dict())):

@@ -5,7 +5,6 @@ from dpscaling.grid import (
     ablation_sweep_points,
 )
 from dpscaling.tables import batch_gap, physical_batch
-from dpscaling.workflow import ablation_training
 
 # The physical-batch ablation (paper appendix "Physical Batch Size Ablation"): target
 # ablation_batch, never part of `all` or `figures`. Its jobs live under
@@ -16,9 +15,9 @@ ABLATION_EVALUATION = f"{RESULTS}/ablation/evaluations/{RUN}.json"
 # The runs drawn by the figures; the evaluated runs are among them when the sweep's
 # learning rates include the ablation's (as in the paper).
 ABLATION_FIGURE_RUNS = sorted(
-    set(ablation_curve_points(config)) | set(ablation_sweep_points(config))
+    set(ablation_curve_points(CFG)) | set(ablation_sweep_points(CFG))
 )
-ABLATION_EVALUATED = ablation_eval_points(config)
+ABLATION_EVALUATED = ablation_eval_points(CFG)
 # What decides which run belongs to which figure (dpscaling.figures.physical_batch).
 ABLATION_FIGURE_KEYS = (
     "model",
@@ -37,18 +36,9 @@ use rule train_run as ablation_run with:
     log:
         f"{RESULTS}/logs/ablation/train/{RUN}.log",
     resources:
-        mem_mb=ablation_sizing("mem_mb"),
-        runtime=ablation_sizing("runtime"),
-        cpus_per_task=ablation_sizing("cpus_per_task"),
-        nodes=ablation_sizing("nodes"),
-        gpu=ablation_sizing("gpu"),
-        gres=ablation_sizing("gres"),
-        tasks=ablation_sizing("tasks"),
-        tasks_per_gpu=ablation_sizing("tasks_per_gpu"),
-        mpi=ablation_sizing("mpi"),
-        tpu=1,
+        **job_resources(CFG, ablation_job),
     params:
-        training=lambda wildcards: ablation_training(config, int(wildcards.batch)),
+        training=lambda wildcards: ablation_training(CFG, int(wildcards.batch)),
         checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{RUN}".format(
             **wildcards
         ),
@@ -86,11 +76,7 @@ rule ablation_evaluate:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
     resources:
-        mem_mb=evaluation_sizing("mem_mb"),
-        runtime=evaluation_sizing("runtime"),
-        cpus_per_task=evaluation_sizing("cpus_per_task"),
-        gpu=evaluation_sizing("gpu"),
-        tpu=1,
+        **job_resources(CFG, ablation_scoring_job),
     params:
         checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{RUN}".format(
             **wildcards

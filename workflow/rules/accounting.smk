@@ -1,6 +1,4 @@
-from dpscaling.workflow import accounting_chunks, accounting_spec
-
-ACCOUNTING_SPEC = accounting_spec(config)
+ACCOUNTING_SPEC = accounting_spec(CFG)
 
 
 rule accounting_chunk:

@@ -1,6 +1,6 @@
 from snakemake.utils import min_version
 
-from dpscaling.cluster import evaluation_resource, train_resource
+from dpscaling.cluster import evaluation_work, grid_work, job_resources, plan_work
 from dpscaling.figures import ALL_FIGURES
 from dpscaling.figures.common import (
     ABLATION as NEEDS_ABLATION,
@@ -9,25 +9,40 @@ from dpscaling.figures.common import (
     FLOOR as NEEDS_FLOOR,
     RESULTS as NEEDS_RESULTS,
 )
-from dpscaling.grid import ablation_grid, alternation, main_grid, repeat_grid
-from dpscaling.workflow import (
-    ablation_training,
+from dpscaling.config.blocks import load_config
+from dpscaling.config.checks import (
+    TRAINED_VOCAB,
     check_config,
     check_epochs,
     corpus_spec,
-    lock_results,
-    output_root,
-    validate_config,
     vocab_path,
+)
+from dpscaling.config.schema import validate_config
+from dpscaling.grid import ablation_grid, alternation, main_grid, repeat_grid
+from dpscaling.io import lock_results
+from dpscaling.workflow import (
+    ablation_training,
+    accounting_chunks,
+    accounting_spec,
+    analysis_settings,
+    bootstrap_chunks,
+    bootstrap_status,
+    corpus_inputs,
+    law_settings,
+    model_param,
+    training_params,
+    validation_modes,
 )
 
 min_version("9.0")
 
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
-check_config(config)
+# The config as typed blocks (dpscaling.config): rules read derived values from it.
+CFG = load_config(config)
+check_config(CFG)
 
-RESULTS = output_root(config)
+RESULTS = CFG.root
 
 
 # One running snakemake per results directory (a second one is refused; --nolock skips this, as it
@@ -39,14 +54,14 @@ onstart:
 
 
 # Vendored resources are found next to the Snakefile, so --directory works.
-CORPUS = corpus_spec(config, repo=workflow.basedir)
+CORPUS = corpus_spec(CFG, repo=workflow.basedir)
 # The one-epoch guard, when the data stage's manifest is already there (else each training job checks).
-check_epochs(config, CORPUS)
-VOCAB = vocab_path(config, repo=workflow.basedir)
+check_epochs(CFG, CORPUS)
+VOCAB = vocab_path(CFG, repo=workflow.basedir)
 # The main grid, plus training.repeat_seeds at training.repeat_points (seed noise for the fit's intervals).
-GRID = main_grid(config) + repeat_grid(config)
+GRID = main_grid(CFG) + repeat_grid(CFG)
 # The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.
-ABLATION_GRID = ablation_grid(config)
+ABLATION_GRID = ablation_grid(CFG)
 # Wildcards match the configured values only: the main grid's and the ablation's.
 POINTS = GRID + ABLATION_GRID
 
@@ -98,22 +113,24 @@ def table_outputs(label):
     return files
 
 
-def ablation_sizing(name):
-    """One resource of an ablation training job: dpscaling.cluster's sizing at the
-    ablation's horizon and the job's physical batch."""
-
-    def resource(wildcards, attempt):
-        sized = {**config, "training": ablation_training(config, int(wildcards.batch))}
-        return train_resource(sized, wildcards.model, name, attempt)
-
-    return resource
+# What one job of each training-like rule computes (dpscaling.cluster.Work); job_resources turns it into
+# the rule's whole resources mapping (GPUs, nodes, CPUs, memory, time), the same way for every rule.
+def grid_job(wildcards, input):
+    return grid_work(CFG, wildcards.model)
 
 
-def evaluation_sizing(name):
-    """One resource of scoring an ablation model (dpscaling.cluster.evaluation_resource)."""
+def ablation_job(wildcards, input):
+    return grid_work(CFG, wildcards.model, ablation_training(CFG, int(wildcards.batch)))
 
-    def resource(wildcards, attempt):
-        examples = config["ablation_batch"]["evaluation"]["examples"]
-        return evaluation_resource(config, wildcards.model, examples, name, attempt)
 
-    return resource
+def ablation_scoring_job(wildcards, input):
+    return evaluation_work(wildcards.model, CFG.ablation_batch.evaluation.examples)
+
+
+# A private_model job is sized from its plan (model, T, L) once the plan exists.
+def private_training_job(wildcards, input):
+    return plan_work(CFG, input.plan)
+
+
+def private_scoring_job(wildcards, input):
+    return plan_work(CFG, input.plan, scoring=CFG.private_model.evaluation.examples)

@@ -1,7 +1,5 @@
 from dataclasses import asdict
 
-from dpscaling.workflow import TRAINED_VOCAB, corpus_inputs
-
 
 rule prepare_documents:
     input:

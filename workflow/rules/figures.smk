@@ -3,9 +3,8 @@ from dpscaling.figures.nonprivate import NONPRIVATE
 from dpscaling.figures.training_curves import TRAINING
 from dpscaling import findings as findings_check
 from dpscaling.tables import inflection_points, models, throughput
-from dpscaling.workflow import analysis_settings, bootstrap_status
 
-ANALYSIS = analysis_settings(config)
+ANALYSIS = analysis_settings(CFG)
 LAW = rules.fit_law.output[0]
 SIGMA_TABLE = rules.accounting_table.output.table
 FIGURE_FILES = ["pdf", "png", "csv"]
@@ -44,7 +43,7 @@ rule figure:
         caption=lambda wildcards: ALL_FIGURES[wildcards.figure].caption,
         # Why a banded figure has no bootstrap band ("" when it has one, and for figures without bands).
         no_interval=lambda wildcards: (
-            bootstrap_status(config)
+            bootstrap_status(CFG)
             if NEEDS_BOOTSTRAP in ALL_FIGURES[wildcards.figure].needs
             else ""
         ),
@@ -191,6 +190,8 @@ rule report_html:
     params:
         snakefile=workflow.main_snakefile,
         config=config,
+        # The targets whose outputs the report shows.
+        targets=["figures", "tables", "findings", "validate", "run_config"],
     script:
         "../scripts/report.py"
 

@@ -1,12 +1,11 @@
 from dpscaling.law import validation
-from dpscaling.workflow import bootstrap_chunks, law_settings, validation_modes
 
 # The law is fitted to our training curves, or to the authors' published
 # results.csv when config results_csv is set.
 FIT_RESULTS = config["results_csv"] or f"{RESULTS}/law/results.parquet"
 # Bootstrap replicates of the law (docs/fit.md "Intervals"): one job per chunk, planned only when the
 # run trains repeated seeds (training.repeat_seeds x training.repeat_points) and fit.bootstrap.replicates > 0.
-BOOTSTRAP_CHUNKS = bootstrap_chunks(config)
+BOOTSTRAP_CHUNKS = bootstrap_chunks(CFG)
 BOOTSTRAP = [f"{RESULTS}/law/bootstrap/replicates.parquet"] if BOOTSTRAP_CHUNKS else []
 
 
@@ -41,7 +40,7 @@ rule fit_law:
         mem_mb=8000,
         runtime=60,
     params:
-        settings=law_settings(config),
+        settings=law_settings(CFG),
         results_format="reference" if config["results_csv"] else "dpscaling",
         parametric=config["fit"]["parametric"],
         # The law points to its run's accounting table (built by `accounting`, not needed to fit), so
@@ -69,7 +68,7 @@ rule bootstrap_chunk:
         mem_mb=4000,
         runtime=60,
     params:
-        settings=law_settings(config),
+        settings=law_settings(CFG),
         results_format="reference" if config["results_csv"] else "dpscaling",
         bootstrap=config["fit"]["bootstrap"],
     script:
@@ -127,7 +126,7 @@ rule validate_law:
         mem_mb=6000,
         runtime=60,
     params:
-        modes=validation_modes(config),
+        modes=validation_modes(CFG),
         results_format="reference" if config["results_csv"] else "dpscaling",
         caption=validation.CAPTION,
     script:

@@ -1,9 +1,7 @@
 # Close the loop (issue 16, item 5; docs/private-training.md "Closing the loop"): target `private_model`.
 # Per budget: the law's compute-optimal configuration -> a private (truncated Poisson) training job on
 # exactly N sequences -> its held-out loss and a matched audit; then one table and one figure.
-from dpscaling.cluster import evaluation_resource, train_resource
 from dpscaling.private_model import budgets as private_budgets, private_training
-from dpscaling.workflow import model_param
 
 PRIVATE = f"{RESULTS}/private_model"
 PRIVATE_BUDGETS = [
@@ -12,10 +10,6 @@ PRIVATE_BUDGETS = [
         config["private_model"], config["accounting"]["delta"]
     )
 ]
-# The plan picks the model: jobs are sized for the run's largest one.
-PRIVATE_SIZING_MODEL = max(
-    config["models"]["names"], key=lambda name: train_resource(config, name, "mem_mb")
-)
 
 
 wildcard_constraints:
@@ -57,15 +51,9 @@ rule private_model_train:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
     resources:
-        mem_mb=lambda wc, attempt: train_resource(
-            config, PRIVATE_SIZING_MODEL, "mem_mb", attempt
-        ),
-        runtime=lambda wc, attempt: train_resource(
-            config, PRIVATE_SIZING_MODEL, "runtime", attempt
-        ),
-        tpu=1,
+        **job_resources(CFG, private_training_job),
     params:
-        models={name: model_param(config, name) for name in config["models"]["names"]},
+        models={name: model_param(CFG, name) for name in config["models"]["names"]},
         training=private_training(config["training"]),
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
     script:
@@ -74,6 +62,7 @@ rule private_model_train:
 
 rule private_model_evaluate:
     input:
+        plan=rules.private_model_plan.output[0],
         meta=rules.pack_sequences.output.meta,
         heldout=rules.pack_sequences.output.heldout,
         curve=rules.private_model_train.output[0],
@@ -85,15 +74,7 @@ rule private_model_evaluate:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
     resources:
-        mem_mb=lambda wc, attempt: evaluation_resource(
-            config,
-            PRIVATE_SIZING_MODEL,
-            config["private_model"]["evaluation"]["examples"],
-            "mem_mb",
-            attempt,
-        ),
-        runtime=30,
-        tpu=1,
+        **job_resources(CFG, private_scoring_job),
     params:
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
         evaluation={**config["private_model"]["evaluation"], "split": "heldout"},
@@ -147,7 +128,7 @@ rule private_model_report:
         mem_mb=4000,
         runtime=30,
     params:
-        settings=law_settings(config),
+        settings=law_settings(CFG),
         rolling_window=config["fit"]["rolling_window"],
     script:
         "../scripts/private_model_report.py"

@@ -1,7 +1,3 @@
-from dpscaling.cluster import train_resource
-from dpscaling.workflow import model_param, training_params
-
-
 rule train_run:
     input:
         meta=rules.pack_sequences.output.meta,
@@ -14,24 +10,15 @@ rule train_run:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
     # Sized per model by dpscaling.cluster (GPUs, nodes, host memory and wall time;
-    # retries scale memory and time with the attempt); tpu=1: a job owns all local
-    # accelerators, so profiles/tpu runs one at a time.
+    # retries scale memory and time with the attempt; tpu=1: a job owns all local
+    # accelerators, so profiles/tpu runs one at a time).
     resources:
-        mem_mb=lambda wc, attempt: train_resource(config, wc.model, "mem_mb", attempt),
-        runtime=lambda wc, attempt: train_resource(config, wc.model, "runtime", attempt),
-        cpus_per_task=lambda wc: train_resource(config, wc.model, "cpus_per_task"),
-        nodes=lambda wc: train_resource(config, wc.model, "nodes"),
-        gpu=lambda wc: train_resource(config, wc.model, "gpu"),
-        gres=lambda wc: train_resource(config, wc.model, "gres"),
-        tasks=lambda wc: train_resource(config, wc.model, "tasks"),
-        tasks_per_gpu=lambda wc: train_resource(config, wc.model, "tasks_per_gpu"),
-        mpi=lambda wc: train_resource(config, wc.model, "mpi"),
-        tpu=1,
+        **job_resources(CFG, grid_job),
     params:
-        model=lambda wildcards: model_param(config, wildcards.model),
+        model=lambda wildcards: model_param(CFG, wildcards.model),
         # Keys added later (Adam's b1, b2, eps; allow_repeats; sampling, truncated_batch_size,
         # accountant, delta) only when not at their defaults.
-        training=training_params(config["training"], config["accounting"]["delta"]),
+        training=training_params(CFG),
         checkpoint_dir=lambda wildcards: f"{RESULTS}/checkpoints/{RUN}".format(
             **wildcards
         ),

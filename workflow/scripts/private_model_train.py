@@ -7,8 +7,16 @@ from dpscaling.train.distributed import configure_job
 # shared compilation cache (read from the config, not a param: it never changes what a job computes).
 configure_job(snakemake.threads, snakemake.config["compilation_cache"])
 
+import sys  # noqa: E402
+
+from dpscaling.cluster import relaunch_per_node  # noqa: E402
 from dpscaling.logs import log_to_file  # noqa: E402
 from dpscaling.private_model import train_budget  # noqa: E402
+
+# A multi-node Slurm job starts here once, in its batch step: run one copy per
+# node under srun (each joins jax.distributed) and exit with its status.
+if (status := relaunch_per_node()) is not None:
+    sys.exit(status)
 
 with log_to_file(snakemake.log[0]) as log:
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step

@@ -12,7 +12,8 @@ from dpscaling.cluster import relaunch_per_node  # noqa: E402
 from dpscaling.data.shards import load_meta  # noqa: E402
 from dpscaling.logs import log_to_file  # noqa: E402
 from dpscaling.train import run_training  # noqa: E402
-from dpscaling.workflow import discard_outdated_checkpoints, train_config  # noqa: E402
+from dpscaling.train.checkpoint import discard_outdated_checkpoints  # noqa: E402
+from dpscaling.train.config import job_train_config  # noqa: E402
 
 # A multi-node Slurm job starts here once, in its batch step: run one copy per
 # node under srun (each joins jax.distributed) and exit with its status.
@@ -22,14 +23,14 @@ if (status := relaunch_per_node()) is not None:
 with log_to_file(snakemake.log[0]) as log:
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step
     data_dir = Path(snakemake.input.meta).parent
-    config = train_config(
+    config = job_train_config(
         model=snakemake.params.model,
         training=snakemake.params.training,
         wildcards=dict(snakemake.wildcards),
         seq_len=load_meta(data_dir).seq_len,
     )
     if discard_outdated_checkpoints(snakemake.params.checkpoint_dir, config):
-        log.info("discarded checkpoints with untrained embedding rows (before issue 15); retraining")
+        log.info("discarded checkpoints with untrained embedding rows (docs/models.md); retraining")
     run_training(
         config,
         data_dir=data_dir,

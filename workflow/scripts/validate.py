@@ -1,6 +1,6 @@
 from dpscaling.figures.validation import predicted_vs_measured
 from dpscaling.law import LawSettings
-from dpscaling.law.pipeline import load_results
+from dpscaling.law.collect import load_results
 from dpscaling.law.validation import CAPTION, LABEL, error_table, validate
 from dpscaling.logs import log_to_file
 from dpscaling.tables.write import write_table

@@ -49,19 +49,26 @@ def _discretisation(sigma: float, q: float, steps: int, epsilon: float | None, d
     return pld.choose_discretisation(sigma, q, gdp_step_mu=step_mu).interval
 
 
+def truncated_dpsgd_event():
+    """jax-privacy's ``truncated_dpsgd_event``: in ``jax_privacy.accounting`` from 2.2 on, in
+    ``jax_privacy.experimental.accounting`` before (imported late: jax_privacy imports JAX)."""
+    try:
+        from jax_privacy.accounting import truncated_dpsgd_event as event
+    except ImportError:
+        from jax_privacy.experimental.accounting import truncated_dpsgd_event as event
+    return event
+
+
 def truncated_poisson_epsilon(sigma: float, q: float, steps: int, dataset_size: int,
                               truncated_batch_size: int, delta: float,
                               interval: float | None = None) -> float:
     """ε(δ) of T steps of truncated-Poisson DP-SGD with noise σ on the sum (jax-privacy event,
     dp-accounting PLD; the discretisation follows :mod:`dpscaling.accounting.pld`'s rule)."""
-    # jax_privacy imports JAX (seconds): only when a Poisson run is accounted.
-    from jax_privacy.experimental.accounting import truncated_dpsgd_event
-
     if sigma == 0:
         return math.inf
     if interval is None:
         interval = _discretisation(sigma, q, steps, None, delta)
-    event = truncated_dpsgd_event(sigma, steps, sampling_prob=q, num_examples=dataset_size,
+    event = truncated_dpsgd_event()(sigma, steps, sampling_prob=q, num_examples=dataset_size,
                                   truncated_batch_size=min(truncated_batch_size, dataset_size))
     accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
     return float(accountant.compose(event).get_epsilon(delta))

@@ -21,18 +21,20 @@ from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.errors import UserError
 from dpscaling.law import LawSettings, load_law
 from dpscaling.law.artifact import Law
-from dpscaling.law.pipeline import RESULTS_FORMATS, existing_file, fit_from_files
+from dpscaling.law.collect import RESULTS_FORMATS
+from dpscaling.law.pipeline import existing_file, fit_from_files
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
 from dpscaling.law.bootstrap import (
-    LOSS_HIGH, LOSS_LOW, NO_REPEATS, Replicates, bootstrap_directory, interval, load_replicates)
+    ANSWERING, LOSS_HIGH, LOSS_LOW, NO_REPEATS, Replicates, band, bootstrap_directory, interval, load_replicates,
+    optimum_intervals)
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.settings import ASYMPTOTE_CHOICES
-from dpscaling.law.noise import SigmaFunction, read_accounting_csv, sigma_from_tables
+from dpscaling.law.noise import SigmaSource, read_accounting_csv
 from dpscaling.law.queries import (
-    DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, compute_optimal, evaluate_configurations, model_size_grid,
-    saturating_table)
+    DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, compute_optimal,
+    constant_compute_configurations, evaluate_configurations, model_size_grid, saturating_table)
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
 DEFAULT_DELTA = 1e-8
@@ -183,55 +185,13 @@ def run_fit(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- σ
 
-def _package_sigma(delta: float, sampling: str, allow_per_row: bool) -> SigmaFunction:
-    """σ from dpscaling's accounting package (issue 4), imported only when needed."""
-    try:
-        from dpscaling.accounting.calibration import calibrate_sigma
-    except ImportError as error:
-        raise UserError("this law has no accounting tables and dpscaling.accounting is not available "
-                        f"({error}); pass --accounting-amplified/--accounting-unamplified") from error
-    if not allow_per_row:
-        raise UserError("a compute-optimal search needs a σ table (thousands of candidates); this law has none: "
-                        "pass --accounting-amplified/--accounting-unamplified CSVs (the authors' format)")
-
-    def sigma(epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> np.ndarray:
-        # Exact calibration once per distinct (ε, T, q); the accountant counts whole steps.
-        rows = np.column_stack([np.atleast_1d(epsilon), np.ceil(np.atleast_1d(steps)), np.atleast_1d(q)])
-        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-        values = np.array([calibrate_sigma(float(e), float(p), int(t), delta, sampling) for e, t, p in distinct])
-        return values[inverse.ravel()]
-    return sigma
-
-
-def resolve_sigma(args: argparse.Namespace, law: Law,
-                  allow_per_row: bool = False) -> tuple[SigmaFunction, str, str]:
-    """The σ function for a query, a short description of where it comes from, and its sampling rule.
-
-    In order: the command's accounting CSVs, the CSVs saved with the law, the run's accounting table
-    the law points to (a law the workflow fitted), dpscaling's accountant (per row only).
-    """
-    amplified_path = existing_file(args.accounting_amplified, "--accounting-amplified")
-    unamplified_path = existing_file(args.accounting_unamplified, "--accounting-unamplified")
-    # The authors' CSVs: Poisson-amplified only under the code's rule, else the lower σ of those given.
-    csv_sampling = "poisson" if law.settings.accounting_rule == "amplified" else "min"
-    if amplified_path or unamplified_path:
-        sigma, delta = sigma_from_tables(read_accounting_csv(amplified_path) if amplified_path else None,
-                                         read_accounting_csv(unamplified_path) if unamplified_path else None,
-                                         law.settings.accounting_rule)
-        source, sampling = "command-line accounting tables", csv_sampling
-    elif law.accounting:
-        sigma, delta = law.sigma_function()
-        source, sampling = "the law's accounting tables", csv_sampling
-    elif law.sigma_table:
-        sigma, delta, sampling = law.table_sigma_function()
-        source = f"the run's accounting table {law.sigma_table['path']} ({sampling})"
-    else:
-        sampling = csv_sampling
-        return (_package_sigma(args.delta, sampling, allow_per_row), f"dpscaling.accounting ({sampling})",
-                sampling)
-    if not np.isclose(delta, args.delta, rtol=1e-9, atol=0):
-        raise UserError(f"--delta {args.delta:g} differs from the accounting tables' delta {delta:g}")
-    return sigma, source, sampling
+def resolve_sigma(args: argparse.Namespace, law: Law, allow_per_row: bool = False) -> SigmaSource:
+    """σ for a query (:meth:`Law.sigma_source`): the command's accounting CSVs first, then what the law has."""
+    amplified = existing_file(args.accounting_amplified, "--accounting-amplified")
+    unamplified = existing_file(args.accounting_unamplified, "--accounting-unamplified")
+    tables = (read_accounting_csv(amplified) if amplified else None,
+              read_accounting_csv(unamplified) if unamplified else None)
+    return law.sigma_source(tables, delta=args.delta, per_row=allow_per_row)
 
 
 def _candidate_model_sizes(args: argparse.Namespace, law: Law) -> np.ndarray:
@@ -256,12 +216,12 @@ def run_query(args: argparse.Namespace) -> int:
         if not value > 0:
             raise UserError(f"{flag} must be positive, got {value:g}")
     law = load_law(args.law)
-    sigma, source, sampling = resolve_sigma(args, law)
+    source = resolve_sigma(args, law)
     if args.tolerance is None:
         args.tolerance = REFERENCE_BAND_TOLERANCE if law.settings.reference_compatible else DEFAULT_TOLERANCE
     if not args.tolerance >= 0:
         raise UserError(f"--tolerance must be >= 0, got {args.tolerance:g}")
-    answer = compute_optimal(args.compute, args.epsilon, args.users, law.loss, sigma, law.seq_len,
+    answer = compute_optimal(args.compute, args.epsilon, args.users, law.loss, source.sigma, law.seq_len,
                              _candidate_model_sizes(args, law), law.iteration_bounds(), args.tolerance)
     best = answer.optimum
     result: dict[str, Any] = {
@@ -273,11 +233,11 @@ def run_query(args: argparse.Namespace) -> int:
     }
     for column, (low, high) in answer.ranges().items():
         result[f"near_optimal_{_snake(column)}"] = [low, high]
-    result.update(_optimum_interval(args, law, sigma))
+    result.update(_optimum_interval(args, law, source))
     result["candidates"] = answer.candidates
     result["candidates_without_answer"] = answer.unanswered
-    result["accounting"] = source
-    result["sampling"] = sampling
+    result["accounting"] = source.description
+    result["sampling"] = source.sampling
     emit(result, args.json)
     return 0
 
@@ -296,27 +256,26 @@ def _replicates(args: argparse.Namespace, law: Law) -> tuple[Replicates | None, 
     return replicates, "" if replicates else f"{NO_REPEATS} (no bootstrap replicates next to the law)"
 
 
-def _optimum_interval(args: argparse.Namespace, law: Law, sigma: SigmaFunction) -> dict[str, Any]:
-    """The compute-optimal answer of every replicate: 5% / 95% quantiles of its loss and of its M, B, T."""
+def _optimum_interval(args: argparse.Namespace, law: Law, source: SigmaSource) -> dict[str, Any]:
+    """The compute-optimal answer of every replicate: 5% / 95% quantiles of its loss and of its M, B, T
+    (:func:`dpscaling.law.bootstrap.optimum_intervals`, which the figures' bands use too)."""
     replicates, reason = _replicates(args, law)
     if replicates is None:
         return {"interval": reason}
-    optima, failed = [], 0
-    for loss in replicates.losses:
-        try:
-            optima.append(compute_optimal(args.compute, args.epsilon, args.users, loss, sigma, law.seq_len,
-                                          _candidate_model_sizes(args, law), law.iteration_bounds(), 0.0).optimum)
-        except UserError:
-            failed += 1  # this replicate's law has no answer in range: counted, not hidden
-    result: dict[str, Any] = {"interval": f"90% over {len(replicates)} bootstrap replicates"}
-    if not optima:
+    configs = constant_compute_configurations(args.compute, _candidate_model_sizes(args, law), law.seq_len,
+                                              law.iteration_bounds())
+    candidates = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: args.epsilon, DATA_BUDGET: args.users}),
+                                         law.loss, source.sigma, law.seq_len)
+    table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), replicates)
+    if table.empty:
         return {"interval": f"no interval: none of the {len(replicates)} replicates answers this query"}
-    table = pd.DataFrame(optima)
+    row = table.iloc[0]
+    result: dict[str, Any] = {"interval": f"90% over {len(replicates)} bootstrap replicates"}
     for column, key in ((CROSS_ENTROPY, "predicted_loss_90"), (MODEL_SIZE, "model_size_5_95"),
                         (BATCH_SIZE, "batch_size_5_95"), (ITERATIONS, "iterations_5_95")):
-        result[key] = [float(v) for v in interval(table[column].to_numpy(float))]
+        result[key] = [float(row[name]) for name in band(column)]
     result["bootstrap_replicates"] = len(replicates)
-    result["replicates_without_answer"] = failed
+    result["replicates_without_answer"] = len(replicates) - int(row[ANSWERING])
     return result
 
 
@@ -337,8 +296,8 @@ def _query_configs(args: argparse.Namespace) -> int:
         raise UserError(f"--configs {path}: row(s) {', '.join(str(i + 2) for i in bad[:10])} have a missing, "
                         "non-numeric or non-positive value (line numbers count the header)")
     law = load_law(args.law)
-    sigma, source, sampling = resolve_sigma(args, law, allow_per_row=True)
-    evaluated = evaluate_configurations(configs.assign(**values), law.loss, sigma, law.seq_len)
+    source = resolve_sigma(args, law, allow_per_row=True)
+    evaluated = evaluate_configurations(configs.assign(**values), law.loss, source.sigma, law.seq_len)
     replicates, reason = _replicates(args, law)
     if replicates is not None:  # the 90% interval of each row's loss over the replicate laws
         low, high = interval(replicates.loss_matrix(*(evaluated[c].to_numpy(float) for c in
@@ -350,8 +309,8 @@ def _query_configs(args: argparse.Namespace) -> int:
     elif not args.json:
         evaluated.to_csv(sys.stdout, index=False)
     if args.json:
-        emit({"rows": evaluated.to_dict("records"), "rows_without_answer": unanswered, "accounting": source,
-              "sampling": sampling,
+        emit({"rows": evaluated.to_dict("records"), "rows_without_answer": unanswered,
+              "accounting": source.description, "sampling": source.sampling,
               "interval": reason or f"90% over {len(replicates)} bootstrap replicates"}, True)
     for reason, count in unanswered.items():
         # Never a silent NaN row: each one has its Reason column and is counted here.
@@ -376,17 +335,18 @@ def default_compute_range(law: Law, model_sizes: np.ndarray) -> tuple[float, flo
 
 def run_table_saturating(args: argparse.Namespace) -> int:
     law = load_law(args.law)
-    sigma, source, sampling = resolve_sigma(args, law)
+    source = resolve_sigma(args, law)
     model_sizes = _candidate_model_sizes(args, law)
     low, high = args.compute_range or default_compute_range(law, model_sizes)
     if not 0 < low < high or args.compute_count < 2:
         raise UserError("--compute-range must satisfy 0 < MIN < MAX and --compute-count >= 2")
     budgets = np.geomspace(low, high, args.compute_count)
-    table = saturating_table(budgets, args.epsilons, args.users, law.loss, sigma, law.seq_len, model_sizes,
+    table = saturating_table(budgets, args.epsilons, args.users, law.loss, source.sigma, law.seq_len, model_sizes,
                              law.iteration_bounds(), args.tolerance)
     table.to_csv(args.out, index=False)
     emit({"out": args.out, "rows": len(table), "compute_budgets": len(budgets),
-          "compute_range": [float(low), float(high)], "accounting": source, "sampling": sampling,
+          "compute_range": [float(low), float(high)], "accounting": source.description,
+          "sampling": source.sampling,
           "budgets_without_answer": int(table["Budgets Without Answer"].sum())}, args.json)
     return 0
 

@@ -11,7 +11,6 @@ from dpscaling.models.family import (
     FAMILY,
     PAPER_PARAMS,
     bert_config,
-    count_params,
 )
 
 
@@ -43,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     config = bert_config(
         args.model, vocab_size=args.vocab_size, max_positions=args.max_positions, **overrides
     )
-    counts = count_params(config)
+    counts = config.param_count()
     result = {
         "model": args.model,
         "num_layers": config.num_layers,

@@ -13,7 +13,7 @@ matmuls of the backward pass are never requested, so XLA drops them.
 
 Exact for the layers BERT uses: Dense / DenseGeneral, Embed (lookup, and ``attend``
 for the tied output projection — the tied table's norm includes the cross term
-2⟨lookup grad, attend grad⟩), LayerNorm, and :class:`~dpscaling.models.bert.Bias`.
+2⟨lookup grad, attend grad⟩), LayerNorm, and :class:`~dpscaling.dp.layers.Bias`.
 Layers are found with ``flax.linen.intercept_methods``; a parameter not covered
 raises instead of being silently left out of the norm.
 """
@@ -21,17 +21,15 @@ raises instead of being silently left out of the norm.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from dpscaling.dp.clipping import BatchLossFn, clip_factors
+from dpscaling.dp.layers import Bias
+from dpscaling.dp.per_example import BatchLossFn, PyTree, clip_factors
 from dpscaling.errors import UserError
-from dpscaling.models.bert import Bias
 
-PyTree = Any
 _f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
 
 

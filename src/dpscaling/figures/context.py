@@ -23,7 +23,7 @@ from dpscaling.law import load_law
 from dpscaling.law.artifact import Law
 from dpscaling.law.bootstrap import INTERVAL_NOTE, NO_REPEATS, Replicates, load_replicates, optimum_intervals
 from dpscaling.law.columns import COMPUTE, DATA_BUDGET, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET
-from dpscaling.law.noise import SigmaFunction, sigma_from_sigma_table
+from dpscaling.law.noise import SigmaFunction
 from dpscaling.law.queries import (
     DEFAULT_BATCH_SIZES, ComputeOptimal, best_loss_per_compute, compute_optimal, constant_compute_configurations,
     evaluate_configurations, model_size_grid, near_optimal_per_compute)
@@ -172,21 +172,15 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
     them, else from ``sigma_table`` (dpscaling's accounting stage).
     """
     law = load_law(law_dir)
-    saved = law.sigma_function()
-    if saved is not None:
-        sigma, delta = saved
+    if law.accounting or sigma_table is not None:
         # The law's own tables apply the law's rule, whatever the workflow's accounting setting says.
-        sampling = "poisson" if law.settings.accounting_rule == "amplified" else "min"
-        source = f"the law's accounting tables (authors' format, {law.settings.accounting_rule} rule)"
-    elif sigma_table is not None:
-        sigma, delta = sigma_from_sigma_table(sigma_table, sampling)
-        source = f"dpscaling accounting table ({sampling})"
+        found = law.sigma_source(sigma_table=sigma_table, sampling=sampling)
+        sigma, delta, sampling, source = found.sigma, found.delta, found.sampling, found.description
     else:
         sigma, delta, source = _no_accounting, float("nan"), "none"
     raw = None
     if results is not None:
-        from dpscaling.law.bootstrap import primary_seed_curves
-        from dpscaling.law.pipeline import load_results
+        from dpscaling.law.collect import load_results, primary_seed_curves
 
         # The curves the fit saw: repeat seeds (training.repeat_seeds) only feed the bootstrap.
         raw = primary_seed_curves(load_results(results, results_format)[0])[0]

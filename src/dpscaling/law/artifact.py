@@ -31,14 +31,13 @@ import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
-from dpscaling.law.bootstrap import primary_seed_curves
-from dpscaling.law.collect import EXCLUDED_STATUSES
+from dpscaling.law.collect import EXCLUDED_STATUSES, primary_seed_curves
 from dpscaling.law.columns import (
     CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PAPER_PHYSICAL_BATCH,
     PAPER_SEQUENCE_LENGTH, SOURCE, STATUS)
 from dpscaling.law.extrapolation import extrapolate
 from dpscaling.law.interpolation import LossFunction, fill_missing_noise_batch_ratios
-from dpscaling.law.noise import SigmaFunction, sigma_from_sigma_table, sigma_from_tables
+from dpscaling.law.noise import SigmaSource, sigma_from_accountant, sigma_from_sigma_table, sigma_from_tables
 from dpscaling.law.settings import LawSettings
 from dpscaling.law.smoothing import smooth_results
 
@@ -73,23 +72,45 @@ class Law:
     def iteration_bounds(self) -> tuple[float, float]:
         return float(self.loss.iterations[0]), float(self.loss.iterations[-1])
 
-    def sigma_function(self) -> tuple[SigmaFunction, float] | None:
-        """σ(ε, T, q) and δ from the accounting tables saved with the law, or None if there are none."""
-        if not self.accounting:
-            return None
-        return sigma_from_tables(self.accounting.get("amplified"), self.accounting.get("unamplified"),
-                                 self.settings.accounting_rule)
+    def sigma_source(self, tables: tuple[pd.DataFrame | None, pd.DataFrame | None] | None = None, *,
+                     sigma_table: str | os.PathLike[str] | None = None, sampling: str | None = None,
+                     delta: float | None = None, per_row: bool = False) -> SigmaSource:
+        """Where σ comes from, in one order for every caller (the command line, the figures, ``private_model``):
 
-    def table_sigma_function(self) -> tuple[SigmaFunction, float, str] | None:
-        """σ, δ and the sampling rule from the run's accounting table the law points to, or None."""
-        if not self.sigma_table:
-            return None
-        path, sampling = Path(self.sigma_table["path"]), self.sigma_table["sampling"]
-        if not path.is_file():
-            raise UserError(f"this law points to its run's accounting table {path}, which does not exist: build it "
-                            "(`snakemake accounting`) or pass --accounting-amplified/--accounting-unamplified")
-        sigma, delta = sigma_from_sigma_table(path, sampling)
-        return sigma, delta, sampling
+        1. accounting tables the caller gives (the authors' format: ``tables`` = (amplified, unamplified));
+        2. the accounting tables saved with the law;
+        3. a dpscaling σ table: ``sigma_table`` read with ``sampling``, else the run's table the law points to;
+        4. with ``per_row``, dpscaling's accountant at ``delta``, once per distinct (ε, T, q).
+
+        The authors' tables price :attr:`LawSettings.table_sampling`. A ``delta`` that differs from the
+        source's is refused; so is a law with no source (a search over thousands of candidates needs a table).
+        """
+        if tables is not None and any(t is not None for t in tables):
+            sigma, found = sigma_from_tables(*tables, self.settings.accounting_rule)
+            source = SigmaSource(sigma, found, self.settings.table_sampling, "command-line accounting tables")
+        elif self.accounting:
+            sigma, found = sigma_from_tables(self.accounting.get("amplified"), self.accounting.get("unamplified"),
+                                             self.settings.accounting_rule)
+            source = SigmaSource(sigma, found, self.settings.table_sampling,
+                                 f"the law's accounting tables (authors' format, {self.settings.accounting_rule} rule)")
+        elif sigma_table is not None or self.sigma_table:
+            path = Path(sigma_table if sigma_table is not None else self.sigma_table["path"])
+            rule = sampling or (self.sigma_table or {}).get("sampling", "min")
+            if not path.is_file():
+                raise UserError(f"this law's accounting table {path} does not exist: build it (`snakemake "
+                                "accounting`) or pass --accounting-amplified/--accounting-unamplified")
+            sigma, found = sigma_from_sigma_table(path, rule)
+            source = SigmaSource(sigma, found, rule, f"the run's accounting table {path} ({rule})")
+        elif per_row and delta is not None:
+            rule = self.settings.table_sampling
+            return SigmaSource(sigma_from_accountant(delta, rule), delta, rule, f"dpscaling.accounting ({rule})")
+        else:
+            raise UserError("this law has no accounting table to search with: build the run's (`snakemake "
+                            "accounting`) or pass --accounting-amplified/--accounting-unamplified CSVs "
+                            "(the authors' format)")
+        if delta is not None and not np.isclose(delta, source.delta, rtol=1e-9, atol=0):
+            raise UserError(f"--delta {delta:g} differs from the accounting tables' delta {source.delta:g}")
+        return source
 
     def manifest(self, directory: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         return {
@@ -207,7 +228,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     law = Law(grid, fits, settings, int(seq_len), int(physical_batch), accounting, report, sources or {},
               sigma_table={"path": str(sigma_table), "sampling": sampling} if sigma_table else None)
     if accounting:
-        law.sigma_function()  # validate the tables now, not at the first query
+        law.sigma_source()  # validate the tables now, not at the first query
     if parametric:
         from dpscaling.law.parametric import TooFewPointsError, fit_paper_forms
         try:

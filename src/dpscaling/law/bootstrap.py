@@ -31,11 +31,12 @@ import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
-from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SEED
+from dpscaling.law.artifact import fit_law
+from dpscaling.law.collect import RUN, load_results, primary_seed_curves
+from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, NOISE_BATCH_RATIO, SEED
 from dpscaling.law.interpolation import LossFunction
 from dpscaling.law.settings import LawSettings
 
-RUN = [MODEL, LEARNING_RATE, NOISE_BATCH_RATIO]
 REPLICATE = "Replicate"
 REFERENCE_COMPATIBLE = "Reference Compatible"
 GRID_COLUMNS = ["Model Size", ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY]
@@ -45,24 +46,6 @@ LOSS_LOW, LOSS_HIGH = "Cross Entropy 5%", "Cross Entropy 95%"
 NO_REPEATS = "no interval: no repeated seeds"
 BOOTSTRAP_OFF = "no interval: bootstrap off (fit.bootstrap.replicates = 0)"
 DIRECTORY = "bootstrap"
-
-
-def primary_seed(results: pd.DataFrame) -> int | None:
-    """The seed the main grid was trained with: the one most runs have (ties: the smallest)."""
-    if SEED not in results.columns or results.empty:
-        return None
-    runs = results[RUN + [SEED]].drop_duplicates()
-    counts = runs[SEED].value_counts()
-    return int(min(counts.index[counts == counts.max()]))
-
-
-def primary_seed_curves(results: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """(the primary seed's curves, how many repeat-seed runs were set aside); the main fit sees one seed."""
-    seed = primary_seed(results)
-    if seed is None:
-        return results, 0
-    other = results[results[SEED] != seed]
-    return results[results[SEED] == seed], int(len(other[RUN + [SEED]].drop_duplicates()))
 
 
 def residual_curves(results: pd.DataFrame) -> list[pd.Series]:
@@ -111,8 +94,6 @@ def replicate_grids(results: pd.DataFrame, settings: LawSettings, replicates: Se
     Replicate ``r`` draws from ``np.random.default_rng([seed, r])``, so a chunk's answer does not
     depend on how the replicates were split into jobs. Raises UserError without repeated seeds.
     """
-    from dpscaling.law.artifact import fit_law
-
     residuals = residual_curves(results)
     if not residuals:
         raise UserError(f"{NO_REPEATS}: set training.repeat_seeds and training.repeat_points "
@@ -203,12 +184,11 @@ def combine_chunks(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
 def bootstrap_from_files(results: str | os.PathLike[str], settings: LawSettings, replicates: Sequence[int],
                          out: str | os.PathLike[str], *, seed: int = 0, results_format: str = "dpscaling") -> None:
     """One bootstrap job of the workflow: read the run's results, refit ``replicates``, write their grids."""
-    from dpscaling.law.pipeline import load_results
-
     write_replicates(replicate_grids(load_results(results, results_format)[0], settings, replicates, seed), out)
 
 
 OPTIMUM_COLUMNS = (CROSS_ENTROPY, "Model Size", "Batch Size", ITERATIONS)
+ANSWERING = "Replicates Answering"  # how many replicates have an optimum at the budget
 BEST = "Best Cross Entropy"  # running minimum of the optimum's loss over compute (fig:vary_compute_and_privacy)
 INTERVAL_NOTE = "Interval"
 
@@ -234,11 +214,12 @@ def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute:
         best = frame.loc[frame.groupby(compute)[CROSS_ENTROPY].idxmin()].sort_values(compute)
         optima.append(best[[compute, *OPTIMUM_COLUMNS]].assign(**{BEST: best[CROSS_ENTROPY].cummin(),
                                                                   REPLICATE: index}))
-    columns = [compute] + [name for column in (BEST, *OPTIMUM_COLUMNS) for name in band(column)]
+    columns = [compute] + [name for column in (BEST, *OPTIMUM_COLUMNS) for name in band(column)] + [ANSWERING]
     if not optima:
         return pd.DataFrame(columns=columns)
     stacked = pd.concat(optima, ignore_index=True)
     grouped = stacked.groupby(compute)[[BEST, *OPTIMUM_COLUMNS]]
     low, high = grouped.quantile(QUANTILES[0]), grouped.quantile(QUANTILES[1])
-    table = pd.concat([low.add_suffix(" 5%"), high.add_suffix(" 95%")], axis=1).reset_index()
+    table = pd.concat([low.add_suffix(" 5%"), high.add_suffix(" 95%"),
+                       stacked.groupby(compute)[REPLICATE].nunique().rename(ANSWERING)], axis=1).reset_index()
     return table.reindex(columns=columns)

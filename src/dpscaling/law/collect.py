@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,11 +19,14 @@ import pyarrow as pa
 from dpscaling.errors import UserError
 from dpscaling.io import read_parquet_verified, write_parquet_atomic
 from dpscaling.law.columns import (
-    BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
+    BERT_MODEL_SIZES, CROSS_ENTROPY, PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     SEED, STATUS)
 
 TIDY_COLUMNS = [MODEL, MODEL_SIZE, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY, STATUS, SEED]
 REFERENCE_RESULTS_COLUMNS = [MODEL, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY]
+# One run of the grid (its seeds are repeats of it).
+RUN = [MODEL, LEARNING_RATE, NOISE_BATCH_RATIO]
+RESULTS_FORMATS = ("dpscaling", "reference")
 # Runs whose curve is not a training curve to fit: diverged ones, and partial files of unfinished runs.
 EXCLUDED_STATUSES = ("diverged", "running")
 
@@ -140,3 +144,43 @@ def _with_finite_losses(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.astype({column: "float64" for column in numeric})
     loss = frame[CROSS_ENTROPY].to_numpy()
     return frame.assign(**{CROSS_ENTROPY: np.where(np.isfinite(loss), loss, np.nan)}).reset_index(drop=True)
+
+
+def load_results(path: str | Path, results_format: str = "dpscaling") -> tuple[pd.DataFrame, dict[str, int]]:
+    """Results in any supported form → (tidy table, run constants like seq_len/physical_batch)."""
+    if results_format not in RESULTS_FORMATS:
+        raise UserError(f"--results-format: {results_format!r} is not one of {list(RESULTS_FORMATS)}")
+    source = Path(path)
+    if not source.exists():
+        raise UserError(f"--results: no such file or directory {path}")
+    if results_format == "reference":
+        return read_reference_results(source), {"seq_len": PAPER_SEQUENCE_LENGTH,
+                                                 "physical_batch": PAPER_PHYSICAL_BATCH}
+    if source.is_dir():
+        return collect_training_curves(sorted(source.rglob("*.parquet")))
+    raw = (read_parquet_verified(source, "delete it and rerun snakemake to rebuild it").to_pandas()
+           if source.suffix == ".parquet" else pd.read_csv(source))
+    if not set(TIDY_COLUMNS[:6]) <= set(raw.columns):
+        if source.suffix != ".parquet":
+            raise UserError(f"--results {path}: not a tidy results table; expected columns "
+                            f"{', '.join(TIDY_COLUMNS[:6])} (or use --results-format reference)")
+        return collect_training_curves([source])
+    return read_tidy_results(source), run_constants([raw])
+
+
+def primary_seed(results: pd.DataFrame) -> int | None:
+    """The seed the main grid was trained with: the one most runs have (ties: the smallest)."""
+    if SEED not in results.columns or results.empty:
+        return None
+    runs = results[RUN + [SEED]].drop_duplicates()
+    counts = runs[SEED].value_counts()
+    return int(min(counts.index[counts == counts.max()]))
+
+
+def primary_seed_curves(results: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(the primary seed's curves, how many repeat-seed runs were set aside); the main fit sees one seed."""
+    seed = primary_seed(results)
+    if seed is None:
+        return results, 0
+    other = results[results[SEED] != seed]
+    return results[results[SEED] == seed], int(len(other[RUN + [SEED]].drop_duplicates()))

@@ -123,3 +123,27 @@ def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min") 
     def sigma(epsilon, steps, q) -> np.ndarray:
         return table.sigma(epsilon, steps, q, sampling=sampling, on_missing="nan")
     return sigma, table.delta
+
+
+def sigma_from_accountant(delta: float, sampling: str = "min") -> SigmaFunction:
+    """σ calibrated by dpscaling's accountant once per distinct (ε, T, q) (the accountant counts whole
+    steps): exact, but seconds per row, so for a handful of configurations, never a search."""
+    from dpscaling.accounting.calibration import calibrate_sigma
+
+    def sigma(epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> np.ndarray:
+        rows = np.column_stack([np.atleast_1d(epsilon), np.ceil(np.atleast_1d(steps)), np.atleast_1d(q)])
+        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+        values = np.array([calibrate_sigma(float(e), float(p), int(t), delta, sampling) for e, t, p in distinct])
+        return values[inverse.ravel()]
+    return sigma
+
+
+@dataclass(frozen=True)
+class SigmaSource:
+    """Where a query's σ(ε, T, q) comes from: the function, its δ, the sampling rule it prices
+    (``poisson``, ``deterministic`` or ``min``) and a description for the answer to cite."""
+
+    sigma: SigmaFunction
+    delta: float
+    sampling: str
+    description: str

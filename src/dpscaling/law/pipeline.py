@@ -15,21 +15,11 @@ from typing import Any
 import pandas as pd
 
 from dpscaling.errors import UserError
-from dpscaling.io import read_parquet_verified
 from dpscaling.law.artifact import Law, fit_law
-from dpscaling.law.collect import (
-    TIDY_COLUMNS,
-    collect_training_curves,
-    read_reference_results,
-    read_tidy_results,
-    run_constants,
-)
+from dpscaling.law.collect import load_results
 from dpscaling.law.columns import PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH
 from dpscaling.law.noise import read_accounting_csv
 from dpscaling.law.settings import LawSettings
-
-RESULTS_FORMATS = ("dpscaling", "reference")
-
 
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -37,28 +27,6 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def load_results(path: str | Path, results_format: str = "dpscaling") -> tuple[pd.DataFrame, dict[str, int]]:
-    """Results in any supported form → (tidy table, run constants like seq_len/physical_batch)."""
-    if results_format not in RESULTS_FORMATS:
-        raise UserError(f"--results-format: {results_format!r} is not one of {list(RESULTS_FORMATS)}")
-    source = Path(path)
-    if not source.exists():
-        raise UserError(f"--results: no such file or directory {path}")
-    if results_format == "reference":
-        return read_reference_results(source), {"seq_len": PAPER_SEQUENCE_LENGTH,
-                                                 "physical_batch": PAPER_PHYSICAL_BATCH}
-    if source.is_dir():
-        return collect_training_curves(sorted(source.rglob("*.parquet")))
-    raw = (read_parquet_verified(source, "delete it and rerun snakemake to rebuild it").to_pandas()
-           if source.suffix == ".parquet" else pd.read_csv(source))
-    if not set(TIDY_COLUMNS[:6]) <= set(raw.columns):
-        if source.suffix != ".parquet":
-            raise UserError(f"--results {path}: not a tidy results table; expected columns "
-                            f"{', '.join(TIDY_COLUMNS[:6])} (or use --results-format reference)")
-        return collect_training_curves([source])
-    return read_tidy_results(source), run_constants([raw])
 
 
 def existing_file(path: str | Path | None, flag: str) -> Path | None:

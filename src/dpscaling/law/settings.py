@@ -70,6 +70,12 @@ class LawSettings:
     # Accounting: the lower σ of the amplified and unamplified tables (paper) or amplified only (code).
     accounting_rule: Literal["min", "amplified"] = "min"
 
+    @property
+    def table_sampling(self) -> str:
+        """The sampling rule σ from the authors' accounting tables prices under :attr:`accounting_rule`:
+        Poisson-amplified only (the authors' code) or the lower of both (the paper)."""
+        return "poisson" if self.accounting_rule == "amplified" else "min"
+
     @classmethod
     def reference(cls, **overrides: Any) -> "LawSettings":
         """The authors' analysis code's choices (reference-method.md §1–§7).

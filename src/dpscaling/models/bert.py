@@ -14,10 +14,14 @@ clipping in :mod:`dpscaling.dp.ghost` relies on it to read per-example activatio
 
 from __future__ import annotations
 
+import math
+
+import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from dpscaling.models.family import BertConfig
+from dpscaling.dp.layers import Bias
+from dpscaling.models.family import BertConfig, ParamCount
 
 _WORD = "word_embeddings"
 _POSITION = "position_embeddings"
@@ -31,16 +35,6 @@ def embedding_table_paths() -> frozenset[str]:
 
 def _dense_init(config: BertConfig) -> nn.initializers.Initializer:
     return nn.initializers.truncated_normal(config.initializer_range)
-
-
-class Bias(nn.Module):
-    """Adds a learned bias over the last axis (the MLM output bias)."""
-
-    features: int
-
-    @nn.compact
-    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        return x + self.param("bias", nn.initializers.zeros_init(), (self.features,))
 
 
 class TransformerLayer(nn.Module):
@@ -125,3 +119,18 @@ class BertMlm(nn.Module):
         logits = word.attend(h)  # tied output projection
         logits = Bias(cfg.vocab_size, name="mlm_output_bias")(logits)
         return logits.astype(jnp.float32)
+
+
+def count_params(config: BertConfig) -> ParamCount:
+    """Count the parameters of :class:`BertMlm` by abstract init (:func:`jax.eval_shape`, so nothing is
+    allocated even for BertMega); equal to :meth:`BertConfig.param_count` (tested)."""
+    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    positions = jax.ShapeDtypeStruct((1, 2), jnp.int32)
+    shapes = jax.eval_shape(BertMlm(config).init, jax.random.key(0), ids, positions)["params"]
+    total = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes))
+    embedding = sum(
+        math.prod(leaf.shape)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(shapes)
+        if "/".join(str(getattr(key, "key", key)) for key in path) in embedding_table_paths()
+    )
+    return ParamCount(total=total, non_embedding=total - embedding, embedding=embedding)

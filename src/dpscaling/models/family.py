@@ -15,17 +15,19 @@ only receive noise). With vocab 30522 this gives 4.42M, 11.2M, 28.8M, 41.4M, 109
 Table 1's "109M". Adding a pooler (shared/notes/dp-training.md) moves Small…Base
 closer and Large/Mega further; no standard convention puts Tiny/Mini within 1%.
 Table 1's 778M for Mega matches only untied output weights, which the throughput
-table's 729M rules out. The count runs report is :func:`count_params`.
+table's 729M rules out. :meth:`BertConfig.param_count` gives these counts in closed form, without
+JAX (the Snakefile sizes cluster jobs with it); :func:`dpscaling.models.bert.count_params` counts
+the built model's parameter tree, and a test holds the two equal.
+
+This module is JAX-free on purpose: the workflow imports it to check and size models.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-import jax
-import jax.numpy as jnp
+from typing import Any
 
 from dpscaling.errors import UserError
 
@@ -64,6 +66,27 @@ class BertConfig:
 
     def replace(self, **changes) -> BertConfig:
         return dataclasses.replace(self, **changes)
+
+    def param_count(self) -> ParamCount:
+        """Trained parameters of :class:`~dpscaling.models.bert.BertMlm` in closed form: embeddings
+        (word, positions, token types) and their LayerNorm; per layer attention 4·(H² + H), two
+        LayerNorms 4·H and the feed-forward 2·H·I + I + H; the MLM head's dense H² + H, LayerNorm
+        2·H and output bias V (the output projection is tied to the word embedding)."""
+        hidden, inner = self.hidden_size, self.intermediate_size
+        embedding = (self.vocab_size + self.max_positions + self.type_vocab_size) * hidden
+        layer = 4 * (hidden * hidden + hidden) + 4 * hidden + 2 * hidden * inner + inner + hidden
+        head = hidden * hidden + 3 * hidden + self.vocab_size
+        total = embedding + 2 * hidden + self.num_layers * layer + head
+        return ParamCount(total=total, non_embedding=total - embedding, embedding=embedding)
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Trained parameters; ``non_embedding`` excludes the word/position/type tables (Kaplan et al.)."""
+
+    total: int
+    non_embedding: int
+    embedding: int
 
 
 # Paper Table 1: (layers, heads, hidden).
@@ -124,34 +147,25 @@ def trained_rows(seq_len: int) -> dict[str, int]:
     return {"max_positions": seq_len, "type_vocab_size": 1}
 
 
-@dataclass(frozen=True)
-class ParamCount:
-    """Trained parameters; ``non_embedding`` excludes the word/position/type tables (Kaplan et al.)."""
-
-    total: int
-    non_embedding: int
-    embedding: int
-
-
-def count_params(config: BertConfig) -> ParamCount:
-    """Count the parameters of :class:`~dpscaling.models.bert.BertMlm` by abstract init.
-
-    Uses :func:`jax.eval_shape`, so no memory is allocated even for BertMega.
-    """
-    from dpscaling.models.bert import BertMlm, embedding_table_paths  # avoid import cycle
-
-    model = BertMlm(config)
-    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-    positions = jax.ShapeDtypeStruct((1, 2), jnp.int32)
-    shapes = jax.eval_shape(model.init, jax.random.key(0), ids, positions)["params"]
-    total = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes))
-    embedding = sum(
-        math.prod(leaf.shape)
-        for path, leaf in jax.tree_util.tree_leaves_with_path(shapes)
-        if _path_str(path) in embedding_table_paths()
-    )
-    return ParamCount(total=total, non_embedding=total - embedding, embedding=embedding)
+def custom_overrides(entry: Mapping[str, Any], seq_len: int) -> tuple[int, dict[str, Any]]:
+    """(max_positions, :func:`bert_config` overrides) of a ``models.custom`` entry (layers, heads, hidden,
+    optional intermediate) trained on ``seq_len``: only the rows it trains (:func:`trained_rows`) unless
+    the entry sets ``max_positions`` or ``type_vocab_size``."""
+    rows = {**trained_rows(seq_len), **{k: entry[k] for k in ("max_positions", "type_vocab_size") if k in entry}}
+    return int(rows["max_positions"]), {
+        "num_layers": entry["layers"],
+        "num_heads": entry["heads"],
+        "hidden_size": entry["hidden"],
+        "intermediate_size": entry.get("intermediate"),
+        "type_vocab_size": int(rows["type_vocab_size"]),
+    }
 
 
-def _path_str(path) -> str:
-    return "/".join(str(getattr(key, "key", key)) for key in path)
+def configured_model(name: str, custom: Mapping[str, Mapping[str, Any]], vocab_size: int, seq_len: int,
+                     dtype: str = "float32") -> BertConfig:
+    """The :class:`BertConfig` a workflow config means by ``name``: a paper family member (BERT's 512
+    positions and 2 token types, or ``seq_len`` positions if longer) or a ``models.custom`` entry."""
+    if name in custom:
+        positions, overrides = custom_overrides(custom[name], seq_len)
+        return bert_config("custom", vocab_size=vocab_size, max_positions=positions, dtype=dtype, **overrides)
+    return bert_config(name, vocab_size=vocab_size, max_positions=max(BERT_MAX_POSITIONS, seq_len), dtype=dtype)

@@ -12,10 +12,11 @@ then a fresh start: storage corruption can cost recomputation, never a wrong cur
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -23,6 +24,15 @@ import orbax.checkpoint as ocp
 
 from dpscaling.errors import UserError
 from dpscaling.io import raise_if_storage_full_or_read_only
+from dpscaling.models.family import BERT_MAX_POSITIONS
+
+if TYPE_CHECKING:
+    from dpscaling.train.config import TrainConfig
+
+# A run's checkpoint directory: orbax's state, the curve so far, and the config it was written for.
+STATE_DIR = "state"
+PARTIAL_METRICS = "metrics.partial.parquet"
+CONFIG_FILE = "config.json"
 
 logger = logging.getLogger(__name__)
 
@@ -150,3 +160,24 @@ def restore_verified_read_only(manager: ocp.CheckpointManager, template: Any, wh
             f"{str(error).strip()[:300]}); delete the run's metrics.parquet and rerun snakemake to retrain it"
         ) from error
     return Restored(step, state, list(record["curve"]), ())
+
+
+def discard_outdated_checkpoints(checkpoint_dir: str | Path, config: TrainConfig) -> bool:
+    """Remove ``checkpoint_dir`` when it was written for the same run with the embedding rows custom models had
+    before they trained only their own rows (BERT's 512 positions and 2 token types, now
+    :func:`~dpscaling.models.family.trained_rows`; docs/models.md):
+    such a run retrains from scratch. Any other difference is left to the training loop, which refuses it."""
+    import shutil
+
+    path = Path(checkpoint_dir) / CONFIG_FILE
+    if config.model != "custom" or not path.is_file():
+        return False
+    found = json.loads(path.read_text(encoding="utf-8"))
+    wanted = json.loads(json.dumps(config.to_dict()))
+    old_overrides = {k: v for k, v in wanted["model_overrides"].items() if k != "type_vocab_size"}
+    old = {**wanted, "max_positions": max(BERT_MAX_POSITIONS, wanted["max_positions"]),
+           "model_overrides": old_overrides}
+    if found == wanted or found != old:
+        return False
+    shutil.rmtree(checkpoint_dir)
+    return True

@@ -10,14 +10,42 @@ from typing import Any
 import optax
 
 from dpscaling.accounting.matched import matched_accountant
-from dpscaling.dp.clipping import CLIPPING_METHODS
+from dpscaling.config.schema import default as schema_default
+from dpscaling.dp import CLIPPING_METHODS
 from dpscaling.errors import UserError
-from dpscaling.models.family import BERT_MAX_POSITIONS, BertConfig, bert_config
+from dpscaling.models.family import BERT_MAX_POSITIONS, BertConfig, bert_config, custom_overrides
 from dpscaling.train.sampling import SAMPLINGS
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
 # clips), only for benchmarks and ablations.
 GRADIENT_MODES: tuple[str, ...] = (*CLIPPING_METHODS, "none")
+
+
+# TrainConfig field ← the ``training`` block key it is configured by (accounting.delta for delta). Their
+# defaults are the schema's: one set of defaults for the workflow and the library.
+CONFIG_KEYS: dict[str, str] = {
+    "microbatch_size": "training.microbatch_size",
+    "num_steps": "training.steps",
+    "warmup_steps": "training.warmup_steps",
+    "decay_steps": "training.decay_steps",
+    "decay_factor": "training.decay_factor",
+    "clip_norm": "training.clip_norm",
+    "clipping": "training.clipping",
+    "p_mask": "training.mask_rate",
+    "adam_b1": "training.adam_b1",
+    "adam_b2": "training.adam_b2",
+    "adam_eps": "training.adam_eps",
+    "log_every": "training.log_every",
+    "checkpoint_every": "training.checkpoint_every",
+    "sampling": "training.sampling",
+    "truncated_batch_size": "training.truncated_batch_size",
+    "accountant": "training.accountant",
+    "delta": "accounting.delta",
+}
+
+
+def _default(name: str) -> Any:
+    return schema_default(CONFIG_KEYS[name])
 
 
 @dataclass(frozen=True)
@@ -28,24 +56,24 @@ class TrainConfig:
     model_name: str | None = None  # what curves call the model (a custom size's name); None = model
     model_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. num_layers for "custom"
     max_positions: int = BERT_MAX_POSITIONS
-    noise_batch_ratio: float = 0.0  # σ̄: std of the noise on the mean clipped gradient
-    learning_rate: float = 2.0**-7  # peak; paper §3.2 uses 2^-7, 2^-8, 2^-9
-    batch_size: int = 1024  # physical batch B
-    microbatch_size: int | None = None  # examples per lax.scan step; None = B
-    num_steps: int = 128_000
-    warmup_steps: int = 1000
-    decay_steps: int = 128_000  # exponential decay by decay_factor over this many steps
-    decay_factor: float = 10.0
-    clip_norm: float = 1.0  # C of normalized clipping (result is independent of C ≤ ‖g‖)
-    clipping: str = "vmap"  # "vmap" | "ghost" | "none"
-    p_mask: float = 0.15
+    noise_batch_ratio: float = 0.0  # σ̄: std of the noise on the mean clipped gradient (a grid wildcard)
+    learning_rate: float = schema_default("training.learning_rates")[0]  # peak (a grid wildcard)
+    batch_size: int = schema_default("training.physical_batch")  # physical batch B (a grid wildcard)
+    microbatch_size: int | None = _default("microbatch_size")  # examples per lax.scan step; None = B
+    num_steps: int = _default("num_steps")
+    warmup_steps: int = _default("warmup_steps")
+    decay_steps: int = _default("decay_steps")  # exponential decay by decay_factor over this many steps
+    decay_factor: float = _default("decay_factor")
+    clip_norm: float = _default("clip_norm")  # C of normalized clipping (result is independent of C ≤ ‖g‖)
+    clipping: str = _default("clipping")  # "vmap" | "ghost" | "none"
+    p_mask: float = _default("p_mask")
     max_predictions: int | None = None  # None → ceil(p_mask · seq_len)
-    adam_b1: float = 0.9
-    adam_b2: float = 0.999
-    adam_eps: float = 1e-8
-    seed: int = 0
-    log_every: int = 100  # paper: mean training loss of every 100 iterations
-    checkpoint_every: int = 1000  # multiple of log_every
+    adam_b1: float = _default("adam_b1")
+    adam_b2: float = _default("adam_b2")
+    adam_eps: float = _default("adam_eps")
+    seed: int = schema_default("training.seed")  # a grid wildcard
+    log_every: int = _default("log_every")  # paper: mean training loss of every 100 iterations
+    checkpoint_every: int = _default("checkpoint_every")  # multiple of log_every
     model_dtype: str = "float32"  # compute dtype; clipped sums and noise stay float32
     distributed: bool | None = None  # None: initialise jax.distributed if Slurm/TPU-pod multi-host
     # More than one pass over the training sequences (steps × batch > sequences) is allowed; the
@@ -55,13 +83,13 @@ class TrainConfig:
     # Batch selection (dpscaling.train.sampling): "shuffle" = the study's shuffled epochs, seeded;
     # "poisson" = truncated Poisson at the static shape truncated_batch_size, batch_size is then
     # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
-    sampling: str = "shuffle"
+    sampling: str = _default("sampling")
     # poisson's physical batch L; None = chosen by its privacy price when the run is accounted
     # (dpscaling.accounting.truncation), a multiple of the microbatch
-    truncated_batch_size: int | None = None
-    accountant: str | None = None  # None = the sampler's own (dpscaling.accounting.matched)
+    truncated_batch_size: int | None = _default("truncated_batch_size")
+    accountant: str | None = _default("accountant")  # None = the sampler's own (dpscaling.accounting.matched)
     target_epsilon: float | None = None  # set: σ is calibrated for it; else ε of noise_batch_ratio
-    delta: float = 1e-8
+    delta: float = _default("delta")
     # Train on this many sequences of the train split (a subset drawn with ``seed``, public and
     # data-independent); None = all of them. The accountant's dataset size N is this number.
     train_sequences: int | None = None
@@ -179,6 +207,36 @@ _PRIVATE_DEFAULTS: dict[str, Any] = {
     if f.name
     in ("sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences")
 }
+
+
+def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any], wildcards: Mapping[str, str],
+                     seq_len: int) -> TrainConfig:
+    """The :class:`TrainConfig` of one workflow training job, from its Snakemake params.
+
+    ``model`` is a family name or a ``models.custom`` entry (with the embedding rows it trains:
+    :func:`dpscaling.models.family.custom_overrides`); the grid point (model, batch, seed, noise-batch
+    ratio, learning rate) comes from the job's wildcards; every :data:`CONFIG_KEYS` setting from
+    ``training``, the job's training param, which leaves out keys at the schema's default (so adding a
+    key retrains nothing): those take the schema's default here.
+    """
+    if isinstance(model, str):
+        name, overrides, positions = model, {}, max(BERT_MAX_POSITIONS, seq_len)
+    else:  # a custom size creates only the embedding rows it trains (docs/models.md)
+        name = "custom"
+        positions, overrides = custom_overrides(model, seq_len)
+    settings = {name_: training.get(key.split(".")[-1], schema_default(key)) for name_, key in CONFIG_KEYS.items()}
+    return TrainConfig(
+        model=name,
+        model_name=wildcards["model"],
+        model_overrides=overrides,
+        max_positions=positions,
+        noise_batch_ratio=float(wildcards["nbr"]),
+        learning_rate=float(wildcards["lr"]),
+        batch_size=int(wildcards["batch"]),
+        seed=int(wildcards["seed"]),
+        allow_repeats=training.get("allow_repeats", schema_default("training.allow_repeats")),
+        **settings,
+    )
 
 
 def learning_rate_schedule(config: TrainConfig, peak: Any = None) -> optax.Schedule:

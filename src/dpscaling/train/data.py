@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from dpscaling.errors import UserError
+from dpscaling.streams import Stream
 
-DATA_STREAM = 3  # distinct from the model's init/mask/noise streams
 
 
 class BatchSampler:
@@ -34,7 +34,7 @@ class BatchSampler:
     def indices(self, step: int) -> np.ndarray:
         epoch, within = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
-            rng = np.random.default_rng([self.seed, DATA_STREAM, epoch])
+            rng = np.random.default_rng([self.seed, Stream.DATA, epoch])
             self._epoch, self._order = epoch, rng.permutation(self.n_rows)
         start = within * self.batch_size
         return self._order[start : start + self.batch_size]

@@ -34,14 +34,14 @@ from dpscaling.data.shards import load_meta, load_split
 from dpscaling.dp.noise import replace_noise_key
 from dpscaling.errors import UserError
 from dpscaling.models.bert import BertMlm
+from dpscaling.streams import Stream
 from dpscaling.train.checkpoint import open_manager, restore_verified_read_only
 from dpscaling.train.config import TrainConfig
-from dpscaling.train.loop import CONFIG_FILE, STATE_DIR
+from dpscaling.train.checkpoint import CONFIG_FILE, STATE_DIR
 from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
 from dpscaling.train.step import init_state, make_optimizer
 
 # Random streams of the evaluation, apart from training's (init 0, masks 1, noise 2, data order 3).
-SAMPLE_STREAM, MASK_STREAM = 10, 11
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def sample_rows(n_rows: int, examples: int, seed: int) -> np.ndarray:
     """Sorted indices of ``min(examples, n_rows)`` distinct rows, a function of ``seed`` only."""
     if examples >= n_rows:
         return np.arange(n_rows)
-    return np.sort(np.random.default_rng([seed, SAMPLE_STREAM]).choice(n_rows, examples, replace=False))
+    return np.sort(np.random.default_rng([seed, Stream.EVAL_SAMPLE]).choice(n_rows, examples, replace=False))
 
 
 def evaluate_checkpoint(
@@ -135,7 +135,7 @@ def evaluate_checkpoint(
     rows = load_split(data_dir, split)
     chosen = sample_rows(len(rows), examples, seed)
     sums = _batch_sums(model, masking)
-    mask_key = jax.random.fold_in(jax.random.PRNGKey(seed), MASK_STREAM)
+    mask_key = jax.random.fold_in(jax.random.PRNGKey(seed), Stream.EVAL_MASK)
     size = min(batch_size, len(chosen))
     loss_sum = correct = masked = 0.0
     for start in range(0, len(chosen), size):

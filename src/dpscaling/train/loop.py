@@ -39,9 +39,16 @@ from dpscaling.data.shards import DatasetMeta, load_meta, load_split
 from dpscaling.dp.noise import noise_key_of, replace_noise_key
 from dpscaling.errors import UserError
 from dpscaling.io import raise_if_storage_full_or_read_only, write_json_atomic
-from dpscaling.models.bert import BertMlm
-from dpscaling.models.family import count_params
-from dpscaling.train.checkpoint import open_manager, restore_latest_verified, save_checkpoint
+from dpscaling.models.bert import BertMlm, count_params
+from dpscaling.streams import Stream
+from dpscaling.train.checkpoint import (
+    CONFIG_FILE,
+    PARTIAL_METRICS,
+    STATE_DIR,
+    open_manager,
+    restore_latest_verified,
+    save_checkpoint,
+)
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
 from dpscaling.train.metrics import code_version, write_metrics
@@ -51,10 +58,6 @@ from dpscaling.train.step import init_key, init_state, make_optimizer, make_trai
 
 logger = logging.getLogger(__name__)
 
-STATE_DIR = "state"
-PARTIAL_METRICS = "metrics.partial.parquet"
-CONFIG_FILE = "config.json"
-SUBSET_STREAM = 4  # the training subset of train_sequences (apart from init, masks, noise, data order)
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,7 @@ def training_rows(rows: np.ndarray, config: TrainConfig) -> np.ndarray:
     data), in their original order. The accountant's dataset size is ``len`` of the result."""
     if config.train_sequences is None:
         return rows
-    chosen = np.random.default_rng([config.seed, SUBSET_STREAM]).choice(
+    chosen = np.random.default_rng([config.seed, Stream.SUBSET]).choice(
         len(rows), config.train_sequences, replace=False
     )
     return rows[np.sort(chosen)]

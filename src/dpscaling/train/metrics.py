@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import dpscaling
 from dpscaling.io import write_parquet_atomic
@@ -74,12 +73,6 @@ def write_metrics(
         metadata[SUMMARY_KEY] = json.dumps(summary, sort_keys=True)
     # Page checksums and a content digest: a damaged file is refused by name when read.
     write_parquet_atomic(pa.table(arrays).replace_schema_metadata(metadata), path)
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The interval rows of a metrics file (only the per-interval columns)."""
-    table = pq.read_table(path, columns=list(INTERVAL_COLUMNS))
-    return table.to_pylist()
 
 
 def _arrow_type(value: Any) -> pa.DataType:

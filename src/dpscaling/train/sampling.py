@@ -35,7 +35,8 @@ from jax_privacy.batch_selection import (
 )
 
 from dpscaling.errors import UserError
-from dpscaling.train.data import DATA_STREAM, BatchSampler
+from dpscaling.streams import Stream
+from dpscaling.train.data import BatchSampler
 
 SAMPLINGS: tuple[str, ...] = ("shuffle", "poisson")
 PADDING_INDEX = -1
@@ -76,7 +77,7 @@ class PoissonBatches:
         )
 
     def indices(self, step: int) -> np.ndarray:
-        rng = np.random.default_rng([*self._seed, DATA_STREAM, step])
+        rng = np.random.default_rng([*self._seed, Stream.DATA, step])
         (batch,) = self._strategy.batch_iterator(self.n_rows, rng=rng)
         (padded,) = split_and_pad_global_batch(
             batch.astype(np.int64), minibatch_size=self.truncated_batch_size

@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpscaling.dp import clipped_mean_grad, dp_optimizer
+from dpscaling.dp import CLIPPED_SUMS, clipped_mean_grad, dp_optimizer
 from dpscaling.models.bert import BertMlm
+from dpscaling.streams import Stream
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
 
@@ -18,7 +19,6 @@ PyTree = Any
 
 # Independent random streams derived from the run seed; each step folds in its index,
 # so the stream depends only on (seed, step) — the basis of exact resume.
-INIT_STREAM, MASK_STREAM, NOISE_STREAM = 0, 1, 2
 
 
 class TrainState(NamedTuple):
@@ -45,7 +45,7 @@ def step_hyperparams(config: TrainConfig, noise_batch_ratio: float | None = None
     return StepHyperparams(
         jnp.float32(ratio),
         jnp.float32(config.learning_rate),
-        _stream_key(config.seed, MASK_STREAM),
+        _stream_key(config.seed, Stream.MASK),
         study_noise_key(config.seed),
     )
 
@@ -73,7 +73,7 @@ def study_noise_key(seed: int) -> jax.Array:
     """The study mode's reproducible noise key: a function of the seed only, NOT of σ̄, so the
     runs of one seed at different σ̄ share one standard-normal noise stream (common random
     numbers: the σ̄ columns differ by the noise scale, not by the draw)."""
-    return _stream_key(seed, NOISE_STREAM)
+    return _stream_key(seed, Stream.NOISE)
 
 
 def _stream_key(seed: int, stream: int) -> jax.Array:
@@ -82,7 +82,7 @@ def _stream_key(seed: int, stream: int) -> jax.Array:
 
 def init_key(seed: int) -> jax.Array:
     """The key of the seed's parameter initialisation."""
-    return _stream_key(seed, INIT_STREAM)
+    return _stream_key(seed, Stream.INIT)
 
 
 def init_state(
@@ -149,7 +149,7 @@ def make_train_step(
                 batch,
                 clip_norm=config.clip_norm,
                 microbatch_size=config.microbatch,
-                method=config.clipping,
+                clipped_sum=CLIPPED_SUMS[config.clipping],
                 microbatch_sharding=microbatch_sharding,
                 example_weights=example_weights,
                 normaliser=None if example_weights is None else config.batch_size,
@@ -173,7 +173,7 @@ def make_train_step(
 
 def _mean_grad(loss_fn, params, batch, microbatch_size: int):
     """Non-private mean gradient, accumulated over microbatches (benchmark baseline)."""
-    from dpscaling.dp.clipping import microbatches
+    from dpscaling.dp.per_example import microbatches
 
     size = batch["input_ids"].shape[0]
 

@@ -1,0 +1,474 @@
+"""The run's configuration as frozen, typed blocks: one dataclass per block of the schema.
+
+:func:`load_config` turns the schema-validated mapping (every default filled by
+:func:`dpscaling.config.schema.validate_config`) into a :class:`RunConfig`. The dataclasses declare
+no defaults of their own: every value comes from the config, and so from the schema when the user
+left it out. Values derived from a block are its methods (the training job's param, the accounting
+table's spec, the law's settings, the audit's settings, …).
+
+Each block remembers the order (and presence) of its keys as the config gave them, and
+:meth:`Block.to_mapping` gives them back in that order: Snakemake compares a job's params by their
+``repr``, so a param rebuilt in another key order would rerun every finished job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dpscaling.errors import UserError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Block:
+    """A config block: one field per key; nested blocks named in ``NESTED`` (one block), ``NESTED_LISTS``
+    (a list of blocks) and ``NESTED_MAPS`` (a mapping of names to blocks)."""
+
+    NAME: ClassVar[str] = ""
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {}
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {}
+    NESTED_MAPS: ClassVar[Mapping[str, type[Block]]] = {}
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], where: str | None = None) -> Block:
+        where = where or cls.NAME
+        names = {f.name for f in dataclasses.fields(cls)} - {"keys"}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise UserError(f"config key {where!r}: unknown key(s) {unknown}; accepted keys: {sorted(names)}")
+        converted = {}
+        for key, value in values.items():
+            inner = f"{where}.{key}" if where else key
+            if key in cls.NESTED:
+                value = cls.NESTED[key].from_mapping(value, inner)
+            elif key in cls.NESTED_LISTS:
+                value = tuple(cls.NESTED_LISTS[key].from_mapping(v, f"{inner}[{i}]") for i, v in enumerate(value))
+            elif key in cls.NESTED_MAPS:
+                value = {name: cls.NESTED_MAPS[key].from_mapping(v, f"{inner}.{name}") for name, v in value.items()}
+            converted[key] = _frozen(value)
+        try:
+            return cls(**converted, keys=tuple(values))
+        except TypeError as error:  # a key the schema requires is missing: not validated
+            raise UserError(f"config key {where!r}: {error} (validate the config against the schema first)") from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The block as plain data (lists, dicts), its keys in the config's order."""
+        return {key: _plain(getattr(self, key)) for key in self.keys}
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, Mapping) and not isinstance(value, Block):
+        return {k: _frozen(v) for k, v in value.items()}
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Block):
+        return value.to_mapping()
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+VENDORED_VOCAB_SIZES = {"bert-base-uncased": 30522, "wordpiece-core-8192": 8192}  # resources/vocab/
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataBlock(Block):
+    NAME: ClassVar[str] = "data"
+    source: str
+    paths: tuple[str, ...]
+    text_column: str
+    hf_dataset: str | None
+    hf_config: str | None
+    hf_split: str
+    max_documents: int | None
+    tokenizer: str
+    vocab_size: int | None
+    vocab_file: str | None
+    seq_len: int
+    heldout_fraction: float
+    split_seed: int
+    shard_sequences: int
+
+    def model_vocab_size(self) -> int:
+        """The vocabulary size models are built with: ``vocab_size`` when the data stage trains the
+        vocabulary, a vendored vocabulary's size, or a custom file's line count (before that file exists,
+        BERT's 30,522: only job sizing asks that early)."""
+        if self.tokenizer == "train":
+            return int(self.vocab_size)
+        if self.tokenizer in VENDORED_VOCAB_SIZES:
+            return VENDORED_VOCAB_SIZES[self.tokenizer]
+        if self.vocab_file and Path(self.vocab_file).exists():
+            with open(self.vocab_file, encoding="utf-8") as handle:
+                return sum(1 for _ in handle)
+        return VENDORED_VOCAB_SIZES["bert-base-uncased"]
+
+
+# -------------------------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True, kw_only=True)
+class CustomModel(Block):
+    """A ``models.custom`` entry: a BERT of free shape."""
+
+    layers: int
+    heads: int
+    hidden: int
+    intermediate: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelsBlock(Block):
+    NAME: ClassVar[str] = "models"
+    NESTED_MAPS: ClassVar[Mapping[str, type[Block]]] = {"custom": CustomModel}
+    names: tuple[str, ...]
+    custom: Mapping[str, CustomModel]
+
+    def known_names(self) -> tuple[str, ...]:
+        """The paper's family (Table 1) and the config's custom sizes."""
+        from dpscaling.models.family import FAMILY
+
+        return tuple(FAMILY) + tuple(sorted(self.custom))
+
+    def param(self, name: str, seq_len: int) -> str | dict[str, Any]:
+        """A training job's ``model`` param: a family name, or a ``models.custom`` entry with the embedding
+        rows it creates at ``seq_len`` (:func:`dpscaling.models.family.trained_rows`), so a change of those
+        rows reruns the job."""
+        from dpscaling.models.family import trained_rows
+
+        if name not in self.custom:
+            return name
+        return {**self.custom[name].to_mapping(), **trained_rows(seq_len)}
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatPoint(Block):
+    model: str
+    noise_batch_ratio: float
+    learning_rate: float
+
+
+# Training keys added after runs existed: at the schema's default they are left out of a training job's
+# param, so adding them retrained nothing; a changed value is a changed param, and Snakemake reruns the
+# job. ("delta" is accounting.delta, handed to each job.)
+LATE_TRAINING_KEYS = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size",
+                      "accountant", "delta")
+# Keys that choose which training jobs exist, not how one trains: never a job's param.
+GRID_ONLY_TRAINING_KEYS = ("repeat_seeds", "repeat_points")
+# The private-training keys: the physical-batch ablation always runs the study's shuffled sampler.
+PRIVATE_TRAINING_KEYS = ("sampling", "truncated_batch_size", "accountant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingBlock(Block):
+    NAME: ClassVar[str] = "training"
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": RepeatPoint}
+    noise_batch_ratios: tuple[float, ...]
+    learning_rates: tuple[float, ...]
+    physical_batch: int
+    seed: int
+    repeat_seeds: tuple[int, ...]
+    repeat_points: tuple[RepeatPoint, ...]
+    steps: int
+    warmup_steps: int
+    decay_steps: int
+    decay_factor: float
+    log_every: int
+    checkpoint_every: int
+    mask_rate: float
+    clip_norm: float
+    microbatch_size: int | None
+    adam_b1: float
+    adam_b2: float
+    adam_eps: float
+    allow_repeats: bool
+    clipping: str
+    sampling: str
+    truncated_batch_size: int | None
+    accountant: str | None
+
+    def job_params(self, delta: float) -> dict[str, Any]:
+        """The block (plus ``delta``) as a training job's param: the late keys only where they differ from
+        the schema's default, the grid-only keys never (:data:`LATE_TRAINING_KEYS`)."""
+        from dpscaling.config.schema import default
+
+        values = {**self.to_mapping(), "delta": delta}
+        late = {key: default("accounting.delta" if key == "delta" else f"training.{key}") for key in LATE_TRAINING_KEYS}
+        return {key: value for key, value in values.items()
+                if not (key in late and value == late[key]) and key not in GRID_ONLY_TRAINING_KEYS}
+
+
+# ------------------------------------------------------------------------------------------ accounting
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccountingTable(Block):
+    epsilon_min: float
+    epsilon_max: float
+    epsilon_per_octave: int
+    steps_min: int
+    steps_max: int
+    steps_per_octave: int
+    q_min_log2: int
+    q_per_octave: int
+    accountant: str
+    sigma_per_octave: int
+    discretisation_fraction: float
+    max_points: int
+    q_per_chunk: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccountingBlock(Block):
+    NAME: ClassVar[str] = "accounting"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"table": AccountingTable}
+    delta: float
+    sampling: str
+    check_points: int
+    table: AccountingTable
+
+    def table_spec(self):
+        """The σ table's :class:`~dpscaling.accounting.table_spec.TableSpec` (δ = ``accounting.delta``)."""
+        from dpscaling.accounting.table_spec import TableSpec
+
+        return TableSpec.from_mapping({**self.table.to_mapping(), "delta": self.delta})
+
+
+# ------------------------------------------------------------------------------------------------- fit
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window(Block):
+    start: float
+    end: float
+    unit: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap(Block):
+    replicates: int
+    chunk_size: int
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitBlock(Block):
+    NAME: ClassVar[str] = "fit"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"extrapolation_window": Window, "bootstrap": Bootstrap}
+    reference_compatible: bool
+    near_optimal_tolerance: float
+    rolling_window: int | None
+    warmup_steps: int | None
+    extrapolation_window: Window
+    smooth_nonprivate_along_nbr: bool
+    extrapolation_asymptote: str
+    isotonic_skip_nan: bool
+    interpolate_log_loss: bool
+    fill_missing_nbr: str
+    extension_doublings: int
+    parametric: bool
+    bootstrap: Bootstrap
+
+    def law_settings(self, training_warmup_steps: int, reference_compatible: bool | None = None):
+        """The :class:`~dpscaling.law.LawSettings` this block asks for, in paper or reference-compatible mode
+        (``reference_compatible``; None = the block's own). The reference mode fixes the keys the authors'
+        code hard-wires, whatever the block says."""
+        from dpscaling.law.settings import LawSettings
+        from dpscaling.law.settings import Window as LawWindow
+
+        reference = self.reference_compatible if reference_compatible is None else reference_compatible
+        window = self.extrapolation_window
+        choices: dict[str, Any] = dict(
+            warmup_steps=training_warmup_steps if self.warmup_steps is None else self.warmup_steps,
+            extrapolation_window=LawWindow(window.start, window.end, window.unit),
+            extension_doublings=self.extension_doublings,
+        )
+        if not reference:
+            choices["rolling_window"] = self.rolling_window
+            for key in ("smooth_nonprivate_along_nbr", "extrapolation_asymptote", "isotonic_skip_nan",
+                        "interpolate_log_loss", "fill_missing_nbr"):
+                choices[key] = getattr(self, key)
+        return LawSettings.create(reference, **choices)
+
+
+# ------------------------------------------------------------------------------------- ablation, audit
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep(Block):
+    noise_batch_ratio: float
+    learning_rates: tuple[float, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation(Block):
+    examples: int
+    batch_size: int
+    seed: int
+
+
+# What an ablation job takes from the ablation_batch block; the rest comes from `training`.
+ABLATION_TRAINING_KEYS = ("steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every")
+# What it reads from the `training` block (so a change to the main grid retrains no ablation job).
+ABLATION_SHARED_TRAINING_KEYS = ("decay_factor", "clip_norm", "clipping", "mask_rate")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationBlock(Block):
+    NAME: ClassVar[str] = "ablation_batch"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"sweep": Sweep, "evaluation": Evaluation}
+    model: str
+    noise_batch_ratios: tuple[float, ...]
+    physical_batches: tuple[int, ...]
+    seeds: tuple[int, ...]
+    learning_rate: float
+    steps: int
+    warmup_steps: int
+    decay_steps: int
+    log_every: int
+    checkpoint_every: int
+    microbatch_size: int | None
+    sweep: Sweep
+    evaluation: Evaluation
+
+    def training(self, training: TrainingBlock, batch: int) -> dict[str, Any]:
+        """The ``training`` param of an ablation job at physical batch ``batch``: the ablation's horizon,
+        logging and microbatch, the training block's optimiser, clipping and masking settings; never the
+        private-training keys (the ablation runs the study's sampler)."""
+        shared = training.to_mapping()
+        micro = self.microbatch_size
+        return {
+            **{key: shared[key] for key in ABLATION_SHARED_TRAINING_KEYS},
+            **{key: value for key, value in training.job_params(_default_delta()).items()
+               if key in LATE_TRAINING_KEYS and key not in PRIVATE_TRAINING_KEYS},
+            **{key: getattr(self, key) for key in ABLATION_TRAINING_KEYS},
+            "microbatch_size": None if micro is None or micro >= batch else micro,
+            "physical_batch": int(batch),
+        }
+
+
+def _default_delta() -> float:
+    from dpscaling.config.schema import default
+
+    return default("accounting.delta")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditBlock(Block):
+    NAME: ClassVar[str] = "audit"
+    n_canaries: int
+    expected_batch_size: int
+    steps: int
+    epsilon: float
+    significance: float
+    microbatch_size: int
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetEntry(Block):
+    epsilon: float
+    delta: float | None = None
+    data_budget: int
+    compute: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateModelBlock(Block):
+    NAME: ClassVar[str] = "private_model"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"evaluation": Evaluation}
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"budgets": BudgetEntry}
+    budgets: tuple[BudgetEntry, ...]
+    learning_rate: float | None
+    evaluation: Evaluation
+
+
+# ------------------------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(Block):
+    """The whole validated config."""
+
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {
+        "data": DataBlock, "models": ModelsBlock, "training": TrainingBlock, "accounting": AccountingBlock,
+        "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock}
+    run_name: str
+    host_threads: int
+    compilation_cache: str | None
+    results_csv: str | None
+    data: DataBlock
+    models: ModelsBlock
+    training: TrainingBlock
+    accounting: AccountingBlock
+    fit: FitBlock
+    analysis: Mapping[str, Any]  # typed as dpscaling.figures.settings.AnalysisSettings by analysis_settings()
+    ablation_batch: AblationBlock
+    audit: AuditBlock
+    private_model: PrivateModelBlock
+
+    @property
+    def root(self) -> str:
+        """Where this run's outputs land: ``results/<run_name>``."""
+        return f"results/{self.run_name}"
+
+    def law_settings(self, reference_compatible: bool | None = None):
+        return self.fit.law_settings(self.training.warmup_steps, reference_compatible)
+
+    def analysis_settings(self):
+        """The figures' and tables' :class:`~dpscaling.figures.settings.AnalysisSettings`; the near-optimal
+        tolerance is the fit's, so queries and figures agree."""
+        from dpscaling.figures.settings import AnalysisSettings
+
+        return AnalysisSettings.from_mapping({**_plain(self.analysis),
+                                              "near_optimal_tolerance": self.fit.near_optimal_tolerance})
+
+    def audit_settings(self):
+        """The ``audit`` target's :class:`~dpscaling.audit.AuditSettings` (δ = ``accounting.delta``)."""
+        from dpscaling.audit import AuditSettings
+
+        return AuditSettings(**self.audit.to_mapping(), delta=self.accounting.delta)
+
+    def model_config(self, name: str):
+        """The :class:`~dpscaling.models.family.BertConfig` the run means by model ``name``."""
+        from dpscaling.models.family import configured_model
+
+        custom = {key: entry.to_mapping() for key, entry in self.models.custom.items()}
+        return configured_model(name, custom, self.data.model_vocab_size(), self.data.seq_len)
+
+
+def load_config(config: Mapping[str, Any]) -> RunConfig:
+    """The validated ``config`` (defaults filled) as a :class:`RunConfig`."""
+    return RunConfig.from_mapping(config, "")
+
+
+def typed(config: Mapping[str, Any] | RunConfig) -> RunConfig:
+    """``config`` as a :class:`RunConfig` (a validated mapping is converted)."""
+    return config if isinstance(config, RunConfig) else load_config(config)
+
+
+def config_yaml(config: Mapping[str, Any] | RunConfig) -> str:
+    """The effective config (every key, defaults filled) as YAML, its blocks in the schema's order:
+    what a run used (``results/<run>/config.yaml``, the report)."""
+    import yaml
+
+    from dpscaling.config.schema import schema
+
+    plain = config.to_mapping() if isinstance(config, RunConfig) else _plain(config)
+    rank = {key: index for index, key in enumerate(schema()["properties"])}
+    ordered = dict(sorted(plain.items(), key=lambda item: rank.get(item[0], len(rank))))
+    return yaml.safe_dump(ordered, sort_keys=False)

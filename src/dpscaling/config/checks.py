@@ -1,0 +1,140 @@
+"""The checks a JSON schema cannot express, and the config's paths on disk.
+
+The schema (:mod:`dpscaling.config.schema`) checks types, ranges and unknown keys;
+:func:`check_config` adds model names against the family, files that must exist and cross-field
+rules, always naming the config key and the accepted values. :func:`check_epochs` is the one-epoch
+guard at DAG time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from dpscaling.config.blocks import RunConfig, typed
+from dpscaling.data.documents import CorpusSpec
+from dpscaling.data.epochs import check_one_epoch
+from dpscaling.errors import UserError
+from dpscaling.models.family import FAMILY
+
+VENDORED_CORPUS = "resources/corpus/core.txt.xz"
+VENDORED_VOCAB = "resources/vocab/{name}/vocab.txt"
+TRAINED_VOCAB = "data/vocab.txt"  # under the run's root: the data stage's trained vocabulary
+
+
+def check_config(config: Mapping[str, Any] | RunConfig) -> None:
+    """Semantic checks beyond the schema; raises :class:`UserError` naming the key."""
+    from dpscaling.accounting.matched import matched_accountant
+    from dpscaling.grid import repeat_grid
+
+    run = typed(config)
+    models, training, data = run.models, run.training, run.data
+    known = models.known_names()
+    for name in models.names:
+        if name not in known:
+            raise UserError(f"models.names: {name!r} is not one of {list(known)} (add it under models.custom)")
+    clash = set(models.custom) & set(FAMILY)
+    if clash:
+        raise UserError(f"models.custom: {sorted(clash)} would redefine the paper's models; choose other names")
+    for name, arch in models.custom.items():
+        if arch.hidden % arch.heads:
+            raise UserError(f"models.custom.{name}: hidden ({arch.hidden}) must be divisible by heads ({arch.heads})")
+    if training.warmup_steps >= training.steps and training.steps > 1:
+        raise UserError(
+            f"training.warmup_steps: {training.warmup_steps} must be below training.steps ({training.steps})")
+    micro, truncated = training.microbatch_size, training.truncated_batch_size
+    if training.sampling == "poisson":
+        if truncated is not None and truncated < training.physical_batch:
+            raise UserError(f"training.truncated_batch_size: {truncated} is below the expected batch "
+                            f"training.physical_batch ({training.physical_batch})")
+        if micro is not None and truncated is not None and truncated % micro:
+            raise UserError(f"training.microbatch_size: {micro} must divide training.truncated_batch_size ({truncated})")
+    elif truncated is not None:
+        raise UserError("training.truncated_batch_size: only used with training.sampling 'poisson'")
+    elif micro is not None and training.physical_batch % micro:
+        raise UserError(f"training.microbatch_size: {micro} must divide training.physical_batch "
+                        f"({training.physical_batch})")
+    matched_accountant(training.sampling, training.accountant, block="training")
+    check_ablation(run)
+    repeat_grid(run)  # repeat_points must be main-grid points, repeat_seeds must not hold training.seed
+    if data.tokenizer == "custom" and not data.vocab_file:
+        raise UserError("data.vocab_file: required when data.tokenizer is 'custom'")
+    if data.tokenizer != "custom" and data.vocab_file:
+        raise UserError(f"data.vocab_file: only used with data.tokenizer 'custom' (got tokenizer {data.tokenizer!r})")
+    if (data.tokenizer == "train") != (data.vocab_size is not None):
+        raise UserError(f"data.vocab_size: set it exactly when data.tokenizer is 'train' (got tokenizer "
+                        f"{data.tokenizer!r}, vocab_size {data.vocab_size!r})")
+    corpus_spec(run)  # source-specific checks
+
+
+def check_ablation(config: Mapping[str, Any] | RunConfig) -> None:
+    """The ``ablation_batch`` block's cross-field rules (its types and ranges are the schema's)."""
+    run = typed(config)
+    block = run.ablation_batch
+    known = run.models.known_names()
+    if block.model not in known:
+        raise UserError(f"ablation_batch.model: {block.model!r} is not one of {list(known)} "
+                        "(add it under models.custom)")
+    if block.warmup_steps >= block.steps and block.steps > 1:
+        raise UserError(f"ablation_batch.warmup_steps: {block.warmup_steps} must be below ablation_batch.steps "
+                        f"({block.steps})")
+    if block.checkpoint_every % block.log_every:
+        raise UserError(f"ablation_batch.checkpoint_every: {block.checkpoint_every} must be a multiple of "
+                        f"ablation_batch.log_every ({block.log_every})")
+    micro = block.microbatch_size
+    if micro is not None:
+        bad = [batch for batch in block.physical_batches if batch > micro and batch % micro]
+        if bad:
+            raise UserError(f"ablation_batch.microbatch_size: {micro} must divide every larger physical batch "
+                            f"(not {bad})")
+
+
+def corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -> CorpusSpec:
+    """The corpus the config asks for; ``core`` means the corpus vendored in ``repo``."""
+    data = typed(config).data
+    if data.source == "core":
+        if data.paths:
+            raise UserError("data.paths: not used with data.source 'core' (use source 'text' for your own files)")
+        paths: tuple[str, ...] = (str(Path(repo) / VENDORED_CORPUS),)
+    else:
+        paths = tuple(data.paths)
+    return CorpusSpec(source=data.source, paths=paths, text_column=data.text_column, hf_dataset=data.hf_dataset,
+                      hf_config=data.hf_config, hf_split=data.hf_split, max_documents=data.max_documents)
+
+
+def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> float | None:
+    """The one-epoch guard at DAG time, from the data stage's manifest (``data/packed/meta.json``).
+
+    Returns the epochs the main grid's runs see, or None when there is no manifest yet or it was built
+    for other data settings (it will be rebuilt; each training job checks again before step 1).
+    Raises :class:`UserError` naming the numbers when above one epoch without ``training.allow_repeats``.
+    """
+    run = typed(config)
+    path = Path(run.root) / "data" / "packed" / "meta.json"
+    if not path.is_file():
+        return None
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    data = run.data
+    same_data = (meta.get("source") == json.loads(json.dumps(asdict(corpus)))
+                 and meta.get("seq_len") == data.seq_len and meta.get("tokenizer") == data.tokenizer
+                 and (data.tokenizer != "train" or meta.get("vocab_size") == data.vocab_size))
+    if not same_data or "n_train" not in meta:
+        return None
+    training = run.training
+    return check_one_epoch(training.steps, training.physical_batch, int(meta["n_train"]), training.allow_repeats,
+                           keys=("training.steps", "training.physical_batch"))
+
+
+def vocab_path(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -> str:
+    """The vocabulary file: a vendored one in ``repo``, the user's ``vocab_file``, or the one the data
+    stage trains (``data.tokenizer: train``, ``results/<run>/data/vocab.txt``)."""
+    run = typed(config)
+    data = run.data
+    if data.tokenizer == "train":
+        return f"{run.root}/{TRAINED_VOCAB}"
+    if data.tokenizer == "custom":
+        return str(data.vocab_file)
+    return str(Path(repo) / VENDORED_VOCAB.format(name=data.tokenizer))

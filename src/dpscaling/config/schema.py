@@ -1,0 +1,84 @@
+"""The workflow's config schema (``workflow/schemas/config.schema.yaml``): the one place every key,
+its type and its default are declared.
+
+:func:`validate_config` checks a config against it and fills the defaults (one line naming the key on
+an error); :func:`default` reads one key's default, so library classes that stand alone
+(:class:`dpscaling.train.config.TrainConfig`, the accounting table's spec, the figures' settings,
+the audit's settings) take their defaults from here instead of declaring them again.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from dpscaling.errors import UserError
+
+SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    import yaml
+
+    if not SCHEMA.is_file():
+        raise UserError(f"the config schema {SCHEMA} is missing: dpscaling runs from its repository checkout")
+    return yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+
+
+def _frozen(value: Any) -> Any:
+    """A default as an immutable value (lists → tuples, mappings → tuples of items are not needed)."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def default(key: str) -> Any:
+    """The schema's default of a dotted config key (``"training.adam_b1"``), lists as tuples."""
+    node = schema()
+    for part in key.split("."):
+        try:
+            node = node["properties"][part]
+        except KeyError:
+            raise KeyError(f"config key {key!r} is not in the schema") from None
+    if "default" not in node:
+        raise KeyError(f"config key {key!r} has no default in the schema")
+    return _frozen(node["default"])
+
+
+def validate_config(config: dict[str, Any], path: str | Path = SCHEMA) -> None:
+    """Validate ``config`` with ``snakemake.utils.validate`` (filling defaults).
+
+    The JSON-schema error is re-raised as a :class:`UserError` of one line that
+    names the config key, what is wrong and what is accepted, instead of
+    jsonschema's dump of the whole schema.
+    """
+    from jsonschema.exceptions import ValidationError
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(path))
+    except WorkflowError as error:
+        cause = error.__context__  # WorkflowError keeps only the text; the original is the context
+        if not isinstance(cause, ValidationError):
+            raise
+        raise UserError(describe_schema_error(cause)) from error
+
+
+def describe_schema_error(error: Any) -> str:
+    """``config key 'a.b': <problem>; accepted: <what the schema allows>``."""
+    key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    accepted = ""
+    if error.validator == "additionalProperties" and isinstance(error.schema, dict):
+        accepted = f"; accepted keys: {sorted(error.schema.get('properties', {}))}"
+    elif error.validator == "pattern":  # every pattern in the schema is a name that becomes a path
+        accepted = (
+            "; it names a directory, so it must be one safe path component: letters, digits, _ and -"
+            f" (the pattern {error.validator_value})"
+        )
+    elif error.validator == "type":
+        if "number" in str(error.validator_value) and isinstance(error.instance, str):
+            accepted = "; write numbers as 1.0e-3, not 1e-3 (YAML reads that as a string)"
+    return f"config key {key!r}: {error.message}{accepted}"
