@@ -241,3 +241,19 @@ def test_laptop_config_layers_on_the_default() -> None:
     assert config["run_name"] == "laptop" and config["models"]["names"] == load("config.yaml")["models"]["names"]
     assert config["training"]["steps"] == 2 * load("config.yaml")["training"]["steps"]
     assert config["data"]["tokenizer"] == "train"  # the default's data, not the schema's
+
+
+def test_a_config_without_run_name_is_named_after_its_file_and_says_so_first(tmp_path) -> None:
+    from conftest import run_snakemake
+
+    from dpscaling.config.checks import settle_run_name
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("models:\n  names: [BertTiny]\n")
+    result = run_snakemake("-n", "--cores", "1", "--configfile", str(mine), cwd=tmp_path)
+    assert result.stderr.splitlines()[0] == "dpscaling: run 'mine' -> results/mine/ (no run_name set: the stem of mine.yaml)"
+    assert "results/default" not in result.stdout and "results/mine/runs/model=BertTiny" in result.stdout
+    named = {"run_name": "other"}
+    assert settle_run_name(named, [mine]) == "run_name in the config" and named["run_name"] == "other"
+    with pytest.raises(UserError, match="run_name"):
+        settle_run_name({}, [])

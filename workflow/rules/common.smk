@@ -1,3 +1,5 @@
+import sys
+
 from snakemake.utils import min_version
 
 from dpscaling.cluster import evaluation_work, grid_work, job_resources, plan_work
@@ -15,6 +17,7 @@ from dpscaling.config.checks import (
     check_config,
     check_epochs,
     corpus_spec,
+    settle_run_name,
     vocab_path,
 )
 from dpscaling.config.schema import validate_config
@@ -37,12 +40,20 @@ from dpscaling.workflow import (
 min_version("9.0")
 
 
+RUN_NAME_ORIGIN = settle_run_name(
+    config, workflow.overwrite_configfiles or workflow.configfiles
+)
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 # The config as typed blocks (dpscaling.config): rules read derived values from it.
 CFG = load_config(config)
 check_config(CFG)
 
 RESULTS = CFG.root
+if workflow.is_main_process:  # once per invocation, not in every job's re-parse
+    print(
+        f"dpscaling: run {CFG.run_name!r} -> {RESULTS}/ ({RUN_NAME_ORIGIN})",
+        file=sys.stderr,
+    )
 
 
 # One running snakemake per results directory (a second one is refused; --nolock skips this, as it

@@ -9,7 +9,7 @@ guard at DAG time.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,18 @@ from dpscaling.models.family import FAMILY
 VENDORED_CORPUS = "resources/corpus/core.txt.xz"
 VENDORED_VOCAB = "resources/vocab/{name}/vocab.txt"
 TRAINED_VOCAB = "data/vocab.txt"  # under the run's root: the data stage's trained vocabulary
+
+
+def settle_run_name(config: dict[str, Any], config_files: Sequence[str | Path]) -> str:
+    """Give ``config`` a ``run_name`` when no config file set one: the stem of the last config file (so
+    ``--configfile mine.yaml`` writes ``results/mine``, never another run's directory). Returns where the
+    name came from, for the run's first line."""
+    if config.get("run_name"):
+        return "run_name in the config"
+    if not config_files:
+        raise UserError("run_name: no config file to name the run after; set run_name")
+    config["run_name"] = Path(config_files[-1]).stem
+    return f"no run_name set: the stem of {Path(config_files[-1]).name}"
 
 
 def check_config(config: Mapping[str, Any] | RunConfig) -> None:
