@@ -1,7 +1,7 @@
 """Benchmark: accounting-table build time and accuracy against direct calibration, side by side.
 
-Issue 4 "Speed" (paper §3.4: σ̄ for every hypothetical configuration comes from a
-precomputed σ(ε, T, q) table). Prints, in one run:
+Speed of the accounting stage (paper §3.4: σ̄ for every hypothetical configuration comes from a
+precomputed σ(ε, T, q) table; results in docs/accounting.md). Prints, in one run:
   * table build: grid size, refused cells, wall time with ``--jobs`` processes (one
     chunk of q values per task, as the Snakemake jobs), points/second, and the CPU
     seconds the workers used (wall time on a shared machine includes waiting for CPU);

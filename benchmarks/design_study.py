@@ -1,4 +1,4 @@
-"""Design study for the embedded default (issue 15): which CPU-sized design learns past unigram
+"""Design study for the embedded default (docs/design-study.md): which CPU-sized design learns past unigram
 statistics, spans >= 30x in parameter count, and keeps `make run` <= 30 min on 2 quiet cores?
 
 Two modes:

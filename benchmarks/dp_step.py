@@ -1,4 +1,6 @@
-"""DP-Adam step cost vs non-private Adam, per clipping path, and vs Opacus (issue 3, item 8).
+"""DP-Adam step cost vs non-private Adam, per clipping path, and vs Opacus.
+
+Results: docs/train.md, "The DP step on this CPU".
 
 Times the real training step of :mod:`dpscaling.train.step` (masking, forward,
 backward, clipping, noise, Adam) on one fixed batch for:
@@ -10,11 +12,11 @@ backward, clipping, noise, Adam) on one fixed batch for:
 and, if ``torch`` and ``opacus`` are importable, the same BERT in PyTorch with Opacus
 (hooks; hooks with microbatches as BatchMemoryManager does). Memory is XLA's compiled
 temporary-buffer size. The last line printed is one JSON object with
-``dp_over_nonprivate`` (best DP path ÷ non-private whole-batch step, the issue's
-measure), ``dp_over_best_nonprivate`` (÷ the fastest non-private variant) and
+``dp_over_nonprivate`` (best DP path ÷ non-private whole-batch step, the ratio
+docs/train.md reports), ``dp_over_best_nonprivate`` (÷ the fastest non-private variant) and
 ``dp_over_opacus`` (best DP path ÷ Opacus' best DP step; null without Opacus).
 
-Default shape: the issue's 1.5M-parameter BERT (2 layers, hidden 128, 2 heads,
+Default shape: a 1.5M-parameter BERT (2 layers, hidden 128, 2 heads,
 intermediate 512, vocab 8000, seq 128, 20 masked positions), B = 32, float32.
 """
 

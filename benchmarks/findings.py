@@ -1,4 +1,4 @@
-"""The paper's qualitative findings, checked on a fitted law of ours (issue 8, item 5).
+"""The paper's qualitative findings, checked on a fitted law of ours (docs/appendix-experiments.md).
 
 Usage (after `snakemake --cores 2` on the default config):
     .venv/bin/python benchmarks/findings.py [--run results/default] [--configfile config/config.yaml]

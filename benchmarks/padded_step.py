@@ -1,5 +1,5 @@
 """Cost of padding: the padded truncated-Poisson DP step vs an unpadded step of the same
-physical size (issue 16, item 1; target ≤ 1.05×).
+physical size (target ≤ 1.05×; results in docs/private-training.md, "Cost of padding").
 
 Both variants run the real training step of :mod:`dpscaling.train.step` (masking, forward,
 backward, clipping, noise, Adam) on L = ``--physical`` sequences:

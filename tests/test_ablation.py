@@ -1,4 +1,7 @@
-"""The physical-batch ablation (issue 8): its grid, the final-model evaluation, its figures and table, end to end."""
+"""The physical-batch ablation: its grid, the final-model evaluation, its figures and table, end to end.
+
+Documented in docs/appendix-experiments.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one-run canary audit (issue 16, item 4): it has power, and the private run passes."""
+"""The one-run canary audit (docs/private-training.md, 'Audit'): it has power, and the private run passes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Config layering (issue 13): config/paper.yaml gives the paper's analysis, never the CPU default's.
+"""Config layering: config/paper.yaml gives the paper's analysis, never the CPU default's.
 
 The schema's defaults are the paper's values; config/config.yaml (the CPU default) is read only
 when no --configfile is given. The effective config is read back from what Snakemake itself
@@ -67,7 +67,7 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "fit.interpolate_log_loss": (False, "§3.3 Scaling Law Fitting: F(log M, log T, log NBR) = L, not log L"),
     "fit.fill_missing_nbr": ("log_nbr", NOT_STATED + " (the authors' code: positional)"),
     "fit.bootstrap": ({"replicates": 20, "chunk_size": 5, "seed": 0},
-                      NOT_STATED + " (intervals, issue 14; planned only where seeds are repeated)"),
+                      NOT_STATED + " (intervals, docs/fit.md; planned only where seeds are repeated)"),
     # §2 Privacy Budget; appendix "Notes on Generalized DP-SGD", Minibatch Selection.
     "accounting.delta": (1e-8, "§2: delta = 1e-8"),
     "accounting.sampling": ("min", "appendix Minibatch Selection: the lower of Poisson and deterministic"),

@@ -1,4 +1,4 @@
-"""Figures that plot loss against a budget draw the held-out unigram entropy (issue 15, item 3)."""
+"""Figures that plot loss against a budget draw the held-out unigram entropy (docs/data.md)."""
 
 from __future__ import annotations
 

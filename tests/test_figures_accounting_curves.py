@@ -1,4 +1,4 @@
-"""fig:vector_fields, fig:excess-vulnerability, fig:smoothing, fig:training and the parametric figures (issue 6).
+"""fig:vector_fields, fig:excess-vulnerability, fig:smoothing, fig:training and the parametric figures (docs/figures.md).
 
 Rendered from the fast synthetic context (tests/figure_context.py); the data
 behind each figure is checked against independent recomputations.

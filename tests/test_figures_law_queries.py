@@ -1,4 +1,4 @@
-"""Figures that query the fitted law (issue 6): fig:vary_compute_and_privacy, fig:token_model_ratios,
+"""Figures that query the fitted law (docs/figures.md): fig:vary_compute_and_privacy, fig:token_model_ratios,
 fig:full_grid, fig:baseline_compare and the non-private reproduction.
 
 Each is rendered on the synthetic context (tests/figure_context.py); the CSV written beside it is read back

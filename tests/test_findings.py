@@ -1,4 +1,4 @@
-"""The findings check (issue 8, item 5) on the synthetic law: every claim answers, with its numbers."""
+"""The findings check (docs/appendix-experiments.md) on the synthetic law: every claim answers, with its numbers."""
 
 from __future__ import annotations
 

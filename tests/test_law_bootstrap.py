@@ -1,4 +1,4 @@
-"""Intervals by bootstrap over seed-to-seed noise (issue 14 item 4): the library, the CLI and the grid."""
+"""Intervals by bootstrap over seed-to-seed noise (docs/fit.md, 'Intervals'): the library, the CLI and the grid."""
 
 from __future__ import annotations
 

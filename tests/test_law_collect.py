@@ -1,4 +1,4 @@
-"""Collecting results (issue 5 step 1): training-curve Parquet files and the authors' results.csv."""
+"""Collecting results (the fit stage's first step): training-curve Parquet files and the authors' results.csv."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""σ from the authors' accounting-table format (paper §3.4; reference-method.md §7)."""
+"""σ from the authors' accounting-table format (paper §3.4; docs/fit.md, 'The authors' analysis code', step 7)."""
 
 from __future__ import annotations
 

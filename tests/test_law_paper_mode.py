@@ -1,4 +1,4 @@
-"""Paper mode vs the authors' code (issue 14): the non-private column does not move private answers."""
+"""Paper mode vs the authors' code (docs/fit.md): the non-private column does not move private answers."""
 
 from __future__ import annotations
 

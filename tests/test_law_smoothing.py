@@ -88,7 +88,10 @@ def test_isotonic_skips_nan_without_blocking_pooling() -> None:
 
 
 def test_reference_mode_passes_nan_to_scipy_and_loses_monotonicity() -> None:
-    """The authors' code: scipy returns a NaN-containing vector unchanged (reference-method.md §1)."""
+    """The authors' code: scipy returns a NaN-containing vector unchanged.
+
+    docs/fit.md, 'The authors' analysis code', step 1.
+    """
     column = np.array([3.0, 2.0, np.nan, 2.5, 1.0])
     np.testing.assert_array_equal(isotonic(column, increasing=False, skip_nan=False),
                                   isotonic_regression(column, increasing=False).x)

@@ -1,4 +1,4 @@
-"""Held-out validation of the law (issue 14, `validate`): held-out sets, predictions, the table and figure."""
+"""Held-out validation of the law (docs/fit.md, `validate`): held-out sets, predictions, the table and figure."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def test_non_embedding_count_excludes_exactly_the_embedding_tables():
 def test_custom_size_and_errors():
     config = bert_config("custom", vocab_size=8000, num_layers=2, num_heads=2, hidden_size=128)
     assert config.intermediate_size == 512
-    # The benchmark model of notes/dp-training.md: 1.51M parameters.
+    # The DP-step benchmark's model (docs/train.md, "The DP step on this CPU"): 1.51M parameters.
     assert count_params(config).total == 1_511_360
     with pytest.raises(UserError):
         bert_config("BertHuge")
@@ -98,7 +98,7 @@ def test_params_command_json(capsys):
     assert abs(result["params"] / result["paper_params"] - 1) < 0.03
 
 
-# --- issue 15: model size counts what is trained ---------------------------------------------------------
+# --- model size counts what is trained (docs/models.md) --------------------------------------------------
 
 
 def _grid_point(model: str) -> dict[str, str]:

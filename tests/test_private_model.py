@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from dpscaling.errors import UserError
-from dpscaling.private_model import (
-    Budget, achieved_training_loss, audit_settings_for, budgets, integer_batch_sizes)
+from dpscaling.private_model import Budget, audit_settings_for, budgets, integer_batch_sizes
+from dpscaling.tables.private_model import achieved_training_loss
 
 
 def test_budgets_take_accounting_delta_unless_given_and_refuse_duplicates() -> None:

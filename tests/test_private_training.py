@@ -1,4 +1,4 @@
-"""Private training (issue 16, items 1–3): truncated Poisson batches at a static shape,
+"""Private training (docs/private-training.md): truncated Poisson batches at a static shape,
 accounting matched to the sampler that ran, and a secret noise key."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ PRIVATE = dict(
 )
 
 
-# --- item 1: padding contributes nothing; microbatching, ghost and sharding keep working --
+# --- padding contributes nothing; microbatching, ghost and sharding keep working ----------
 
 
 @pytest.mark.parametrize("method", ["vmap", "ghost"])
@@ -130,7 +130,7 @@ def test_padded_gradients_shard_over_two_devices(tmp_path):
                                        err_msg=f"{method} {key}")
 
 
-# --- item 2: participations of both samplers, matched accounting, refusal -----------------
+# --- participations of both samplers, matched accounting, refusal -------------------------
 
 
 def _counts(batches, n_rows: int) -> np.ndarray:
@@ -155,7 +155,7 @@ def test_shuffle_participations_are_counted_by_the_accountant(n_rows, batch, ste
     sigma = 0.05 * batch
     assert privacy.epsilon == pytest.approx(
         dp_accounting.get_epsilon_gaussian(sigma / math.sqrt(counts.max()), 1e-8), rel=1e-9)
-    if (n_rows, batch, steps) == (1000, 300, 10):  # the issue's example: 4 against ⌈q·T⌉ = 3
+    if (n_rows, batch, steps) == (1000, 300, 10):  # docs/private-training.md's example: 4 against ⌈q·T⌉ = 3
         assert counts.max() == 4 > math.ceil(batch / n_rows * steps)
 
 
@@ -327,7 +327,7 @@ def test_private_run_resumes_exactly(private_run, corpus, tmp_path):
                                   _stored_key(out / "ckpt", config.num_steps))
 
 
-# --- item 3: the study mode's reproducible, shared noise stream ----------------------------
+# --- the study mode's reproducible, shared noise stream ------------------------------------
 
 
 def test_study_runs_at_different_noise_ratios_share_one_noise_stream():
@@ -377,7 +377,7 @@ def test_workflow_passes_sampling_and_delta_to_the_run():
     assert TrainConfig.from_dict(made.to_dict()) == dataclasses.replace(made, allow_repeats=True)
 
 
-# --- item 5: what closing the loop needs from training ---------------------------------
+# --- what closing the loop needs from training -----------------------------------------
 
 
 def test_a_private_checkpoint_is_evaluated_on_held_out_sequences(private_run, corpus):

@@ -1,4 +1,4 @@
-"""Each profile resolves the resources its comments promise (issue 7).
+"""Each profile resolves the resources its comments promise (docs/cluster.md).
 
 A dry run prints every job's resolved resources without Slurm or a TPU, so these
 tests guard against the ways a profile silently loses settings: top-level-only

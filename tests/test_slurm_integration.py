@@ -1,4 +1,4 @@
-"""The workflow on a REAL single-node Slurm (issue 7): tests/slurm/up.sh starts munge,
+"""The workflow on a REAL single-node Slurm (docs/cluster.md): tests/slurm/up.sh starts munge,
 slurmctld and slurmd (fake GPUs as character devices) in a private directory; jobs go
 through snakemake-executor-plugin-slurm with ``--profile profiles/slurm-gpu --profile
 tests/profiles/slurm-ci``; tests/slurm/down.sh stops exactly the daemons it started.

@@ -1,4 +1,4 @@
-"""table:models shows embedding and non-embedding parameters as separate columns (issue 15)."""
+"""table:models shows embedding and non-embedding parameters as separate columns (docs/models.md)."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def test_an_explicit_l_that_costs_privacy_warns_with_the_cost(caplog):
     assert "training.truncated_batch_size" in message and "L=240" in message
     noise = float(re.search(r"\(\+([\d.]+)% noise\)", message).group(1))
     assert noise == pytest.approx(100 * (run.sigma / run.untruncated_sigma - 1), abs=0.1)
-    assert noise > 20  # the measurement: 30% more noise than epsilon = 4 needs
+    assert noise > 20  # measured: 30% more noise than epsilon = 4 needs (docs/private-training.md)
     # An explicit L at or above the priced one costs nothing and says nothing.
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dpscaling.accounting.truncation"):

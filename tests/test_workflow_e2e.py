@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,45 @@ def test_validate_scores_held_out_measurements_in_both_modes(smoke_run: Path) ->
 def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
     result = run_snakemake("--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+# One key per block changed on the finished smoke run: the rules a dry run of `all` plans. A job's params hold
+# exactly what decides its output, so a change reruns its stage and what reads it, never an unrelated stage.
+# (run_config is every target's record of the config: it is rewritten by any change.)
+ONLY_RECORD = {"run_config"}
+PER_BLOCK = [
+    ({"data": {"shard_sequences": 4096}}, "pack_sequences", {"prepare_documents", "accounting_chunk"}),
+    ({"training": {"clip_norm": 0.5}}, "train_run", {"pack_sequences", "accounting_chunk", "unigram_floor"}),
+    ({"accounting": {"check_points": 4}}, "accounting_check", {"train_run", "fit_law", "accounting_chunk", "figure"}),
+    ({"fit": {"extension_doublings": 5}}, "fit_law", {"train_run", "collect_curves", "accounting_chunk"}),
+    ({"analysis": {"compute_count": 7}}, "figure", {"train_run", "fit_law", "accounting_chunk", "validate_law"}),
+    # not read by `all`: nothing but the record reruns
+    ({"ablation_batch": {"seeds": [0, 2]}}, None, None),
+    ({"audit": {"n_canaries": 400}}, None, None),
+    ({"private_model": {"learning_rate": 0.001}}, None, None),
+    ({"models": {"custom": {"Unused": {"layers": 1, "heads": 1, "hidden": 8}}}}, None, None),
+]
+
+
+@pytest.mark.parametrize("change, reruns, untouched", PER_BLOCK, ids=[next(iter(c)) for c, _, _ in PER_BLOCK])
+def test_a_change_reruns_only_the_stages_its_block_decides(smoke_run: Path, tmp_path: Path, change, reruns,
+                                                          untouched) -> None:
+    import yaml
+
+    smoke = yaml.safe_load(SMOKE.read_text())
+    block, values = next(iter(change.items()))
+    merged = {**smoke.get(block, {}), **values}
+    if block == "models":
+        merged["custom"] = {**smoke["models"]["custom"], **values["custom"]}
+    layer = tmp_path / "layer.yaml"
+    layer.write_text(yaml.safe_dump({block: merged}))
+    result = run_snakemake("-n", "--cores", "2", "--configfile", str(SMOKE), str(layer), cwd=smoke_run.parent.parent)
+    planned = set(re.findall(r"^(?:local)?rule (\w+):$", result.stdout, flags=re.MULTILINE))
+    planned -= {"all"}
+    if reruns is None:
+        assert planned <= ONLY_RECORD, planned
+    else:
+        assert reruns in planned and not planned & untouched, planned
 
 
 def test_accounting_target_builds_a_checked_table(smoke_run: Path) -> None:
@@ -156,7 +196,7 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
     smoke = yaml.safe_load(SMOKE.read_text())
     budgets = smoke["private_model"]["budgets"]
     out = smoke_run / "private_model"
-    table = pd.read_parquet(out / "table.parquet")
+    table = pd.read_csv(out / "table.csv")
     assert len(table) == len(budgets)  # every budget answered, trained and reported
     assert sorted(zip(table["epsilon"], table["data_budget"], table["compute"])) == sorted(
         (b["epsilon"], b["data_budget"], b["compute"]) for b in budgets)

@@ -29,7 +29,7 @@ def test_named_targets_exist(tmp_path) -> None:
     result = run_snakemake("--list-rules", cwd=tmp_path)
     rules = set(result.stdout.split())
     assert {"all", "data", "train", "accounting", "fit", "figures", "tables", "report"} <= rules
-    assert {"ablation_batch", "lr_curves", "throughput", "nonprivate"} <= rules  # issue 8
+    assert {"ablation_batch", "lr_curves", "throughput", "nonprivate"} <= rules  # docs/appendix-experiments.md
 
 
 def test_results_csv_is_fitted_and_tabulated_without_training(tmp_path) -> None:
@@ -48,7 +48,7 @@ def test_results_csv_is_fitted_and_tabulated_without_training(tmp_path) -> None:
     run_snakemake("tables", "results/smoke/figures/fig-nonprivate_reproduction.pdf", *args, cwd=tmp_path,
                   timeout=1200)
     run_dir = tmp_path / "results" / "smoke"
-    # A loss figure without this run's data: no unigram floor, and its CSV says why (issue 15).
+    # A loss figure without this run's data: no unigram floor, and its CSV says why (docs/data.md).
     figure = pd.read_csv(run_dir / "figures" / "fig-nonprivate_reproduction.csv")
     assert figure["Unigram Floor"].isna().all() and figure["Unigram Floor Note"].str.contains("results.csv").all()
     assert not (run_dir / "data").exists()

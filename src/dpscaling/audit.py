@@ -1,4 +1,4 @@
-"""One-run privacy audit of the private training step with gradient canaries (issue 16, item 4).
+"""One-run privacy audit of the private training step with gradient canaries (docs/private-training.md, "Audit").
 
 Steinke, Nasr & Jagielski 2023 ("Privacy Auditing with One (1) Training Run", arXiv 2305.08846):
 m canaries, each included in the training set independently with probability 1/2; after training

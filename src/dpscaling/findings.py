@@ -1,5 +1,6 @@
-"""The paper's qualitative findings, checked on OUR fitted law (issue 8; paper §1 bullets, §4.1–§4.4),
-and whether the non-private curves end below the noisy ones (issue 14; what the smoothing presumes).
+"""The paper's qualitative findings, checked on OUR fitted law (paper §1 bullets, §4.1–§4.4),
+and whether the non-private curves end below the noisy ones (what the smoothing presumes; docs/fit.md).
+The workflow's ``findings`` target: docs/appendix-experiments.md.
 
 Each check states a claim, computes the numbers behind it from the law and the
 accounting (the same queries the figures make), and says whether the claim
@@ -135,7 +136,7 @@ def nonprivate_ends_lowest(results: pd.DataFrame | None) -> Finding:
     """(e) The σ̄ = 0 curve ends at or below the smallest σ̄'s, for every model and learning rate (raw curves).
 
     Not a claim of the paper but what its monotone smoothing along σ̄ presumes; on the CPU default it
-    fails (issue 14: gradient noise helps a tiny model over a short horizon), and paper-mode smoothing
+    fails (gradient noise helps a tiny model over a short horizon; docs/fit.md), and paper-mode smoothing
     keeps σ̄ = 0 out of the σ̄ pass so that no private answer depends on it.
     """
     claim = "the non-private curve (sigma-bar = 0) ends at or below the smallest sigma-bar's, every model and LR"
@@ -178,7 +179,8 @@ CAPTION = ("The paper's qualitative findings (§1, §4.1-§4.4) checked on this 
 
 
 def findings_table(findings: list[Finding]) -> pd.DataFrame:
-    """One row per claim, lettered as in issue 8 / the report, for the workflow's ``findings`` target."""
+    """One row per claim, lettered as in the report (and docs/appendix-experiments.md), for the workflow's
+    ``findings`` target."""
     return pd.DataFrame({
         "finding": list("abcde"[: len(findings)]),
         "claim": [finding.claim for finding in findings],

@@ -1,4 +1,4 @@
-"""Close the loop: ask the law, train its answer privately, compare (paper §3.4; issue 16, item 5).
+"""Close the loop: ask the law, train its answer privately, compare (paper §3.4, "Using the fitted function").
 
 The paper's promise to a practitioner is a prediction: for a compute budget C (FLOPs), a privacy
 budget (ε, δ) and a data budget N (sequences), the law names the compute-optimal model, batch size
@@ -17,10 +17,10 @@ each, target ``private_model``):
 3. The matched audit (:func:`audit_settings_for`): the gradient-canary one-run audit of
    :mod:`dpscaling.audit` at the run's (N, B, T, L, ε, δ) — see docs/private-training.md for why
    the private run itself carries no canaries.
-4. :func:`report_row` / :func:`write_report` — the law's prediction at the configuration that was
-   actually trained (its σ̄ = the calibrated σ / B) with the bootstrap 90% interval, beside the
-   achieved final training loss (the law's quantity) and held-out loss, the ε the run's own
-   accountant spent and the audited ε.
+4. The report (:mod:`dpscaling.tables.private_model`, :mod:`dpscaling.figures.private_model`) — the
+   law's prediction at the configuration that was actually trained (its σ̄ = the calibrated σ / B)
+   with the bootstrap 90% interval, beside the achieved final training loss (the law's quantity)
+   and held-out loss, the ε the run's own accountant spent and the audited ε.
 """
 
 from __future__ import annotations
@@ -226,97 +226,6 @@ def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microb
             "seed": int(audit["seed"])}
 
 
-def achieved_training_loss(curve: pd.DataFrame, window: int | None) -> float:
-    """The run's final training loss as the law measures it: the trailing mean of its last ``window``
-    logged intervals (the fit's rolling mean; one interval without it)."""
-    losses = curve.sort_values("step")["loss"].to_numpy(float)
-    return float(np.mean(losses[-(window or 1):]))
-
-
-def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping[str, Any],
-               audit: Mapping[str, Any], law, replicates, window: int | None) -> dict[str, Any]:
-    """One budget's line: the law's prediction at what was trained, what was achieved, ε spent and audited."""
-    from dpscaling.law.bootstrap import interval
-
-    last = curve.sort_values("step").iloc[-1]
-    budget = plan["budget"]
-    nbr = float(last["noise_batch_ratio"])
-    point = (np.array([plan["model_size"]]), np.array([float(plan["iterations"])]), np.array([nbr]))
-    predicted = float(law.loss(*point)[0])
-    low = high = math.nan
-    if replicates is not None:
-        lows, highs = interval(replicates.loss_matrix(*point))
-        low, high = float(lows[0]), float(highs[0])
-    return {
-        "budget": budget["label"], "epsilon": budget["epsilon"], "delta": budget["delta"],
-        "data_budget": budget["data_budget"], "compute": budget["compute"],
-        "model": plan["model"], "model_size": plan["model_size"], "batch_size": plan["batch_size"],
-        "iterations": plan["iterations"], "learning_rate": plan["learning_rate"],
-        "trained_compute": plan["compute"],
-        "sigma": float(last["sigma"]), "noise_batch_ratio": nbr,
-        "truncated_batch_size": int(last["truncated_batch_size"]),
-        "truncation_probability": float(last["truncation_probability"]),
-        "padding_share": float(last["padding_share"]), "untruncated_sigma": float(last["untruncated_sigma"]),
-        "dataset_size": int(last["dataset_size"]), "sampling_probability": float(last["sampling_probability"]),
-        "planned_sigma": plan["sigma"], "query_noise_batch_ratio": plan["query"]["noise_batch_ratio"],
-        "query_predicted_loss": plan["query"]["predicted_loss"],
-        "predicted_loss": predicted, "predicted_loss_5": low, "predicted_loss_95": high,
-        "achieved_train_loss": achieved_training_loss(curve, window),
-        "achieved_heldout_loss": float(evaluation["loss"]),
-        "error_train": achieved_training_loss(curve, window) - predicted,
-        "epsilon_spent": float(last["epsilon"]), "accountant": str(last["accountant"]),
-        "audited_epsilon": float(audit["audited_epsilon"]),
-        "audit_has_power": bool(audit["audit_has_power"]), "status": str(last["status"]),
-    }
-
-
-MARKDOWN_COLUMNS = {
-    "epsilon": "ε", "data_budget": "N", "compute": "C (FLOPs)", "model": "model", "batch_size": "B",
-    "iterations": "T", "truncated_batch_size": "L", "padding_share": "padding", "sigma": "σ",
-    "untruncated_sigma": "σ untruncated", "noise_batch_ratio": "σ̄", "predicted_loss": "predicted", "predicted_loss_5": "5%",
-    "predicted_loss_95": "95%", "achieved_train_loss": "achieved (train)",
-    "achieved_heldout_loss": "achieved (held-out)", "epsilon_spent": "ε spent", "audited_epsilon": "ε audited"}
-CAPTION = ("The law's compute-optimal configuration per budget, trained with truncated Poisson sampling at "
-           "the L priced by its accountant (padding: the expected share of L that is padding; σ untruncated: "
-           "the σ untruncated Poisson would need for the same ε): "
-           "predicted final loss (bootstrap 5%–95%) at the trained σ̄ against the achieved final training "
-           "loss (trailing mean, the law's quantity) and held-out loss; ε spent by the run's accountant and "
-           "the matched one-run audit's ε lower bound.")
-
-
-def write_report(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str],
-                 interval_note: str) -> pd.DataFrame:
-    """``table.{csv,parquet,md}`` and ``predicted_vs_achieved.{pdf,png,csv}`` under ``out_dir``."""
-    from dpscaling.figures.common import save_figure, subplots
-    from dpscaling.io import atomic_path
-
-    table = pd.DataFrame(list(rows))
-    out = Path(out_dir)
-    with atomic_path(out / "table.csv") as tmp:
-        table.to_csv(tmp, index=False)
-    with atomic_path(out / "table.parquet") as tmp:
-        table.to_parquet(tmp, index=False)
-    shown = table[list(MARKDOWN_COLUMNS)].rename(columns=MARKDOWN_COLUMNS)
-    shown = shown.map(lambda v: f"{v:.4g}" if isinstance(v, float) else v)
-    with atomic_path(out / "table.md") as tmp:
-        tmp.write_text(f"{CAPTION} Interval: {interval_note}.\n\n" + shown.to_markdown(index=False) + "\n",
-                       encoding="utf-8")
-    figure, axes = subplots(width=5.0, height=3.4)
-    ax = axes[0, 0]
-    x = np.arange(len(table))
-    # The interval as a bar from 5% to 95% (the main fit's own answer can lie outside it with few replicates).
-    ax.vlines(x - 0.1, table["predicted_loss_5"], table["predicted_loss_95"], color="C0", label="law's 90% interval")
-    ax.plot(x - 0.1, table["predicted_loss"], "o", color="C0", label="predicted")
-    ax.plot(x + 0.1, table["achieved_train_loss"], "s", label="achieved (train)")
-    ax.plot(x + 0.1, table["achieved_heldout_loss"], "^", label="achieved (held-out)")
-    ax.set_xticks(x, [f"ε={e:g}\nN={n:.3g}\nC={c:.2g}" for e, n, c in
-                      zip(table["epsilon"], table["data_budget"], table["compute"])], fontsize=7)
-    ax.set_ylabel("final cross entropy (nats)")
-    ax.legend(fontsize=7)
-    save_figure(figure, table, out / "predicted_vs_achieved")
-    return table
-
-
 # ---------------------------------------------------------------------------------------- the rules' steps
 
 def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], default_delta: float, label: str,
@@ -371,20 +280,3 @@ def audit_budget(plan_path: str | os.PathLike[str], audit: Mapping[str, Any], mi
     settings = audit_settings_for(read_json(plan_path), audit, microbatch)
     delta = settings.pop("delta")
     return write_audit(settings, delta, summary_path, table_path)
-
-
-def report_from_files(law_dir: str | os.PathLike[str], bootstrap: Sequence[str], plans: Sequence[str],
-                      curves: Sequence[str], evaluations: Sequence[str], audits: Sequence[str],
-                      settings: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> pd.DataFrame:
-    """Rule ``private_model_report``: the table and figure of every budget (inputs in the same order)."""
-    from dpscaling.law import LawSettings, load_law
-    from dpscaling.law.bootstrap import NO_REPEATS, load_replicates
-
-    law_settings = LawSettings.from_json(dict(settings))
-    law = load_law(law_dir)
-    replicates = load_replicates(bootstrap[0], law_settings) if bootstrap else None
-    note = f"90% over {len(replicates)} bootstrap replicates" if replicates else NO_REPEATS
-    rows = [report_row(read_json(plan), pd.read_parquet(curve), read_json(evaluation), read_json(audit), law,
-                       replicates, law_settings.rolling_window)
-            for plan, curve, evaluation, audit in zip(plans, curves, evaluations, audits, strict=True)]
-    return write_report(rows, out_dir, note)

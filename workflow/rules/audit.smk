@@ -1,4 +1,4 @@
-# The one-run privacy audit of the private training step (issue 16, item 4): target `audit`.
+# The one-run privacy audit of the private training step (docs/private-training.md, "Audit"): target `audit`.
 
 
 rule audit:

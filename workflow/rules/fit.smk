@@ -99,7 +99,7 @@ rule fit:
         RUN_CONFIG,
 
 
-# The law's prediction error on held-out measurements, paper and reference-compatible modes (issue 14).
+# The law's prediction error on held-out measurements, paper and reference-compatible modes (docs/fit.md, `validate`).
 rule validate_law:
     input:
         results=FIT_RESULTS,

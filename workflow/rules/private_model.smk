@@ -1,4 +1,4 @@
-# Close the loop (issue 16, item 5; docs/private-training.md "Closing the loop"): target `private_model`.
+# Close the loop (docs/private-training.md "Closing the loop"): target `private_model`.
 # Per budget: the law's compute-optimal configuration -> a private (truncated Poisson) training job on
 # exactly N sequences -> its held-out loss and a matched audit; then one table and one figure.
 from dpscaling.private_model import budgets as private_budgets, private_training
@@ -115,8 +115,8 @@ rule private_model_report:
         audits=expand(rules.private_model_audit.output.summary, budget=PRIVATE_BUDGETS),
     output:
         csv=f"{PRIVATE}/table.csv",
-        parquet=f"{PRIVATE}/table.parquet",
         md=f"{PRIVATE}/table.md",
+        tex=f"{PRIVATE}/table.tex",
         pdf=f"{PRIVATE}/predicted_vs_achieved.pdf",
         png=f"{PRIVATE}/predicted_vs_achieved.png",
         data=f"{PRIVATE}/predicted_vs_achieved.csv",
@@ -129,7 +129,6 @@ rule private_model_report:
         runtime=30,
     params:
         settings=law_settings(CFG),
-        rolling_window=config["fit"]["rolling_window"],
     script:
         "../scripts/private_model_report.py"
 

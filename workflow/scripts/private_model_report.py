@@ -1,10 +1,10 @@
 from pathlib import Path
 
 from dpscaling.logs import log_to_file
-from dpscaling.private_model import report_from_files
+from dpscaling.tables.private_model import write_report
 
 with log_to_file(snakemake.log[0]) as log:
-    table = report_from_files(
+    table = write_report(
         snakemake.input.law,
         snakemake.input.bootstrap,
         snakemake.input.plans,
@@ -12,6 +12,7 @@ with log_to_file(snakemake.log[0]) as log:
         snakemake.input.evaluations,
         snakemake.input.audits,
         snakemake.params.settings,
-        Path(snakemake.output.csv).parent,
+        Path(snakemake.output.csv).with_suffix(""),
+        Path(snakemake.output.pdf).with_suffix(""),
     )
     log.info("predicted vs achieved:\n%s", table.to_string())

@@ -1,4 +1,4 @@
-"""Privacy accounting for DP-SGD scaling laws (issue 4).
+"""Privacy accounting for DP-SGD scaling laws (docs/accounting.md).
 
 Calibration of the noise multiplier σ on the sum (σ̄ = σ/B is the paper's
 noise-batch ratio, §2), for Poisson sampling (tight dp-accounting PLD),

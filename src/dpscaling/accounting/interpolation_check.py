@@ -1,6 +1,6 @@
 """Measured interpolation error of a :class:`SigmaTable` against direct calibration.
 
-Issue 4 asks for the table's interpolation error to be measured, not assumed:
+The table's interpolation error is measured, not assumed (docs/accounting.md):
 interpolation of log σ is worst near the geometric mid-points of grid cells, so
 points are drawn there and σ is recomputed from scratch with
 :func:`calibrate_poisson`.

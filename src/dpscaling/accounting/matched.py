@@ -1,4 +1,4 @@
-"""Accounting matched to the mechanism a training run actually executed (issue 16).
+"""Accounting matched to the mechanism a training run actually executed (docs/private-training.md).
 
 The study's accounting (paper §3.1, "Decoupling Noise Calibration") prices hypothetical
 Poisson batches after the fact. A run that claims a guarantee must instead be accounted

@@ -2,7 +2,7 @@
 
 Columns: ``Iterations, Sampling Probability, Epsilon, Delta, Noise Multiplier``;
 one file for Poisson-amplified DP-SGD, one for unamplified (deterministic
-batching), a complete Cartesian grid (see ../shared/notes/reference-method.md).
+batching), a complete Cartesian grid (see docs/fit.md, "The authors' analysis code", step 7).
 Our unamplified file uses k = ⌈qT⌉ participations (module
 :mod:`dpscaling.accounting.gaussian`); refused Poisson cells are written as NaN.
 """

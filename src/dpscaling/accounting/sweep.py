@@ -1,6 +1,6 @@
 """σ for a whole (ε × T) slab at one sampling probability, from few PLD builds.
 
-The structure exploited (issue 4 "Speed"; paper §3.4 needs σ for every queried
+The structure exploited (for speed, docs/accounting.md; paper §3.4 needs σ for every queried
 (ε, T, q)): for fixed q, ε(σ, T) is monotone in σ and smooth in log–log. So
 instead of a root search per grid point, walk σ over a geometric lattice; each
 single-step PLD (built once per σ and discretisation, cached across T) is

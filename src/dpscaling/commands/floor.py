@@ -1,4 +1,4 @@
-"""``dpscaling floor``: the held-out unigram entropy of a packed data directory (issue 15).
+"""``dpscaling floor``: the held-out unigram entropy of a packed data directory (docs/data.md).
 
 The floor a trained model must beat (:mod:`dpscaling.data.floor`): held-out cross-entropy
 of the masked-LM targets under add-one-smoothed training-split token frequencies.

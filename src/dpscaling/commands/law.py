@@ -1,4 +1,4 @@
-"""``dpscaling fit``, ``dpscaling query`` and ``dpscaling table saturating`` (issue 5; paper §3.3–§3.4, Table 2).
+"""``dpscaling fit``, ``dpscaling query`` and ``dpscaling table saturating`` (docs/fit.md; paper §3.3–§3.4, Table 2).
 
 Thin wrappers: parse flags, load inputs, call :mod:`dpscaling.law`, print.
 σ comes from, in order: ``--accounting-amplified/--accounting-unamplified``
@@ -43,7 +43,8 @@ TABLE2_PRIVACY_BUDGETS = [1.0, 4.0, 16.0, 64.0]
 # Table 2's candidate budgets: batch sizes from the paper's physical batch up to 2^20 sequences.
 _SMALLEST_BATCH, _LARGEST_BATCH = 1024, 2**20
 COMPUTE_BUDGET_COUNT = 100
-# The authors' notebook: budgets from 6·S·4e6·1000·1024 to 6·S·335e6·128000·2^20 (reference-method.md, table).
+# The authors' notebook: budgets from 6·S·4e6·1000·1024 to 6·S·335e6·128000·2^20
+# (docs/fit.md, "The authors' analysis code").
 REFERENCE_COMPUTE_RANGE_PER_TOKEN_FLOP = (4e6 * 1000 * 1024, 335e6 * 128_000 * 2**20)
 
 

@@ -1,4 +1,4 @@
-"""The floor to beat: held-out unigram entropy under the run's tokenizer (issue 15).
+"""The floor to beat: held-out unigram entropy under the run's tokenizer (docs/data.md).
 
 A masked-LM that has learned nothing about context can still predict each masked token
 from how often it occurs. The cross-entropy such a context-free predictor reaches is the

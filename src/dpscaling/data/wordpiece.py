@@ -1,4 +1,4 @@
-"""A WordPiece vocabulary trained on the run's own training split (issue 15; data stage).
+"""A WordPiece vocabulary trained on the run's own training split (data stage; docs/data.md).
 
 The paper tokenizes with BERT's uncased 30,522-entry vocabulary (§3.2). At CPU scale such
 a vocabulary makes the models mostly embedding tables; ``data.tokenizer: train`` instead

@@ -15,7 +15,7 @@ each in its own module, both built on this one:
 
 * ``"vmap"`` (:mod:`dpscaling.dp.clipping`): materialise the microbatch's per-example gradients with
   ``vmap(grad)``; the weighted sum is a contraction (``tensordot``), never
-  ``sum(g * s[:, None, ...], 0)``, which is 100×+ slower on CPU (notes/dp-training.md).
+  ``sum(g * s[:, None, ...], 0)``, which is 100×+ slower on CPU (docs/train.md, "The DP step on this CPU").
 * ``"ghost"``: per-example norms from layer activations without per-example
   gradients, then the clipped sum by book-keeping (:mod:`dpscaling.dp.ghost`).
 

@@ -1,4 +1,4 @@
-"""Every figure of the paper as data + plot (issue 6). One module per figure; this is the registry.
+"""Every figure of the paper as data + plot (docs/figures.md). One module per figure; this is the registry.
 
 ``FIGURES`` maps a file stem (the paper's label with ':' → '-') to its
 :class:`~dpscaling.figures.common.FigureSpec`; :func:`render` computes a
@@ -16,25 +16,30 @@ from pathlib import Path
 from dpscaling.errors import UserError
 from dpscaling.figures import (
     baselines, compute_allocation, excess_vulnerability, full_grid, nonprivate, parametric, physical_batch,
-    smoothing, training_curves, vary_compute, vector_fields)
+    private_model, smoothing, training_curves, vary_compute, vector_fields)
 from dpscaling.figures.common import FLOOR, FigureSpec, save_figure, with_floor
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.physical_batch import AblationContext
+from dpscaling.figures.private_model import PrivateModelContext
 
 _MODULES = (compute_allocation, vary_compute, full_grid, baselines, nonprivate,
             vector_fields, excess_vulnerability, smoothing, training_curves, parametric)
 FIGURES: dict[str, FigureSpec] = {spec.name: spec for module in _MODULES for spec in module.FIGURES}
 ABLATION_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in physical_batch.FIGURES}
 ALL_FIGURES: dict[str, FigureSpec] = {**FIGURES, **ABLATION_FIGURES}
+# Drawn by the private_model report from its own table (dpscaling.figures.private_model).
+PRIVATE_MODEL_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in private_model.FIGURES}
 
 
 def figure_spec(name: str) -> FigureSpec:
-    if name not in ALL_FIGURES:
-        raise UserError(f"unknown figure {name!r}; known: {', '.join(sorted(ALL_FIGURES))}")
-    return ALL_FIGURES[name]
+    known = {**ALL_FIGURES, **PRIVATE_MODEL_FIGURES}
+    if name not in known:
+        raise UserError(f"unknown figure {name!r}; known: {', '.join(sorted(known))}")
+    return known[name]
 
 
-def render(name: str, context: AnalysisContext | AblationContext, stem: str | Path) -> list[Path]:
+def render(name: str, context: AnalysisContext | AblationContext | PrivateModelContext,
+           stem: str | Path) -> list[Path]:
     """Compute figure ``name``'s data and write ``stem``.pdf/.png/.csv."""
     spec = figure_spec(name)
     data = spec.compute(context)

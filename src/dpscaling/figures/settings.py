@@ -1,7 +1,7 @@
 """The budgets every figure and table queries (config.yaml's ``analysis:`` block).
 
 Defaults are the paper's (§4 figures, appendix tables; the authors' notebook for
-the constants the captions leave out, see ``reference-method.md``). A grid that
+the constants the captions leave out, see docs/fit.md, "The authors' analysis code"). A grid that
 spans other model sizes and budgets — the CPU default — sets its own values in
 its config; the compute range is derived from the law unless given.
 """

@@ -1,4 +1,4 @@
-"""Predicted vs measured loss on held-out measurements (issue 14 `validate`; see :mod:`dpscaling.law.validation`).
+"""Predicted vs measured loss on held-out measurements (docs/fit.md, `validate`; see :mod:`dpscaling.law.validation`).
 
 One panel per mode (paper, reference-compatible); one colour per held-out set; the diagonal is a
 perfect prediction. Not a paper figure: the paper does not validate its law on held-out data.

@@ -1,4 +1,6 @@
-"""Intervals on the law's answers: seed-to-seed noise propagated through the whole fit by bootstrap (issue 14).
+"""Intervals on the law's answers: seed-to-seed noise propagated through the whole fit by bootstrap.
+
+Documented in docs/fit.md, "Intervals".
 
 The paper reports point answers (§3.4). To say how far to trust one, a few grid
 points are trained with extra seeds (``training.repeat_seeds`` ×

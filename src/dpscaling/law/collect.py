@@ -31,8 +31,8 @@ RESULTS_FORMATS = ("dpscaling", "reference")
 EXCLUDED_STATUSES = ("diverged", "running")
 
 # Tidy column ← training-curve column(s), first present wins. The one place to edit when the training
-# job's schema changes: dpscaling.train.metrics writes n_params / batch_size; the issue-3 draft said
-# params / physical_batch.
+# job's schema changes: dpscaling.train.metrics writes n_params / batch_size; an earlier draft of that schema
+# said params / physical_batch.
 TRAINING_CURVE_COLUMNS: dict[str, tuple[str, ...]] = {
     MODEL: ("model",),
     MODEL_SIZE: ("n_params", "params"),  # total parameter count, as the paper's model table

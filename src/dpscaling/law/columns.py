@@ -37,7 +37,7 @@ BERT_MODEL_SIZES: dict[str, float] = {
     "BertMega": 778e6,
 }
 # Ends of the candidate model-size grid that reproduce the paper's Table 2
-# exactly (reference-method.md §8): BertTiny enters as 4.52e6, not 4.5e6.
+# exactly (docs/fit.md, "The authors' analysis code", step 8): BertTiny enters as 4.52e6, not 4.5e6.
 TABLE2_MODEL_SIZE_RANGE: tuple[float, float] = (4.52e6, 335e6)
 # The paper's sequence length S (C = 6·M·B·S·T).
 PAPER_SEQUENCE_LENGTH = 512

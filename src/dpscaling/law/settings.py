@@ -5,7 +5,7 @@ largest measured iteration count), so the paper's numbers (H = 128K: fit on
 [16K, 128K] = [H/8, H], extend to 8.192M = 64·H) carry over to the CPU-sized
 default grid, which trains a few hundred steps.
 ``reference_compatible=True`` switches every knob to what the authors' public
-analysis code does (see ``reference-method.md``).
+analysis code does (see docs/fit.md, "The authors' analysis code").
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class LawSettings:
 
     @classmethod
     def reference(cls, **overrides: Any) -> "LawSettings":
-        """The authors' analysis code's choices (reference-method.md §1–§7).
+        """The authors' analysis code's choices (docs/fit.md, "The authors' analysis code", steps 1–7).
 
         Its windows ([1000, 128K] for E*, [16K, 128K] for the fits) are the
         defaults' [warmup, H] and [H/8, H] at the paper's H = 128K.

@@ -1,4 +1,6 @@
-"""Held-out validation of the fitted law (issue 14; paper §3.3, checked as the scaling-law literature checks a law).
+"""Held-out validation of the fitted law (paper §3.3, checked as the scaling-law literature checks a law).
+
+Documented in docs/fit.md, `validate`.
 
 The law is refitted without part of the measurements and asked to predict them:
 

@@ -12,7 +12,7 @@ head (MLM-only pretraining never uses them, and under DP an unused parameter wou
 only receive noise). With vocab 30522 this gives 4.42M, 11.2M, 28.8M, 41.4M, 109.5M,
 335.2M, 730.0M: every size within 2.3% of the throughput table (Tiny -2.3%, Mini
 -1.7%, Small…Base within 0.7%, Large/Mega within 0.15%), and Base's 109.5M agrees with
-Table 1's "109M". Adding a pooler (shared/notes/dp-training.md) moves Small…Base
+Table 1's "109M". Adding a pooler (docs/models.md, "Parameter-count conventions") moves Small…Base
 closer and Large/Mega further; no standard convention puts Tiny/Mini within 1%.
 Table 1's 778M for Mega matches only untied output weights, which the throughput
 table's 729M rules out. :meth:`BertConfig.param_count` gives these counts in closed form, without
@@ -137,7 +137,7 @@ def bert_config(
 
 
 def trained_rows(seq_len: int) -> dict[str, int]:
-    """Embedding-table sizes of a *custom* model trained on sequences of ``seq_len`` (issue 15, docs/models.md).
+    """Embedding-table sizes of a *custom* model trained on sequences of ``seq_len`` (docs/models.md).
 
     Only rows the MLM loss reaches are created: ``seq_len`` learned positions (not BERT's 512) and one
     token type (packed single segments never use type 1). A row that the data never reaches gets zero

@@ -1,4 +1,4 @@
-"""The paper's tables (issue 6): each written as CSV, Markdown and LaTeX by :func:`write.write_table`.
+"""The paper's tables (docs/figures.md): each written as CSV, Markdown and LaTeX by :func:`write.write_table`.
 
 - ``table:models`` (:mod:`.models`) and ``tab:throughput`` (:mod:`.throughput`) from the training curves;
 - ``table:inflection_points`` (:mod:`.inflection_points`) from the fitted law and the accounting;

@@ -4,7 +4,7 @@ Shapes come from the config (the paper's family or ``models.custom``); parameter
 counts are the ones the training jobs measured on the built models (``n_params``
 in each curve), never the paper's, split into the embedding tables (word, position and
 token-type rows: most of a small model with a large vocabulary) and the non-embedding rest
-(issue 15). The paper's count is shown beside a family member, labelled as the paper's.
+(docs/models.md). The paper's count is shown beside a family member, labelled as the paper's.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -9,10 +10,13 @@ import pandas as pd
 from dpscaling.io import atomic_path
 
 
-def write_table(frame: pd.DataFrame, stem: str | Path, caption: str, label: str) -> list[Path]:
-    """``stem``.csv (full precision), .md and .tex (3 significant digits); returns the paths."""
+def write_table(frame: pd.DataFrame, stem: str | Path, caption: str, label: str,
+                shown: Mapping[str, str] | None = None) -> list[Path]:
+    """``stem``.csv (every column, full precision), .md and .tex (3 significant digits; only the columns of
+    ``shown``, renamed to its headings, when given); returns the paths."""
     stem = Path(stem)
-    shown = frame.map(lambda v: f"{v:.3g}" if isinstance(v, float) else v)
+    text = frame if shown is None else frame[list(shown)].rename(columns=dict(shown))
+    shown = text.map(lambda v: f"{v:.3g}" if isinstance(v, float) else v)
     texts = {
         ".csv": frame.to_csv(index=False),
         ".md": f"**{label}** — {caption}\n\n" + shown.to_markdown(index=False) + "\n",

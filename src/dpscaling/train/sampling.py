@@ -1,6 +1,6 @@
 """Which examples form each step's batch: the study's shuffled batches, or truncated Poisson
 sampling at a static shape for private training (paper §3.1 decouples accounting from the
-physical batch; issue 16 trains for real).
+physical batch; private training samples for real, docs/private-training.md).
 
 ``shuffle`` (the study mode of the paper's grid) is :class:`dpscaling.train.data.BatchSampler`:
 per-epoch permutations, batches never straddle epochs, the epoch's remainder is dropped. An
