@@ -1,4 +1,4 @@
-"""DP-Adam step cost vs non-private Adam, per clipping path, and vs Opacus.
+"""DP-Adam step cost vs non-private Adam, per clipping path, and vs Opacus; BERT or the decoder family.
 
 Results: docs/train.md, "The DP step on this CPU".
 
@@ -18,6 +18,8 @@ docs/train.md reports), ``dp_over_best_nonprivate`` (÷ the fastest non-private 
 
 Default shape: a 1.5M-parameter BERT (2 layers, hidden 128, 2 heads,
 intermediate 512, vocab 8000, seq 128, 20 masked positions), B = 32, float32.
+``--family decoder`` times the same shape as a causal decoder (1.4M parameters, next-token loss at
+every position; no Opacus comparison).
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpscaling.models.bert import BertMlm, count_params
-from dpscaling.models.family import bert_config
+from dpscaling.models.family import family_named
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.mlm import MaskingSpec
+from dpscaling.train.objectives import CausalLM, MaskedLM
 from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams
 
 SPECIAL = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK]
@@ -57,6 +59,7 @@ def parse_args() -> argparse.Namespace:
         "--rounds", type=int, default=3, help="rounds over all variants; min of round medians"
     )
     parser.add_argument("--no-opacus", action="store_true")
+    parser.add_argument("--family", choices=("bert", "decoder"), default="bert")
     return parser.parse_args()
 
 
@@ -67,6 +70,12 @@ def token_batch(args: argparse.Namespace) -> np.ndarray:
     return tokens
 
 
+def objective_of(config: TrainConfig, args: argparse.Namespace) -> MaskedLM | CausalLM:
+    if config.model_family.objective == "masked_lm":
+        return MaskedLM(MaskingSpec(args.vocab_size, MASK_ID, SPECIAL, pad_id=0, p_mask=config.p_mask))
+    return CausalLM(pad_id=0)
+
+
 class JaxVariant:
     """One compiled training step (a TrainConfig variant) and its memory footprint."""
 
@@ -74,11 +83,11 @@ class JaxVariant:
         self, name: str, config: TrainConfig, args: argparse.Namespace, tokens: np.ndarray
     ):
         self.name = name
-        model = BertMlm(config.model_config(args.vocab_size))
+        model = config.model_family.module_class()(config.model_config(args.vocab_size))
         optimizer = make_optimizer(config)
-        masking = MaskingSpec(args.vocab_size, MASK_ID, SPECIAL, pad_id=0, p_mask=config.p_mask)
-        step = jax.jit(make_train_step(model, masking, config), donate_argnums=0)
-        self.state = init_state(model, optimizer, config, args.seq_len)
+        objective = objective_of(config, args)
+        step = jax.jit(make_train_step(model, objective, config), donate_argnums=0)
+        self.state = init_state(model, objective, optimizer, config, args.seq_len)
         self.inputs = (step_hyperparams(config), jnp.asarray(tokens))
         self.step = step.lower(self.state, *self.inputs).compile()
         memory = self.step.memory_analysis()
@@ -99,6 +108,7 @@ class JaxVariant:
 def jax_variants(args: argparse.Namespace, tokens: np.ndarray) -> list[JaxVariant]:
     base = dict(
         model="custom",
+        family=args.family,
         model_overrides=dict(num_layers=args.layers, num_heads=args.heads, hidden_size=args.hidden),
         batch_size=args.batch,
         warmup_steps=10,
@@ -265,16 +275,17 @@ def opacus_times(
 def main() -> None:
     args = parse_args()
     tokens = token_batch(args)
-    model_config = bert_config(
+    model_config = family_named(args.family).config(
         "custom",
         vocab_size=args.vocab_size,
+        max_positions=TrainConfig().max_positions,  # the timed steps' positions
         num_layers=args.layers,
         num_heads=args.heads,
         hidden_size=args.hidden,
     )
-    n_params = count_params(model_config).total
+    n_params = model_config.param_count().total
     print(
-        f"BERT: {n_params / 1e6:.2f}M parameters, B={args.batch}, seq={args.seq_len}, "
+        f"{args.family}: {n_params / 1e6:.2f}M parameters, B={args.batch}, seq={args.seq_len}, "
         f"{jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}"
     )
     variants = jax_variants(args, tokens)
@@ -292,7 +303,7 @@ def main() -> None:
     }
 
     n_predictions = max(1, int(np.ceil(0.15 * args.seq_len)))
-    torch_ms = None if args.no_opacus else opacus_times(args, tokens, n_predictions)
+    torch_ms = None if args.no_opacus or args.family != "bert" else opacus_times(args, tokens, n_predictions)
     dp_over_opacus = None
     if torch_ms:
         torch_nonprivate = torch_ms["PyTorch non-private"]
@@ -303,6 +314,7 @@ def main() -> None:
     else:
         print("Opacus: not installed (pip install torch opacus to compare)")
     summary = {
+        "family": args.family,
         "n_params": n_params,
         "batch": args.batch,
         "best_dp_variant": best_dp_name,

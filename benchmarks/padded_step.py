@@ -29,6 +29,7 @@ from dp_step import MASK_ID, SPECIAL, token_batch
 from dpscaling.models.bert import BertMlm
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.mlm import MaskingSpec
+from dpscaling.train.objectives import MaskedLM
 from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams
 
 
@@ -52,9 +53,9 @@ class Variant:
     def __init__(self, config: TrainConfig, args, tokens: np.ndarray, weights: np.ndarray | None):
         model = BertMlm(config.model_config(args.vocab_size))
         optimizer = make_optimizer(config)
-        masking = MaskingSpec(args.vocab_size, MASK_ID, SPECIAL, pad_id=0, p_mask=config.p_mask)
-        step = jax.jit(make_train_step(model, masking, config), donate_argnums=0)
-        self.state = init_state(model, optimizer, config, args.seq_len)
+        objective = MaskedLM(MaskingSpec(args.vocab_size, MASK_ID, SPECIAL, pad_id=0, p_mask=config.p_mask))
+        step = jax.jit(make_train_step(model, objective, config), donate_argnums=0)
+        self.state = init_state(model, objective, optimizer, config, args.seq_len)
         weight_input = () if weights is None else (jnp.asarray(weights),)
         self.inputs = (step_hyperparams(config), jnp.asarray(tokens)) + weight_input
         self.step = step.lower(self.state, *self.inputs).compile()

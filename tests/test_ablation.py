@@ -257,7 +257,9 @@ def test_ablation_target_end_to_end(tmp_path) -> None:
     assert runs.groupby(["noise_batch_ratio", "batch_size", "learning_rate", "seed"]).ngroups == 8
     assert (runs["status"] == "finished").all() and set(runs["step"]) == {10, 20, 30, 40}
     figures = root / "figures"
-    for name in ("fig-physical_batch_size_ablation", "fig-physical-batch-size-sweep-loss"):
+    # The smoke ablation's model is a decoder: the paper's NanoDO figure, not the BERT sweep's.
+    assert not (root / "figures" / "fig-physical-batch-size-sweep-loss.csv").exists()
+    for name in ("fig-physical_batch_size_ablation", "fig-physical-batch-size-sweep-nanodo"):
         for suffix in (".pdf", ".png", ".csv"):
             assert (figures / f"{name}{suffix}").stat().st_size > 0
     assert not (figures / "fig-training.csv").exists()  # `figures` is not built
@@ -272,10 +274,11 @@ def test_ablation_target_end_to_end(tmp_path) -> None:
     np.testing.assert_allclose(drawn["Cross Entropy Min"], expected["min"], rtol=1e-12)
     np.testing.assert_allclose(drawn["Cross Entropy Max"], expected["max"], rtol=1e-12)
 
-    # fig:physical-batch-size-sweep-loss: per iteration, the best learning rate's seed mean.
+    assert set(runs["family"]) == {"decoder"}
+    # fig:physical-batch-size-sweep-nanodo: per iteration, the best learning rate's seed mean.
     sweep = runs[runs["noise_batch_ratio"] == smoke["sweep"]["noise_batch_ratio"]]
     means = sweep.groupby(["batch_size", "step", "learning_rate"])["loss"].mean()
-    best = pd.read_csv(figures / "fig-physical-batch-size-sweep-loss.csv").set_index(["Batch Size", "Iterations"])
+    best = pd.read_csv(figures / "fig-physical-batch-size-sweep-nanodo.csv").set_index(["Batch Size", "Iterations"])
     assert len(best) == 2 * 4
     np.testing.assert_allclose(best["Cross Entropy"].sort_index(), means.groupby(level=[0, 1]).min(), rtol=1e-12)
 

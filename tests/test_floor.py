@@ -59,7 +59,7 @@ def test_cli_prints_the_floor_as_json(tmp_path: Path, capsys) -> None:
 
 
 def test_bad_input_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="no maskable"):
+    with pytest.raises(UserError, match="no target tokens"):
         unigram_entropy(TRAIN, np.full((1, 4), 3, dtype=np.int32), 10, SPECIAL)
     with pytest.raises(UserError, match="outside the vocabulary"):
         unigram_entropy(TRAIN + 10, HELDOUT, 10, SPECIAL)

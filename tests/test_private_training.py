@@ -33,6 +33,7 @@ from dpscaling.models.bert import BertMlm
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.mlm import MaskingSpec
+from dpscaling.train.objectives import MaskedLM
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
 from dpscaling.train.step import (
     init_state,
@@ -88,10 +89,10 @@ def test_padded_train_step_ignores_what_the_padding_contains():
     vocab, seq = 120, batch["input_ids"].shape[1]
     model = BertMlm(config.model_config(vocab))
     optimizer = make_optimizer(config)
-    masking = MaskingSpec(vocab_size=vocab, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0)
-    step = jax.jit(make_train_step(model, masking, config))
+    objective = MaskedLM(MaskingSpec(vocab_size=vocab, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0))
+    step = jax.jit(make_train_step(model, objective, config))
     hyperparams = step_hyperparams(config)
-    state = init_state(model, optimizer, config, seq)
+    state = init_state(model, objective, optimizer, config, seq)
     tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(5), (BATCH, seq), 5, vocab))
     arbitrary, pads = tokens.copy(), tokens.copy()
     pads[REAL:] = 0

@@ -63,8 +63,9 @@ class Site:
     ``gpus_per_node`` (DPSCALING_GPUS_PER_NODE, 4), ``max_nodes`` (DPSCALING_MAX_NODES, 8),
     ``target_hours`` per job (DPSCALING_TARGET_HOURS, 8: the paper's 4-10 h),
     ``tpu_cores_per_gpu`` (DPSCALING_TPU_CORES_PER_GPU, 2: one A100-class GPU ≈ one
-    TPUv3 chip = 2 cores), ``cpus_per_gpu`` (DPSCALING_CPUS_PER_GPU, 4), and
-    ``max_cpus_per_task`` (DPSCALING_MAX_CPUS_PER_TASK, 32).
+    TPUv3 chip = 2 cores), ``cpus_per_gpu`` (DPSCALING_CPUS_PER_GPU, 4),
+    ``max_cpus_per_task`` (DPSCALING_MAX_CPUS_PER_TASK, 32) and ``gpu_flops`` (DPSCALING_GPU_FLOPS,
+    1e14: the FLOP/s a GPU is assumed to sustain where no throughput was measured).
     """
 
     gpus_per_node: int = 4
@@ -73,6 +74,7 @@ class Site:
     tpu_cores_per_gpu: float = 2.0
     cpus_per_gpu: int = 4
     max_cpus_per_task: int = 32
+    gpu_flops: float = 1e14
 
     @classmethod
     def from_env(cls) -> Site:
@@ -84,6 +86,7 @@ class Site:
             tpu_cores_per_gpu=_env_number("DPSCALING_TPU_CORES_PER_GPU", default.tpu_cores_per_gpu),
             cpus_per_gpu=int(_env_number("DPSCALING_CPUS_PER_GPU", default.cpus_per_gpu)),
             max_cpus_per_task=int(_env_number("DPSCALING_MAX_CPUS_PER_TASK", default.max_cpus_per_task)),
+            gpu_flops=_env_number("DPSCALING_GPU_FLOPS", default.gpu_flops),
         )
 
 
@@ -150,6 +153,23 @@ class TrainResources:
         }
 
 
+def param_tokens_per_gpu_second(basis: str, n_params: float, site: Site) -> float:
+    """A GPU's training throughput in parameter·tokens per second, on a family's basis
+    (:attr:`dpscaling.models.family.Family.throughput`):
+
+    * ``paper_table`` (BERT): the paper's measured records/s per TPUv3 core
+      (:func:`param_tokens_per_core_second`) × ``site.tpu_cores_per_gpu``;
+    * ``flops`` (decoders, which the paper's table never measured): 6·M FLOPs per token at an
+      assumed ``site.gpu_flops`` FLOP/s (DPSCALING_GPU_FLOPS; default 1e14, about a third of an
+      A100's 312 TFLOP/s bf16 dense peak). An assumption, not a measurement: docs/cluster.md.
+    """
+    if basis == "paper_table":
+        return param_tokens_per_core_second(n_params) * site.tpu_cores_per_gpu
+    if basis == "flops":
+        return site.gpu_flops / 6.0
+    raise ValueError(f"unknown throughput basis {basis!r}")
+
+
 def train_resources(
     n_params: int,
     *,
@@ -158,8 +178,10 @@ def train_resources(
     seq_len: int,
     attempt: int = 1,
     site: Site | None = None,
+    throughput: str = "paper_table",
 ) -> TrainResources:
-    """Size one training job; ``attempt`` (Snakemake's retry counter) scales time and memory.
+    """Size one training job; ``attempt`` (Snakemake's retry counter) scales time and memory;
+    ``throughput`` is the model family's basis (:func:`param_tokens_per_gpu_second`).
 
     Wall time: work / throughput on the chosen devices, ×1.5 safety, +15 min for start-up,
     compilation and checkpoints. Host memory per node: 4 GiB for the runtime and data
@@ -167,7 +189,7 @@ def train_resources(
     """
     site = site or Site.from_env()
     work = float(steps) * batch * seq_len * n_params  # parameter·tokens
-    per_gpu = param_tokens_per_core_second(n_params) * site.tpu_cores_per_gpu
+    per_gpu = param_tokens_per_gpu_second(throughput, n_params, site)
     one_gpu_hours = work / per_gpu / 3600.0
     # Device counts are powers of two so that they divide the (power-of-two) batch, as
     # pure data parallelism splits it evenly; a node contributes a power of two of its GPUs.
@@ -214,6 +236,7 @@ def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, A
     """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
     n_params = run.model_config(work.model).param_count().total
     return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=run.data.seq_len,
+                           throughput=run.models.family(work.model).throughput,
                            attempt=attempt).snakemake()
 
 

@@ -1,4 +1,4 @@
-from dpscaling.figures import ABLATION_FIGURES
+from dpscaling.figures import ablation_figures
 from dpscaling.grid import (
     ablation_curve_points,
     ablation_eval_points,
@@ -125,7 +125,7 @@ rule ablation_batch:
     input:
         expand(
             f"{RESULTS}/figures/{{figure}}.{{ext}}",
-            figure=ABLATION_FIGURES,
+            figure=ablation_figures(CFG.models.family(ABLATION["model"]).name),
             ext=["pdf", "png", "csv"],
         ),
         rules.table_physical_batch.output,

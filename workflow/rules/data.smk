@@ -80,6 +80,9 @@ rule unigram_floor:
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        # the floor of what the run's models predict (dpscaling.data.floor.TARGETS)
+        objective=CFG.models.run_family().objective,
     script:
         "../scripts/unigram_floor.py"
 

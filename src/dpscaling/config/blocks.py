@@ -120,12 +120,13 @@ class DataBlock(Block):
 
 @dataclass(frozen=True, kw_only=True)
 class CustomModel(Block):
-    """A ``models.custom`` entry: a BERT of free shape."""
+    """A ``models.custom`` entry: a model of free shape in one family (absent ``family`` = ``bert``)."""
 
     layers: int
     heads: int
     hidden: int
     intermediate: int | None = None
+    family: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,20 +137,35 @@ class ModelsBlock(Block):
     custom: Mapping[str, CustomModel]
 
     def known_names(self) -> tuple[str, ...]:
-        """The paper's family (Table 1) and the config's custom sizes."""
-        from dpscaling.models.family import FAMILY
+        """Every family's presets and the config's custom sizes."""
+        from dpscaling.models.family import PRESETS
 
-        return tuple(FAMILY) + tuple(sorted(self.custom))
+        return tuple(PRESETS) + tuple(sorted(self.custom))
+
+    def family(self, name: str):
+        """The :class:`~dpscaling.models.family.Family` of model ``name``."""
+        from dpscaling.models.family import family_of
+
+        return family_of(name, {key: entry.to_mapping() for key, entry in self.custom.items()})
+
+    def run_family(self):
+        """The one family of the run's models (a law is fitted on one family); refused when they mix."""
+        families = {}
+        for name in self.names:
+            families.setdefault(self.family(name).name, []).append(name)
+        if len(families) > 1:
+            mixed = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
+            raise UserError(f"models.names: a law is fitted on one model family, but these mix families ({mixed}); "
+                            "run each family under its own run_name")
+        return self.family(self.names[0])
 
     def param(self, name: str, seq_len: int) -> str | dict[str, Any]:
-        """A training job's ``model`` param: a family name, or a ``models.custom`` entry with the embedding
-        rows it creates at ``seq_len`` (:func:`dpscaling.models.family.trained_rows`), so a change of those
-        rows reruns the job."""
-        from dpscaling.models.family import trained_rows
-
+        """A training job's ``model`` param: a preset's name, or a ``models.custom`` entry with the embedding
+        rows it creates at ``seq_len`` (:meth:`dpscaling.models.family.Family.rows_trained_at`), so a change
+        of those rows reruns the job."""
         if name not in self.custom:
             return name
-        return {**self.custom[name].to_mapping(), **trained_rows(seq_len)}
+        return {**self.custom[name].to_mapping(), **self.family(name).rows_trained_at(seq_len)}
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -18,7 +18,7 @@ from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.epochs import check_one_epoch
 from dpscaling.errors import UserError
-from dpscaling.models.family import FAMILY
+from dpscaling.models.family import PRESETS
 
 VENDORED_CORPUS = "resources/corpus/core.txt.xz"
 VENDORED_VOCAB = "resources/vocab/{name}/vocab.txt"
@@ -48,12 +48,13 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     for name in models.names:
         if name not in known:
             raise UserError(f"models.names: {name!r} is not one of {list(known)} (add it under models.custom)")
-    clash = set(models.custom) & set(FAMILY)
+    clash = set(models.custom) & set(PRESETS)
     if clash:
-        raise UserError(f"models.custom: {sorted(clash)} would redefine the paper's models; choose other names")
+        raise UserError(f"models.custom: {sorted(clash)} would redefine presets; choose other names")
     for name, arch in models.custom.items():
         if arch.hidden % arch.heads:
             raise UserError(f"models.custom.{name}: hidden ({arch.hidden}) must be divisible by heads ({arch.heads})")
+    models.run_family()  # one family per run: its law is fitted on one family
     if training.warmup_steps >= training.steps and training.steps > 1:
         raise UserError(
             f"training.warmup_steps: {training.warmup_steps} must be below training.steps ({training.steps})")

@@ -26,6 +26,12 @@ _MODULES = (compute_allocation, vary_compute, full_grid, baselines, nonprivate,
             vector_fields, excess_vulnerability, smoothing, training_curves, parametric)
 FIGURES: dict[str, FigureSpec] = {spec.name: spec for module in _MODULES for spec in module.FIGURES}
 ABLATION_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in physical_batch.FIGURES}
+
+
+def ablation_figures(family: str) -> dict[str, FigureSpec]:
+    """The figures ``ablation_batch`` draws when its model is of ``family``."""
+    return {spec.name: spec for spec in physical_batch.FIGURES_BY_FAMILY[family]}
+
 ALL_FIGURES: dict[str, FigureSpec] = {**FIGURES, **ABLATION_FIGURES}
 # Drawn by the private_model report from its own table (dpscaling.figures.private_model).
 PRIVATE_MODEL_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in private_model.FIGURES}

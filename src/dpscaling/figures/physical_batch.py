@@ -236,4 +236,18 @@ SWEEP_FIGURE = FigureSpec(
     draw=draw_sweep,
 )
 
-FIGURES = (ABLATION_FIGURE, SWEEP_FIGURE)
+# Paper appendix "Training Pipelines": the same learning-rate sweep on a ~30M-parameter decoder built on
+# NanoDO (smoothed cross entropy averaged over seeds), drawn when the ablation's model is a decoder.
+NANODO_FIGURE = FigureSpec(
+    label="fig:physical-batch-size-sweep-nanodo",
+    caption=("The physical-batch sweep on a decoder-only model (the paper's NanoDO pipeline): the best "
+             "seed-averaged cross entropy across the swept learning rates on a per-iteration basis."),
+    needs=(ABLATION,),
+    compute=sweep_table,
+    draw=draw_sweep,
+)
+
+FIGURES = (ABLATION_FIGURE, SWEEP_FIGURE, NANODO_FIGURE)
+# What the ablation draws for its model's family (dpscaling.models.family): the paper drew the sweep on BERT
+# and again on NanoDO, a decoder.
+FIGURES_BY_FAMILY = {"bert": (ABLATION_FIGURE, SWEEP_FIGURE), "decoder": (ABLATION_FIGURE, NANODO_FIGURE)}

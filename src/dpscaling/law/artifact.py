@@ -31,7 +31,7 @@ import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
-from dpscaling.law.collect import EXCLUDED_STATUSES, primary_seed_curves
+from dpscaling.law.collect import EXCLUDED_STATUSES, one_family, primary_seed_curves
 from dpscaling.law.columns import (
     CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PAPER_PHYSICAL_BATCH,
     PAPER_SEQUENCE_LENGTH, SOURCE, STATUS)
@@ -203,6 +203,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
         if sampling not in SAMPLINGS:
             raise UserError(f"accounting.sampling: {sampling!r} is not one of {list(SAMPLINGS)}")
     settings = settings or LawSettings()
+    one_family(results)  # a law is fitted on one model family
     # One curve per run: repeated seeds (training.repeat_seeds) measure noise for the bootstrap only.
     results, repeat_runs = primary_seed_curves(results)
     kept, excluded = exclude_unfit_runs(results)

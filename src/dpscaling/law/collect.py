@@ -19,10 +19,10 @@ import pyarrow as pa
 from dpscaling.errors import UserError
 from dpscaling.io import read_parquet_verified, write_parquet_atomic
 from dpscaling.law.columns import (
-    BERT_MODEL_SIZES, CROSS_ENTROPY, PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
+    BERT_MODEL_SIZES, CROSS_ENTROPY, FAMILY, PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     SEED, STATUS)
 
-TIDY_COLUMNS = [MODEL, MODEL_SIZE, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY, STATUS, SEED]
+TIDY_COLUMNS = [MODEL, MODEL_SIZE, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY, STATUS, SEED, FAMILY]
 REFERENCE_RESULTS_COLUMNS = [MODEL, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY]
 # One run of the grid (its seeds are repeats of it).
 RUN = [MODEL, LEARNING_RATE, NOISE_BATCH_RATIO]
@@ -42,8 +42,10 @@ TRAINING_CURVE_COLUMNS: dict[str, tuple[str, ...]] = {
     CROSS_ENTROPY: ("loss",),  # mean training loss over the interval
     STATUS: ("status",),
     SEED: ("seed",),
+    FAMILY: ("family",),
 }
-OPTIONAL_CURVE_COLUMNS = {STATUS: "finished", SEED: 0}
+# Curves written before a column existed: BERT's, finished, seed 0.
+OPTIONAL_CURVE_COLUMNS = {STATUS: "finished", SEED: 0, FAMILY: "bert"}
 # Run constants the law keeps (C = 6·M·B·S·T needs S; the parametric fit's N = physical batch · T).
 RUN_CONSTANT_COLUMNS: dict[str, tuple[str, ...]] = {
     "physical_batch": ("batch_size", "physical_batch"),
@@ -123,7 +125,7 @@ def read_reference_results(path: str | os.PathLike[str],
     unknown = sorted(set(frame[MODEL]) - set(model_sizes))
     if unknown:
         raise UserError(f"{path}: unknown model name(s) {', '.join(unknown)}; known: {', '.join(model_sizes)}")
-    frame = frame.assign(**{MODEL_SIZE: frame[MODEL].map(model_sizes), STATUS: "finished", SEED: 0})
+    frame = frame.assign(**{MODEL_SIZE: frame[MODEL].map(model_sizes), STATUS: "finished", SEED: 0, FAMILY: "bert"})
     return _with_finite_losses(frame[TIDY_COLUMNS])
 
 
@@ -134,7 +136,7 @@ def read_tidy_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     missing = sorted(set(TIDY_COLUMNS[:6]) - set(frame.columns))
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
-    frame = frame.assign(**{STATUS: frame.get(STATUS, "finished"), SEED: frame.get(SEED, 0)})
+    frame = frame.assign(**{column: frame.get(column, default) for column, default in OPTIONAL_CURVE_COLUMNS.items()})
     return _with_finite_losses(frame[TIDY_COLUMNS])
 
 
@@ -184,3 +186,14 @@ def primary_seed_curves(results: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         return results, 0
     other = results[results[SEED] != seed]
     return results[results[SEED] == seed], int(len(other[RUN + [SEED]].drop_duplicates()))
+
+
+def one_family(results: pd.DataFrame) -> str:
+    """The one model family of ``results``; a law is fitted on one family, so a mix is refused, naming the
+    models of each family."""
+    families = results.groupby(FAMILY)[MODEL].unique() if FAMILY in results else pd.Series({"bert": []})
+    if len(families) > 1:
+        mixed = "; ".join(f"{family}: {', '.join(sorted(map(str, models)))}" for family, models in families.items())
+        raise UserError(f"these results mix model families ({mixed}); a law is fitted on one family: fit each "
+                        "family's curves separately")
+    return str(families.index[0]) if len(families) else "bert"

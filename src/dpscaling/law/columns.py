@@ -14,6 +14,7 @@ NOISE_BATCH_RATIO = "Noise Batch Ratio"
 CROSS_ENTROPY = "Cross Entropy"
 STATUS = "Status"
 SEED = "Seed"
+FAMILY = "Family"  # the model family a curve was trained with (dpscaling.models.family); a law fits one
 # Where a grid value came from: measured (smoothed), extrapolated, or filled across σ̄.
 SOURCE = "Source"
 

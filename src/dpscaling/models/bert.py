@@ -14,14 +14,12 @@ clipping in :mod:`dpscaling.dp.ghost` relies on it to read per-example activatio
 
 from __future__ import annotations
 
-import math
-
-import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
 from dpscaling.dp.layers import Bias
-from dpscaling.models.family import BertConfig, ParamCount
+from dpscaling.models.counting import count_module_params, token_ids
+from dpscaling.models.shapes import BertConfig, ParamCount
 
 _WORD = "word_embeddings"
 _POSITION = "position_embeddings"
@@ -122,15 +120,5 @@ class BertMlm(nn.Module):
 
 
 def count_params(config: BertConfig) -> ParamCount:
-    """Count the parameters of :class:`BertMlm` by abstract init (:func:`jax.eval_shape`, so nothing is
-    allocated even for BertMega); equal to :meth:`BertConfig.param_count` (tested)."""
-    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-    positions = jax.ShapeDtypeStruct((1, 2), jnp.int32)
-    shapes = jax.eval_shape(BertMlm(config).init, jax.random.key(0), ids, positions)["params"]
-    total = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes))
-    embedding = sum(
-        math.prod(leaf.shape)
-        for path, leaf in jax.tree_util.tree_leaves_with_path(shapes)
-        if "/".join(str(getattr(key, "key", key)) for key in path) in embedding_table_paths()
-    )
-    return ParamCount(total=total, non_embedding=total - embedding, embedding=embedding)
+    """The parameters of :class:`BertMlm` as built; equal to :meth:`BertConfig.param_count` (tested)."""
+    return count_module_params(BertMlm(config), (token_ids(1, 8), token_ids(1, 2)), embedding_table_paths())

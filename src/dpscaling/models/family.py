@@ -1,92 +1,108 @@
-"""BERT model configurations: the paper's family (Table 1) and free custom sizes.
+"""Model families: one record per architecture, holding everything the rest of the code asks of one.
 
-Paper §3.2, Table 1 ("Models used in this study, taken from Devlin et al."):
-layers / heads / hidden size, with the feed-forward (intermediate) size 4 × hidden.
+A :class:`Family` supplies its named presets, its typed shape (:mod:`dpscaling.models.shapes`, with
+the parameter count in closed form), its Flax module (imported only when a job builds it), its
+training objective (:mod:`dpscaling.train.objectives`: the loss and the targets the unigram floor
+counts), which embedding rows a custom size trains, and how jobs are sized on a cluster. Training,
+accounting, the law, the figures and :mod:`dpscaling.cluster` ask the family; none tests which
+family it is.
 
-Parameter-count convention (checked against the paper's appendix "Training Throughput"
-table: 4.52M, 11.4M, 29.0M, 41.6M, 110M, 335M, 729M). We count exactly the parameters
-that are trained: embeddings (word, 512 learned positions, 2 token types, LayerNorm),
-the post-LN encoder, and the MLM head (transform Dense + LayerNorm, output bias), with
-the output projection *tied* to the word embedding and *no* pooler / next-sentence
-head (MLM-only pretraining never uses them, and under DP an unused parameter would
-only receive noise). With vocab 30522 this gives 4.42M, 11.2M, 28.8M, 41.4M, 109.5M,
-335.2M, 730.0M: every size within 2.3% of the throughput table (Tiny -2.3%, Mini
--1.7%, Small…Base within 0.7%, Large/Mega within 0.15%), and Base's 109.5M agrees with
-Table 1's "109M". Adding a pooler (docs/models.md, "Parameter-count conventions") moves Small…Base
-closer and Large/Mega further; no standard convention puts Tiny/Mini within 1%.
-Table 1's 778M for Mega matches only untied output weights, which the throughput
-table's 729M rules out. :meth:`BertConfig.param_count` gives these counts in closed form, without
-JAX (the Snakefile sizes cluster jobs with it); :func:`dpscaling.models.bert.count_params` counts
-the built model's parameter tree, and a test holds the two equal.
+* ``bert`` — the paper's BERT masked-LM family (§3.2, Table 1).
+
+  Parameter-count convention (checked against the paper's appendix "Training Throughput" table:
+  4.52M, 11.4M, 29.0M, 41.6M, 110M, 335M, 729M): exactly the trained parameters — embeddings (word,
+  512 positions, 2 token types, LayerNorm), the post-LN encoder and the MLM head (transform Dense +
+  LayerNorm, output bias), the output projection tied to the word embedding and no pooler or
+  next-sentence head (MLM-only pretraining never uses them; under DP an unused parameter would only
+  receive noise). At vocabulary 30,522: 4.42M, 11.2M, 28.8M, 41.4M, 109.5M, 335.2M, 730.0M, within
+  2.3% of the throughput table (docs/models.md, "Parameter-count conventions").
+* ``decoder`` — a decoder-only causal transformer: GPT-2's three sizes with its exact
+  parameterisation (biases everywhere, 1,024 positions), and ``NanoDO30M``, the ~30M-parameter
+  decoder of the paper's appendix "Training Pipelines" (NanoDO's width and no biases; docs/models.md).
 
 This module is JAX-free on purpose: the workflow imports it to check and size models.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpscaling.errors import UserError
+from dpscaling.models.shapes import (
+    BERT_MAX_POSITIONS, BERT_VOCAB_SIZE, GPT2_MAX_POSITIONS, GPT2_VOCAB_SIZE, BertConfig, DecoderConfig, ParamCount)
 
-BERT_VOCAB_SIZE = 30522  # bert-base-uncased WordPiece vocabulary
-BERT_MAX_POSITIONS = 512
+__all__ = ["BERT", "BERT_MAX_POSITIONS", "BERT_VOCAB_SIZE", "DECODER", "FAMILIES", "FAMILY", "GPT2_VOCAB_SIZE",
+           "PAPER_PARAMS", "PRESETS", "BertConfig", "DecoderConfig", "Family", "ParamCount", "bert_config",
+           "configured_model", "family_named", "family_of"]
 
-
-@dataclass(frozen=True)
-class BertConfig:
-    """Shape of a post-LN BERT encoder with a tied MLM head."""
-
-    num_layers: int
-    num_heads: int
-    hidden_size: int
-    intermediate_size: int | None = None  # None → 4 × hidden_size (paper Table 1)
-    vocab_size: int = BERT_VOCAB_SIZE
-    max_positions: int = BERT_MAX_POSITIONS
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12  # BERT's value
-    initializer_range: float = 0.02  # BERT's truncated-normal std
-    dtype: str = "float32"  # compute dtype; parameters are always float32
-
-    def __post_init__(self) -> None:
-        for name in ("num_layers", "num_heads", "hidden_size", "vocab_size", "max_positions"):
-            if getattr(self, name) < 1:
-                raise UserError(
-                    f"model.{name}: must be a positive integer, got {getattr(self, name)}"
-                )
-        if self.hidden_size % self.num_heads:
-            raise UserError(
-                f"model.hidden_size: {self.hidden_size} is not divisible by "
-                f"num_heads={self.num_heads}"
-            )
-        if self.intermediate_size is None:
-            object.__setattr__(self, "intermediate_size", 4 * self.hidden_size)
-
-    def replace(self, **changes) -> BertConfig:
-        return dataclasses.replace(self, **changes)
-
-    def param_count(self) -> ParamCount:
-        """Trained parameters of :class:`~dpscaling.models.bert.BertMlm` in closed form: embeddings
-        (word, positions, token types) and their LayerNorm; per layer attention 4·(H² + H), two
-        LayerNorms 4·H and the feed-forward 2·H·I + I + H; the MLM head's dense H² + H, LayerNorm
-        2·H and output bias V (the output projection is tied to the word embedding)."""
-        hidden, inner = self.hidden_size, self.intermediate_size
-        embedding = (self.vocab_size + self.max_positions + self.type_vocab_size) * hidden
-        layer = 4 * (hidden * hidden + hidden) + 4 * hidden + 2 * hidden * inner + inner + hidden
-        head = hidden * hidden + 3 * hidden + self.vocab_size
-        total = embedding + 2 * hidden + self.num_layers * layer + head
-        return ParamCount(total=total, non_embedding=total - embedding, embedding=embedding)
+ModelConfig = BertConfig | DecoderConfig
 
 
 @dataclass(frozen=True)
-class ParamCount:
-    """Trained parameters; ``non_embedding`` excludes the word/position/type tables (Kaplan et al.)."""
+class Family:
+    """Everything the code asks of one model family."""
 
-    total: int
-    non_embedding: int
-    embedding: int
+    name: str  # "bert" | "decoder": the ``family`` of a models.custom entry, recorded with every curve
+    presets: Mapping[str, tuple[int, int, int]]  # name → (layers, heads, hidden)
+    shape: type  # BertConfig | DecoderConfig
+    module: str  # "package.module:Class", the Flax module, imported when a job builds it
+    objective: str  # a name in dpscaling.train.objectives.OBJECTIVES: the loss and its targets
+    max_positions: int  # a preset's learned positions (more if the data's sequences are longer)
+    vocab_size: int  # the family's own vocabulary, which its published parameter counts assume
+    trained_rows: tuple[str, ...]  # the embedding-row settings a custom size sets to what it trains
+    throughput: str  # how cluster jobs are sized (dpscaling.cluster.param_tokens_per_gpu_second)
+    preset_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per-preset shape fields
+
+    def config(self, name: str, *, vocab_size: int, max_positions: int | None = None, dtype: str = "float32",
+               **overrides: Any) -> ModelConfig:
+        """Preset ``name``'s shape (or ``"custom"`` from ``num_layers``, ``num_heads``, ``hidden_size`` in
+        ``overrides``) at ``vocab_size``, ``max_positions`` (None = the preset's) and compute ``dtype``."""
+        if name == "custom":
+            missing = [k for k in ("num_layers", "num_heads", "hidden_size") if k not in overrides]
+            if missing:
+                raise UserError(f"model: a custom {self.name} model needs {', '.join(missing)}")
+            base: dict[str, Any] = {}
+        elif name in self.presets:
+            layers, heads, hidden = self.presets[name]
+            base = dict(num_layers=layers, num_heads=heads, hidden_size=hidden, **self.preset_settings.get(name, {}))
+        else:
+            raise UserError(f"model: {name!r} is not one of {sorted(self.presets)} or 'custom'")
+        base.update(overrides)
+        if max_positions is not None:
+            base["max_positions"] = max_positions
+        base.setdefault("max_positions", self.max_positions)
+        return self.shape(vocab_size=vocab_size, dtype=dtype, **base)
+
+    def rows_trained_at(self, seq_len: int) -> dict[str, int]:
+        """The embedding-table sizes a *custom* size creates at sequence length ``seq_len``: only rows the
+        loss reaches (docs/models.md). BERT: ``seq_len`` positions and one token type (packed single
+        segments never use type 1); a decoder: ``seq_len`` positions. A row the data never reaches gets no
+        data gradient yet DP noise and Adam updates, and would count in M and C = 6MBST. Presets keep
+        their published rows, as their parameter counts are published."""
+        rows = {"max_positions": seq_len, "type_vocab_size": 1}
+        return {key: rows[key] for key in self.trained_rows}
+
+    def custom_overrides(self, entry: Mapping[str, Any], seq_len: int) -> tuple[int, dict[str, Any]]:
+        """(max_positions, :meth:`config` overrides) of a ``models.custom`` entry (layers, heads, hidden,
+        optional intermediate) trained on ``seq_len``: the rows it trains unless the entry sets them."""
+        rows = {**self.rows_trained_at(seq_len), **{k: entry[k] for k in self.trained_rows if k in entry}}
+        overrides = {"num_layers": entry["layers"], "num_heads": entry["heads"], "hidden_size": entry["hidden"],
+                     "intermediate_size": entry.get("intermediate"),
+                     **{k: int(v) for k, v in rows.items() if k != "max_positions"}}
+        return int(rows["max_positions"]), overrides
+
+    def preset_positions(self, name: str, seq_len: int) -> int:
+        """A preset's learned positions: its own, or ``seq_len`` if the data's sequences are longer."""
+        own = self.preset_settings.get(name, {}).get("max_positions", self.max_positions)
+        return max(int(own), seq_len)
+
+    def module_class(self):
+        """The family's Flax module class (imports JAX)."""
+        module, _, name = self.module.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 # Paper Table 1: (layers, heads, hidden).
@@ -111,61 +127,54 @@ PAPER_PARAMS: dict[str, float] = {
     "BertMega": 729e6,
 }
 
+BERT = Family(name="bert", presets=FAMILY, shape=BertConfig, module="dpscaling.models.bert:BertMlm",
+              objective="masked_lm", max_positions=BERT_MAX_POSITIONS, vocab_size=BERT_VOCAB_SIZE,
+              trained_rows=("max_positions", "type_vocab_size"), throughput="paper_table")
 
-def bert_config(
-    name: str,
-    *,
-    vocab_size: int = BERT_VOCAB_SIZE,
-    max_positions: int = BERT_MAX_POSITIONS,
-    **overrides,
-) -> BertConfig:
-    """The named family member (``BertTiny`` … ``BertMega``), or ``custom`` from overrides.
+# GPT-2's sizes (Radford et al. 2019). NanoDO30M: NanoDO's default width (D 512, 8 heads, F 2048,
+# context 512) with 4 blocks instead of 6, so that at NanoDO's 32,101-entry vocabulary it has 29.3M
+# parameters, the "30 million parameter" model of the paper's appendix; NanoDO has no biases.
+DECODER = Family(name="decoder",
+                 presets={"GPT2Small": (12, 12, 768), "GPT2Medium": (24, 16, 1024), "GPT2Large": (36, 20, 1280),
+                          "NanoDO30M": (4, 8, 512)},
+                 shape=DecoderConfig, module="dpscaling.models.decoder:DecoderLM", objective="causal_lm",
+                 max_positions=GPT2_MAX_POSITIONS, vocab_size=GPT2_VOCAB_SIZE, trained_rows=("max_positions",),
+                 throughput="flops",
+                 preset_settings={"NanoDO30M": {"use_bias": False, "max_positions": 512}})
 
-    ``custom`` needs ``num_layers``, ``num_heads`` and ``hidden_size`` in ``overrides``.
-    """
-    if name == "custom":
-        missing = [k for k in ("num_layers", "num_heads", "hidden_size") if k not in overrides]
-        if missing:
-            raise UserError(f"model: a custom model needs {', '.join(missing)}")
-        return BertConfig(vocab_size=vocab_size, max_positions=max_positions, **overrides)
-    if name not in FAMILY:
-        raise UserError(f"model: {name!r} is not one of {sorted(FAMILY)} or 'custom'")
-    layers, heads, hidden = FAMILY[name]
-    base = dict(num_layers=layers, num_heads=heads, hidden_size=hidden)
-    base.update(overrides)
-    return BertConfig(vocab_size=vocab_size, max_positions=max_positions, **base)
+FAMILIES: dict[str, Family] = {family.name: family for family in (BERT, DECODER)}
+PRESETS: dict[str, Family] = {name: family for family in FAMILIES.values() for name in family.presets}
 
 
-def trained_rows(seq_len: int) -> dict[str, int]:
-    """Embedding-table sizes of a *custom* model trained on sequences of ``seq_len`` (docs/models.md).
-
-    Only rows the MLM loss reaches are created: ``seq_len`` learned positions (not BERT's 512) and one
-    token type (packed single segments never use type 1). A row that the data never reaches gets zero
-    data gradient yet DP noise and Adam updates, and would count in M and C = 6MBST. The paper's family
-    (``BertTiny`` …) keeps BERT's 512 positions and 2 types, as paper Table 1 counts them.
-    """
-    return {"max_positions": seq_len, "type_vocab_size": 1}
+def family_named(name: str, key: str = "family") -> Family:
+    if name not in FAMILIES:
+        raise UserError(f"{key}: {name!r} is not one of {sorted(FAMILIES)}")
+    return FAMILIES[name]
 
 
-def custom_overrides(entry: Mapping[str, Any], seq_len: int) -> tuple[int, dict[str, Any]]:
-    """(max_positions, :func:`bert_config` overrides) of a ``models.custom`` entry (layers, heads, hidden,
-    optional intermediate) trained on ``seq_len``: only the rows it trains (:func:`trained_rows`) unless
-    the entry sets ``max_positions`` or ``type_vocab_size``."""
-    rows = {**trained_rows(seq_len), **{k: entry[k] for k in ("max_positions", "type_vocab_size") if k in entry}}
-    return int(rows["max_positions"]), {
-        "num_layers": entry["layers"],
-        "num_heads": entry["heads"],
-        "hidden_size": entry["hidden"],
-        "intermediate_size": entry.get("intermediate"),
-        "type_vocab_size": int(rows["type_vocab_size"]),
-    }
+def family_of(name: str, custom: Mapping[str, Mapping[str, Any]] | None = None) -> Family:
+    """The family of model ``name``: a preset's, or a ``models.custom`` entry's ``family`` (default ``bert``)."""
+    custom = custom or {}
+    if name in custom:
+        return family_named(custom[name].get("family") or "bert", f"models.custom.{name}.family")
+    if name in PRESETS:
+        return PRESETS[name]
+    raise UserError(f"models.names: {name!r} is not one of {sorted(PRESETS)} (add it under models.custom)")
+
+
+def bert_config(name: str, *, vocab_size: int = BERT_VOCAB_SIZE, max_positions: int = BERT_MAX_POSITIONS,
+                **overrides: Any) -> BertConfig:
+    """A BERT preset (``BertTiny`` … ``BertMega``), or ``custom`` from overrides."""
+    return BERT.config(name, vocab_size=vocab_size, max_positions=max_positions, **overrides)
 
 
 def configured_model(name: str, custom: Mapping[str, Mapping[str, Any]], vocab_size: int, seq_len: int,
-                     dtype: str = "float32") -> BertConfig:
-    """The :class:`BertConfig` a workflow config means by ``name``: a paper family member (BERT's 512
-    positions and 2 token types, or ``seq_len`` positions if longer) or a ``models.custom`` entry."""
+                     dtype: str = "float32") -> ModelConfig:
+    """The shape a workflow config means by ``name``: a preset (its published rows, or ``seq_len``
+    positions if longer) or a ``models.custom`` entry (only the rows it trains)."""
+    family = family_of(name, custom)
     if name in custom:
-        positions, overrides = custom_overrides(custom[name], seq_len)
-        return bert_config("custom", vocab_size=vocab_size, max_positions=positions, dtype=dtype, **overrides)
-    return bert_config(name, vocab_size=vocab_size, max_positions=max(BERT_MAX_POSITIONS, seq_len), dtype=dtype)
+        positions, overrides = family.custom_overrides(custom[name], seq_len)
+        return family.config("custom", vocab_size=vocab_size, max_positions=positions, dtype=dtype, **overrides)
+    return family.config(name, vocab_size=vocab_size, max_positions=family.preset_positions(name, seq_len),
+                         dtype=dtype)

@@ -1,6 +1,6 @@
 """table:models — the models of the run with their measured parameter counts (paper Table 1).
 
-Shapes come from the config (the paper's family or ``models.custom``); parameter
+Shapes come from the config (a family's presets or ``models.custom``); parameter
 counts are the ones the training jobs measured on the built models (``n_params``
 in each curve), never the paper's, split into the embedding tables (word, position and
 token-type rows: most of a small model with a large vocabulary) and the non-embedding rest
@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpscaling.models.family import FAMILY, PAPER_PARAMS
+from dpscaling.models.family import PAPER_PARAMS, PRESETS
 
 LABEL = "table:models"
 CAPTION = ("Models used in this run: shapes and measured trainable parameter counts (M), split into the "
@@ -23,11 +23,11 @@ CAPTION = ("Models used in this run: shapes and measured trainable parameter cou
 
 
 def architecture(name: str, custom: Mapping[str, Mapping[str, Any]]) -> tuple[int, int, int]:
-    """(layers, heads, hidden) of a family member or a ``models.custom`` entry."""
+    """(layers, heads, hidden) of a preset of any family or a ``models.custom`` entry."""
     if name in custom:
         spec = custom[name]
         return int(spec["layers"]), int(spec["heads"]), int(spec["hidden"])
-    return FAMILY[name]
+    return PRESETS[name].presets[name]
 
 
 def models_table(metrics_paths: Iterable[str | Path], custom: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

@@ -165,7 +165,7 @@ def restore_verified_read_only(manager: ocp.CheckpointManager, template: Any, wh
 def discard_outdated_checkpoints(checkpoint_dir: str | Path, config: TrainConfig) -> bool:
     """Remove ``checkpoint_dir`` when it was written for the same run with the embedding rows custom models had
     before they trained only their own rows (BERT's 512 positions and 2 token types, now
-    :func:`~dpscaling.models.family.trained_rows`; docs/models.md):
+    :meth:`~dpscaling.models.family.Family.rows_trained_at`; docs/models.md):
     such a run retrains from scratch. Any other difference is left to the training loop, which refuses it."""
     import shutil
 

@@ -13,7 +13,7 @@ from dpscaling.accounting.matched import matched_accountant
 from dpscaling.config.schema import default as schema_default
 from dpscaling.dp import CLIPPING_METHODS
 from dpscaling.errors import UserError
-from dpscaling.models.family import BERT_MAX_POSITIONS, BertConfig, bert_config, custom_overrides
+from dpscaling.models.family import BERT_MAX_POSITIONS, PRESETS, Family, ModelConfig, family_named
 from dpscaling.train.sampling import SAMPLINGS
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
@@ -52,7 +52,8 @@ def _default(name: str) -> Any:
 class TrainConfig:
     """Everything that determines a training curve (together with the data)."""
 
-    model: str = "BertTiny"  # a family name (paper Table 1) or "custom"
+    model: str = "BertTiny"  # a preset's name or "custom" (a shape of ``family``, from model_overrides)
+    family: str = "bert"  # the model family (dpscaling.models.family): module, objective, parameter count
     model_name: str | None = None  # what curves call the model (a custom size's name); None = model
     model_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. num_layers for "custom"
     max_positions: int = BERT_MAX_POSITIONS
@@ -141,6 +142,8 @@ class TrainConfig:
         need(self.decay_factor >= 1, "decay_factor", "must be >= 1")
         need(self.clip_norm > 0, "clip_norm", "must be > 0")
         need(self.clipping in GRADIENT_MODES, "clipping", f"must be one of {GRADIENT_MODES}")
+        need(self.model == "custom" or self.model not in PRESETS or PRESETS[self.model].name == self.family,
+             "family", f"must be the family of preset {self.model!r}")
         need(0 < self.p_mask < 1, "p_mask", "must be in (0, 1)")
         need(self.log_every >= 1, "log_every", "must be >= 1")
         need(
@@ -173,8 +176,12 @@ class TrainConfig:
     def microbatch(self) -> int:
         return self.microbatch_size or self.physical_batch_size
 
-    def model_config(self, vocab_size: int) -> BertConfig:
-        return bert_config(
+    @property
+    def model_family(self) -> Family:
+        return family_named(self.family, "train.family")
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return self.model_family.config(
             self.model,
             vocab_size=vocab_size,
             max_positions=self.max_positions,
@@ -187,7 +194,7 @@ class TrainConfig:
         a study run's dict (and so its checkpoint's config.json) is the one it had before they existed."""
         values = dataclasses.asdict(self)
         values.pop("allow_repeats")
-        for name, default in _PRIVATE_DEFAULTS.items():
+        for name, default in _LATE_DEFAULTS.items():
             if values[name] == default:
                 del values[name]
         return values
@@ -201,11 +208,13 @@ class TrainConfig:
         return cls(**values)
 
 
-_PRIVATE_DEFAULTS: dict[str, Any] = {
+# Fields added after runs existed: left out of to_dict at their defaults, so a checkpoint written before them
+# compares equal and resumes.
+_LATE_DEFAULTS: dict[str, Any] = {
     f.name: f.default
     for f in dataclasses.fields(TrainConfig)
     if f.name
-    in ("sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences")
+    in ("family", "sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences")
 }
 
 
@@ -213,20 +222,23 @@ def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any]
                      seq_len: int) -> TrainConfig:
     """The :class:`TrainConfig` of one workflow training job, from its Snakemake params.
 
-    ``model`` is a family name or a ``models.custom`` entry (with the embedding rows it trains:
-    :func:`dpscaling.models.family.custom_overrides`); the grid point (model, batch, seed, noise-batch
-    ratio, learning rate) comes from the job's wildcards; every :data:`CONFIG_KEYS` setting from
+    ``model`` is a preset's name or a ``models.custom`` entry (its ``family``, default ``bert``, and the
+    embedding rows it trains: :meth:`dpscaling.models.family.Family.custom_overrides`); the grid point
+    (model, batch, seed, noise-batch ratio, learning rate) comes from the job's wildcards; every :data:`CONFIG_KEYS` setting from
     ``training``, the job's training param, which leaves out keys at the schema's default (so adding a
     key retrains nothing): those take the schema's default here.
     """
     if isinstance(model, str):
-        name, overrides, positions = model, {}, max(BERT_MAX_POSITIONS, seq_len)
+        family = PRESETS[model] if model in PRESETS else family_named("bert")
+        name, overrides, positions = model, {}, family.preset_positions(model, seq_len)
     else:  # a custom size creates only the embedding rows it trains (docs/models.md)
+        family = family_named(model.get("family") or "bert", "models.custom.family")
         name = "custom"
-        positions, overrides = custom_overrides(model, seq_len)
+        positions, overrides = family.custom_overrides(model, seq_len)
     settings = {name_: training.get(key.split(".")[-1], schema_default(key)) for name_, key in CONFIG_KEYS.items()}
     return TrainConfig(
         model=name,
+        family=family.name,
         model_name=wildcards["model"],
         model_overrides=overrides,
         max_positions=positions,

@@ -1,18 +1,18 @@
-"""A trained model's masked-LM cross entropy and accuracy on training sequences.
+"""A trained model's cross entropy and accuracy on a split's sequences, under its own objective.
 
 Paper appendix "Physical Batch Size Ablation - Extended", item 2 ("Differences in
 Train / Eval Loss"): the final model of each physical batch size is measured on
-training examples it has already seen (1M in the paper). :func:`evaluate_checkpoint`
-restores the last orbax checkpoint a training job left in its checkpoint directory
-(:mod:`dpscaling.train.loop`), rebuilds the model from the configuration saved beside
-it, and scores a seeded sample of sequences with the training job's own masking
-(:func:`dpscaling.train.mlm.mask_tokens`: BERT's 80/10/10 rule) and per-sequence loss
-(:func:`dpscaling.train.mlm.sequence_losses`).
+training examples it has already seen (1M in the paper); the ``private_model`` target scores
+held-out sequences. :func:`evaluate_checkpoint` restores the last orbax checkpoint a training job
+left in its checkpoint directory (:mod:`dpscaling.train.loop`), rebuilds the model from the
+configuration saved beside it, and scores a seeded sample of sequences with the training job's own
+objective (:mod:`dpscaling.train.objectives`: BERT's masks and 80/10/10 rule, or next-token
+targets) and per-sequence loss.
 
 - **Cross entropy** is the training curve's quantity: the mean over sequences of each
-  sequence's mean cross entropy over its masked tokens.
-- **Accuracy** is the fraction of all masked tokens whose most likely prediction is the
-  original token (BERT's masked-LM accuracy).
+  sequence's mean cross entropy over its targets.
+- **Accuracy** is the fraction of all targets whose most likely prediction is the original token
+  (BERT's masked-LM accuracy; next-token accuracy for a decoder).
 
 The sample and every sequence's mask depend only on ``seed`` and the sequence's row, so
 all models are scored on the same masked tokens, whatever ``batch_size`` (which bounds
@@ -33,15 +33,13 @@ import numpy as np
 from dpscaling.data.shards import load_meta, load_split
 from dpscaling.dp.noise import replace_noise_key
 from dpscaling.errors import UserError
-from dpscaling.models.bert import BertMlm
 from dpscaling.streams import Stream
 from dpscaling.train.checkpoint import open_manager, restore_verified_read_only
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.checkpoint import CONFIG_FILE, STATE_DIR
-from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
+from dpscaling.train.objectives import Objective, per_sequence_losses, run_objective
 from dpscaling.train.step import init_state, make_optimizer
 
-# Random streams of the evaluation, apart from training's (init 0, masks 1, noise 2, data order 3).
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,8 @@ def load_run_config(checkpoint_dir: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def restore_params(checkpoint_dir: str | Path, model: BertMlm, config: TrainConfig, seq_len: int) -> tuple[Any, int]:
+def restore_params(checkpoint_dir: str | Path, model, objective: Objective, config: TrainConfig,
+                   seq_len: int) -> tuple[Any, int]:
     """(parameters, step) of the latest checkpoint in ``checkpoint_dir``/state, verified against its
     digest (:mod:`dpscaling.train.checkpoint`), on the default device."""
     state_dir = (Path(checkpoint_dir) / STATE_DIR).absolute()
@@ -83,7 +82,7 @@ def restore_params(checkpoint_dir: str | Path, model: BertMlm, config: TrainConf
     optimizer = make_optimizer(config)
 
     def layout():
-        state = init_state(model, optimizer, config, seq_len)
+        state = init_state(model, objective, optimizer, config, seq_len)
         if config.sampling == "poisson":  # a private run's state holds its secret key (never read here)
             state = state._replace(opt_state=replace_noise_key(state.opt_state, jnp.zeros(2, jnp.uint32)))
         return state
@@ -116,25 +115,18 @@ def evaluate_checkpoint(
     seed: int = 0,
     split: str = "train",
 ) -> Evaluation:
-    """Masked-LM cross entropy and accuracy of the last checkpoint in ``checkpoint_dir`` on ``examples``
-    sequences of ``split`` (a seeded sample; all of them if the split is smaller)."""
+    """Cross entropy and accuracy (the training objective's) of the last checkpoint in ``checkpoint_dir`` on
+    ``examples`` sequences of ``split`` (a seeded sample; all of them if the split is smaller)."""
     if examples < 1 or batch_size < 1:
         raise UserError(f"evaluation: examples ({examples}) and batch_size ({batch_size}) must be >= 1")
     config = load_run_config(checkpoint_dir)
     meta = load_meta(data_dir)
-    model = BertMlm(config.model_config(meta.vocab_size))
-    params, step = restore_params(checkpoint_dir, model, config, meta.seq_len)
-    masking = MaskingSpec(
-        vocab_size=meta.vocab_size,
-        mask_id=meta.mask_id,
-        special_ids=meta.special_ids,
-        pad_id=meta.pad_id,
-        p_mask=config.p_mask,
-        max_predictions=config.max_predictions,
-    )
+    model = config.model_family.module_class()(config.model_config(meta.vocab_size))
+    objective = run_objective(config, meta)
+    params, step = restore_params(checkpoint_dir, model, objective, config, meta.seq_len)
     rows = load_split(data_dir, split)
     chosen = sample_rows(len(rows), examples, seed)
-    sums = _batch_sums(model, masking)
+    sums = _batch_sums(model, objective)
     mask_key = jax.random.fold_in(jax.random.PRNGKey(seed), Stream.EVAL_MASK)
     size = min(batch_size, len(chosen))
     loss_sum = correct = masked = 0.0
@@ -165,22 +157,20 @@ def evaluate_checkpoint(
     )
 
 
-def _batch_sums(model: BertMlm, masking: MaskingSpec):
-    """jit: (params, tokens (B, S), per-sequence keys, valid (B,)) → (Σ loss, Σ correct, Σ masked tokens)."""
+def _batch_sums(model, objective: Objective):
+    """jit: (params, tokens (B, S), per-sequence keys, valid (B,)) → (Σ loss, Σ correct, Σ targets)."""
 
-    def mask_one(key, tokens):
-        masked = mask_tokens(key, tokens[None, :], masking)
-        return {name: value[0] for name, value in masked.items()}
+    def batch_one(key, tokens):
+        prepared = objective.batch(key, tokens[None, :])
+        return {name: value[0] for name, value in prepared.items()}
 
     @jax.jit
     def sums(params, tokens, keys, valid):
-        batch = jax.vmap(mask_one)(keys, tokens)
-        logits = model.apply(
-            {"params": params}, batch["input_ids"], batch["masked_positions"], batch["padding_mask"]
-        )
-        losses = sequence_losses(logits, batch)
-        weights = batch["label_weights"] * valid[:, None]
-        hits = (jnp.argmax(logits, axis=-1) == batch["labels"]).astype(jnp.float32)
+        batch = jax.vmap(batch_one)(keys, tokens)
+        logits, labels, weights = objective.predictions(model, params, batch)
+        losses = per_sequence_losses(logits, labels, weights)
+        weights = weights * valid[:, None]
+        hits = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
         return jnp.sum(losses * valid), jnp.sum(hits * weights), jnp.sum(weights)
 
     return sums

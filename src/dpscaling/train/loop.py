@@ -39,7 +39,6 @@ from dpscaling.data.shards import DatasetMeta, load_meta, load_split
 from dpscaling.dp.noise import noise_key_of, replace_noise_key
 from dpscaling.errors import UserError
 from dpscaling.io import raise_if_storage_full_or_read_only, write_json_atomic
-from dpscaling.models.bert import BertMlm, count_params
 from dpscaling.streams import Stream
 from dpscaling.train.checkpoint import (
     CONFIG_FILE,
@@ -52,7 +51,7 @@ from dpscaling.train.checkpoint import (
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
 from dpscaling.train.metrics import code_version, write_metrics
-from dpscaling.train.mlm import MaskingSpec
+from dpscaling.train.objectives import run_objective
 from dpscaling.train.sampling import StepBatches, secret_key
 from dpscaling.train.step import init_key, init_state, make_optimizer, make_train_step, step_hyperparams
 
@@ -143,24 +142,17 @@ def _train(
         config = dataclasses.replace(config, truncated_batch_size=privacy.truncated_batch_size)
         _check_divisible(config, parallel)
     model_config = config.model_config(meta.vocab_size)
-    model = BertMlm(model_config)
+    model = config.model_family.module_class()(model_config)
+    objective = run_objective(config, meta)
     hyperparams = jax.device_put(step_hyperparams(config, privacy.noise_batch_ratio), parallel.replicated)
     optimizer = make_optimizer(config, hyperparams)
-    masking = MaskingSpec(
-        vocab_size=meta.vocab_size,
-        mask_id=meta.mask_id,
-        special_ids=meta.special_ids,
-        pad_id=meta.pad_id,
-        p_mask=config.p_mask,
-        max_predictions=config.max_predictions,
-    )
-    step_fn = jax.jit(make_train_step(model, masking, config, parallel.microbatch), donate_argnums=0)
+    step_fn = jax.jit(make_train_step(model, objective, config, parallel.microbatch), donate_argnums=0)
     state = jax.jit(
-        lambda key: init_state(model, optimizer, config, meta.seq_len, key),
+        lambda key: init_state(model, objective, optimizer, config, meta.seq_len, key),
         out_shardings=parallel.replicated,
     )(init_key(config.seed))
     schedule = learning_rate_schedule(config)
-    counts = count_params(model_config)
+    counts = model_config.param_count()
     run_info = _run_constants(config, meta.seq_len, counts, parallel) | {
         "epochs": epochs_seen(config.num_steps, config.batch_size, len(rows))} | _privacy_columns(privacy)
     writer = jax.process_index() == 0
@@ -293,6 +285,7 @@ def _interval_row(metrics, start, end, seconds, config, schedule) -> tuple[dict[
 def _run_constants(config: TrainConfig, seq_len: int, counts, parallel: DataParallel) -> dict[str, Any]:
     return {
         "model": config.display_name,
+        "family": config.family,  # every curve records its model family (a law fits one)
         "n_params": counts.total,
         "n_params_non_embedding": counts.non_embedding,
         "noise_batch_ratio": config.noise_batch_ratio,

@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import optax
 
 from dpscaling.dp import CLIPPED_SUMS, clipped_mean_grad, dp_optimizer
-from dpscaling.models.bert import BertMlm
 from dpscaling.streams import Stream
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
-from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
+from dpscaling.train.objectives import Objective, loss_fn
 
 PyTree = Any
 
@@ -34,7 +33,7 @@ class StepHyperparams(NamedTuple):
 
     noise_batch_ratio: jnp.ndarray  # float32 scalar σ̄
     learning_rate: jnp.ndarray  # float32 scalar: the schedule's peak
-    mask_key: jax.Array  # the masking stream; step t uses fold_in(mask_key, t)
+    mask_key: jax.Array  # the objective's stream (BERT's masks); step t uses fold_in(mask_key, t)
     noise_key: jax.Array  # the study's noise stream (a private run's state key overrides it)
 
 
@@ -86,40 +85,27 @@ def init_key(seed: int) -> jax.Array:
 
 
 def init_state(
-    model: BertMlm,
+    model,
+    objective: Objective,
     optimizer: optax.GradientTransformation,
     config: TrainConfig,
     seq_len: int,
     key: jax.Array | None = None,
 ) -> TrainState:
     """The state at step 0; ``key`` (default :func:`init_key` of the seed) may be a jit argument."""
-    ids = jnp.zeros((1, seq_len), jnp.int32)
-    positions = jnp.zeros((1, 1), jnp.int32)
     key = init_key(config.seed) if key is None else key
-    params = model.init(key, ids, positions)["params"]
+    params = model.init(key, *objective.init_inputs(seq_len))["params"]
     return TrainState(jnp.zeros([], jnp.int32), params, optimizer.init(params))
 
 
-def make_loss_fn(model: BertMlm) -> Callable[[PyTree, dict], jnp.ndarray]:
-    """Per-sequence MLM losses of a masked batch: ``(params, batch) -> (B,)``."""
-
-    def loss_fn(params, batch):
-        logits = model.apply(
-            {"params": params}, batch["input_ids"], batch["masked_positions"], batch["padding_mask"]
-        )
-        return sequence_losses(logits, batch)
-
-    return loss_fn
-
-
 def make_train_step(
-    model: BertMlm,
-    masking: MaskingSpec,
+    model,
+    objective: Objective,
     config: TrainConfig,
     microbatch_sharding: jax.sharding.Sharding | None = None,
 ) -> Callable[..., tuple[TrainState, dict[str, jnp.ndarray]]]:
-    """``step(state, hyperparams, tokens, example_weights=None) -> (state, metrics)``: mask,
-    clip, noise, Adam. Pure; jit it.
+    """``step(state, hyperparams, tokens, example_weights=None) -> (state, metrics)``: the
+    objective's batch (BERT's masks, or next-token targets), clip, noise, Adam. Pure; jit it.
 
     ``hyperparams`` (:class:`StepHyperparams`) are arguments, not constants, so the compiled
     step depends only on the shapes and the config's fixed settings (clipping, schedule
@@ -129,7 +115,7 @@ def make_train_step(
     the clipped sum is divided by the expected batch ``config.batch_size``, and the metrics
     average over real examples only.
     """
-    loss_fn = make_loss_fn(model)
+    losses_of = loss_fn(objective, model)
 
     def step(
         state: TrainState,
@@ -138,13 +124,13 @@ def make_train_step(
         example_weights: jnp.ndarray | None = None,
     ):
         optimizer = make_optimizer(config, hyperparams)
-        batch = mask_tokens(jax.random.fold_in(hyperparams.mask_key, state.step), tokens, masking)
+        batch = objective.batch(jax.random.fold_in(hyperparams.mask_key, state.step), tokens)
         if config.clipping == "none":
-            losses, grad = _mean_grad(loss_fn, state.params, batch, config.microbatch)
+            losses, grad = _mean_grad(losses_of, state.params, batch, config.microbatch)
             norms = jnp.full(losses.shape, jnp.nan)
         else:
             grad, losses, norms = clipped_mean_grad(
-                loss_fn,
+                losses_of,
                 state.params,
                 batch,
                 clip_norm=config.clip_norm,
