@@ -10,7 +10,7 @@ run: $(STAMP)
 	$(VENV)/bin/snakemake --profile profiles/local
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

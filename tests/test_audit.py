@@ -60,8 +60,9 @@ def test_audit_target_writes_the_report(tmp_path):
     config.write_text("audit: {n_canaries: 400, steps: 60, expected_batch_size: 40}\n")
     run_snakemake("--cores", "1", "audit", "--directory", str(tmp_path), "--configfile", str(config),
                   cwd=tmp_path)
-    summary = json.loads((tmp_path / "results/default/audit/audit.json").read_text())
-    table = pd.read_csv(tmp_path / "results/default/audit/audit.csv")
+    # no run_name: the run is named after its config file (results/audit)
+    summary = json.loads((tmp_path / "results/audit/audit/audit.json").read_text())
+    table = pd.read_csv(tmp_path / "results/audit/audit/audit.csv")
     assert set(table["run"]) == {"private", "negative_control"}
     assert summary["accounted_epsilon"] == 2.0
     assert summary["audit_has_power"] is True and summary["private_run_passes"] is True

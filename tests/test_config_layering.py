@@ -279,7 +279,13 @@ def test_paper_config_on_the_authors_results_csv_draws_every_figure_at_the_paper
     assert config["fit"]["rolling_window"] == 10 and config["analysis"]["data_budgets"] == [1e6, 1e7, 1e8, 1e9]
     manifest = json.loads((run / "law" / "fit" / "manifest.json").read_text())
     assert manifest["settings"]["rolling_window"] == 10
-    assert not (run / "runs").exists()  # nothing was trained
+    assert not (run / "runs").exists() and not (run / "data").exists()  # nothing was trained
+    # Only the law's tables: the models and throughput tables describe training runs there are none of.
+    assert sorted(p.name for p in (run / "tables").glob("*.csv")) == ["findings.csv", "table-inflection_points.csv"]
+    # A loss figure without this run's data: no unigram floor, and its CSV says why (docs/data.md).
+    reproduction = pd.read_csv(run / "figures" / "fig-nonprivate_reproduction.csv")
+    assert reproduction["Unigram Floor"].isna().all()
+    assert reproduction["Unigram Floor Note"].str.contains("results.csv").all()
     assert set(FIGURE_BUDGETS) <= set(FIGURES)
     for name in FIGURES:
         data = pd.read_csv(run / "figures" / f"{name}.csv")

@@ -69,7 +69,7 @@ PRIVATE = dict(
 
 
 @pytest.mark.parametrize("method", ["vmap", "ghost"])
-@pytest.mark.parametrize("microbatch", [2, 4, BATCH])
+@pytest.mark.parametrize("microbatch", [2, BATCH])
 def test_padding_contributes_nothing_to_the_clipped_gradient(method, microbatch):
     padded = padded_grads(method, microbatch=microbatch, sharded=False)
     unpadded = unpadded_grads(method)

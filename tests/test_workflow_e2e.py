@@ -83,26 +83,26 @@ PER_BLOCK = [
     ({"accounting": {"check_points": 4}}, "accounting_check", {"train_run", "fit_law", "accounting_chunk", "figure"}),
     ({"fit": {"extension_doublings": 5}}, "fit_law", {"train_run", "collect_curves", "accounting_chunk"}),
     ({"analysis": {"compute_count": 7}}, "figure", {"train_run", "fit_law", "accounting_chunk", "validate_law"}),
-    # not read by `all`: nothing but the record reruns
-    ({"ablation_batch": {"seeds": [0, 2]}}, None, None),
-    ({"audit": {"n_canaries": 400}}, None, None),
-    ({"private_model": {"learning_rate": 0.001}}, None, None),
-    ({"models": {"custom": {"Unused": {"layers": 1, "heads": 1, "hidden": 8}}}}, None, None),
+    # the blocks `all` does not read, and an unused model, in one layer: nothing but the record reruns
+    ({"ablation_batch": {"seeds": [0, 2]}, "audit": {"n_canaries": 400}, "private_model": {"learning_rate": 0.001},
+      "models": {"custom": {"Unused": {"layers": 1, "heads": 1, "hidden": 8}}}}, None, None),
 ]
 
 
-@pytest.mark.parametrize("change, reruns, untouched", PER_BLOCK, ids=[next(iter(c)) for c, _, _ in PER_BLOCK])
+@pytest.mark.parametrize("change, reruns, untouched", PER_BLOCK, ids=["+".join(c) for c, _, _ in PER_BLOCK])
 def test_a_change_reruns_only_the_stages_its_block_decides(smoke_run: Path, tmp_path: Path, change, reruns,
                                                           untouched) -> None:
     import yaml
 
     smoke = yaml.safe_load(SMOKE.read_text())
-    block, values = next(iter(change.items()))
-    merged = {**smoke.get(block, {}), **values}
-    if block == "models":
-        merged["custom"] = {**smoke["models"]["custom"], **values["custom"]}
+    layered = {}
+    for block, values in change.items():
+        merged = {**smoke.get(block, {}), **values}
+        if block == "models":
+            merged["custom"] = {**smoke["models"]["custom"], **values["custom"]}
+        layered[block] = merged
     layer = tmp_path / "layer.yaml"
-    layer.write_text(yaml.safe_dump({block: merged}))
+    layer.write_text(yaml.safe_dump(layered))
     result = run_snakemake("-n", "--cores", "2", "--configfile", str(SMOKE), str(layer), cwd=smoke_run.parent.parent)
     planned = set(re.findall(r"^(?:local)?rule (\w+):$", result.stdout, flags=re.MULTILINE))
     planned -= {"all"}
