@@ -78,3 +78,16 @@ def test_too_few_points_is_reported_not_fatal() -> None:
     law = fit_law(results, LawSettings(warmup_steps=0, rolling_window=None), parametric=True)
     assert law.parametric is None
     assert "parametric filters" in law.report["parametric_failed"]
+
+
+def test_a_term_the_data_do_not_constrain_is_a_degenerate_fit_not_a_crash() -> None:
+    from dpscaling.law.parametric import degenerate_reason
+
+    # The decoder grid's situation: the loss does not fall with M over the grid, so A/M^α can drift
+    # until A = exp(log A) overflows while its contribution stays nil.
+    assert degenerate_reason(L2, {"E": 1.0, "A": 4489.0, "B": 2.0, "C": 0.2, "alpha": 390.7, "beta": 0.2,
+                                  "gamma": 1.0, "alpha2": 0.0}).startswith("L2's fit is degenerate")
+    assert degenerate_reason(L2, {name: np.log(value) if name in "EABC" else value
+                                  for name, value in TRUE_L2.items()}) is None
+    fit = fit_parametric(L2, l2_data().iloc[::3])
+    assert fit["degenerate"] is None and fit["converged"]

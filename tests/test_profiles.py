@@ -27,7 +27,7 @@ from dpscaling.cluster import (
     train_resources,
 )
 
-# smoke.yaml + slurm-grid.yaml: two BertNano jobs, 300 steps, batch 8, seq_len 64 (pinned).
+# smoke.yaml + slurm-grid.yaml: two BertNano jobs, 160 steps, batch 8, seq_len 64 (pinned).
 SMALL = ["--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), str(REPO / "tests" / "configs" / "slurm-grid.yaml")]
 PAPER = REPO / "config" / "paper.yaml"
 SLURM = ["--profile", str(REPO / "profiles" / "slurm-gpu")]
@@ -159,7 +159,7 @@ def test_slurm_profile_resources_from_environment(tmp_path: Path) -> None:
     train = only(jobs["train_run"])
     # BertNano at the pinned small size: one GPU on one node, sized by dpscaling.cluster.
     n_params = configured_model("BertNano", {"BertNano": {"layers": 1, "heads": 2, "hidden": 32}}, 8192, 64).param_count()
-    expected = train_resources(n_params.total, steps=300, batch=8, seq_len=64, site=Site())
+    expected = train_resources(n_params.total, steps=160, batch=8, seq_len=64, site=Site())
     assert train["slurm_partition"] == "gpu" and train["slurm_account"] == "proj42"
     assert (train["gpu"], train["nodes"], train["cpus_per_task"]) == ("1", "1", "4")
     assert (int(train["mem_mb"]), int(train["runtime"])) == (expected.mem_mb, expected.runtime)
@@ -180,6 +180,27 @@ def test_slurm_paper_grid_sizes_by_model(tmp_path: Path) -> None:
         assert multi["slurm_partition"] == "gpu"
     sizes = [int(models[m]["mem_mb"]) for m in ("BertTiny", "BertBase", "BertLarge")]
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+def test_slurm_decoder_paper_grid_plans_gpt2_sizes_from_flops(tmp_path: Path) -> None:
+    """config/decoder-paper.yaml plans on the Slurm profile: larger GPT-2s get more GPU time and
+    memory, sized from 6*M*S FLOPs per sequence (a 4x FLOP rate cuts the request, docs/cluster.md)."""
+    one_point = tmp_path / "one-point.yaml"
+    one_point.write_text("training:\n  noise_batch_ratios: [0.0]\n  learning_rates: [0.0078125]\n")
+    args = ("train", "--configfile", str(REPO / "config" / "decoder-paper.yaml"), str(one_point))
+    models = by_model(dry_run(tmp_path, *SLURM, *args, env=clean_env(**CLUSTER_ENV))["train_run"])
+    assert set(models) == {"GPT2Small", "GPT2Medium", "GPT2Large"}
+    for name in models:
+        assert models[name]["slurm_partition"] == "gpu", models[name]
+    def gpu_hours(job: dict[str, str]) -> float:
+        gpus = int(job.get("gpu", 0)) or int(job.get("gres", "gpu:0").split(":")[-1]) * int(job.get("nodes", 1))
+        return gpus * int(job["runtime"]) / 60
+    hours = [gpu_hours(models[m]) for m in ("GPT2Small", "GPT2Medium", "GPT2Large")]
+    memory = [int(models[m]["mem_mb"]) for m in ("GPT2Small", "GPT2Medium", "GPT2Large")]
+    assert hours == sorted(hours) and hours[0] < hours[-1], hours
+    assert memory == sorted(memory), memory
+    faster = by_model(dry_run(tmp_path, *SLURM, *args, env=clean_env(**CLUSTER_ENV, DPSCALING_GPU_FLOPS="4e14"))["train_run"])
+    assert gpu_hours(faster["GPT2Large"]) < gpu_hours(models["GPT2Large"])
 
 
 # The rules that train or score a model; each is sized by dpscaling.cluster.job_resources.

@@ -42,11 +42,11 @@ SYMBOLS = {"alpha": r"\alpha", "beta": r"\beta", "gamma": r"\gamma", "alpha2": r
 _BOUND_TOLERANCE = 1e-3
 
 
-def missing_reason(context: AnalysisContext) -> str | None:
-    """Why the law has no parametric fit, or None if it has one."""
+def missing_reason(context: AnalysisContext, form: str | None = None) -> str | None:
+    """Why the law has no (usable) parametric fit of ``form`` (any form if None), or None if it has one."""
     law = context.law
     if law.parametric is not None and law.parametric_diagnostics is not None:
-        return None
+        return law.parametric[form].get("degenerate") if form else None
     failed = law.report.get("parametric_failed")
     if failed:
         return f"parametric fit failed: {failed}"
@@ -75,7 +75,7 @@ def _no_data_figure(data: pd.DataFrame):
 
 def fit_table(context: AnalysisContext, name: str) -> pd.DataFrame:
     """The points the fit saw, their observed loss and ``name``'s prediction at the fitted parameters."""
-    reason = missing_reason(context)
+    reason = missing_reason(context, name)
     if reason:
         return _reason_frame(reason)
     fit, points = context.law.parametric[name], context.law.parametric_diagnostics
@@ -168,7 +168,7 @@ def optimal_size_table(context: AnalysisContext) -> pd.DataFrame:
     parameter and at least one training example (N = C/(6·M·S) ≥ 1); an
     optimum at a bound is flagged.
     """
-    reason = missing_reason(context)
+    reason = missing_reason(context, OPTIMAL_SIZE_FORM)
     if reason:
         return _reason_frame(reason)
     form, params = FORMS[OPTIMAL_SIZE_FORM], context.law.parametric[OPTIMAL_SIZE_FORM]["params"]

@@ -130,12 +130,30 @@ def fit_parametric(form: ParametricForm, data: pd.DataFrame, huber_delta: float 
     results = [minimize(objective, start, jac=True, method="L-BFGS-B", options=_LBFGS_OPTIONS)
                for start in _initialisations(form, log_m, log_n, feature, loss)]
     best = min(results, key=lambda r: r.fun)
-    params = {name: float(np.exp(v) if name in COEFFICIENTS else v) for name, v in zip(form.parameters, best.x)}
+    with np.errstate(over="ignore", under="ignore"):
+        params = {name: float(np.exp(v) if name in COEFFICIENTS else v) for name, v in zip(form.parameters, best.x)}
     predicted = form.predict_logs(best.x, log_m, log_n, feature)
+    degenerate = degenerate_reason(form, dict(zip(form.parameters, best.x)))
     return {"form": form.name, "params": params, "huber_objective": float(best.fun) * huber_delta,
-            "huber_delta": huber_delta,
-            "starts": len(results), "converged": bool(best.success), "points": int(len(data)),
-            **prediction_errors(predicted, loss)}
+            "huber_delta": huber_delta, "starts": len(results),
+            "converged": bool(best.success) and degenerate is None, "degenerate": degenerate,
+            "points": int(len(data)), **prediction_errors(predicted, loss)}
+
+
+def degenerate_reason(form: ParametricForm, theta: dict[str, float]) -> str | None:
+    """Why a fit's parameters cannot be used outside log space, or None.
+
+    The fit works on log coefficients; a term the data do not constrain can drift until its
+    coefficient overflows (or underflows) a float64 while its contribution stays tiny, e.g. A·M^-α
+    with α in the hundreds when the loss does not depend on M over the grid. Such a fit predicts
+    the points it saw but gives no usable law in M, N or σ̄."""
+    bad = [name for name in form.parameters if name in COEFFICIENTS and not -700.0 < theta[name] < 700.0]
+    if not bad:
+        return None
+    exponents = ", ".join(f"{p} = {theta[p]:.3g}" for p in form.parameters if p not in COEFFICIENTS)
+    return (f"{form.name}'s fit is degenerate on this grid: log {', log '.join(bad)} = "
+            f"{', '.join(f'{theta[b]:.3g}' for b in bad)} (outside a float64; {exponents}): "
+            "a term the measurements do not constrain")
 
 
 class TooFewPointsError(ValueError):
