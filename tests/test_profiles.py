@@ -27,7 +27,7 @@ from dpscaling.cluster import (
     train_resources,
 )
 
-# smoke.yaml + slurm-grid.yaml: two BertNano jobs, 300 steps, batch 8, seq_len 64 (pinned).
+# smoke.yaml + slurm-grid.yaml: two BertNano jobs, 160 steps, batch 8, seq_len 64 (pinned).
 SMALL = ["--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), str(REPO / "tests" / "configs" / "slurm-grid.yaml")]
 PAPER = REPO / "config" / "paper.yaml"
 SLURM = ["--profile", str(REPO / "profiles" / "slurm-gpu")]
@@ -159,7 +159,7 @@ def test_slurm_profile_resources_from_environment(tmp_path: Path) -> None:
     train = only(jobs["train_run"])
     # BertNano at the pinned small size: one GPU on one node, sized by dpscaling.cluster.
     n_params = configured_model("BertNano", {"BertNano": {"layers": 1, "heads": 2, "hidden": 32}}, 8192, 64).param_count()
-    expected = train_resources(n_params.total, steps=300, batch=8, seq_len=64, site=Site())
+    expected = train_resources(n_params.total, steps=160, batch=8, seq_len=64, site=Site())
     assert train["slurm_partition"] == "gpu" and train["slurm_account"] == "proj42"
     assert (train["gpu"], train["nodes"], train["cpus_per_task"]) == ("1", "1", "4")
     assert (int(train["mem_mb"]), int(train["runtime"])) == (expected.mem_mb, expected.runtime)

@@ -29,7 +29,7 @@ from conftest import REPO
 
 SCRIPTS = REPO / "tests" / "slurm"
 SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
-# The smoke grid (two training jobs), 300 steps each: room to cancel one mid-run.
+# The smoke grid (two training jobs), 160 steps each: room to cancel one mid-run.
 CONFIG = ["--configfile", str(SMOKE), str(REPO / "tests" / "configs" / "slurm-grid.yaml")]
 RUN_NAME = "slurm-grid"
 SLURM_PROFILES = ["--profile", str(REPO / "profiles" / "slurm-gpu"), "--profile", str(REPO / "tests" / "profiles" / "slurm-ci")]
