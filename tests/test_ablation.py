@@ -244,7 +244,7 @@ def test_evaluation_refuses_a_directory_without_checkpoints(trained, tmp_path) -
 # ---------------------------------------------------------------------------- end to end
 
 
-@pytest.mark.slow(minutes=3)
+@pytest.mark.slow(minutes=4.5)
 def test_ablation_target_end_to_end(tmp_path) -> None:
     """`snakemake ablation_batch` on the smoke config: 8 training jobs (one sigma-bar x 2 batches x 2 seeds
     x the ablation's and one more learning rate), 4 evaluations, 2 figures and the table."""

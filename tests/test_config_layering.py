@@ -261,7 +261,7 @@ FIGURE_BUDGETS = {
 }
 
 
-@pytest.mark.slow(minutes=4)
+@pytest.mark.slow(minutes=5)
 def test_paper_config_on_the_authors_results_csv_draws_every_figure_at_the_papers_budgets(tmp_path) -> None:
     """`figures tables findings` with config/paper.yaml on a results.csv in the authors' format
     (synthetic, the paper's whole grid), with a coarse sigma table over the paper's range."""

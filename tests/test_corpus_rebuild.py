@@ -36,7 +36,7 @@ def vendored_sums() -> dict[str, str]:
     return {name: digest for digest, name in (line.split(maxsplit=1) for line in lines if line.strip())}
 
 
-@pytest.mark.slow(minutes=1)
+@pytest.mark.slow(minutes=1.5)
 def test_rebuild_from_registries_reproduces_the_vendored_corpus(tmp_path: Path) -> None:
     if importlib.util.find_spec("mwparserfromhell") is None:
         unavailable("mwparserfromhell is not installed (pip install mwparserfromhell)")

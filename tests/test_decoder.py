@@ -176,7 +176,7 @@ def test_a_run_of_two_families_is_refused_naming_the_models():
         check_config(config)
 
 
-@pytest.mark.slow(minutes=2)
+@pytest.mark.slow(minutes=3)
 def test_a_decoder_grid_goes_from_data_to_a_validated_law(tmp_path):
     """`snakemake data fit validate` on the smoke grid with decoders (tests/configs/smoke-decoder.yaml): data,
     next-token DP training, the law (one family) with its bootstrap, and its held-out validation."""

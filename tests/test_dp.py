@@ -22,6 +22,8 @@ from dpscaling.models.bert import BertMlm
 from dpscaling.models.family import bert_config
 from dpscaling.train.mlm import MaskingSpec, mask_tokens, sequence_losses
 
+pytestmark = pytest.mark.slow(minutes=2)  # orders this module among the long ones (tests/conftest.py)
+
 VOCAB, SEQ, BATCH = 120, 24, 8
 
 

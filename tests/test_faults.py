@@ -25,6 +25,8 @@ import pytest
 from dp_training_data import build_packed_corpus
 from dpscaling.train import TrainConfig, run_training
 
+pytestmark = pytest.mark.slow(minutes=2)  # orders this module among the long ones (tests/conftest.py)
+
 JOB = Path(__file__).with_name("fault_job.py")
 CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
 # 20 steps; a curve row and a checkpoint every 5 steps (the last two checkpoints are kept).

@@ -46,6 +46,8 @@ from private_step_job import REAL, padded_grads, unpadded_grads, weights
 from test_config_schema import validated
 from test_dp import BATCH, _setup
 
+pytestmark = pytest.mark.slow(minutes=3)  # orders this module among the long ones (tests/conftest.py)
+
 JOB = Path(__file__).with_name("private_step_job.py")
 CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
 TARGET_EPSILON = 4.0

@@ -27,6 +27,8 @@ from dpscaling.cluster import (
     train_resources,
 )
 
+pytestmark = pytest.mark.slow(minutes=1.5)  # orders this module among the long ones (tests/conftest.py)
+
 # smoke.yaml + slurm-grid.yaml: two BertNano jobs, 160 steps, batch 8, seq_len 64 (pinned).
 SMALL = ["--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), str(REPO / "tests" / "configs" / "slurm-grid.yaml")]
 PAPER = REPO / "config" / "paper.yaml"

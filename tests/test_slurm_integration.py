@@ -38,7 +38,7 @@ TOOLS = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "scancel", "setpri
 # Throughput and wall-clock columns differ between any two runs; everything else must not.
 TIMING_COLUMNS = re.compile(r"per_s$|seconds|wall")
 
-pytestmark = pytest.mark.slow(minutes=5)
+pytestmark = pytest.mark.slow(minutes=6)
 
 
 def cannot_run_reason() -> str | None:

@@ -23,6 +23,8 @@ from dpscaling.train.data import BatchSampler
 from dpscaling.train.metrics import CONFIG_KEY, SUMMARY_KEY
 from dpscaling.train.mlm import MaskingSpec, mask_tokens
 
+pytestmark = pytest.mark.slow(minutes=4)  # orders this module among the long ones (tests/conftest.py)
+
 JOB = Path(__file__).with_name("train_job.py")
 CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
 # A one-layer model keeps compile time (the dominant cost here) down.
