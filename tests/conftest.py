@@ -12,8 +12,11 @@ from pathlib import Path
 # times) compile with LLVM at -O0: ~40% less compile time, which is most of an in-process test.
 # Subprocess jobs (Snakemake, training, Slurm) keep XLA's default: the flag is set only while
 # this process's backend starts, and removed from the environment they inherit.
+# A subprocess whose numbers a test compares bit for bit with this process's (a job killed and
+# resumed here) runs with the same flags: fixture ``in_process_env``.
 _XLA_FLAGS = os.environ.get("XLA_FLAGS")
-os.environ["XLA_FLAGS"] = f"{_XLA_FLAGS or ''} --xla_backend_optimization_level=0".strip()
+IN_PROCESS_XLA_FLAGS = f"{_XLA_FLAGS or ''} --xla_backend_optimization_level=0".strip()
+os.environ["XLA_FLAGS"] = IN_PROCESS_XLA_FLAGS
 import jax  # noqa: E402
 
 jax.devices()  # the backend reads XLA_FLAGS once, here
@@ -98,3 +101,9 @@ def job_env(compile_cache) -> dict[str, str]:
     """Environment of a subprocess job run from the tests: this checkout's library first, and the
     session's compilation cache (set in ``os.environ`` by ``compile_cache``)."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.fixture(scope="session")
+def in_process_env(job_env) -> dict[str, str]:
+    """``job_env`` with this process's XLA flags: for a job whose curve must equal one computed here."""
+    return job_env | {"XLA_FLAGS": IN_PROCESS_XLA_FLAGS}
