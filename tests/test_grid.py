@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from dpscaling.grid import TrainPoint, alternation, canonical, main_grid
+from dpscaling.errors import UserError
+from dpscaling.grid import TrainPoint, alternation, canonical, correction_grid, main_grid
 
 
 @pytest.mark.parametrize(
@@ -78,6 +79,25 @@ def test_main_grid_expands_the_product() -> None:
     grid = main_grid(config)
     assert len(grid) == 12 and len(set(grid)) == 12
     assert TrainPoint("B", 8, 3, 0.5, 0.3) in grid
+
+
+def test_the_physical_batch_correction_pairs_grid_points_with_a_larger_batch() -> None:
+    from test_config_schema import validated
+
+    training = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.1], "physical_batch": 8, "seed": 3}
+    block = {"enabled": True, "physical_batch": 64,
+             "points": [{"model": "A", "noise_batch_ratio": 0.5, "learning_rate": 0.1}]}
+    config = validated({"models": {"names": ["A", "B"]}, "training": training,
+                        "fit": {"physical_batch_correction": block}})
+    assert correction_grid(config) == [TrainPoint("A", 8, 3, 0.5, 0.1), TrainPoint("A", 64, 3, 0.5, 0.1)]
+    assert correction_grid(validated({"models": {"names": ["A"]}, "training": training})) == []  # off by default
+    off_grid = {**block, "points": [{"model": "A", "noise_batch_ratio": 0.25, "learning_rate": 0.1}]}
+    with pytest.raises(UserError, match=r"physical_batch_correction.points\[0\]"):
+        correction_grid(validated({"models": {"names": ["A"]}, "training": training,
+                                   "fit": {"physical_batch_correction": off_grid}}))
+    with pytest.raises(UserError, match="must be larger than training.physical_batch"):
+        correction_grid(validated({"models": {"names": ["A"]}, "training": training,
+                                   "fit": {"physical_batch_correction": {**block, "physical_batch": 8}}}))
 
 
 def test_paper_dry_run_plans_342_training_jobs_with_canonical_wildcards(tmp_path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -256,3 +257,90 @@ def test_query_names_the_missing_sigma_table_of_a_workflow_law(run, run_dir, tmp
     shutil.copytree(run_dir / "poisson" / "law" / "fit", moved)  # no accounting/ two levels up
     status, _, err = run("query", "--law", moved, "--compute", 1e13, "--epsilon", 4, "--users", 1e5)
     assert status == 2 and "sigma_table.parquet" in err and "snakemake accounting" in err
+
+
+@pytest.fixture(scope="module")
+def calibrated_run(tmp_path_factory):
+    """A run laid out as the workflow writes it: law/fit, law/bootstrap/replicates.parquet (4 replicates) and
+    validate/calibration.json (paper mode, q = 0.05 nats)."""
+    from dpscaling.law.bootstrap import replicate_grids, write_replicates
+    from dpscaling.law.calibration import Calibration, write_calibration
+    from dpscaling.law.synthetic import seeded_results
+
+    root = tmp_path_factory.mktemp("calibrated_run")
+    results = seeded_results(steps=2000, log_every=50, learning_rates=(2.0**-7,))
+    settings = LawSettings.create(False, warmup_steps=100)
+    fit_law(results, settings, seq_len=128, physical_batch=32).save(root / "law" / "fit")
+    (root / "law" / "bootstrap").mkdir()
+    write_replicates(replicate_grids(results, settings, range(4), seq_len=128, physical_batch=32),
+                     root / "law" / "bootstrap" / "replicates.parquet")
+    (root / "validate").mkdir()
+    write_calibration({"paper": Calibration("paper", False, 0.05, ("horizon", "noise"), 2 / 3, 0.9, 0.5)},
+                      root / "validate" / "calibration.json")
+    return root
+
+
+def test_query_prints_the_seed_only_and_the_calibrated_interval(run, inputs, calibrated_run) -> None:
+    query = ("query", "--law", calibrated_run / "law" / "fit", "--compute", 1e13, "--epsilon", 4, "--users", 1e6,
+             "--accounting-unamplified", inputs / "unamplified.csv", "--json")
+    status, out, err = run(*query)  # both found next to the law
+    assert status == 0, err
+    answer = json.loads(out)
+    assert answer["seed_only_interval_90"] == answer["predicted_loss_90"] and answer["bootstrap_replicates"] == 4
+    predicted = answer["predicted_loss"]
+    assert answer["calibrated_interval_90"] == pytest.approx([predicted - 0.05, predicted + 0.05], abs=1e-12)
+    source = calibrated_run / "validate" / "calibration.json"
+    assert answer["calibration"]["half_width"] == 0.05 and answer["calibration"]["source"] == str(source)
+    assert answer["calibration"]["method"].startswith("split-conformal")
+    # Given explicitly, the same answer.
+    status, out, err = run(*query, "--calibration", source)
+    assert status == 0, err
+    assert json.loads(out)["calibrated_interval_90"] == answer["calibrated_interval_90"]
+
+
+def test_query_without_a_calibration_says_why(run, law_dir) -> None:
+    status, out, err = run("query", "--law", law_dir, "--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--json")
+    assert status == 0, err
+    answer = json.loads(out)
+    assert "calibrated_interval_90" not in answer and "no calibrated interval" in answer["calibration"]
+    assert "snakemake validate" in answer["calibration"]
+
+
+def test_query_refuses_a_calibration_of_the_other_mode(run, inputs, calibrated_run, tmp_path) -> None:
+    from dpscaling.law.calibration import Calibration, write_calibration
+
+    other = tmp_path / "calibration.json"
+    write_calibration({"reference-compatible": Calibration("reference-compatible", True, 0.05, ("horizon",),
+                                                           0.5, math.nan, 0.0)}, other)
+    status, out, err = run("query", "--law", calibrated_run / "law" / "fit", "--compute", 1e13, "--epsilon", 4,
+                           "--users", 1e6, "--accounting-unamplified", inputs / "unamplified.csv",
+                           "--calibration", other)
+    assert status == 2 and out == ""
+    assert "not measured in this law's paper mode" in err and "--calibration" in err
+
+
+def test_query_with_the_physical_batch_correction_lowers_the_loss_of_large_batches(run, inputs, calibrated_run,
+                                                                                   tmp_path) -> None:
+    from dpscaling.law.physical_batch import PhysicalBatchCorrection, noise_log_ratio
+
+    query = ("query", "--law", calibrated_run / "law" / "fit", "--compute", 1e13, "--epsilon", 4, "--users", 1e6,
+             "--accounting-unamplified", inputs / "unamplified.csv", "--json")
+    status, out, err = run(*query)
+    assert status == 0, err
+    plain = json.loads(out)
+    assert plain["physical_batch_correction"] == "off (the paper's law)"
+    path = tmp_path / "correction.json"
+    correction = PhysicalBatchCorrection(slope=0.2, grid_batch=32, pairs=10, residual_rms=0.01)
+    path.write_text(json.dumps(correction.to_json()))
+    status, out, err = run(*query, "--physical-batch-correction", path)
+    assert status == 0, err
+    corrected = json.loads(out)
+    assert corrected["physical_batch_correction"]["slope"] == 0.2
+    # The corrected optimum is no worse than the uncorrected one evaluated with the correction ...
+    shift = 0.2 * float(noise_log_ratio(plain["batch_size"], 32, plain["noise_batch_ratio"], plain["model_size"]))
+    assert corrected["predicted_loss"] <= plain["predicted_loss"] - shift + 1e-12
+    # ... and the answer's intervals follow it.
+    low, high = corrected["calibrated_interval_90"]
+    assert low < corrected["predicted_loss"] < high
+    status, _, err = run(*query, "--physical-batch-correction", tmp_path / "absent.json")
+    assert status != 0 and "--physical-batch-correction" in err

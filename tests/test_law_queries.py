@@ -14,9 +14,10 @@ from dpscaling.errors import UserError
 from dpscaling.law import LawSettings, fit_law
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET)
+from dpscaling.law.interpolation import LossFunction
 from dpscaling.law.queries import (
-    DEFAULT_BATCH_SIZES, compute_cost, compute_optimal, constant_compute_configurations, evaluate_configurations,
-    model_size_grid, saturating_compute, saturating_table)
+    DEFAULT_BATCH_SIZES, TOTAL_FLOPS, TRAINING_FLOPS, compute_cost, compute_optimal, constant_compute_configurations,
+    evaluate_configurations, inference_aware, model_size_grid, saturating_compute, saturating_table)
 from dpscaling.law.synthetic import DeterministicGaussianSigma, TrueLaw, synthetic_results
 
 SEQ_LEN = 128
@@ -126,3 +127,27 @@ def test_saturating_table_has_one_row_per_budget_pair(law) -> None:
     # more privacy budget never hurts the best achievable loss
     for _, pair in table.groupby(DATA_BUDGET):
         assert pair.sort_values(PRIVACY_BUDGET)[CROSS_ENTROPY].is_monotonic_decreasing
+
+
+def test_inference_aware_answer_overtrains_a_smaller_model_for_fewer_total_flops() -> None:
+    """The paper's over-training remark: with 1e12 tokens to serve, a smaller model trained on more than C
+    reaches the compute-optimal loss for fewer training + inference FLOPs; with none, the answer is C's optimum."""
+    sizes, iterations = np.geomspace(1e5, 1e8, 13), np.geomspace(100, 1e6, 17)
+    nbrs = np.array([0.0, *np.geomspace(2.0**-24, 2.0**-4, 21)])
+    m, t, s = (a.ravel() for a in np.meshgrid(sizes, iterations, nbrs, indexing="ij"))
+    true_law = LossFunction.from_grid(pd.DataFrame({MODEL_SIZE: m, ITERATIONS: t, NOISE_BATCH_RATIO: s,
+                                                    CROSS_ENTROPY: TrueLaw()(m, t, s)}))
+    query = (1e16, 8.0, 1e7, true_law, SIGMA, SEQ_LEN, model_size_grid(1e5, 1e8, 40), (100.0, 1e6))
+    optimum = compute_optimal(*query).optimum
+    served = inference_aware(*query, inference_tokens=1e12)
+    assert served.compute_optimal[MODEL_SIZE] == optimum[MODEL_SIZE]
+    assert served.choice[MODEL_SIZE] < optimum[MODEL_SIZE]
+    assert served.choice[TRAINING_FLOPS] > 1e16
+    assert served.choice[CROSS_ENTROPY] <= optimum[CROSS_ENTROPY]
+    assert served.choice[TOTAL_FLOPS] < served.compute_optimal[TOTAL_FLOPS]
+    unserved = inference_aware(*query, inference_tokens=0)
+    for column in (MODEL_SIZE, BATCH_SIZE, ITERATIONS, CROSS_ENTROPY):
+        assert unserved.choice[column] == optimum[column]
+    assert unserved.choice[TOTAL_FLOPS] == unserved.compute_optimal[TOTAL_FLOPS] == 1e16
+    with pytest.raises(UserError, match="inference tokens must be >= 0"):
+        inference_aware(*query, inference_tokens=-1.0)

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from dpscaling.errors import UserError
-from dpscaling.private_model import Budget, audit_settings_for, budgets, integer_batch_sizes
-from dpscaling.tables.private_model import achieved_training_loss
+from dpscaling.private_model import Budget, audit_settings_for, budgets, integer_batch_sizes, twin_config_for
+from dpscaling.tables.private_model import achieved_training_loss, cause_split
 
 
 def test_budgets_take_accounting_delta_unless_given_and_refuse_duplicates() -> None:
@@ -41,3 +41,26 @@ def test_achieved_loss_is_the_trailing_mean_the_law_smooths_with() -> None:
     curve = pd.DataFrame({"step": [30, 10, 20, 40], "loss": [3.0, 5.0, 4.0, 2.0]})
     assert achieved_training_loss(curve, None) == 2.0
     assert achieved_training_loss(curve, 3) == pytest.approx(3.0)
+
+
+def test_the_study_twins_train_the_plan_with_shuffled_batches_at_two_physical_batches() -> None:
+    plan = {"budget": {"epsilon": 8.0, "delta": 1e-8, "data_budget": 5000, "label": "x"}, "model": "BertNano",
+            "batch_size": 181, "iterations": 120, "learning_rate": 0.0078125, "seq_len": 64,
+            "noise_batch_ratio": 0.0019}
+    training = {"steps": 400, "microbatch_size": 8, "sampling": "poisson", "seed": 0}
+    grid = twin_config_for(plan, "BertNano", training, "grid_batch", 32, 0)
+    at_b = twin_config_for(plan, "BertNano", training, "recommended_batch", 32, 0)
+    for twin in (grid, at_b):
+        assert (twin.sampling, twin.num_steps, twin.train_sequences) == ("shuffle", 120, 5000)
+        assert twin.noise_batch_ratio == 0.0019 and twin.target_epsilon is None
+        assert twin.learning_rate == 0.0078125
+    assert grid.batch_size == 32
+    assert at_b.batch_size == 184  # 181 rounded to whole microbatches of 8
+    with pytest.raises(UserError, match="twin"):
+        twin_config_for(plan, "BertNano", training, "other", 32, 0)
+
+
+def test_the_cause_split_adds_up_to_the_whole_difference() -> None:
+    split = cause_split(5.90, 5.80, {"grid_batch": 5.93, "recommended_batch": 5.84})
+    assert split == pytest.approx({"law_error": 0.03, "physical_batch_effect": -0.09, "sampler_effect": -0.04})
+    assert sum(split.values()) == pytest.approx(5.80 - 5.90)

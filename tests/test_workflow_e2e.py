@@ -66,6 +66,12 @@ def test_validate_scores_held_out_measurements_in_both_modes(smoke_run: Path) ->
     points = pd.read_csv(smoke_run / "validate" / "predicted_vs_measured.csv")
     assert set(points["Iterations"]) == {30, 40} and len(points) == 2 * table["points (paper)"].item()
     assert (smoke_run / "validate" / "predicted_vs_measured.png").stat().st_size > 0
+    # The intervals' coverage (docs/fit.md "Calibrated intervals"): the one set per mode, q per mode.
+    covered = pd.read_csv(smoke_run / "validate" / "coverage.csv")
+    assert list(covered["mode"]) == ["paper", "reference-compatible"]
+    calibration = json.loads((smoke_run / "validate" / "calibration.json").read_text())
+    assert set(calibration["modes"]) == {"paper", "reference-compatible"}
+    assert all(entry["level"] == 0.9 and entry["count"] <= 1 for entry in calibration["modes"].values())
 
 
 def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
@@ -232,6 +238,20 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
         assert row.epsilon_spent <= row.epsilon * (1 + 1e-9) and epsilon <= row.epsilon * 1.01
         evaluation = json.loads((out / row.budget / "evaluation.json").read_text())
         assert evaluation["split"] == "heldout" and evaluation["step"] == row.iterations
+        # The cause split: two study twins of the plan (shuffled batches, the private run's σ̄ as the noise on
+        # the mean, its T), at the grid's physical batch and at B; the three parts add up to achieved − law.
+        for twin, batch in (("grid_batch", smoke["training"]["physical_batch"]),
+                            ("recommended_batch", row.twin_recommended_batch)):
+            twin_curve = pd.read_parquet(out / row.budget / f"twin_{twin}" / "metrics.parquet").iloc[-1]
+            assert (twin_curve["sampler"], int(twin_curve["step"]), int(twin_curve["batch_size"])) == (
+                "shuffle", row.iterations, batch)
+            assert twin_curve["noise_batch_ratio"] == pytest.approx(row.noise_batch_ratio, rel=1e-12)
+        assert abs(row.twin_recommended_batch - row.batch_size) < smoke["training"]["microbatch_size"]
+        assert row.law_error + row.physical_batch_effect + row.sampler_effect == pytest.approx(
+            row.achieved_train_loss - row.law_loss)
+        # The calibrated interval: the prediction ± the conformal half-width of validate's calibration.
+        assert row.calibrated_low < row.predicted_loss < row.calibrated_high
+        assert row.inside_calibrated == (row.calibrated_low <= row.achieved_train_loss <= row.calibrated_high)
     markdown = (out / "table.md").read_text()
     assert "bootstrap replicates" in markdown and markdown.count("| BertNano") + markdown.count("| BertMicro") == len(budgets)
     for suffix in ("pdf", "png", "csv"):

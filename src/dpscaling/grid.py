@@ -8,6 +8,8 @@ spelling: no ``1e-05`` next to ``1.0e-5``, no ``0.30000000000000004``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -82,6 +84,32 @@ def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
         TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr))
         for model, nbr, lr in product(run.models.names, training.noise_batch_ratios, training.learning_rates)
     ]
+
+
+def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+    """The physical-batch correction's runs (``fit.physical_batch_correction``): each of its points at the
+    grid's physical batch (a main-grid run) and again at the correction's larger batch, main seed; none
+    when the correction is off. Raises UserError when a point is not on the main grid."""
+    run = _typed(config)
+    block, training = run.fit.physical_batch_correction, run.training
+    if not block.enabled:
+        return []
+    if block.physical_batch <= training.physical_batch:
+        raise UserError(f"fit.physical_batch_correction.physical_batch: must be larger than training.physical_batch "
+                        f"({training.physical_batch}), got {block.physical_batch}")
+    if not block.points:
+        raise UserError("fit.physical_batch_correction.points: list at least one main-grid point "
+                        "(model, noise_batch_ratio, learning_rate) when the correction is enabled")
+    main = set(main_grid(run))
+    points = []
+    for index, point in enumerate(block.points):
+        grid = TrainPoint(point.model, training.physical_batch, training.seed, float(point.noise_batch_ratio),
+                          float(point.learning_rate))
+        if grid not in main:
+            raise UserError(f"fit.physical_batch_correction.points[{index}]: {point.to_mapping()} is not a point of "
+                            "the main grid (models.names x training.noise_batch_ratios x training.learning_rates)")
+        points += [grid, dataclasses.replace(grid, batch=int(block.physical_batch))]
+    return sorted(set(points))
 
 
 def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:

@@ -43,6 +43,7 @@ from dpscaling.law.columns import (
     SOURCE)
 
 if TYPE_CHECKING:  # importing the training stack pulls in JAX
+    from dpscaling.law.physical_batch import PhysicalBatchCorrection
     from dpscaling.train.config import TrainConfig
 
 BLOCK = "private_model"
@@ -125,7 +126,8 @@ RERANK_TOLERANCE = 0.05
 
 
 def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequence[str],
-                learning_rate: float | None = None, microbatch_size: int | None = None) -> dict[str, Any]:
+                learning_rate: float | None = None, microbatch_size: int | None = None,
+                correction: PhysicalBatchCorrection | None = None) -> dict[str, Any]:
     """The law's compute-optimal configuration for ``budget`` among the run's ``models``, made trainable.
 
     The search (σ from the law's table, thousands of candidates) proposes; its best
@@ -133,7 +135,9 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     optimum are re-priced with the σ of the real sampler on exactly N sequences at the budget's
     (ε, δ): untruncated Poisson's, which truncated Poisson at its priced L matches within
     :data:`dpscaling.accounting.truncation.EPSILON_TOLERANCE` of ε. The lowest law loss at that σ̄
-    wins, and its σ is then calibrated at its priced L exactly as the private run will.
+    wins, and its σ is then calibrated at its priced L exactly as the private run will. With a
+    ``correction`` (not in the paper: :mod:`dpscaling.law.physical_batch`) every loss is the law's
+    corrected to the candidate's B; ``law_loss`` keeps the uncorrected prediction.
     """
     from dpscaling.accounting.calibration import calibrate_poisson
     from dpscaling.accounting.truncation import truncated_poisson_run
@@ -146,7 +150,7 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     try:
         answer = compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, source.sigma, law.seq_len,
                                  sizes.to_numpy(float), law.iteration_bounds(), RERANK_TOLERANCE,
-                                 integer_batch_sizes(budget.data_budget))
+                                 integer_batch_sizes(budget.data_budget), correction=correction)
     except UserError as error:
         raise UserError(f"{BLOCK}.budgets {budget.label}: the law cannot answer it: {error}") from error
     candidates = answer.near_optimal.assign(**{ITERATIONS: np.maximum(1, np.round(answer.near_optimal[ITERATIONS]))})
@@ -155,7 +159,7 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     for _, row in candidates.iterrows():
         batch, steps = int(row[BATCH_SIZE]), int(row[ITERATIONS])
         real = calibrate_poisson(budget.epsilon, batch / budget.data_budget, steps, budget.delta)
-        loss = float(law.loss(np.array([row[MODEL_SIZE]]), np.array([float(steps)]), np.array([real / batch]))[0])
+        loss = float(corrected_loss(law, correction, row[MODEL_SIZE], steps, real / batch, batch))
         priced.append({"row": row, "batch": batch, "steps": steps, "sigma": real, "loss": loss})
     answered = [p for p in priced if math.isfinite(p["loss"])]
     if not answered:
@@ -169,7 +173,8 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
                                 delta=budget.delta, multiple=microbatch_size or 1, target_epsilon=budget.epsilon)
     model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), best[MODEL_SIZE]))[0]])
     rate = learning_rate or best_learning_rate(law, model, run.sigma / batch, steps)
-    predicted = float(law.loss(np.array([best[MODEL_SIZE]]), np.array([float(steps)]), np.array([run.sigma / batch]))[0])
+    law_loss = float(corrected_loss(law, None, best[MODEL_SIZE], steps, run.sigma / batch, batch))
+    predicted = float(corrected_loss(law, correction, best[MODEL_SIZE], steps, run.sigma / batch, batch))
     optimum = answer.optimum
     return {
         "budget": dataclasses.asdict(budget) | {"label": budget.label},
@@ -179,7 +184,8 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
         "sigma": run.sigma, "noise_batch_ratio": run.sigma / batch, "untruncated_sigma": run.untruncated_sigma,
         "truncated_batch_size": run.price.truncated_batch_size,
         "truncation_probability": run.price.truncation_probability, "padding_share": run.price.padding_share,
-        "predicted_loss": predicted,
+        "predicted_loss": predicted, "law_loss": law_loss,
+        "physical_batch_correction": None if correction is None else correction.to_json(),
         "candidates_repriced": len(priced), "candidates_answered": len(answered),
         # The search's own optimum (σ from the law's table, at the table's δ, for its sampling rule).
         "query": {"model_size": float(optimum[MODEL_SIZE]), "batch_size": float(optimum[BATCH_SIZE]),
@@ -188,6 +194,16 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
                   "predicted_loss": float(optimum[CROSS_ENTROPY]), "sampling": source.sampling,
                   "delta": float(source.delta), "candidates": answer.candidates, "models": list(sizes.index)},
     }
+
+
+def corrected_loss(law, correction: PhysicalBatchCorrection | None, model_size: float, iterations: float,
+                   noise_batch_ratio: float, batch: float) -> float:
+    """The law's loss at (M, T, σ̄), corrected to physical batch ``batch`` when a correction is given."""
+    point = (np.array([float(model_size)]), np.array([float(iterations)]), np.array([float(noise_batch_ratio)]))
+    loss = law.loss(*point)
+    if correction is not None:
+        loss = correction.apply(loss, batch, point[2], point[0])
+    return float(loss[0])
 
 
 # The training block's keys that choose the grid's jobs, not how a private run trains: left out of
@@ -216,6 +232,40 @@ def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, An
                                train_sequences=int(budget["data_budget"]))
 
 
+# The cause split (docs/private-training.md, "Why a prediction misses"): each plan retrained in study
+# mode, at the grid's physical batch and at the plan's batch, both with the study's shuffled batches.
+# law error = grid_batch - prediction, physical batch = recommended_batch - grid_batch,
+# sampler = private - recommended_batch.
+TWINS = ("grid_batch", "recommended_batch")
+
+
+def twin_batch(plan: Mapping[str, Any], twin: str, grid_batch: int, microbatch_size: int | None) -> int:
+    """The physical batch of a plan's study twin: the grid's, or the plan's B rounded to a multiple of the
+    microbatch (the compiled step scans whole microbatches)."""
+    if twin not in TWINS:
+        raise UserError(f"{BLOCK} twin: must be one of {TWINS}, got {twin!r}")
+    if twin == "grid_batch":
+        return int(grid_batch)
+    multiple = int(microbatch_size or 1)
+    return max(multiple, multiple * round(int(plan["batch_size"]) / multiple))
+
+
+def twin_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
+                    twin: str, grid_batch: int, seed: int) -> TrainConfig:
+    """A plan's study twin: shuffled batches at :func:`twin_batch`, the plan's σ̄ as the study's noise on
+    the mean clipped gradient, its T and learning rate, on the same N training sequences."""
+    from dpscaling.train.config import job_train_config
+
+    budget = plan["budget"]
+    study = {**training, "steps": int(plan["iterations"]), "sampling": "shuffle", "accountant": None,
+             "truncated_batch_size": None, "allow_repeats": True}
+    batch = twin_batch(plan, twin, grid_batch, training.get("microbatch_size"))
+    wildcards = {"model": plan["model"], "nbr": repr(float(plan["noise_batch_ratio"])),
+                 "lr": repr(float(plan["learning_rate"])), "batch": str(batch), "seed": str(seed)}
+    config = job_train_config(model_param, study, wildcards, int(plan["seq_len"]))
+    return dataclasses.replace(config, train_sequences=int(budget["data_budget"]))
+
+
 def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microbatch: int | None) -> dict[str, Any]:
     """The matched audit's settings (:class:`dpscaling.audit.AuditSettings`): 2N canaries (≈ N of them
     included, the run's dataset size), the run's expected batch B, steps T, ε and δ."""
@@ -229,12 +279,16 @@ def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microb
 # ---------------------------------------------------------------------------------------- the rules' steps
 
 def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], default_delta: float, label: str,
-               models: Sequence[str], microbatch_size: int | None, out: str | os.PathLike[str]) -> dict[str, Any]:
-    """Rule ``private_model_plan``: the plan of budget ``label`` as JSON."""
+               models: Sequence[str], microbatch_size: int | None, out: str | os.PathLike[str],
+               correction_file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Rule ``private_model_plan``: the plan of budget ``label`` as JSON (corrected for the physical batch
+    when the run fits the correction: ``correction_file``)."""
     from dpscaling.io import write_json_atomic
+    from dpscaling.law.physical_batch import load_correction
 
+    correction = load_correction(correction_file) if correction_file else None
     plan = plan_budget(law_dir, budget_by_label(block, default_delta, label), models, block["learning_rate"],
-                       microbatch_size)
+                       microbatch_size, correction)
     write_json_atomic(out, plan)
     return plan
 
@@ -253,6 +307,18 @@ def train_budget(plan_path: str | os.PathLike[str], models: Mapping[str, Any], t
 
     plan = read_json(plan_path)
     config = train_config_for(plan, models[plan["model"]], training, int(training["seed"]))
+    discard_other_plans_checkpoint(checkpoint_dir, config)
+    return run_training(config, data_dir=Path(data_dir), output=Path(output), checkpoint_dir=Path(checkpoint_dir))
+
+
+def train_twin(plan_path: str | os.PathLike[str], twin: str, models: Mapping[str, Any],
+               training: Mapping[str, Any], grid_batch: int, data_dir: str | os.PathLike[str],
+               output: str | os.PathLike[str], checkpoint_dir: str | os.PathLike[str]):
+    """Rule ``private_model_twin``: a plan's study twin (:func:`twin_config_for`); its curve to ``output``."""
+    from dpscaling.train import run_training
+
+    plan = read_json(plan_path)
+    config = twin_config_for(plan, models[plan["model"]], training, twin, grid_batch, int(training["seed"]))
     discard_other_plans_checkpoint(checkpoint_dir, config)
     return run_training(config, data_dir=Path(data_dir), output=Path(output), checkpoint_dir=Path(checkpoint_dir))
 

@@ -21,7 +21,13 @@ from dpscaling.config.checks import (
     vocab_path,
 )
 from dpscaling.config.schema import validate_config
-from dpscaling.grid import ablation_grid, alternation, main_grid, repeat_grid
+from dpscaling.grid import (
+    ablation_grid,
+    alternation,
+    correction_grid,
+    main_grid,
+    repeat_grid,
+)
 from dpscaling.io import lock_results
 from dpscaling.workflow import (
     ablation_training,
@@ -73,8 +79,10 @@ VOCAB = vocab_path(CFG, repo=workflow.basedir)
 GRID = main_grid(CFG) + repeat_grid(CFG)
 # The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.
 ABLATION_GRID = ablation_grid(CFG)
-# Wildcards match the configured values only: the main grid's and the ablation's.
-POINTS = GRID + ABLATION_GRID
+# The physical-batch correction's pairs (fit.physical_batch_correction; none unless enabled).
+CORRECTION_GRID = correction_grid(CFG)
+# Wildcards match the configured values only: the main grid's, the ablation's and the correction's.
+POINTS = GRID + ABLATION_GRID + CORRECTION_GRID
 
 
 wildcard_constraints:

@@ -1,4 +1,4 @@
-from dpscaling.law import validation
+from dpscaling.law import calibration, validation
 
 # The law is fitted to our training curves, or to the authors' published
 # results.csv when config results_csv is set.
@@ -7,6 +7,10 @@ FIT_RESULTS = config["results_csv"] or f"{RESULTS}/law/results.parquet"
 # run trains repeated seeds (training.repeat_seeds x training.repeat_points) and fit.bootstrap.replicates > 0.
 BOOTSTRAP_CHUNKS = bootstrap_chunks(CFG)
 BOOTSTRAP = [f"{RESULTS}/law/bootstrap/replicates.parquet"] if BOOTSTRAP_CHUNKS else []
+# The physical-batch correction's file when it is enabled (an extension; docs/fit.md).
+CORRECTION = (
+    [f"{RESULTS}/law/physical_batch/correction.json"] if CORRECTION_GRID else []
+)
 
 
 rule collect_curves:
@@ -92,10 +96,33 @@ rule bootstrap:
         "../scripts/bootstrap_combine.py"
 
 
+# Not in the paper (fit.physical_batch_correction, off by default): the slope of the law's correction
+# for the physical batch, fitted on the pairs of runs at the grid's batch and a larger one (docs/fit.md).
+rule physical_batch_correction:
+    input:
+        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet", CORRECTION_GRID),
+    output:
+        correction=f"{RESULTS}/law/physical_batch/correction.json",
+        pairs=f"{RESULTS}/law/physical_batch/pairs.csv",
+    log:
+        f"{RESULTS}/logs/fit/physical_batch_correction.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        grid_batch=config["training"]["physical_batch"],
+        warmup_steps=config["training"]["warmup_steps"],
+    script:
+        "../scripts/physical_batch_correction.py"
+
+
 rule fit:
     input:
         rules.fit_law.output,
         BOOTSTRAP,
+        CORRECTION,
         RUN_CONFIG,
 
 
@@ -118,6 +145,16 @@ rule validate_law:
         ),
         png=f"{RESULTS}/validate/predicted_vs_measured.png",
         data=f"{RESULTS}/validate/predicted_vs_measured.csv",
+        # How often the seed-only and the calibrated 90% intervals cover (docs/fit.md "Calibrated intervals").
+        coverage=report(
+            f"{RESULTS}/validate/coverage.csv",
+            caption="../report/coverage.rst",
+            category="Validation",
+        ),
+        coverage_md=f"{RESULTS}/validate/coverage.md",
+        coverage_tex=f"{RESULTS}/validate/coverage.tex",
+        # `dpscaling query --law <run>/law/fit` finds it and prints the calibrated interval.
+        calibration=f"{RESULTS}/validate/calibration.json",
     log:
         f"{RESULTS}/logs/fit/validate.log",
     conda:
@@ -129,6 +166,10 @@ rule validate_law:
         modes=validation_modes(CFG),
         results_format="reference" if config["results_csv"] else "dpscaling",
         caption=validation.CAPTION,
+        coverage_caption=calibration.CAPTION,
+        # Seed-only intervals of each held-out fit: bootstrap refits, resampled like fit.bootstrap's.
+        replicates=config["fit"]["validation"]["replicates"],
+        seed=config["fit"]["bootstrap"]["seed"],
     script:
         "../scripts/validate.py"
 

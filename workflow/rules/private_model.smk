@@ -1,7 +1,7 @@
 # Close the loop (docs/private-training.md "Closing the loop"): target `private_model`.
 # Per budget: the law's compute-optimal configuration -> a private (truncated Poisson) training job on
 # exactly N sequences -> its held-out loss and a matched audit; then one table and one figure.
-from dpscaling.private_model import budgets as private_budgets, private_training
+from dpscaling.private_model import TWINS, budgets as private_budgets, private_training
 
 PRIVATE = f"{RESULTS}/private_model"
 PRIVATE_BUDGETS = [
@@ -14,12 +14,14 @@ PRIVATE_BUDGETS = [
 
 wildcard_constraints:
     budget=alternation(PRIVATE_BUDGETS) if PRIVATE_BUDGETS else "no-budget",
+    twin=alternation(TWINS),
 
 
 rule private_model_plan:
     input:
         law=rules.fit_law.output[0],
         sigma_table=SIGMA_TABLE,
+        correction=CORRECTION,
     output:
         f"{PRIVATE}/{{budget}}/plan.json",
     log:
@@ -58,6 +60,31 @@ rule private_model_train:
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
     script:
         "../scripts/private_model_train.py"
+
+
+# The cause split: the plan retrained in study mode (shuffled batches, its sigma-bar as the study's noise)
+# at the grid's physical batch and at the plan's B (docs/private-training.md "Why a prediction misses").
+rule private_model_twin:
+    input:
+        plan=rules.private_model_plan.output[0],
+        meta=rules.pack_sequences.output.meta,
+        train=rules.pack_sequences.output.train,
+    output:
+        f"{PRIVATE}/{{budget}}/twin_{{twin}}/metrics.parquet",
+    log:
+        f"{RESULTS}/logs/private_model/{{budget}}/twin_{{twin}}.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: config["host_threads"]
+    resources:
+        **job_resources(CFG, private_training_job),
+    params:
+        models={name: model_param(CFG, name) for name in config["models"]["names"]},
+        training=private_training(config["training"]),
+        grid_batch=config["training"]["physical_batch"],
+        checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/twin_{wildcards.twin}/checkpoint",
+    script:
+        "../scripts/private_model_twin.py"
 
 
 rule private_model_evaluate:
@@ -113,6 +140,11 @@ rule private_model_report:
             rules.private_model_evaluate.output[0], budget=PRIVATE_BUDGETS
         ),
         audits=expand(rules.private_model_audit.output.summary, budget=PRIVATE_BUDGETS),
+        twins=expand(
+            rules.private_model_twin.output[0], budget=PRIVATE_BUDGETS, twin=TWINS
+        ),
+        correction=CORRECTION,
+        calibration=rules.validate_law.output.calibration,
     output:
         csv=f"{PRIVATE}/table.csv",
         md=f"{PRIVATE}/table.md",

@@ -10,5 +10,6 @@ with log_to_file(snakemake.log[0]) as log:
         snakemake.params.models,
         snakemake.params.microbatch,
         snakemake.output[0],
+        snakemake.input.correction[0] if snakemake.input.correction else None,
     )
     log.info("plan: %s", plan)

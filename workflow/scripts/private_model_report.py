@@ -5,12 +5,7 @@ from dpscaling.tables.private_model import write_report
 
 with log_to_file(snakemake.log[0]) as log:
     table = write_report(
-        snakemake.input.law,
-        snakemake.input.bootstrap,
-        snakemake.input.plans,
-        snakemake.input.curves,
-        snakemake.input.evaluations,
-        snakemake.input.audits,
+        snakemake.input,
         snakemake.params.settings,
         Path(snakemake.output.csv).with_suffix(""),
         Path(snakemake.output.pdf).with_suffix(""),

@@ -29,12 +29,15 @@ from dpscaling.law.columns import (
 from dpscaling.law.bootstrap import (
     ANSWERING, LOSS_HIGH, LOSS_LOW, NO_REPEATS, Replicates, band, bootstrap_directory, interval, load_replicates,
     optimum_intervals)
+from dpscaling.law.calibration import Calibration, calibrated_interval, calibration_file, load_calibration
 from dpscaling.law.interpolation import reason_counts
+from dpscaling.law.physical_batch import PhysicalBatchCorrection, load_correction
 from dpscaling.law.settings import ASYMPTOTE_CHOICES
 from dpscaling.law.noise import SigmaSource, read_accounting_csv
 from dpscaling.law.queries import (
-    DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, compute_optimal,
-    constant_compute_configurations, evaluate_configurations, model_size_grid, saturating_table)
+    DEFAULT_TOLERANCE, INFERENCE_FLOPS, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, TOTAL_FLOPS, TRAINING_FLOPS,
+    compute_optimal, constant_compute_configurations, evaluate_configurations, inference_aware, model_size_grid,
+    saturating_table)
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
 DEFAULT_DELTA = 1e-8
@@ -122,6 +125,19 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bootstrap", metavar="DIR",
                         help="the law's bootstrap replicates (default: the workflow's <run>/law/bootstrap next to "
                              "--law <run>/law/fit, if present): answers get a 90%% interval")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="the law's held-out calibration, calibration.json of `snakemake validate` (default: "
+                             "<run>/validate/calibration.json next to --law <run>/law/fit, if present): "
+                             "compute-optimal answers also get the calibrated 90%% interval, which carries the "
+                             "law's own error")
+    parser.add_argument("--physical-batch-correction", metavar="FILE",
+                        help="not in the paper: correct the law's loss to each candidate's batch B trained as its "
+                             "physical batch, with the slope fitted by the workflow (<run>/law/physical_batch/"
+                             "correction.json, fit.physical_batch_correction; docs/fit.md)")
+    parser.add_argument("--inference-tokens", type=float, metavar="N",
+                        help="expected inference volume in tokens: also answer the configuration with the fewest "
+                             "training + inference FLOPs (2·M per token) at the compute-optimal loss or better "
+                             "(a smaller model trained on up to 2^10·C)")
     parser.add_argument("--configs", metavar="CSV", help="configurations to evaluate")
     parser.add_argument("--out", metavar="CSV", help="with --configs: write the evaluated rows here")
     _add_accounting_flags(parser)
@@ -206,6 +222,9 @@ def run_query(args: argparse.Namespace) -> int:
     budget_flags = {"--compute": args.compute, "--epsilon": args.epsilon, "--users": args.users}
     if args.configs and any(v is not None for v in budget_flags.values()):
         raise UserError("give either --configs or --compute/--epsilon/--users, not both")
+    if args.configs and args.inference_tokens is not None:
+        raise UserError("--inference-tokens is for the compute-optimal search (--compute/--epsilon/--users), "
+                        "not --configs")
     if args.configs:
         return _query_configs(args)
     missing = [flag for flag, value in budget_flags.items() if value is None]
@@ -216,14 +235,18 @@ def run_query(args: argparse.Namespace) -> int:
     for flag, value in budget_flags.items():
         if not value > 0:
             raise UserError(f"{flag} must be positive, got {value:g}")
+    if args.inference_tokens is not None and not args.inference_tokens >= 0:
+        raise UserError(f"--inference-tokens must be >= 0, got {args.inference_tokens:g}")
     law = load_law(args.law)
     source = resolve_sigma(args, law)
     if args.tolerance is None:
         args.tolerance = REFERENCE_BAND_TOLERANCE if law.settings.reference_compatible else DEFAULT_TOLERANCE
     if not args.tolerance >= 0:
         raise UserError(f"--tolerance must be >= 0, got {args.tolerance:g}")
+    correction = _correction(args)
     answer = compute_optimal(args.compute, args.epsilon, args.users, law.loss, source.sigma, law.seq_len,
-                             _candidate_model_sizes(args, law), law.iteration_bounds(), args.tolerance)
+                             _candidate_model_sizes(args, law), law.iteration_bounds(), args.tolerance,
+                             correction=correction)
     best = answer.optimum
     result: dict[str, Any] = {
         "compute": args.compute, "epsilon": args.epsilon, "users": args.users, "delta": args.delta,
@@ -234,7 +257,20 @@ def run_query(args: argparse.Namespace) -> int:
     }
     for column, (low, high) in answer.ranges().items():
         result[f"near_optimal_{_snake(column)}"] = [low, high]
-    result.update(_optimum_interval(args, law, source))
+    result["physical_batch_correction"] = "off (the paper's law)" if correction is None else correction.to_json()
+    result.update(_optimum_interval(args, law, source, float(best[CROSS_ENTROPY]), correction))
+    if args.inference_tokens is not None:
+        served = inference_aware(args.compute, args.epsilon, args.users, law.loss, source.sigma, law.seq_len,
+                                 _candidate_model_sizes(args, law), law.iteration_bounds(), args.inference_tokens,
+                                 correction=correction)
+        columns = {"model_size": MODEL_SIZE, "batch_size": BATCH_SIZE, "iterations": ITERATIONS, "sigma": SIGMA,
+                   "noise_batch_ratio": NOISE_BATCH_RATIO, "predicted_loss": CROSS_ENTROPY,
+                   "training_flops": TRAINING_FLOPS, "inference_flops": INFERENCE_FLOPS, "total_flops": TOTAL_FLOPS}
+        result["inference_aware"] = {
+            "inference_tokens": served.inference_tokens,
+            **{key: float(served.choice[column]) for key, column in columns.items()},
+            "compute_optimal_total_flops": float(served.compute_optimal[TOTAL_FLOPS]),
+            "candidates": served.candidates, "candidates_without_answer": served.unanswered}
     result["candidates"] = answer.candidates
     result["candidates_without_answer"] = answer.unanswered
     result["accounting"] = source.description
@@ -257,27 +293,63 @@ def _replicates(args: argparse.Namespace, law: Law) -> tuple[Replicates | None, 
     return replicates, "" if replicates else f"{NO_REPEATS} (no bootstrap replicates next to the law)"
 
 
-def _optimum_interval(args: argparse.Namespace, law: Law, source: SigmaSource) -> dict[str, Any]:
-    """The compute-optimal answer of every replicate: 5% / 95% quantiles of its loss and of its M, B, T
-    (:func:`dpscaling.law.bootstrap.optimum_intervals`, which the figures' bands use too)."""
+def _calibration(args: argparse.Namespace, law: Law) -> tuple[Calibration | None, str]:
+    """The law's held-out calibration (``--calibration`` or the workflow's ``<run>/validate/calibration.json``
+    next to the law) in the law's mode and, when there is none, why."""
+    if args.calibration is not None:
+        return load_calibration(existing_file(args.calibration, "--calibration"), law.settings), ""
+    path = calibration_file(args.law)
+    if not path.is_file():
+        return None, (f"no calibrated interval: no {path.parent.name}/{path.name} next to the law (run "
+                      "`snakemake validate`, or pass --calibration FILE)")
+    return load_calibration(path, law.settings), ""
+
+
+def _correction(args: argparse.Namespace) -> PhysicalBatchCorrection | None:
+    """The physical-batch correction of ``--physical-batch-correction`` (None: the paper's law, uncorrected)."""
+    if args.physical_batch_correction is None:
+        return None
+    return load_correction(existing_file(args.physical_batch_correction, "--physical-batch-correction"))
+
+
+def _optimum_interval(args: argparse.Namespace, law: Law, source: SigmaSource, predicted: float,
+                      correction: PhysicalBatchCorrection | None = None) -> dict[str, Any]:
+    """The compute-optimal answer's two 90% intervals. Seed-only: the compute-optimal answer of every bootstrap
+    replicate, 5% / 95% quantiles of its loss and of its M, B, T (:func:`dpscaling.law.bootstrap.optimum_intervals`,
+    which the figures' bands use too), as ``predicted_loss_90`` = ``seed_only_interval_90``. Calibrated: the
+    predicted loss ± the held-out half-width q (:mod:`dpscaling.law.calibration`), ``calibrated_interval_90``."""
     replicates, reason = _replicates(args, law)
-    if replicates is None:
-        return {"interval": reason}
+    calibration, missing = _calibration(args, law)
+    if replicates is None and calibration is None:
+        return {"interval": reason, "calibration": missing}
     configs = constant_compute_configurations(args.compute, _candidate_model_sizes(args, law), law.seq_len,
                                               law.iteration_bounds())
     candidates = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: args.epsilon, DATA_BUDGET: args.users}),
-                                         law.loss, source.sigma, law.seq_len)
-    table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), replicates)
+                                         law.loss, source.sigma, law.seq_len, correction)
+    calibrated: dict[str, Any] = {"calibration": missing}
+    if calibration is not None and not np.isfinite(calibration.half_width):
+        calibrated["calibration"] = f"no calibrated interval: {calibration.source} pools no answered held-out set"
+    elif calibration is not None:
+        calibrated["calibrated_interval_90"] = list(calibrated_interval(predicted, calibration))
+        calibrated["calibration"] = {"method": calibration.method, "mode": calibration.mode,
+                                     "level": calibration.level, "guaranteed_level": calibration.guaranteed_level,
+                                     "half_width": calibration.half_width, "sets": len(calibration.sets),
+                                     "source": calibration.source}
+    if replicates is None:
+        return {"interval": reason, **calibrated}
+    table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), replicates, correction=correction)
     if table.empty:
-        return {"interval": f"no interval: none of the {len(replicates)} replicates answers this query"}
+        return {"interval": f"no interval: none of the {len(replicates)} replicates answers this query",
+                **calibrated}
     row = table.iloc[0]
     result: dict[str, Any] = {"interval": f"90% over {len(replicates)} bootstrap replicates"}
     for column, key in ((CROSS_ENTROPY, "predicted_loss_90"), (MODEL_SIZE, "model_size_5_95"),
                         (BATCH_SIZE, "batch_size_5_95"), (ITERATIONS, "iterations_5_95")):
         result[key] = [float(row[name]) for name in band(column)]
+    result["seed_only_interval_90"] = result["predicted_loss_90"]  # the same: seed-to-seed noise only
     result["bootstrap_replicates"] = len(replicates)
     result["replicates_without_answer"] = len(replicates) - int(row[ANSWERING])
-    return result
+    return {**result, **calibrated}
 
 
 def _snake(column: str) -> str:
@@ -298,12 +370,14 @@ def _query_configs(args: argparse.Namespace) -> int:
                         "non-numeric or non-positive value (line numbers count the header)")
     law = load_law(args.law)
     source = resolve_sigma(args, law, allow_per_row=True)
-    evaluated = evaluate_configurations(configs.assign(**values), law.loss, source.sigma, law.seq_len)
+    correction = _correction(args)
+    evaluated = evaluate_configurations(configs.assign(**values), law.loss, source.sigma, law.seq_len, correction)
     replicates, reason = _replicates(args, law)
     if replicates is not None:  # the 90% interval of each row's loss over the replicate laws
-        low, high = interval(replicates.loss_matrix(*(evaluated[c].to_numpy(float) for c in
-                                                       (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))))
-        evaluated = evaluated.assign(**{LOSS_LOW: low, LOSS_HIGH: high})
+        m, t, nbr = (evaluated[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
+        shift = 0.0 if correction is None else correction.shift(evaluated[BATCH_SIZE].to_numpy(float), nbr, m)
+        low, high = interval(replicates.loss_matrix(m, t, nbr))
+        evaluated = evaluated.assign(**{LOSS_LOW: low - shift, LOSS_HIGH: high - shift})
     unanswered = reason_counts(evaluated[REASON].to_numpy())
     if args.out:
         evaluated.to_csv(args.out, index=False)

@@ -282,9 +282,31 @@ class Bootstrap(Block):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Validation(Block):
+    replicates: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectionPoint(Block):
+    model: str
+    noise_batch_ratio: float
+    learning_rate: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhysicalBatchCorrectionBlock(Block):
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"points": CorrectionPoint}
+    enabled: bool
+    physical_batch: int
+    points: tuple[CorrectionPoint, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class FitBlock(Block):
     NAME: ClassVar[str] = "fit"
-    NESTED: ClassVar[Mapping[str, type[Block]]] = {"extrapolation_window": Window, "bootstrap": Bootstrap}
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"extrapolation_window": Window, "bootstrap": Bootstrap,
+                                                   "physical_batch_correction": PhysicalBatchCorrectionBlock,
+                                                   "validation": Validation}
     reference_compatible: bool
     near_optimal_tolerance: float
     rolling_window: int | None
@@ -298,6 +320,8 @@ class FitBlock(Block):
     extension_doublings: int
     parametric: bool
     bootstrap: Bootstrap
+    physical_batch_correction: PhysicalBatchCorrectionBlock
+    validation: Validation
 
     def law_settings(self, training_warmup_steps: int, reference_compatible: bool | None = None):
         """The :class:`~dpscaling.law.LawSettings` this block asks for, in paper or reference-compatible mode

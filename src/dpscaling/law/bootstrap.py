@@ -33,10 +33,11 @@ import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
-from dpscaling.law.artifact import fit_law
+from dpscaling.law.artifact import Law, fit_law
 from dpscaling.law.collect import RUN, load_results, primary_seed_curves
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, NOISE_BATCH_RATIO, SEED
 from dpscaling.law.interpolation import LossFunction
+from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.settings import LawSettings
 
 REPLICATE = "Replicate"
@@ -89,6 +90,14 @@ def perturb(curves: pd.DataFrame, residuals: Sequence[pd.Series], rng: np.random
     return out
 
 
+def refit(curves: pd.DataFrame, residuals: Sequence[pd.Series], settings: LawSettings, seed: int, replicate: int,
+          **fit_options) -> Law:
+    """Replicate ``replicate`` of the law on ``curves`` (one seed's): every curve perturbed with a residual
+    curve drawn from ``np.random.default_rng([seed, replicate])``, then refitted with ``settings``."""
+    rng = np.random.default_rng([int(seed), int(replicate)])
+    return fit_law(perturb(curves, residuals, rng), settings, **fit_options)
+
+
 def replicate_grids(results: pd.DataFrame, settings: LawSettings, replicates: Sequence[int],
                     seed: int = 0, **fit_options) -> pd.DataFrame:
     """Refit the law on perturbed curves, once per replicate id; their grids stacked with a Replicate column.
@@ -103,8 +112,7 @@ def replicate_grids(results: pd.DataFrame, settings: LawSettings, replicates: Se
     main, _ = primary_seed_curves(results)
     grids = []
     for replicate in replicates:
-        rng = np.random.default_rng([int(seed), int(replicate)])
-        law = fit_law(perturb(main, residuals, rng), settings, **fit_options)
+        law = refit(main, residuals, settings, seed, replicate, **fit_options)
         grids.append(law.grid[GRID_COLUMNS].assign(**{REPLICATE: int(replicate)}))
     table = pd.concat(grids, ignore_index=True)
     return table.assign(**{REFERENCE_COMPATIBLE: settings.reference_compatible})
@@ -200,17 +208,20 @@ def band(column: str) -> tuple[str, str]:
     return f"{column} 5%", f"{column} 95%"
 
 
-def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute: str = "Compute") -> pd.DataFrame:
+def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute: str = "Compute",
+                      correction: PhysicalBatchCorrection | None = None) -> pd.DataFrame:
     """Per compute budget: 5% / 95% quantiles over replicates of the optimum's loss, M, B and T.
 
     ``candidates``: constant-compute configurations with their σ̄ (as :func:`evaluate_configurations` gives
     them; σ does not depend on the law, so it is computed once). Each replicate's loss picks its own optimum;
-    ``Best Cross Entropy`` bands the running minimum over compute, per replicate.
+    ``Best Cross Entropy`` bands the running minimum over compute, per replicate. With a ``correction``
+    (not in the paper) every replicate's loss is corrected to the candidate's batch, as the answer's.
     """
     m, t, s = (candidates[c].to_numpy(float) for c in ("Model Size", ITERATIONS, NOISE_BATCH_RATIO))
+    shift = 0.0 if correction is None else correction.shift(candidates["Batch Size"].to_numpy(float), s, m)
     optima = []
     for index, loss in enumerate(replicates.losses):
-        frame = candidates.assign(**{CROSS_ENTROPY: loss(m, t, s)}).dropna(subset=[CROSS_ENTROPY])
+        frame = candidates.assign(**{CROSS_ENTROPY: loss(m, t, s) - shift}).dropna(subset=[CROSS_ENTROPY])
         if frame.empty:
             continue
         best = frame.loc[frame.groupby(compute)[CROSS_ENTROPY].idxmin()].sort_values(compute)

@@ -6,7 +6,8 @@ set σ̄ = σ/B, and read the loss off the fitted function. The optimum is the
 lowest loss; the near-optimal set is every configuration within a relative
 tolerance of it (paper captions: 1%; the authors' code: 2% for bands).
 Configurations the law or the accounting cannot answer are counted by reason,
-never silently dropped.
+never silently dropped. :func:`inference_aware` adds inference FLOPs (the
+paper's over-training remark in its limitations).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dpscaling.law.columns import (
     PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
 from dpscaling.law.interpolation import LossFunction, reason_counts
 from dpscaling.law.noise import SigmaFunction
+from dpscaling.law.physical_batch import PhysicalBatchCorrection
 
 # Batch sizes 2^(k/4), k = 0..100 (1 … 2^25 sequences), as in the authors' code.
 DEFAULT_BATCH_SIZES = 2.0 ** (np.arange(0, 101) / 4)
@@ -34,6 +36,12 @@ SATURATION_TOLERANCE = 0.01
 BATCH_LARGER_THAN_DATA = "batch size larger than the data budget (q = B/N > 1)"
 NO_SIGMA = "accounting cannot calibrate sigma here (outside its table)"
 RANGE_COLUMNS = (MODEL_SIZE, BATCH_SIZE, ITERATIONS, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)
+# Inference-aware answers (the paper's over-training remark): forward pass ≈ 2·M FLOPs per token;
+# training budgets C·2^(k/4) up to 2^10·C.
+INFERENCE_FLOPS_PER_PARAMETER_TOKEN = 2.0
+OVERTRAINING_STEPS_PER_DOUBLING = 4
+DEFAULT_MAX_OVERTRAINING = 2.0 ** 10
+TRAINING_FLOPS, INFERENCE_FLOPS, TOTAL_FLOPS = "Training FLOPs", "Inference FLOPs", "Total FLOPs"
 
 
 def compute_cost(model_size, batch_size, iterations, seq_len: float):
@@ -61,8 +69,11 @@ def constant_compute_configurations(compute, model_sizes: np.ndarray, seq_len: f
 
 
 def evaluate_configurations(configs: pd.DataFrame, loss: LossFunction, sigma: SigmaFunction,
-                            seq_len: float) -> pd.DataFrame:
-    """Add σ, σ̄, loss, tokens, tokens/parameter, FLOPs and a NaN reason to rows of (M, B, T, ε, N)."""
+                            seq_len: float, correction: PhysicalBatchCorrection | None = None) -> pd.DataFrame:
+    """Add σ, σ̄, loss, tokens, tokens/parameter, FLOPs and a NaN reason to rows of (M, B, T, ε, N).
+
+    With a ``correction`` (not in the paper: :mod:`dpscaling.law.physical_batch`) the loss is the law's
+    corrected to each row's batch B trained as its physical batch."""
     m, b, t = (configs[c].to_numpy(float) for c in (MODEL_SIZE, BATCH_SIZE, ITERATIONS))
     epsilon, users = configs[PRIVACY_BUDGET].to_numpy(float), configs[DATA_BUDGET].to_numpy(float)
     q = b / users
@@ -72,6 +83,8 @@ def evaluate_configurations(configs: pd.DataFrame, loss: LossFunction, sigma: Si
         sigma_values[feasible] = sigma(epsilon[feasible], t[feasible], q[feasible])
     nbr = sigma_values / b
     values, reasons = loss.evaluate(m, t, nbr)
+    if correction is not None:
+        values = correction.apply(values, b, nbr, m)
     reasons = np.where(np.isnan(sigma_values), NO_SIGMA, reasons)
     reasons = np.where(feasible, reasons, BATCH_LARGER_THAN_DATA)
     tokens = b * t * seq_len
@@ -101,7 +114,8 @@ class ComputeOptimal:
 def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunction, sigma: SigmaFunction,
                     seq_len: float, model_sizes: np.ndarray, iteration_bounds: tuple[float, float],
                     tolerance: float = DEFAULT_TOLERANCE,
-                    batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> ComputeOptimal:
+                    batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES,
+                    correction: PhysicalBatchCorrection | None = None) -> ComputeOptimal:
     """Best constant-compute configuration and every one within ``tolerance`` of its loss.
 
     Raises UserError when no candidate has a finite predicted loss (the budget
@@ -114,7 +128,7 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
                         f"{iteration_bounds[0]:.4g} <= iterations <= {iteration_bounds[1]:.4g}; "
                         f"the law covers about [{lo:.3g}, {hi:.3g}] FLOPs")
     configs = configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users})
-    evaluated = evaluate_configurations(configs, loss, sigma, seq_len)
+    evaluated = evaluate_configurations(configs, loss, sigma, seq_len, correction)
     answered = evaluated.dropna(subset=[CROSS_ENTROPY]).sort_values(CROSS_ENTROPY, kind="stable")
     unanswered = reason_counts(evaluated[REASON].to_numpy())
     if answered.empty:
@@ -124,6 +138,73 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
     best = answered.iloc[0]
     near = answered[answered[CROSS_ENTROPY] <= best[CROSS_ENTROPY] * (1 + tolerance)]
     return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered)
+
+
+def inference_cost(model_size, inference_tokens: float):
+    """2·M FLOPs per inference token: the standard forward-pass estimate (a third of training's 6·M per token)."""
+    return INFERENCE_FLOPS_PER_PARAMETER_TOKEN * np.asarray(model_size) * inference_tokens
+
+
+def overtraining_budgets(compute: float, max_multiple: float = DEFAULT_MAX_OVERTRAINING,
+                         steps_per_doubling: int = OVERTRAINING_STEPS_PER_DOUBLING) -> np.ndarray:
+    """Training budgets C·2^(k/steps_per_doubling) from C up to ``max_multiple``·C (C itself exactly first)."""
+    if not max_multiple >= 1:
+        raise UserError(f"the over-training budgets must reach at least C (max multiple >= 1), got {max_multiple:g}")
+    steps = int(np.floor(np.log2(max_multiple) * steps_per_doubling + 1e-9))
+    return compute * 2.0 ** (np.arange(steps + 1) / steps_per_doubling)
+
+
+@dataclass
+class InferenceAware:
+    """The configuration with the fewest training plus inference FLOPs at no worse a predicted loss.
+
+    ``choice`` and ``compute_optimal`` are rows of :func:`evaluate_configurations` with
+    Training / Inference / Total FLOPs added; ``choice`` is ``compute_optimal`` itself when
+    over-training saves nothing (always so with no inference tokens).
+    """
+    choice: pd.Series
+    compute_optimal: pd.Series
+    inference_tokens: float
+    candidates: int
+    unanswered: dict[str, int] = field(default_factory=dict)
+
+
+def inference_aware(compute: float, epsilon: float, users: float, loss: LossFunction, sigma: SigmaFunction,
+                    seq_len: float, model_sizes: np.ndarray, iteration_bounds: tuple[float, float],
+                    inference_tokens: float, max_multiple: float = DEFAULT_MAX_OVERTRAINING,
+                    batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES,
+                    correction: PhysicalBatchCorrection | None = None) -> InferenceAware:
+    """Over-training for inference (paper's limitations, "Over-Training and Inference-Time Compute").
+
+    Finds the compute-optimal loss L* at budget C, then searches the constant-compute configurations
+    of the training budgets C·2^(k/4) up to ``max_multiple``·C (default 2^10·C) at the same ε and N
+    (σ calibrated per candidate, so longer training pays its privacy cost in noise), keeps those
+    predicted at L* or better, and returns the one with the fewest training FLOPs 6·M·B·S·T plus
+    inference FLOPs 2·M·``inference_tokens`` (the forward-pass estimate). Raises UserError for a
+    negative inference volume and, like :func:`compute_optimal`, for a budget the law cannot answer.
+    ``correction`` is passed on to both searches (see :func:`evaluate_configurations`).
+    """
+    if not inference_tokens >= 0:
+        raise UserError(f"inference tokens must be >= 0, got {inference_tokens:g}")
+    optimum = compute_optimal(compute, epsilon, users, loss, sigma, seq_len, model_sizes, iteration_bounds,
+                              batch_sizes=batch_sizes, correction=correction).optimum
+    configs = constant_compute_configurations(overtraining_budgets(compute, max_multiple), model_sizes, seq_len,
+                                              iteration_bounds, batch_sizes)
+    evaluated = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users}),
+                                        loss, sigma, seq_len, correction)
+    as_good = _with_total_flops(evaluated[evaluated[CROSS_ENTROPY] <= optimum[CROSS_ENTROPY]], inference_tokens)
+    baseline = _with_total_flops(optimum.to_frame().T, inference_tokens).iloc[0]
+    cheapest = as_good.loc[as_good[TOTAL_FLOPS].idxmin()] if len(as_good) else baseline
+    choice = cheapest if cheapest[TOTAL_FLOPS] < baseline[TOTAL_FLOPS] else baseline  # ties: no over-training
+    return InferenceAware(choice, baseline, float(inference_tokens), len(evaluated),
+                          reason_counts(evaluated[REASON].to_numpy()))
+
+
+def _with_total_flops(configs: pd.DataFrame, inference_tokens: float) -> pd.DataFrame:
+    """Add training (the budget C), inference (2·M per token) and total FLOPs to evaluated rows."""
+    training = configs[COMPUTE].to_numpy(float)
+    inference = inference_cost(configs[MODEL_SIZE].to_numpy(float), inference_tokens)
+    return configs.assign(**{TRAINING_FLOPS: training, INFERENCE_FLOPS: inference, TOTAL_FLOPS: training + inference})
 
 
 def best_loss_per_compute(budgets: np.ndarray, epsilon: float, users: float, loss: LossFunction,

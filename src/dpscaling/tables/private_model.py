@@ -1,6 +1,7 @@
 """The ``private_model`` report's table: per budget, what the law predicted at the configuration that was
-trained, what the private run achieved, and the ε it spent and an audit found (docs/private-training.md,
-"Closing the loop"). Its figure is :mod:`dpscaling.figures.private_model`."""
+trained (with its seed-only and its calibrated 90% interval), what the private run achieved, the cause
+split of the difference (its study twins), and the ε it spent and an audit found (docs/private-training.md,
+"Closing the loop" and "Why a prediction misses"). Its figure is :mod:`dpscaling.figures.private_model`."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ CAPTION = ("The law's compute-optimal configuration per budget, trained with tru
            "the L priced by its accountant (padding: the expected share of L that is padding; σ untruncated: "
            "the σ untruncated Poisson would need for the same ε): predicted final loss (bootstrap 5%–95%) at "
            "the trained σ̄ against the achieved final training loss (trailing mean, the law's quantity) and "
-           "held-out loss; ε spent by the run's accountant and the matched one-run audit's ε lower bound.")
+           "held-out loss, with the calibrated 90% interval (the law's held-out error, split-conformal); the "
+           "cause split: law (its study twin at the grid's physical batch minus the law), physical batch (the "
+           "twin at the plan's B minus that) and sampler (the private run minus the twin at B); ε spent by "
+           "the run's accountant and the matched one-run audit's ε lower bound.")
 # The columns the Markdown and LaTeX tables show (the CSV keeps every column), with their headings.
 SHOWN = {
     "epsilon": "ε", "data_budget": "N", "compute": "C (FLOPs)", "model": "model", "batch_size": "B",
     "iterations": "T", "truncated_batch_size": "L", "padding_share": "padding", "sigma": "σ",
-    "untruncated_sigma": "σ untruncated", "noise_batch_ratio": "σ̄", "predicted_loss": "predicted",
-    "predicted_loss_5": "5%", "predicted_loss_95": "95%", "achieved_train_loss": "achieved (train)",
-    "achieved_heldout_loss": "achieved (held-out)", "epsilon_spent": "ε spent", "audited_epsilon": "ε audited"}
+    "untruncated_sigma": "σ untruncated", "noise_batch_ratio": "σ̄", "law_loss": "law",
+    "predicted_loss": "predicted", "predicted_loss_5": "seed 5%", "predicted_loss_95": "seed 95%",
+    "calibrated_low": "calibrated 5%", "calibrated_high": "calibrated 95%", "achieved_train_loss": "achieved (train)",
+    "inside_calibrated": "inside", "achieved_heldout_loss": "achieved (held-out)",
+    "law_error": "law error", "physical_batch_effect": "batch effect", "sampler_effect": "sampler effect",
+    "epsilon_spent": "ε spent", "audited_epsilon": "ε audited"}
 
 
 def achieved_training_loss(curve: pd.DataFrame, window: int | None) -> float:
@@ -34,21 +41,40 @@ def achieved_training_loss(curve: pd.DataFrame, window: int | None) -> float:
     return float(np.mean(losses[-(window or 1):]))
 
 
+def cause_split(law_loss: float, achieved: float, twins: Mapping[str, float]) -> dict[str, float]:
+    """The difference achieved − law split in three that add up to it: the law's own error (its study twin
+    at the grid's physical batch against the law), the physical batch (the twin at the plan's B against
+    the one at the grid's) and the sampler (the private truncated-Poisson run against the twin at B)."""
+    grid, recommended = twins["grid_batch"], twins["recommended_batch"]
+    return {"law_error": grid - law_loss, "physical_batch_effect": recommended - grid,
+            "sampler_effect": achieved - recommended}
+
+
 def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping[str, Any],
-               audit: Mapping[str, Any], law, replicates, window: int | None) -> dict[str, Any]:
-    """One budget's line: the law's prediction at what was trained, what was achieved, ε spent and audited."""
+               audit: Mapping[str, Any], law, replicates, window: int | None,
+               twins: Mapping[str, pd.DataFrame], correction=None, calibration=None) -> dict[str, Any]:
+    """One budget's line: the law's prediction at what was trained (corrected for the physical batch when
+    the run fits that correction), its seed-only and calibrated intervals, what was achieved, the cause
+    split, ε spent and audited."""
     from dpscaling.law.bootstrap import interval
+    from dpscaling.law.calibration import calibrated_interval
 
     last = curve.sort_values("step").iloc[-1]
     budget = plan["budget"]
     nbr = float(last["noise_batch_ratio"])
     point = (np.array([plan["model_size"]]), np.array([float(plan["iterations"])]), np.array([nbr]))
-    predicted = float(law.loss(*point)[0])
+    law_loss = float(law.loss(*point)[0])
+    shift = 0.0 if correction is None else float(correction.shift(plan["batch_size"], nbr, plan["model_size"]))
+    predicted = law_loss - shift
     low = high = math.nan
     if replicates is not None:
         lows, highs = interval(replicates.loss_matrix(*point))
-        low, high = float(lows[0]), float(highs[0])
+        low, high = float(lows[0]) - shift, float(highs[0]) - shift
+    calibrated_low = calibrated_high = math.nan
+    if calibration is not None:
+        calibrated_low, calibrated_high = (float(v) for v in calibrated_interval(predicted, calibration))
     achieved = achieved_training_loss(curve, window)
+    twin_losses = {name: achieved_training_loss(twin, window) for name, twin in twins.items()}
     return {
         "budget": budget["label"], "epsilon": budget["epsilon"], "delta": budget["delta"],
         "data_budget": budget["data_budget"], "compute": budget["compute"],
@@ -62,36 +88,66 @@ def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping
         "dataset_size": int(last["dataset_size"]), "sampling_probability": float(last["sampling_probability"]),
         "planned_sigma": plan["sigma"], "query_noise_batch_ratio": plan["query"]["noise_batch_ratio"],
         "query_predicted_loss": plan["query"]["predicted_loss"],
+        "law_loss": law_loss, "physical_batch_shift": shift,
         "predicted_loss": predicted, "predicted_loss_5": low, "predicted_loss_95": high,
+        "calibrated_low": calibrated_low, "calibrated_high": calibrated_high,
         "achieved_train_loss": achieved, "achieved_heldout_loss": float(evaluation["loss"]),
         "error_train": achieved - predicted,
+        "inside_seed_only": bool(low <= achieved <= high),
+        "inside_calibrated": bool(calibrated_low <= achieved <= calibrated_high),
+        "twin_grid_batch": int(twins["grid_batch"]["batch_size"].iloc[0]),
+        "twin_recommended_batch": int(twins["recommended_batch"]["batch_size"].iloc[0]),
+        "achieved_grid_batch": twin_losses["grid_batch"],
+        "achieved_recommended_batch": twin_losses["recommended_batch"],
+        **cause_split(law_loss, achieved, twin_losses),
         "epsilon_spent": float(last["epsilon"]), "accountant": str(last["accountant"]),
         "audited_epsilon": float(audit["audited_epsilon"]),
         "audit_has_power": bool(audit["audit_has_power"]), "status": str(last["status"]),
     }
 
 
-def report_from_files(law_dir: str | os.PathLike[str], bootstrap: Sequence[str], plans: Sequence[str],
-                      curves: Sequence[str], evaluations: Sequence[str], audits: Sequence[str],
-                      settings: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
-    """Every budget's row (inputs in the same order), and what the interval is over."""
+def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
+    """Every budget's row, and what the seed-only interval is over. ``inputs``: the rule's named inputs,
+    ``law``, ``plans``, ``curves``, ``evaluations``, ``audits`` (one per budget, in the same order),
+    ``twins`` (per budget, its :data:`dpscaling.private_model.TWINS` in order), and lists (empty when
+    absent) ``bootstrap``, ``correction`` (the physical-batch correction) and ``calibration``."""
     from dpscaling.law import LawSettings, load_law
     from dpscaling.law.bootstrap import NO_REPEATS, load_replicates
-    from dpscaling.private_model import read_json
+    from dpscaling.law.calibration import load_calibration
+    from dpscaling.law.physical_batch import load_correction
+    from dpscaling.private_model import TWINS, read_json
 
     law_settings = LawSettings.from_json(dict(settings))
-    law = load_law(law_dir)
+    law = load_law(inputs["law"])
+    bootstrap, correction, calibration = (_paths(inputs.get(key)) for key in ("bootstrap", "correction",
+                                                                                 "calibration"))
     replicates = load_replicates(bootstrap[0], law_settings) if bootstrap else None
+    correction = load_correction(correction[0]) if correction else None
+    calibration = load_calibration(calibration[0], law_settings) if calibration else None
     note = f"90% over {len(replicates)} bootstrap replicates" if replicates else NO_REPEATS
-    rows = [report_row(read_json(plan), pd.read_parquet(curve), read_json(evaluation), read_json(audit), law,
-                       replicates, law_settings.rolling_window)
-            for plan, curve, evaluation, audit in zip(plans, curves, evaluations, audits, strict=True)]
+    plans = list(inputs["plans"])
+    twins = list(inputs["twins"])
+    if len(twins) != len(TWINS) * len(plans):
+        raise ValueError(f"private_model report: {len(twins)} twin curves for {len(plans)} budgets")
+    rows = []
+    for index, (plan, curve, evaluation, audit) in enumerate(zip(plans, inputs["curves"], inputs["evaluations"],
+                                                                 inputs["audits"], strict=True)):
+        pair = twins[index * len(TWINS):(index + 1) * len(TWINS)]
+        rows.append(report_row(read_json(plan), pd.read_parquet(curve), read_json(evaluation), read_json(audit),
+                               law, replicates, law_settings.rolling_window,
+                               {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)},
+                               correction, calibration))
     return pd.DataFrame(rows), note
 
 
-def write_report(law_dir: str | os.PathLike[str], bootstrap: Sequence[str], plans: Sequence[str],
-                 curves: Sequence[str], evaluations: Sequence[str], audits: Sequence[str],
-                 settings: Mapping[str, Any], table_stem: str | os.PathLike[str],
+def _paths(value) -> list[str]:
+    """An optional input as a list of paths (a rule's named input is a string when it is one file)."""
+    if not value:
+        return []
+    return [str(value)] if isinstance(value, str | os.PathLike) else [str(v) for v in value]
+
+
+def write_report(inputs: Mapping[str, Any], settings: Mapping[str, Any], table_stem: str | os.PathLike[str],
                  figure_stem: str | os.PathLike[str]) -> pd.DataFrame:
     """Rule ``private_model_report``: ``table_stem``.csv/.md/.tex (:func:`dpscaling.tables.write.write_table`)
     and the figure ``figure_stem``.pdf/.png/.csv (:data:`dpscaling.figures.private_model.PREDICTED_VS_ACHIEVED`)."""
@@ -99,7 +155,7 @@ def write_report(law_dir: str | os.PathLike[str], bootstrap: Sequence[str], plan
     from dpscaling.figures.private_model import PREDICTED_VS_ACHIEVED, PrivateModelContext
     from dpscaling.tables.write import write_table
 
-    table, note = report_from_files(law_dir, bootstrap, plans, curves, evaluations, audits, settings)
-    write_table(table, table_stem, f"{CAPTION} Interval: {note}.", LABEL, shown=SHOWN)
+    table, note = report_from_files(inputs, settings)
+    write_table(table, table_stem, f"{CAPTION} Seed-only interval: {note}.", LABEL, shown=SHOWN)
     render(PREDICTED_VS_ACHIEVED.name, PrivateModelContext(table, note), figure_stem)
     return table
