@@ -13,9 +13,9 @@ import pytest
 from dpscaling.errors import UserError
 from dpscaling.law import LawSettings
 from dpscaling.law.calibration import (
-    CALIBRATED_COVERAGE, HALF_WIDTH, IN_POOL, SEED_COVERAGE, SET, Calibration, calibrated_interval, calibration_file,
+    ANSWERED, CALIBRATED_COVERAGE, HALF_WIDTH, IN_POOL, POINTS, SEED_COVERAGE, SET, Calibration, calibrated_interval, calibration_file,
     conformal_quantile, coverage, half_width, load_calibration, write_calibration)
-from dpscaling.law.columns import CROSS_ENTROPY
+from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS
 from dpscaling.law.validation import (
     HELD_OUT, HORIZON, INTERIOR_MODEL, KIND, MODE, MODEL_EXTRAPOLATION, NOISE, PREDICTED, SEED_HIGH, SEED_LOW)
 
@@ -61,35 +61,39 @@ def _points(mode: str = "paper") -> pd.DataFrame:
             sign = 1 if index % 2 else -1
             # Measured 0 (a loss shifted by a constant): the scores are exactly these numbers.
             rows.append({HELD_OUT: name, KIND: kind, MODE: mode, CROSS_ENTROPY: 0.0, PREDICTED: sign * score,
-                         SEED_LOW: sign * score - 0.15, SEED_HIGH: sign * score + 0.15})
+                         SEED_LOW: sign * score - 0.15, SEED_HIGH: sign * score + 0.15, ITERATIONS: 100})
+        # A point right after the warm-up (T below a quarter of the horizon): not scored.
+        rows.append({HELD_OUT: name, KIND: kind, MODE: mode, CROSS_ENTROPY: 0.0, PREDICTED: 5.0,
+                     SEED_LOW: 0.0, SEED_HIGH: 0.0, ITERATIONS: 20})
     return pd.DataFrame(rows)
 
 
 def test_leave_one_set_out_coverage_on_a_hand_built_residual_table() -> None:
     table, calibrations = coverage(_points(), MODES, level=0.5)
     table = table.set_index(SET)
-    # H is scored with q from I and N only: weights I 1, N 1/4 each over K + 1 = 3 -> 0.05: 1/12,
-    # 0.3: 5/12, 0.4: 6/12 -> q = 0.4; both of H's scores are inside.
+    # Every set is pooled, each scored with the q of the other three (K + 1 = 4). H from I (weight 1),
+    # N (1/4 each) and E (1/2 each): 0.05: 1/16, 0.2: 3/16, 0.3: 7/16, 0.4: 8/16 -> q = 0.4; H inside.
     assert table.loc["H", HALF_WIDTH] == 0.4 and table.loc["H", CALIBRATED_COVERAGE] == 1.0
-    # N from H and I: 0.1: 1/6, 0.2: 2/6, 0.3: 3/6 -> q = 0.3; only N's 0.05 is inside.
-    assert table.loc["N", HALF_WIDTH] == 0.3 and table.loc["N", CALIBRATED_COVERAGE] == 0.25
     assert table.loc["I", HALF_WIDTH] == 0.4 and table.loc["I", CALIBRATED_COVERAGE] == 1.0
-    # E (model extrapolation) is not pooled and takes the whole pool's q: 0.05: 1/16, 0.1: 3/16, 0.2: 5/16,
-    # 0.3: 9/16 >= 0.5 -> q = 0.3; its 0.2 is inside, its 1.0 is not.
-    assert not table.loc["E", IN_POOL] and table.loc[["H", "I", "N"], IN_POOL].all()
+    # N from H, I and E: 0.1: 2/16, 0.2: 6/16, 0.3: 10/16 -> q = 0.3; only N's 0.05 is inside.
+    assert table.loc["N", HALF_WIDTH] == 0.3 and table.loc["N", CALIBRATED_COVERAGE] == 0.25
+    # E from H, I and N: 0.05: 1/16, 0.1: 3/16, 0.2: 5/16, 0.3: 9/16 -> q = 0.3; its 0.2 in, its 1.0 out.
     assert table.loc["E", HALF_WIDTH] == 0.3 and table.loc["E", CALIBRATED_COVERAGE] == 0.5
+    assert table[IN_POOL].all() and (table[ANSWERED] == table[POINTS]).all()
     # Seed-only: measured ± 0.15 around each prediction -> the scores <= 0.15 are inside.
     assert table[SEED_COVERAGE].to_dict() == {"H": 0.5, "I": 0.0, "N": 0.25, "E": 0.0}
     paper = calibrations["paper"]
-    assert paper.sets == ("H", "I", "N") and paper.half_width == 0.3 and paper.guaranteed_level == 0.5
-    assert paper.leave_one_set_out_coverage == pytest.approx((1.0 + 1.0 + 0.25) / 3)
+    # The whole pool (K + 1 = 5): 0.05: .25, 0.1: .75, 0.2: 1.75, 0.3: 2.75 -> 2.75/5 >= 0.5 -> q = 0.3.
+    assert paper.sets == ("H", "I", "N", "E") and paper.half_width == 0.3 and paper.guaranteed_level == 0.5
+    assert paper.leave_one_set_out_coverage == pytest.approx((1.0 + 1.0 + 0.25 + 0.5) / 4)
     assert paper.leave_one_set_out_level == 0.5 and not paper.reference_compatible
+    assert paper.iterations_from == 25.0  # a quarter of the horizon: the T = 20 points are not scored
 
 
-def test_at_ninety_percent_three_sets_guarantee_three_quarters_with_the_largest_score() -> None:
+def test_at_ninety_percent_four_sets_guarantee_four_fifths_with_the_largest_score() -> None:
     table, calibrations = coverage(_points(), MODES)
-    assert calibrations["paper"].half_width == 0.6 and calibrations["paper"].guaranteed_level == 0.75
-    assert table.set_index(SET).loc["N", HALF_WIDTH] == 0.3  # max of H and I's scores
+    assert calibrations["paper"].half_width == 1.0 and calibrations["paper"].guaranteed_level == 0.8
+    assert table.set_index(SET).loc["N", HALF_WIDTH] == 1.0  # max of H, I and E's scores
 
 
 def test_calibration_json_round_trips_and_refuses_the_other_mode(tmp_path) -> None:
@@ -100,8 +104,9 @@ def test_calibration_json_round_trips_and_refuses_the_other_mode(tmp_path) -> No
     write_calibration(calibrations, path)
     document = json.loads(path.read_text())
     entry = document["modes"]["paper"]
-    assert entry["level"] == 0.9 and entry["count"] == 3 and entry["calibration_sets"] == ["H", "I", "N"]
-    assert entry["half_width"] == 0.6 and entry["method"].startswith("split-conformal")
+    assert entry["level"] == 0.9 and entry["count"] == 4 and entry["calibration_sets"] == ["H", "I", "N", "E"]
+    assert entry["half_width"] == 1.0 and entry["method"].startswith("split-conformal")
+    assert entry["iterations_from"] == 25.0
     assert entry["leave_one_set_out"]["holds"] in (True, False)
     loaded = load_calibration(path, LawSettings.reference())
     assert loaded == calibrations["reference-compatible"] and loaded.source == str(path)

@@ -10,12 +10,19 @@ interval and measures how often each interval covers held-out measurements.
 **Score.** A held-out point's score is |measured − predicted| in nats, the prediction being the held-out
 fit's (the law fitted without that set).
 
-**Calibration pool.** The held-out sets of the kinds of answer the law gives: the horizon set (the
-extrapolation in T every answer beyond the trained horizon relies on), each interior model (the law's
-own interpolation in log M: queries never leave its model range) and each interior σ̄ column. The
-largest- and smallest-model sets are scored and reported but not pooled: they continue the interpolant
-beyond the model range, outside the law's answering domain, so their errors (larger, and of another
-kind) would widen every interval for answers the law never gives.
+**Calibration pool.** Every held-out set: the horizon set (the extrapolation in T every answer beyond
+the trained horizon relies on), each interior model (the law's own interpolation in log M), each
+interior σ̄ column, and the largest- and smallest-model sets. The last two continue the interpolant
+beyond the model range, where queries never go; they are pooled anyway, because a held-out refit
+interpolates across gaps twice as wide as the full law's, and on the default grid the interior sets
+alone under-cover the σ̄ = 2^-10 column (leave-one-set-out 0.5–0.6): its interpolation error, where the
+gradient's sampling noise rivals the DP noise, is as large as the model-size extrapolation errors.
+
+**Region.** Only held-out points at T ≥ ``iterations_from_fraction`` of the horizon (default 1/4) are
+scored: the first steps after the warm-up are fitted through the rolling mean's lag and err by up to
+0.8 nats on the default grid, while the law's answers (private_model's plans: T = 290–1940 of a
+400-step horizon) lie later. ``iterations_from`` in calibration.json states the region; ``dpscaling
+query`` says when its answer's T is below it.
 
 **Half-width.** K pooled sets, set k with n_k answered points. Every score weighs 1/n_k, so each set
 weighs 1: a set's points share one fit and their errors are strongly correlated, so the set, not the
@@ -35,8 +42,7 @@ says so (the default grid pools 5 sets: 5/6).
 the q calibrated on the *other* pooled sets only (its "calibrated coverage"). If the sets were
 exchangeable, the mean of these coverages would be at least the level K − 1 sets guarantee;
 ``leave_one_set_out`` in calibration.json gives the mean, that level and whether it holds. A set the
-others under-cover (the horizon set erring more than the σ̄ columns, say) shows there by name. The
-extrapolation sets are scored against the full pool's q.
+others under-cover (the horizon set erring more than the σ̄ columns, say) shows there by name.
 
 **What each interval covers.** prediction ± q is a prediction interval for a measured loss: the scores
 hold the law's error and the held-out measurement's own seed noise. The seed-only interval is the spread
@@ -60,23 +66,23 @@ from numpy.typing import ArrayLike
 
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
-from dpscaling.law.columns import CROSS_ENTROPY
+from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS
 from dpscaling.law.settings import LawSettings
-from dpscaling.law.validation import (
-    HELD_OUT, HORIZON, INTERIOR_MODEL, KIND, MODE, NOISE, PREDICTED, SEED_HIGH, SEED_LOW)
+from dpscaling.law.validation import HELD_OUT, KIND, MODE, PREDICTED, SEED_HIGH, SEED_LOW
 
 METHOD = "split-conformal on held-out sets, each set weighted equally, (K+1)-corrected"
 LEVEL = 0.9
-POOL_KINDS = (HORIZON, INTERIOR_MODEL, NOISE)  # the answers the law gives; not the model-size extrapolations
+# Held-out points scored: T >= this fraction of the horizon (the steps right after the warm-up are not the
+# law's answers, and its rolling mean lags there).
+ITERATIONS_FROM_FRACTION = 0.25
 DIRECTORY, FILE = "validate", "calibration.json"
 FORMAT_VERSION = 1
 LABEL = "coverage"
 # No percent sign: the caption goes into LaTeX unescaped.
 CAPTION = ("How often the law's 90-percent intervals hold measurements it was not fitted on, per held-out set and "
            "mode: the seed-only bootstrap interval of the held-out fit, and prediction ± q (split-conformal half-width "
-           "q in nats, calibrated on the other pooled held-out sets; the model-size extrapolation sets, outside "
-           "the law's answering domain, use the whole pool's q and are not pooled). Shares of the answered "
-           "points; seed-only coverage is empty without repeated seeds.")
+           "q in nats, calibrated on the other held-out sets only). Shares of the answered points at T from a "
+           "quarter of the horizon on; seed-only coverage is empty without repeated seeds.")
 SET, POINTS, ANSWERED = "held-out set", "points", "answered"
 SEED_COVERAGE, CALIBRATED_COVERAGE, HALF_WIDTH, IN_POOL = (
     "seed-only coverage", "calibrated coverage", "half-width q (nats)", "calibration pool")
@@ -125,6 +131,7 @@ class Calibration:
     leave_one_set_out_level: float
     level: float = LEVEL
     method: str = METHOD
+    iterations_from: float = 0.0
     source: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -133,7 +140,7 @@ class Calibration:
         return {
             "mode": self.mode, "reference_compatible": self.reference_compatible, "method": self.method,
             "level": self.level, "guaranteed_level": self.guaranteed_level, "half_width": finite(self.half_width),
-            "calibration_sets": list(self.sets), "count": len(self.sets),
+            "calibration_sets": list(self.sets), "count": len(self.sets), "iterations_from": self.iterations_from,
             "leave_one_set_out": {"mean_coverage": coverage, "guaranteed_level": self.leave_one_set_out_level,
                                   "holds": None if coverage is None else coverage >= self.leave_one_set_out_level},
         }
@@ -145,7 +152,7 @@ class Calibration:
         return cls(str(data["mode"]), bool(data["reference_compatible"]), number(data["half_width"]),
                    tuple(data["calibration_sets"]), float(data["guaranteed_level"]),
                    number(check.get("mean_coverage")), float(check.get("guaranteed_level", math.nan)),
-                   float(data["level"]), str(data["method"]), source)
+                   float(data["level"]), str(data["method"]), float(data.get("iterations_from", 0.0)), source)
 
 
 def calibrated_interval(predicted: ArrayLike, calibration: Calibration | float) -> tuple[Any, Any]:
@@ -160,11 +167,14 @@ def _share(inside: np.ndarray) -> float:
     return float(inside.mean()) if inside.size else math.nan
 
 
-def coverage(points: pd.DataFrame, modes: Mapping[str, LawSettings],
-             level: float = LEVEL) -> tuple[pd.DataFrame, dict[str, Calibration]]:
-    """Per held-out set × mode (``points`` from :func:`dpscaling.law.validation.validate`): points, answered
-    points, seed-only and calibrated coverage, the q used and whether the set is pooled; and each mode's
-    :class:`Calibration` (q from the whole pool)."""
+def coverage(points: pd.DataFrame, modes: Mapping[str, LawSettings], level: float = LEVEL,
+             iterations_from_fraction: float = ITERATIONS_FROM_FRACTION) -> tuple[pd.DataFrame, dict[str, Calibration]]:
+    """Per held-out set × mode (``points`` from :func:`dpscaling.law.validation.validate`, scored where T ≥
+    ``iterations_from_fraction`` of their horizon): points, answered points, seed-only and calibrated
+    coverage, the q used and whether the set is pooled; and each mode's :class:`Calibration` (q from the
+    whole pool)."""
+    iterations_from = float(iterations_from_fraction * points[ITERATIONS].max()) if len(points) else 0.0
+    points = points[points[ITERATIONS] >= iterations_from]
     measured, predicted = points[CROSS_ENTROPY].to_numpy(float), points[PREDICTED].to_numpy(float)
     low = points[SEED_LOW].to_numpy(float) if SEED_LOW in points else np.full(len(points), np.nan)
     high = points[SEED_HIGH].to_numpy(float) if SEED_HIGH in points else np.full(len(points), np.nan)
@@ -175,7 +185,7 @@ def coverage(points: pd.DataFrame, modes: Mapping[str, LawSettings],
             raise UserError(f"coverage: mode {mode!r} has no settings (given: {sorted(modes)})")
         groups = {name: group for name, group in scored[scored[MODE] == mode].groupby(HELD_OUT, sort=False)}
         scores = {name: group["_score"].dropna().to_numpy() for name, group in groups.items()}
-        pool = [name for name, group in groups.items() if group[KIND].iloc[0] in POOL_KINDS and scores[name].size]
+        pool = [name for name, group in groups.items() if scores[name].size]
         q_pool, attained = half_width([scores[name] for name in pool], level)
         checks = []
         for name, group in groups.items():
@@ -193,7 +203,8 @@ def coverage(points: pd.DataFrame, modes: Mapping[str, LawSettings],
                          CALIBRATED_COVERAGE: calibrated, HALF_WIDTH: q, IN_POOL: pooled})
         calibrations[mode] = Calibration(
             mode, bool(modes[mode].reference_compatible), q_pool, tuple(pool), attained,
-            float(np.mean(checks)) if checks else math.nan, guaranteed_level(max(len(pool) - 1, 0), level), level)
+            float(np.mean(checks)) if checks else math.nan, guaranteed_level(max(len(pool) - 1, 0), level), level,
+            iterations_from=iterations_from)
     return pd.DataFrame(rows), calibrations
 
 
