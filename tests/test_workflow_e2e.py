@@ -199,10 +199,14 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
     import dp_accounting
     import yaml
 
+    from dpscaling.law.physical_batch import PhysicalBatchCorrection
+
     smoke = yaml.safe_load(SMOKE.read_text())
     budgets = smoke["private_model"]["budgets"]
     out = smoke_run / "private_model"
     table = pd.read_csv(out / "table.csv")
+    correction = json.loads((smoke_run / "law" / "physical_batch" / "correction.json").read_text())
+    assert correction["slope"] >= 0 and correction["pairs"] > 0 and correction["grid_batch"] == 8
     assert len(table) == len(budgets)  # every budget answered, trained and reported
     assert sorted(zip(table["epsilon"], table["data_budget"], table["compute"])) == sorted(
         (b["epsilon"], b["data_budget"], b["compute"]) for b in budgets)
@@ -249,6 +253,12 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
         assert abs(row.twin_recommended_batch - row.batch_size) < smoke["training"]["microbatch_size"]
         assert row.law_error + row.physical_batch_effect + row.sampler_effect == pytest.approx(
             row.achieved_train_loss - row.law_loss)
+        # The physical-batch correction (enabled in the smoke config): the prediction is the law's minus Δ(B).
+        plan = json.loads((out / row.budget / "plan.json").read_text())
+        assert plan["physical_batch_correction"] == correction
+        shift = float(PhysicalBatchCorrection(**correction).shift(row.batch_size, row.noise_batch_ratio,
+                                                                   row.model_size))
+        assert row.predicted_loss == pytest.approx(row.law_loss - shift, abs=1e-12)
         # The calibrated interval: the prediction ± the conformal half-width of validate's calibration.
         assert row.calibrated_low < row.predicted_loss < row.calibrated_high
         assert row.inside_calibrated == (row.calibrated_low <= row.achieved_train_loss <= row.calibrated_high)
