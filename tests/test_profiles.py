@@ -206,7 +206,8 @@ def test_slurm_decoder_paper_grid_plans_gpt2_sizes_from_flops(tmp_path: Path) ->
 
 
 # The rules that train or score a model; each is sized by dpscaling.cluster.job_resources.
-TRAINING_LIKE = ("train_run", "ablation_run", "ablation_evaluate", "private_model_train", "private_model_evaluate")
+TRAINING_LIKE = ("train_run", "ablation_run", "ablation_evaluate", "private_model_train", "private_model_twin",
+                 "private_model_evaluate")
 
 
 def test_every_training_like_job_requests_a_gpu_on_the_gpu_partition(tmp_path: Path) -> None:
