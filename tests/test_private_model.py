@@ -64,3 +64,42 @@ def test_the_cause_split_adds_up_to_the_whole_difference() -> None:
     split = cause_split(5.90, 5.80, {"grid_batch": 5.93, "recommended_batch": 5.84})
     assert split == pytest.approx({"law_error": 0.03, "physical_batch_effect": -0.09, "sampler_effect": -0.04})
     assert sum(split.values()) == pytest.approx(5.80 - 5.90)
+
+
+def test_a_report_row_carries_both_intervals_the_correction_and_the_split() -> None:
+    import numpy as np
+
+    from dpscaling.law import LawSettings
+    from dpscaling.law.artifact import fit_law
+    from dpscaling.law.calibration import Calibration
+    from dpscaling.law.physical_batch import PhysicalBatchCorrection
+    from dpscaling.law.synthetic import synthetic_results
+    from dpscaling.tables.private_model import report_row
+
+    law = fit_law(synthetic_results(noise=0.0), LawSettings(warmup_steps=100, rolling_window=None), seq_len=128,
+                  physical_batch=32)
+    plan = {"budget": {"label": "b", "epsilon": 8.0, "delta": 1e-8, "data_budget": 50000, "compute": 1e15},
+            "model": "M", "model_size": 4e5, "batch_size": 256, "iterations": 1000, "learning_rate": 0.01,
+            "compute": 1e15, "sigma": 0.5, "query": {"noise_batch_ratio": 2.0 ** -9, "predicted_loss": 5.0}}
+    nbr = 2.0 ** -9
+
+    def curve(final: float, batch: int) -> pd.DataFrame:
+        return pd.DataFrame({"step": [990, 1000], "loss": [final + 0.01, final], "batch_size": batch,
+                             "noise_batch_ratio": nbr, "sigma": nbr * batch, "truncated_batch_size": 288,
+                             "truncation_probability": 1e-6, "padding_share": 0.1, "untruncated_sigma": nbr * batch,
+                             "dataset_size": 50000, "sampling_probability": 256 / 50000, "epsilon": 8.0,
+                             "accountant": "truncated_poisson", "status": "finished"})
+
+    law_loss = float(law.loss(np.array([4e5]), np.array([1000.0]), np.array([nbr]))[0])
+    correction = PhysicalBatchCorrection(slope=0.1, grid_batch=32, pairs=4, residual_rms=0.01)
+    shift = float(correction.shift(256, nbr, 4e5))
+    calibration = Calibration("paper", False, 0.2, ("horizon",), 0.5, 1.0, 0.0)
+    twins = {"grid_batch": curve(law_loss + 0.03, 32), "recommended_batch": curve(law_loss - 0.02, 256)}
+    row = report_row(plan, curve(law_loss - 0.05, 256), {"loss": 5.0}, {"audited_epsilon": 0.5,
+                     "audit_has_power": True}, law, None, None, twins, correction, calibration)
+    assert row["law_loss"] == pytest.approx(law_loss) and row["predicted_loss"] == pytest.approx(law_loss - shift)
+    assert (row["calibrated_low"], row["calibrated_high"]) == pytest.approx((law_loss - shift - 0.2,
+                                                                             law_loss - shift + 0.2))
+    assert row["inside_calibrated"] and not row["inside_seed_only"]  # no replicates: no seed-only interval
+    assert (row["law_error"], row["physical_batch_effect"], row["sampler_effect"]) == pytest.approx((0.03, -0.05, -0.03))
+    assert (row["twin_grid_batch"], row["twin_recommended_batch"]) == (32, 256)

@@ -28,7 +28,9 @@ def smoke_run(tmp_path_factory) -> Path:
 
 def test_every_grid_point_has_a_real_curve(smoke_run: Path) -> None:
     curves = sorted((smoke_run / "runs").rglob("metrics.parquet"))
-    assert len(curves) == 2 * 3 + 1  # models x noise-batch ratios x learning rates, + 1 repeat seed
+    # models x noise-batch ratios x learning rates, + 1 repeat seed, + 1 at the physical-batch correction's batch
+    assert len(curves) == 2 * 3 + 1 + 1
+    assert sum("batch=32" in str(path) for path in curves) == 1
     for path in curves:
         curve = pd.read_parquet(path)
         assert curve["step"].tolist() == [10, 20, 30, 40]
@@ -206,6 +208,7 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
     out = smoke_run / "private_model"
     table = pd.read_csv(out / "table.csv")
     correction = json.loads((smoke_run / "law" / "physical_batch" / "correction.json").read_text())
+    calibration = json.loads((smoke_run / "validate" / "calibration.json").read_text())["modes"]["paper"]
     assert correction["slope"] >= 0 and correction["pairs"] > 0 and correction["grid_batch"] == 8
     assert len(table) == len(budgets)  # every budget answered, trained and reported
     assert sorted(zip(table["epsilon"], table["data_budget"], table["compute"])) == sorted(
@@ -250,7 +253,8 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
             assert (twin_curve["sampler"], int(twin_curve["step"]), int(twin_curve["batch_size"])) == (
                 "shuffle", row.iterations, batch)
             assert twin_curve["noise_batch_ratio"] == pytest.approx(row.noise_batch_ratio, rel=1e-12)
-        assert abs(row.twin_recommended_batch - row.batch_size) < smoke["training"]["microbatch_size"]
+        multiple = smoke["training"].get("microbatch_size") or 1  # B rounded to whole microbatches
+        assert abs(row.twin_recommended_batch - row.batch_size) <= multiple / 2
         assert row.law_error + row.physical_batch_effect + row.sampler_effect == pytest.approx(
             row.achieved_train_loss - row.law_loss)
         # The physical-batch correction (enabled in the smoke config): the prediction is the law's minus Δ(B).
@@ -259,9 +263,10 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
         shift = float(PhysicalBatchCorrection(**correction).shift(row.batch_size, row.noise_batch_ratio,
                                                                    row.model_size))
         assert row.predicted_loss == pytest.approx(row.law_loss - shift, abs=1e-12)
-        # The calibrated interval: the prediction ± the conformal half-width of validate's calibration.
-        assert row.calibrated_low < row.predicted_loss < row.calibrated_high
-        assert row.inside_calibrated == (row.calibrated_low <= row.achieved_train_loss <= row.calibrated_high)
+        # The calibrated interval: none here (the smoke's one held-out set, the horizon, is not answered: its
+        # fit on T <= 20 has too few points to extrapolate), so NaN and never "inside" (tests/test_private_model.py
+        # checks the interval itself).
+        assert calibration["half_width"] is None and np.isnan(row.calibrated_low) and not row.inside_calibrated
     markdown = (out / "table.md").read_text()
     assert "bootstrap replicates" in markdown and markdown.count("| BertNano") + markdown.count("| BertMicro") == len(budgets)
     for suffix in ("pdf", "png", "csv"):
