@@ -3,7 +3,7 @@
 The paper's promise to a practitioner is a prediction: for a compute budget C (FLOPs), a privacy
 budget (ε, δ) and a data budget N (sequences), the law names the compute-optimal model, batch size
 B and iterations T and predicts the final loss (§3.4, "Using the fitted function"). This module
-checks that promise on the run's own law, one budget at a time, in four steps (one workflow rule
+checks that promise on the run's own law, one budget at a time, in five steps (one workflow rule
 each, target ``private_model``):
 
 1. :func:`plan_budget` — the compute-optimal query (:func:`dpscaling.law.queries.compute_optimal`,
@@ -17,10 +17,14 @@ each, target ``private_model``):
 3. The matched audit (:func:`audit_settings_for`): the gradient-canary one-run audit of
    :mod:`dpscaling.audit` at the run's (N, B, T, L, ε, δ) — see docs/private-training.md for why
    the private run itself carries no canaries.
-4. The report (:mod:`dpscaling.tables.private_model`, :mod:`dpscaling.figures.private_model`) — the
-   law's prediction at the configuration that was actually trained (its σ̄ = the calibrated σ / B)
-   with the bootstrap 90% interval, beside the achieved final training loss (the law's quantity)
-   and held-out loss, the ε the run's own accountant spent and the audited ε.
+4. The study twins (:func:`twin_config_for`, not in the paper): the plan retrained with shuffled
+   batches at its σ̄ and T, at the grid's physical batch and at B, which split achieved − law into the
+   law's error, the physical batch and the sampler.
+5. The report (:mod:`dpscaling.tables.private_model`, :mod:`dpscaling.figures.private_model`) — the
+   law's prediction at the configuration that was actually trained (its σ̄ = the calibrated σ / B;
+   corrected for the physical batch when the run fits that correction) with the bootstrap 90% interval
+   and the calibrated one, beside the achieved final training loss (the law's quantity) and held-out
+   loss, the cause split, the ε the run's own accountant spent and the audited ε.
 """
 
 from __future__ import annotations
