@@ -172,7 +172,9 @@ class ModelsBlock(Block):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RepeatPoint(Block):
+class GridPoint(Block):
+    """A point of the main grid (training.repeat_points, fit.physical_batch_correction.points)."""
+
     model: str
     noise_batch_ratio: float
     learning_rate: float
@@ -192,13 +194,13 @@ PRIVATE_TRAINING_KEYS = ("sampling", "truncated_batch_size", "accountant")
 @dataclass(frozen=True, kw_only=True)
 class TrainingBlock(Block):
     NAME: ClassVar[str] = "training"
-    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": RepeatPoint}
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": GridPoint}
     noise_batch_ratios: tuple[float, ...]
     learning_rates: tuple[float, ...]
     physical_batch: int
     seed: int
     repeat_seeds: tuple[int, ...]
-    repeat_points: tuple[RepeatPoint, ...]
+    repeat_points: tuple[GridPoint, ...]
     steps: int
     warmup_steps: int
     decay_steps: int
@@ -287,18 +289,11 @@ class Validation(Block):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CorrectionPoint(Block):
-    model: str
-    noise_batch_ratio: float
-    learning_rate: float
-
-
-@dataclass(frozen=True, kw_only=True)
 class PhysicalBatchCorrectionBlock(Block):
-    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"points": CorrectionPoint}
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"points": GridPoint}
     enabled: bool
     physical_batch: int
-    points: tuple[CorrectionPoint, ...]
+    points: tuple[GridPoint, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
