@@ -344,3 +344,37 @@ def test_query_with_the_physical_batch_correction_lowers_the_loss_of_large_batch
     assert low < corrected["predicted_loss"] < high
     status, _, err = run(*query, "--physical-batch-correction", tmp_path / "absent.json")
     assert status != 0 and "--physical-batch-correction" in err
+
+
+def test_query_across_sequence_lengths_returns_a_seq_len_and_refuses_outside_the_range(run, inputs,
+                                                                                        tmp_path) -> None:
+    from dpscaling.law.sequence_length import write_lengths
+
+    laws = {}
+    for length in (32, 128):  # the same per-token measurements at both lengths: context buys nothing
+        status, _, err = run("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len",
+                             length, "--physical-batch", 32, "--accounting-unamplified", inputs / "unamplified.csv",
+                             "--out", tmp_path / "law" / f"seq={length}")
+        assert status == 0, err
+        laws[length] = tmp_path / "law" / f"seq={length}"
+    write_lengths(tmp_path / "law", laws)
+    query = ("query", "--law", tmp_path / "law", "--compute", 1e14, "--epsilon", 8, "--json")
+    status, out, err = run(*query, "--tokens", 1e8)
+    assert status == 0, err
+    answer = json.loads(out)
+    assert answer["seq_len"] == 32 and answer["privacy_unit"] == "sequence" and answer["units"] == 1e8 / 32
+    assert answer["measured_lengths"] == [32, 128] and len(answer["per_length"]) == 9
+    status, out, err = run(*query, "--tokens", 1e8, "--seq-len", 64)
+    assert status == 0, err
+    assert json.loads(out)["seq_len"] == 64 and json.loads(out)["units"] == 1e8 / 64
+    status, _, err = run(*query, "--tokens", 1e8, "--seq-len", 256)
+    assert status != 0 and "outside the measured range [32, 128]" in err
+    status, _, err = run(*query, "--tokens", 1e8, "--privacy-unit", "user")
+    assert status != 0 and "--privacy-unit sequence" in err
+    # One length's law: --tokens means N = tokens / S at its S; --seq-len needs a law across lengths.
+    status, out, err = run("query", "--law", laws[128], "--compute", 1e14, "--epsilon", 8, "--tokens", 1e8, "--json")
+    assert status == 0, err
+    assert json.loads(out)["users"] == 1e8 / 128
+    status, _, err = run("query", "--law", laws[128], "--compute", 1e14, "--epsilon", 8, "--users", 1e6,
+                         "--seq-len", 64)
+    assert status != 0 and "--seq-len" in err

@@ -32,6 +32,9 @@ from dpscaling.law.bootstrap import (
 from dpscaling.law.calibration import Calibration, calibrated_interval, calibration_file, load_calibration
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.physical_batch import PhysicalBatchCorrection, load_correction
+from dpscaling.law.sequence_length import (
+    LENGTHS_FILE, PRIVACY_UNITS, SEQ_LEN, compute_optimal_across_lengths, is_law_across_lengths,
+    load_law_across_lengths, privacy_units)
 from dpscaling.law.settings import ASYMPTOTE_CHOICES
 from dpscaling.law.noise import SigmaSource, read_accounting_csv
 from dpscaling.law.queries import (
@@ -117,6 +120,13 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compute", type=float, help="compute budget C in FLOPs")
     parser.add_argument("--epsilon", type=float, help="privacy budget ε")
     parser.add_argument("--users", type=float, help="data budget N (privacy units)")
+    parser.add_argument("--tokens", type=float,
+                        help="data budget in tokens: N = tokens / S sequences (--privacy-unit sequence)")
+    parser.add_argument("--privacy-unit", choices=PRIVACY_UNITS,
+                        help="what one privacy unit is (default: sequence with --tokens, user with --users)")
+    parser.add_argument("--seq-len", type=float,
+                        help="with a law across sequence lengths (lengths.json): answer at this S only "
+                             "(default: the best S in the measured range)")
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA)
     parser.add_argument("--tolerance", type=float,
                         help="near-optimal set: loss within this fraction of the optimum (default: the paper's "
@@ -218,7 +228,28 @@ def _candidate_model_sizes(args: argparse.Namespace, law: Law) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- query
 
+def _data_budget(args: argparse.Namespace) -> None:
+    """--tokens or --users, and the privacy unit they imply (refused when they disagree)."""
+    if (args.tokens is None) == (args.users is None) and not args.configs:
+        raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
+    unit = args.privacy_unit or ("sequence" if args.tokens is not None else "user")
+    if args.tokens is not None and unit != "sequence" or args.users is not None and unit != "user":
+        raise UserError(f"--privacy-unit {unit}: " + ("--tokens counts sequences of tokens: use --privacy-unit "
+                                                      "sequence" if args.tokens is not None else
+                                                      "--users counts users: use --privacy-unit user"))
+    args.privacy_unit = unit
+
+
 def run_query(args: argparse.Namespace) -> int:
+    if is_law_across_lengths(args.law):
+        return _query_across_lengths(args)
+    if args.seq_len is not None:
+        raise UserError(f"--seq-len: {args.law} is a law of one sequence length; --seq-len needs a law across "
+                        f"lengths (a directory with {LENGTHS_FILE})")
+    if args.tokens is not None or args.privacy_unit is not None:
+        _data_budget(args)
+    if args.tokens is not None:  # one law, one S: N = tokens / S sequences
+        args.users = privacy_units("sequence", load_law(args.law).seq_len, tokens=args.tokens)
     budget_flags = {"--compute": args.compute, "--epsilon": args.epsilon, "--users": args.users}
     if args.configs and any(v is not None for v in budget_flags.values()):
         raise UserError("give either --configs or --compute/--epsilon/--users, not both")
@@ -275,6 +306,42 @@ def run_query(args: argparse.Namespace) -> int:
     result["candidates_without_answer"] = answer.unanswered
     result["accounting"] = source.description
     result["sampling"] = source.sampling
+    emit(result, args.json)
+    return 0
+
+
+def _query_across_lengths(args: argparse.Namespace) -> int:
+    """``query`` on a law across sequence lengths: the compute-optimal (M, S, B, T), or at --seq-len."""
+    missing = [flag for flag, value in (("--compute", args.compute), ("--epsilon", args.epsilon)) if value is None]
+    if missing or args.configs:
+        raise UserError(f"a law across sequence lengths answers --compute/--epsilon with --tokens or --users "
+                        f"(missing {', '.join(missing) or 'nothing'}; --configs is for a law of one length)")
+    _data_budget(args)
+    across, laws = load_law_across_lengths(args.law)
+    first = laws[across.lengths[0]]
+    source = resolve_sigma(args, first)
+    tolerance = args.tolerance if args.tolerance is not None else (
+        REFERENCE_BAND_TOLERANCE if first.settings.reference_compatible else DEFAULT_TOLERANCE)
+    answer = compute_optimal_across_lengths(args.compute, args.epsilon, across, source.sigma, args.privacy_unit,
+                                            tokens=args.tokens, users=args.users, seq_len=args.seq_len,
+                                            tolerance=tolerance)
+    best = answer.answer.optimum
+    per_length = answer.per_length
+    result: dict[str, Any] = {
+        "compute": args.compute, "epsilon": args.epsilon, "delta": args.delta, "privacy_unit": args.privacy_unit,
+        "tokens": args.tokens, "users": args.users, "seq_len": answer.seq_len,
+        "units": float(per_length.set_index(SEQ_LEN).loc[answer.seq_len, DATA_BUDGET]),
+        "model_size": best[MODEL_SIZE], "batch_size": best[BATCH_SIZE], "iterations": best[ITERATIONS],
+        "sigma": best[SIGMA], "noise_batch_ratio": best[NOISE_BATCH_RATIO], "predicted_loss": best[CROSS_ENTROPY],
+        "measured_lengths": across.lengths,
+        "per_length": [{"seq_len": int(row[SEQ_LEN]), "units": float(row[DATA_BUDGET]),
+                        "predicted_loss": float(row[CROSS_ENTROPY]), "model_size": float(row[MODEL_SIZE]),
+                        "batch_size": float(row[BATCH_SIZE]), "iterations": float(row[ITERATIONS])}
+                       for _, row in per_length.iterrows()],
+        "lengths_without_answer": answer.unanswered_lengths,
+        "interval": "no interval across sequence lengths yet (per-length bootstrap not combined)",
+        "accounting": source.description, "sampling": source.sampling,
+    }
     emit(result, args.json)
     return 0
 
