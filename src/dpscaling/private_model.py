@@ -220,20 +220,27 @@ def private_training(training: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in training.items() if key not in GRID_KEYS}
 
 
+def plan_job_config(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
+                    sampling: Mapping[str, Any], batch: int, noise_batch_ratio: float, seed: int) -> TrainConfig:
+    """A training job of a plan: its model, T and learning rate on exactly N training sequences (more than
+    one pass allowed), with ``sampling``'s keys over the grid's optimiser, clipping, masking and schedule."""
+    from dpscaling.train.config import job_train_config
+
+    job = {**training, "steps": int(plan["iterations"]), "allow_repeats": True, **sampling}
+    wildcards = {"model": plan["model"], "nbr": repr(float(noise_batch_ratio)),
+                 "lr": repr(float(plan["learning_rate"])), "batch": str(batch), "seed": str(seed)}
+    config = job_train_config(model_param, job, wildcards, int(plan["seq_len"]))
+    return dataclasses.replace(config, train_sequences=int(plan["budget"]["data_budget"]))
+
+
 def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
                      seed: int) -> TrainConfig:
     """The private training job of a plan: ``poisson`` sampling, σ calibrated for the budget's (ε, δ) on
     exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
-    from dpscaling.train.config import job_train_config
-
     budget = plan["budget"]
-    private = {**training, "steps": int(plan["iterations"]), "sampling": "poisson", "accountant": None,
-               "truncated_batch_size": None, "allow_repeats": True, "delta": budget["delta"]}
-    wildcards = {"model": plan["model"], "nbr": "0", "lr": repr(float(plan["learning_rate"])),
-                 "batch": str(plan["batch_size"]), "seed": str(seed)}
-    config = job_train_config(model_param, private, wildcards, int(plan["seq_len"]))
-    return dataclasses.replace(config, target_epsilon=float(budget["epsilon"]),
-                               train_sequences=int(budget["data_budget"]))
+    private = {"sampling": "poisson", "accountant": None, "truncated_batch_size": None, "delta": budget["delta"]}
+    config = plan_job_config(plan, model_param, training, private, int(plan["batch_size"]), 0.0, seed)
+    return dataclasses.replace(config, target_epsilon=float(budget["epsilon"]))
 
 
 # The cause split (docs/private-training.md, "Why a prediction misses"): each plan retrained in study
@@ -258,16 +265,9 @@ def twin_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any
                     twin: str, grid_batch: int, seed: int) -> TrainConfig:
     """A plan's study twin: shuffled batches at :func:`twin_batch`, the plan's σ̄ as the study's noise on
     the mean clipped gradient, its T and learning rate, on the same N training sequences."""
-    from dpscaling.train.config import job_train_config
-
-    budget = plan["budget"]
-    study = {**training, "steps": int(plan["iterations"]), "sampling": "shuffle", "accountant": None,
-             "truncated_batch_size": None, "allow_repeats": True}
+    study = {"sampling": "shuffle", "accountant": None, "truncated_batch_size": None}
     batch = twin_batch(plan, twin, grid_batch, training.get("microbatch_size"))
-    wildcards = {"model": plan["model"], "nbr": repr(float(plan["noise_batch_ratio"])),
-                 "lr": repr(float(plan["learning_rate"])), "batch": str(batch), "seed": str(seed)}
-    config = job_train_config(model_param, study, wildcards, int(plan["seq_len"]))
-    return dataclasses.replace(config, train_sequences=int(budget["data_budget"]))
+    return plan_job_config(plan, model_param, training, study, batch, float(plan["noise_batch_ratio"]), seed)
 
 
 def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microbatch: int | None) -> dict[str, Any]:
@@ -303,26 +303,17 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def train_budget(plan_path: str | os.PathLike[str], models: Mapping[str, Any], training: Mapping[str, Any],
-                 data_dir: str | os.PathLike[str], output: str | os.PathLike[str],
-                 checkpoint_dir: str | os.PathLike[str]):
-    """Rule ``private_model_train``: train the plan privately; its curve (with its accounting) to ``output``."""
+def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], training: Mapping[str, Any],
+               data_dir: str | os.PathLike[str], output: str | os.PathLike[str],
+               checkpoint_dir: str | os.PathLike[str], twin: str | None = None, grid_batch: int | None = None):
+    """Rules ``private_model_train`` (``twin`` None: the plan trained privately, its curve with its accounting
+    to ``output``) and ``private_model_twin`` (the plan's study twin ``twin``, :func:`twin_config_for`)."""
     from dpscaling.train import run_training
 
     plan = read_json(plan_path)
-    config = train_config_for(plan, models[plan["model"]], training, int(training["seed"]))
-    discard_other_plans_checkpoint(checkpoint_dir, config)
-    return run_training(config, data_dir=Path(data_dir), output=Path(output), checkpoint_dir=Path(checkpoint_dir))
-
-
-def train_twin(plan_path: str | os.PathLike[str], twin: str, models: Mapping[str, Any],
-               training: Mapping[str, Any], grid_batch: int, data_dir: str | os.PathLike[str],
-               output: str | os.PathLike[str], checkpoint_dir: str | os.PathLike[str]):
-    """Rule ``private_model_twin``: a plan's study twin (:func:`twin_config_for`); its curve to ``output``."""
-    from dpscaling.train import run_training
-
-    plan = read_json(plan_path)
-    config = twin_config_for(plan, models[plan["model"]], training, twin, grid_batch, int(training["seed"]))
+    model, seed = models[plan["model"]], int(training["seed"])
+    config = (train_config_for(plan, model, training, seed) if twin is None
+              else twin_config_for(plan, model, training, twin, int(grid_batch), seed))
     discard_other_plans_checkpoint(checkpoint_dir, config)
     return run_training(config, data_dir=Path(data_dir), output=Path(output), checkpoint_dir=Path(checkpoint_dir))
 

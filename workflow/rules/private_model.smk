@@ -84,7 +84,7 @@ rule private_model_twin:
         grid_batch=config["training"]["physical_batch"],
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/twin_{wildcards.twin}/checkpoint",
     script:
-        "../scripts/private_model_twin.py"
+        "../scripts/private_model_train.py"
 
 
 rule private_model_evaluate:

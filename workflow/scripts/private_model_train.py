@@ -11,7 +11,7 @@ import sys  # noqa: E402
 
 from dpscaling.cluster import relaunch_per_node  # noqa: E402
 from dpscaling.logs import log_to_file  # noqa: E402
-from dpscaling.private_model import train_budget  # noqa: E402
+from dpscaling.private_model import train_plan  # noqa: E402
 
 # A multi-node Slurm job starts here once, in its batch step: run one copy per
 # node under srun (each joins jax.distributed) and exit with its status.
@@ -20,12 +20,15 @@ if (status := relaunch_per_node()) is not None:
 
 with log_to_file(snakemake.log[0]) as log:
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step
-    summary = train_budget(
+    # Rule private_model_twin runs the plan's study twin (its `twin` wildcard); private_model_train the plan.
+    summary = train_plan(
         snakemake.input.plan,
         snakemake.params.models,
         snakemake.params.training,
         Path(snakemake.input.meta).parent,
         snakemake.output[0],
         snakemake.params.checkpoint_dir,
+        snakemake.wildcards.get("twin"),
+        snakemake.params.get("grid_batch"),
     )
-    log.info("private run: %s", summary)
+    log.info("%s: %s", snakemake.rule, summary)

@@ -232,12 +232,11 @@ def _data_budget(args: argparse.Namespace) -> None:
     """--tokens or --users, and the privacy unit they imply (refused when they disagree)."""
     if (args.tokens is None) == (args.users is None) and not args.configs:
         raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
-    unit = args.privacy_unit or ("sequence" if args.tokens is not None else "user")
-    if args.tokens is not None and unit != "sequence" or args.users is not None and unit != "user":
-        raise UserError(f"--privacy-unit {unit}: " + ("--tokens counts sequences of tokens: use --privacy-unit "
-                                                      "sequence" if args.tokens is not None else
-                                                      "--users counts users: use --privacy-unit user"))
-    args.privacy_unit = unit
+    implied = "sequence" if args.tokens is not None else "user"
+    if args.privacy_unit not in (None, implied):
+        counted = "--tokens counts sequences of tokens" if implied == "sequence" else "--users counts users"
+        raise UserError(f"--privacy-unit {args.privacy_unit}: {counted}: use --privacy-unit {implied}")
+    args.privacy_unit = implied
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -381,33 +380,26 @@ def _correction(args: argparse.Namespace) -> PhysicalBatchCorrection | None:
 
 def _optimum_interval(args: argparse.Namespace, law: Law, source: SigmaSource, predicted: float,
                       correction: PhysicalBatchCorrection | None = None) -> dict[str, Any]:
-    """The compute-optimal answer's two 90% intervals. Seed-only: the compute-optimal answer of every bootstrap
-    replicate, 5% / 95% quantiles of its loss and of its M, B, T (:func:`dpscaling.law.bootstrap.optimum_intervals`,
-    which the figures' bands use too), as ``predicted_loss_90`` = ``seed_only_interval_90``. Calibrated: the
-    predicted loss ± the held-out half-width q (:mod:`dpscaling.law.calibration`), ``calibrated_interval_90``."""
+    """The compute-optimal answer's two 90% intervals: :func:`_seed_only_interval` and
+    :func:`_calibrated_interval`."""
+    return {**_seed_only_interval(args, law, source, correction), **_calibrated_interval(args, law, predicted)}
+
+
+def _seed_only_interval(args: argparse.Namespace, law: Law, source: SigmaSource,
+                        correction: PhysicalBatchCorrection | None) -> dict[str, Any]:
+    """The compute-optimal answer of every bootstrap replicate: 5% / 95% quantiles of its loss and of its M, B, T
+    (:func:`dpscaling.law.bootstrap.optimum_intervals`, which the figures' bands use too), as
+    ``predicted_loss_90`` = ``seed_only_interval_90``."""
     replicates, reason = _replicates(args, law)
-    calibration, missing = _calibration(args, law)
-    if replicates is None and calibration is None:
-        return {"interval": reason, "calibration": missing}
+    if replicates is None:
+        return {"interval": reason}
     configs = constant_compute_configurations(args.compute, _candidate_model_sizes(args, law), law.seq_len,
                                               law.iteration_bounds())
     candidates = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: args.epsilon, DATA_BUDGET: args.users}),
                                          law.loss, source.sigma, law.seq_len, correction)
-    calibrated: dict[str, Any] = {"calibration": missing}
-    if calibration is not None and not np.isfinite(calibration.half_width):
-        calibrated["calibration"] = f"no calibrated interval: {calibration.source} pools no answered held-out set"
-    elif calibration is not None:
-        calibrated["calibrated_interval_90"] = list(calibrated_interval(predicted, calibration))
-        calibrated["calibration"] = {"method": calibration.method, "mode": calibration.mode,
-                                     "level": calibration.level, "guaranteed_level": calibration.guaranteed_level,
-                                     "half_width": calibration.half_width, "sets": len(calibration.sets),
-                                     "source": calibration.source}
-    if replicates is None:
-        return {"interval": reason, **calibrated}
     table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), replicates, correction=correction)
     if table.empty:
-        return {"interval": f"no interval: none of the {len(replicates)} replicates answers this query",
-                **calibrated}
+        return {"interval": f"no interval: none of the {len(replicates)} replicates answers this query"}
     row = table.iloc[0]
     result: dict[str, Any] = {"interval": f"90% over {len(replicates)} bootstrap replicates"}
     for column, key in ((CROSS_ENTROPY, "predicted_loss_90"), (MODEL_SIZE, "model_size_5_95"),
@@ -416,7 +408,22 @@ def _optimum_interval(args: argparse.Namespace, law: Law, source: SigmaSource, p
     result["seed_only_interval_90"] = result["predicted_loss_90"]  # the same: seed-to-seed noise only
     result["bootstrap_replicates"] = len(replicates)
     result["replicates_without_answer"] = len(replicates) - int(row[ANSWERING])
-    return {**result, **calibrated}
+    return result
+
+
+def _calibrated_interval(args: argparse.Namespace, law: Law, predicted: float) -> dict[str, Any]:
+    """The predicted loss ± the held-out half-width q (:mod:`dpscaling.law.calibration`) as
+    ``calibrated_interval_90``, and what it was calibrated on (or why there is none) as ``calibration``."""
+    calibration, missing = _calibration(args, law)
+    if calibration is None:
+        return {"calibration": missing}
+    if not np.isfinite(calibration.half_width):
+        return {"calibration": f"no calibrated interval: {calibration.source} pools no answered held-out set"}
+    return {"calibrated_interval_90": list(calibrated_interval(predicted, calibration)),
+            "calibration": {"method": calibration.method, "mode": calibration.mode, "level": calibration.level,
+                            "guaranteed_level": calibration.guaranteed_level,
+                            "half_width": calibration.half_width, "sets": len(calibration.sets),
+                            "source": calibration.source}}
 
 
 def _snake(column: str) -> str:

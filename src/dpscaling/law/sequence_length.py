@@ -42,7 +42,7 @@ from dpscaling.errors import UserError
 from dpscaling.law.columns import CROSS_ENTROPY, DATA_BUDGET
 from dpscaling.law.interpolation import LossFunction
 from dpscaling.law.noise import SigmaFunction
-from dpscaling.law.queries import DEFAULT_TOLERANCE, ComputeOptimal, compute_optimal
+from dpscaling.law.queries import DEFAULT_TOLERANCE, ComputeOptimal, compute_optimal, model_size_grid
 
 if TYPE_CHECKING:
     from dpscaling.law.artifact import Law
@@ -168,8 +168,6 @@ def compute_optimal_across_lengths(compute: float, epsilon: float, law: LawAcros
     budget in units (:func:`privacy_units`), then :func:`dpscaling.law.queries.compute_optimal` with the
     loss at S and C = 6·M·B·S·T; the lowest loss wins. Lengths the law cannot answer are listed, not
     dropped silently; none answering is a UserError."""
-    from dpscaling.law.queries import model_size_grid
-
     lengths = [seq_len] if seq_len is not None else candidate_lengths(law.lengths, lengths_per_octave)
     answers: dict[int, ComputeOptimal] = {}
     unanswered: dict[int, str] = {}
