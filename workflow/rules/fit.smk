@@ -15,8 +15,9 @@ CORRECTION = (
 
 rule collect_curves:
     input:
-        # The curves only: the `train` target also lists the run's config.yaml, which is no curve.
-        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet"),
+        # The primary length's curves only: the `train` target also lists the other lengths' and the run's
+        # config.yaml, which is no curve.
+        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet", PRIMARY_GRID),
     output:
         f"{RESULTS}/law/results.parquet",
     log:
