@@ -132,17 +132,17 @@ def migrate_one_length_layout(root: str | os.PathLike[str], default_seq_len: int
         new.parent.mkdir(parents=True, exist_ok=True)
         os.replace(old, new)  # a rename: contents and modification times as they were
         moved.append(move)
-    for tree in (*_RUN_TREES, "logs/train", "data/packed"):
-        _remove_empty_directories(Path(root) / tree)
+    for tree in (*_RUN_TREES, "logs/train"):
+        for top in (Path(root) / tree).glob("model=*"):
+            _remove_empty_directories(top)
     records = move_snakemake_records(Path(metadata), moved) if moved else 0
     return Migration(moved, conflicts, records)
 
 
 def _remove_empty_directories(top: Path) -> None:
-    if not top.is_dir():
-        return
+    """``top`` and the directories under it that the moves left empty (deepest first)."""
     for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
-        if directory != str(top) and not os.listdir(directory):
+        if not os.listdir(directory):
             os.rmdir(directory)
 
 

@@ -9,6 +9,7 @@ from dpscaling.figures.common import (
     ACCOUNTING as NEEDS_ACCOUNTING,
     BOOTSTRAP as NEEDS_BOOTSTRAP,
     FLOOR as NEEDS_FLOOR,
+    LENGTHS as NEEDS_LENGTHS,
     RESULTS as NEEDS_RESULTS,
 )
 from dpscaling.config.blocks import load_config
@@ -147,6 +148,8 @@ def figure_inputs(wildcards):
         inputs["bootstrap"] = BOOTSTRAP[0]
     if NEEDS_FLOOR in spec.needs and not config["results_csv"]:
         inputs["floor"] = rules.unigram_floor.output[0]
+    if NEEDS_LENGTHS in spec.needs:
+        inputs["lengths"] = rules.law_across_lengths.output[0]
     return inputs
 
 
