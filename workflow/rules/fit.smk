@@ -181,9 +181,7 @@ LENGTH_BOOTSTRAPS = (
     if BOOTSTRAP
     else []
 )
-LAW_ACROSS_LENGTHS = (
-    [f"{RESULTS}/law/lengths/lengths.json"] if OTHER_SEQ_LENS else []
-)
+LAW_ACROSS_LENGTHS = [f"{RESULTS}/law/lengths/lengths.json"] if OTHER_SEQ_LENS else []
 
 
 rule law_across_lengths:
@@ -194,9 +192,9 @@ rule law_across_lengths:
         f"{RESULTS}/law/lengths/lengths.json",
     log:
         f"{RESULTS}/logs/fit/law_across_lengths.log",
+    localrule: True
     conda:
         "../envs/dpscaling.yaml"
-    localrule: True
     params:
         lengths=list(LENGTH_LAWS),
     script:
