@@ -30,13 +30,14 @@ from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
     SIGMA, TOKENS)
 from dpscaling.law.sequence_length import (
-    LENGTHS_ANSWERING, PRIVACY_UNIT, SEQ_LEN, candidate_lengths, length_tradeoff)
+    ALL_LENGTHS_ANSWERED, LENGTHS_ANSWERING, PRIVACY_UNIT, SEQ_LEN, candidate_lengths, length_tradeoff)
 
 DATA_BUDGET_NOTE = "Data Budget Note"
 MEASURED_LENGTHS = "Measured Lengths"
 COLUMNS = [PRIVACY_BUDGET, COMPUTE, SEQ_LEN, *band(SEQ_LEN), CROSS_ENTROPY, *band(CROSS_ENTROPY), MODEL_SIZE,
            BATCH_SIZE, ITERATIONS, TOKENS, SIGMA, NOISE_BATCH_RATIO, DATA_BUDGET, PRIVACY_UNIT, DATA_BUDGET_NOTE,
-           MEASURED_LENGTHS, LENGTHS_ANSWERING, BUDGETS_WITHOUT_ANSWER, UNANSWERED, INTERVAL_NOTE]
+           MEASURED_LENGTHS, LENGTHS_ANSWERING, ALL_LENGTHS_ANSWERED, BUDGETS_WITHOUT_ANSWER, UNANSWERED,
+           INTERVAL_NOTE]
 
 
 def compute_budgets_across_lengths(context: AnalysisContext) -> np.ndarray:
@@ -100,9 +101,11 @@ def draw_tradeoff(data: pd.DataFrame, context: AnalysisContext) -> Figure:
         colour, style = palette.get(epsilon, "black"), "--" if np.isinf(epsilon) else "-"
         log_length = line.assign(**{column: np.log2(line[column]) for column in (SEQ_LEN, *band(SEQ_LEN))
                                     if column in line})
+        forced = ~line[ALL_LENGTHS_ANSWERED].astype(bool)
         for ax, curve, column in ((length_ax, log_length, SEQ_LEN), (loss_ax, line, CROSS_ENTROPY)):
-            ax.plot(curve[COMPUTE], curve[column], style, color=colour, marker="o", markersize=2.5,
-                    label=_epsilon_label(epsilon))
+            ax.plot(curve[COMPUTE], curve[column], style, color=colour, label=_epsilon_label(epsilon))
+            ax.plot(curve[COMPUTE][~forced], curve[column][~forced], "o", color=colour, markersize=2.5)
+            ax.plot(curve[COMPUTE][forced], curve[column][forced], "o", mfc="none", color=colour, markersize=4)
             draw_band(ax, curve, column, colour)
     length_ax.set_yticks(np.log2(measured), [str(s) for s in measured])
     length_ax.set_ylim(np.log2(measured[0]) - 0.2, np.log2(measured[-1]) + 0.2)
@@ -113,7 +116,9 @@ def draw_tradeoff(data: pd.DataFrame, context: AnalysisContext) -> Figure:
     first = data.iloc[0]
     candidates = candidate_lengths(measured)
     footnote(figure, f"Data budget: {first[DATA_BUDGET_NOTE]}. Measured lengths {measured} (grey), "
-             f"{len(candidates)} candidate lengths between them (linear in log S). Without DP the batch is the "
+             f"{len(candidates)} candidate lengths between them (linear in log S); hollow markers: some length "
+             "could not answer the budget (its iterations outside the law's range), so the optimum is chosen "
+             "among the others. Without DP the batch is the "
              f"physical batch of the laws' runs ({context.law.physical_batch}). Shading: "
              f"{first[INTERVAL_NOTE]}. " + count_note(data, [PRIVACY_BUDGET], "privacy budget"))
     return figure

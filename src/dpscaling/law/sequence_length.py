@@ -196,6 +196,9 @@ def compute_optimal_across_lengths(compute: float, epsilon: float, law: LawAcros
 
 PRIVACY_UNIT = "Privacy Unit"
 LENGTHS_ANSWERING = "Lengths Answering"  # candidate lengths with an answer at the budget
+# Every candidate length answered the budget: its optimum over S is a choice, not forced by the others
+# falling outside the law's range (too many or too few iterations at that length).
+ALL_LENGTHS_ANSWERED = "All Lengths Answered"
 
 
 @dataclass(frozen=True)
@@ -267,14 +270,16 @@ def replicate_optima(candidates: pd.DataFrame, replicates: Sequence[LawAcrossLen
 def length_tradeoff(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.ndarray, epsilon: float,
                     data: DataBudget, batch_sizes: np.ndarray, replicates: Sequence[LawAcrossLengths] = (), *,
                     lengths: Sequence[float] | None = None, model_size_count: int = 100) -> pd.DataFrame:
-    """Per compute budget: the compute-optimal (M, S, B, T) over lengths and its loss, and with ``replicates``
-    the 5% / 95% band of the optimum's loss and length over them (the seed-only interval,
-    :mod:`dpscaling.law.bootstrap`). Budgets no length answers are absent; ``attrs`` counts them and the
-    unanswered candidates by reason."""
+    """Per compute budget: the compute-optimal (M, S, B, T) over lengths and its loss, how many candidate
+    lengths answered the budget (``All Lengths Answered``: every one did, so the optimum is a choice and not
+    forced by the law's range), and with ``replicates`` the 5% / 95% band of the optimum's loss and length
+    over them (the seed-only interval, :mod:`dpscaling.law.bootstrap`). Budgets no length answers are absent;
+    ``attrs`` counts them and the unanswered candidates by reason."""
     from dpscaling.law.bootstrap import ANSWERING, QUANTILES, REPLICATE, band
     from dpscaling.law.columns import COMPUTE, REASON
     from dpscaling.law.interpolation import reason_counts
 
+    lengths = candidate_lengths(law.lengths) if lengths is None else lengths
     candidates = length_candidates(law, sigma, budgets, epsilon, data, batch_sizes, lengths=lengths,
                                    model_size_count=model_size_count)
     unanswered = reason_counts(candidates[REASON].to_numpy()) if len(candidates) else {}
@@ -285,6 +290,7 @@ def length_tradeoff(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.nda
         best = answered.loc[answered.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].sort_values(COMPUTE)
         lengths_answering = answered.groupby(COMPUTE)[SEQ_LEN].nunique().rename(LENGTHS_ANSWERING)
         best = best.join(lengths_answering, on=COMPUTE).reset_index(drop=True)
+        best[ALL_LENGTHS_ANSWERED] = best[LENGTHS_ANSWERING] == len(lengths)
         if replicates:
             optima = replicate_optima(answered, replicates)
             grouped = optima.groupby(COMPUTE)[[CROSS_ENTROPY, SEQ_LEN]]
