@@ -98,6 +98,9 @@ def test_results_of_the_one_length_layout_are_moved_not_retrained(smoke_run: Pat
     moves.append(Move(f"{root}/logs/data/pack_sequences/seq=64.log", f"{root}/logs/data/pack_sequences.log"))
     for move in moves:  # back to the one-length layout, records included
         os.replace(workdir / move.old, workdir / move.new)
+    for emptied in ("runs/seq=64", "checkpoints/seq=64", "logs/train/seq=64", "data/packed/seq=64",
+                    "logs/data/pack_sequences"):
+        (smoke_run / emptied).rmdir()
     assert move_snakemake_records(workdir / ".snakemake", moves) > 0
     assert (smoke_run / "runs" / "model=BertNano").is_dir() and not (smoke_run / "runs" / "seq=64").exists()
 
