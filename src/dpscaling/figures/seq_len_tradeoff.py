@@ -21,10 +21,10 @@ from matplotlib.figure import Figure
 
 from dpscaling.errors import UserError
 from dpscaling.figures.common import (
-    ACCOUNTING, BUDGETS_WITHOUT_ANSWER, FLOOR, LAW, LENGTHS, UNANSWERED, FigureSpec, colours, floor_line, footnote,
-    log_axes, no_data, subplots)
+    ACCOUNTING, BUDGETS_WITHOUT_ANSWER, FLOOR, LAW, LENGTHS, UNANSWERED, FigureSpec, floor_line, footnote, log_axes,
+    no_data, subplots)
 from dpscaling.figures.context import AnalysisContext
-from dpscaling.figures.vary_compute import count_note, draw_band
+from dpscaling.figures.vary_compute import count_note, draw_band, epsilon_lines
 from dpscaling.law.bootstrap import INTERVAL_NOTE, band
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
@@ -91,14 +91,7 @@ def draw_tradeoff(data: pd.DataFrame, context: AnalysisContext) -> Figure:
         for ax in (length_ax, loss_ax):
             no_data(ax, "no compute budget inside the laws' range at any length")
         return figure
-    epsilons = list(dict.fromkeys(data[PRIVACY_BUDGET]))
-    finite = [e for e in epsilons if np.isfinite(e)]
-    palette = dict(zip(finite, colours(len(finite), "plasma")))
-    for epsilon in epsilons:
-        line = answered[answered[PRIVACY_BUDGET] == epsilon].sort_values(COMPUTE)
-        if line.empty:
-            continue
-        colour, style = palette.get(epsilon, "black"), "--" if np.isinf(epsilon) else "-"
+    for epsilon, line, colour, style in epsilon_lines(answered):
         log_length = line.assign(**{column: np.log2(line[column]) for column in (SEQ_LEN, *band(SEQ_LEN))
                                     if column in line})
         forced = ~line[ALL_LENGTHS_ANSWERED].astype(bool)
