@@ -52,6 +52,7 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "training.allow_repeats": (False, "§3.2 Metrics: less than a single epoch, so training loss estimates evaluation loss"),
     "training.repeat_seeds": ([], "the paper trains one seed per grid point and reports no intervals"),
     "training.repeat_points": ([], "the paper trains one seed per grid point and reports no intervals"),
+    "training.seq_lens": (None, "§3.2: S = 512 only (null = [data.seq_len]); the limitations name S as a knob"),
     # §3.3 "Data Cleaning and Smoothing", "Training Step Extrapolation"; Fig. compute_allocation caption.
     "fit.reference_compatible": (False, "paper mode: the paper's text, not the authors' code"),
     "fit.near_optimal_tolerance": (0.01, "fig:compute_allocation_selection: within 1% of optimal"),
@@ -128,6 +129,11 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "analysis.training_noise_batch_ratios": ([2.0**-20, 2.0**-15, 2.0**-10], "fig:training (authors' notebook)"),
     "analysis.parametric_noise_batch_ratios": ([2.0**-20, 2.0**-15, 2.0**-10, 2.0**-6],
                                                "fig:parametric-scaling-optimal-model-size"),
+    "analysis.privacy_unit": ("sequence", NOT_STATED + " (its grid's unit is one sequence; appendix 'Data budget "
+                                                       "and epochs' reads the method as user-level)"),
+    "analysis.seq_len_tokens": (None, NOT_STATED + " (null = allocation_data_budget x data.seq_len tokens)"),
+    "analysis.seq_len_users": (None, NOT_STATED + " (null = allocation_data_budget users)"),
+    "analysis.seq_len_privacy_budgets": ([1.0, 8.0], NOT_STATED + " (fig:vary_compute_and_privacy's epsilons)"),
 }
 BLOCKS = ("training", "fit", "accounting", "analysis")
 

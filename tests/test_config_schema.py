@@ -211,7 +211,7 @@ def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypat
     config = validated(load("config.yaml"))
     corpus = corpus_spec(config, repo=REPO)
     assert check_epochs(config, corpus) is None  # no data stage yet: the training job checks
-    packed = tmp_path / "results" / config["run_name"] / "data" / "packed"
+    packed = tmp_path / "results" / config["run_name"] / "data" / "packed" / "seq=64"
     packed.mkdir(parents=True)
     meta = {"n_train": 114519, "seq_len": 64, "tokenizer": "train", "vocab_size": 1024, "source": asdict(corpus)}
     (packed / "meta.json").write_text(json.dumps(meta))
@@ -255,8 +255,29 @@ def test_a_config_without_run_name_is_named_after_its_file_and_says_so_first(tmp
     mine.write_text("models:\n  names: [BertTiny]\n")
     result = run_snakemake("-n", "--cores", "1", "--configfile", str(mine), cwd=tmp_path)
     assert result.stderr.splitlines()[0] == "dpscaling: run 'mine' -> results/mine/ (no run_name set: the stem of mine.yaml)"
-    assert "results/default" not in result.stdout and "results/mine/runs/model=BertTiny" in result.stdout
+    assert "results/default" not in result.stdout and "results/mine/runs/seq=512/model=BertTiny" in result.stdout
     named = {"run_name": "other"}
     assert settle_run_name(named, [mine]) == "run_name in the config" and named["run_name"] == "other"
     with pytest.raises(UserError, match="run_name"):
         settle_run_name({}, [])
+
+
+def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> None:
+    """A longer sequence packs fewer sequences: the guard refuses the length whose data the grid would repeat."""
+    import json
+    from dataclasses import asdict
+
+    from dpscaling.config.checks import check_epochs, corpus_spec
+
+    monkeypatch.chdir(tmp_path)
+    config = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "seq_lens": [32, 64]}})
+    corpus = corpus_spec(config, repo=REPO)
+    meta = {"tokenizer": "train", "vocab_size": 1024, "source": asdict(corpus)}
+    for length, sequences in ((32, 200_000), (64, 100_000)):
+        packed = tmp_path / "results" / config["run_name"] / "data" / "packed" / f"seq={length}"
+        packed.mkdir(parents=True)
+        (packed / "meta.json").write_text(json.dumps({**meta, "seq_len": length, "n_train": sequences}))
+    assert check_epochs(config, corpus) == pytest.approx(12_800 / 100_000)  # the most epochs of any length
+    (packed / "meta.json").write_text(json.dumps({**meta, "seq_len": 64, "n_train": 10_000}))
+    with pytest.raises(UserError, match="exceed the 10,000 training sequences"):
+        check_epochs(config, corpus)

@@ -190,12 +190,12 @@ def test_too_long_sequences_fail_clearly(tmp_path: Path) -> None:
 
 def test_data_target_through_snakemake(tmp_path: Path) -> None:
     run_snakemake("data", "--cores", "2", "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), cwd=tmp_path)
-    packed = tmp_path / "results" / "smoke" / "data" / "packed"
+    packed = tmp_path / "results" / "smoke" / "data" / "packed" / "seq=64"  # one set of shards per length
     meta = json.loads((packed / "meta.json").read_text())
     assert meta["seq_len"] == 64 and meta["vocab_size"] == 8192
     assert meta["source"]["max_documents"] == 40
     assert load_split(packed, "train").shape == (meta["n_train"], 64)
-    assert (tmp_path / "results" / "smoke" / "logs" / "data" / "pack_sequences.log").read_text().strip()
+    assert (tmp_path / "results" / "smoke" / "logs" / "data" / "pack_sequences" / "seq=64.log").read_text().strip()
     # the floor to beat is a data-stage output, computed from these shards
     floor = json.loads((tmp_path / "results" / "smoke" / "data" / "unigram_floor.json").read_text())
     assert floor == unigram_floor(packed).to_dict() and 0 < floor["nats"] < np.log(8192)

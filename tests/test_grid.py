@@ -78,7 +78,59 @@ def test_main_grid_expands_the_product() -> None:
     })
     grid = main_grid(config)
     assert len(grid) == 12 and len(set(grid)) == 12
-    assert TrainPoint("B", 8, 3, 0.5, 0.3) in grid
+    assert TrainPoint("B", 8, 3, 0.5, 0.3, 512) in grid  # one length, data.seq_len (the paper's 512)
+    assert {point.wildcards["seq"] for point in grid} == {"512"}
+
+
+def test_every_length_gets_the_whole_grid_and_its_repeats() -> None:
+    from test_config_schema import validated
+
+    from dpscaling.grid import points_at_length, repeat_grid
+
+    training = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.1], "physical_batch": 8, "seed": 3,
+                "seq_lens": [128, 32], "repeat_seeds": [4],
+                "repeat_points": [{"model": "A", "noise_batch_ratio": 0.5, "learning_rate": 0.1}]}
+    config = validated({"models": {"names": ["A", "B"]}, "data": {"seq_len": 128}, "training": training})
+    grid = main_grid(config) + repeat_grid(config)
+    assert len(grid) == 2 * (2 * 2 + 1)
+    for length in (32, 128):
+        at_length = points_at_length(grid, length)
+        assert sorted((p.model, p.noise_batch_ratio, p.seed) for p in at_length) == [
+            ("A", 0.0, 3), ("A", 0.5, 3), ("A", 0.5, 4), ("B", 0.0, 3), ("B", 0.5, 3)]
+        assert {p.wildcards["seq"] for p in at_length} == {str(length)}
+
+
+def test_the_primary_length_must_be_a_trained_length() -> None:
+    from test_config_schema import validated
+
+    from dpscaling.config.checks import check_config
+
+    config = validated({"data": {"seq_len": 64}, "training": {"seq_lens": [32, 128]}})
+    with pytest.raises(UserError, match=r"data.seq_len: 64 must be one of training.seq_lens \[32, 128\]"):
+        check_config(config)
+    with pytest.raises(UserError, match="training.seq_lens: results_csv"):
+        check_config(validated({"data": {"seq_len": 64}, "training": {"seq_lens": [32, 64]},
+                                "results_csv": str(REPO / "README.md")}))
+
+
+def test_two_lengths_plan_their_data_runs_and_laws(tmp_path) -> None:
+    """A dry run of the smoke config at two lengths: one packed data set and one grid per length, each
+    run's path naming its length; the primary length's law as before and the other's under law/lengths/."""
+    layer = tmp_path / "lengths.yaml"
+    layer.write_text(yaml.safe_dump({"run_name": "two-lengths", "training": {"seq_lens": [32, 64]}}))
+    smoke = REPO / "tests" / "configs" / "smoke.yaml"
+    result = run_snakemake("-n", "fit", "--configfile", str(smoke), str(layer), cwd=tmp_path)
+    stats = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", result.stdout, flags=re.MULTILINE))
+    # 2 models x 3 sigma-bar + 1 repeat per length, and the physical-batch correction's 1 at the primary length
+    assert int(stats["train_run"]) == 2 * (2 * 3 + 1) + 1
+    assert int(stats["pack_sequences"]) == 2 and int(stats["law_across_lengths"]) == 1
+    assert int(stats["fit_law"]) == int(stats["fit_law_at_length"]) == 1
+    assert "validate_lengths" not in stats  # two lengths have no interior one to hold out
+    outputs = re.findall(r"output: (results/two-lengths/runs/\S+/metrics.parquet)", result.stdout)
+    assert len(outputs) == 15
+    assert sum("/runs/seq=32/model=" in path for path in outputs) == 7
+    assert sum("/runs/seq=64/model=" in path for path in outputs) == 8
+    assert "results/two-lengths/data/packed/seq=32/meta.json" in result.stdout
 
 
 def test_the_physical_batch_correction_pairs_grid_points_with_a_larger_batch() -> None:
@@ -89,7 +141,7 @@ def test_the_physical_batch_correction_pairs_grid_points_with_a_larger_batch() -
              "points": [{"model": "A", "noise_batch_ratio": 0.5, "learning_rate": 0.1}]}
     config = validated({"models": {"names": ["A", "B"]}, "training": training,
                         "fit": {"physical_batch_correction": block}})
-    assert correction_grid(config) == [TrainPoint("A", 8, 3, 0.5, 0.1), TrainPoint("A", 64, 3, 0.5, 0.1)]
+    assert correction_grid(config) == [TrainPoint("A", 8, 3, 0.5, 0.1, 512), TrainPoint("A", 64, 3, 0.5, 0.1, 512)]
     assert correction_grid(validated({"models": {"names": ["A"]}, "training": training})) == []  # off by default
     off_grid = {**block, "points": [{"model": "A", "noise_batch_ratio": 0.25, "learning_rate": 0.1}]}
     with pytest.raises(UserError, match=r"physical_batch_correction.points\[0\]"):
@@ -111,3 +163,16 @@ def test_paper_dry_run_plans_342_training_jobs_with_canonical_wildcards(tmp_path
     assert lr == {"0.0078125", "0.00390625", "0.001953125"}
     assert not any("e-" in value for value in nbr | lr)
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
+
+
+def test_a_cluster_user_adds_lengths_to_the_paper_grid_in_one_key() -> None:
+    from test_config_schema import validated
+
+    from dpscaling.config.checks import check_config
+
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    assert len(main_grid(validated(paper))) == 342  # S = 512 only
+    layered = validated({**paper, "training": {**paper.get("training", {}), "seq_lens": [128, 256, 512]}})
+    check_config(layered)
+    grid = main_grid(layered)
+    assert len(grid) == 3 * 342 and {point.seq_len for point in grid} == {128, 256, 512}

@@ -237,7 +237,7 @@ def test_repeat_grid_adds_the_extra_seeds_at_the_chosen_points() -> None:
     point = {"model": "BertNano", "noise_batch_ratio": 0.25, "learning_rate": 0.5}
     assert repeat_grid(grid_config()) == []
     assert repeat_grid(grid_config(repeat_seeds=[1, 2], repeat_points=[point])) == [
-        TrainPoint("BertNano", 8, 1, 0.25, 0.5), TrainPoint("BertNano", 8, 2, 0.25, 0.5)]
+        TrainPoint("BertNano", 8, 1, 0.25, 0.5, 512), TrainPoint("BertNano", 8, 2, 0.25, 0.5, 512)]
     with pytest.raises(UserError, match=r"training.repeat_points\[0\].noise_batch_ratio"):
         repeat_grid(grid_config(repeat_seeds=[1], repeat_points=[{**point, "noise_batch_ratio": 0.3}]))
     with pytest.raises(UserError, match="training.repeat_seeds"):

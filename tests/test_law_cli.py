@@ -378,3 +378,34 @@ def test_query_across_sequence_lengths_returns_a_seq_len_and_refuses_outside_the
     status, _, err = run("query", "--law", laws[128], "--compute", 1e14, "--epsilon", 8, "--users", 1e6,
                          "--seq-len", 64)
     assert status != 0 and "--seq-len" in err
+
+
+def test_query_across_lengths_bands_the_answer_with_every_lengths_replicates(run, inputs, tmp_path) -> None:
+    from dpscaling.law.bootstrap import replicate_grids, write_replicates
+    from dpscaling.law.sequence_length import write_lengths
+    from dpscaling.law.synthetic import seeded_results
+
+    settings = LawSettings.create(False, warmup_steps=100)
+    laws = {}
+    for length in (32, 128):  # each length's law and its bootstrap beside it, as the workflow lays them out
+        results = seeded_results(steps=2000, log_every=50, learning_rates=(2.0**-7,), seed=length)
+        laws[length] = tmp_path / "law" / f"seq={length}" / "fit"
+        fit_law(results, settings, seq_len=length, physical_batch=32).save(laws[length])
+        write_replicates(replicate_grids(results, settings, range(4), seq_len=length, physical_batch=32),
+                         laws[length].parent / "bootstrap" / "replicates.parquet")
+    write_lengths(tmp_path / "law", laws)
+    query = ("query", "--law", tmp_path / "law", "--compute", 1e14, "--epsilon", 8, "--tokens", 1e8,
+             "--accounting-unamplified", inputs / "unamplified.csv", "--json")
+    status, out, err = run(*query)
+    assert status == 0, err
+    answer = json.loads(out)
+    low, high = answer["seed_only_interval_90"]
+    assert low <= high and abs(answer["predicted_loss"] - (low + high) / 2) < 0.5
+    assert 32 <= answer["seq_len_90"][0] <= answer["seq_len_90"][1] <= 128
+    assert "4 bootstrap replicates of every length's law" in answer["interval"]
+    assert answer["calibrated_interval_90"] is None and "seq_len_holdout" in answer["calibration"]
+    (laws[128].parent / "bootstrap" / "replicates.parquet").unlink()  # one length without seed noise: no band
+    status, out, err = run(*query)
+    assert status == 0, err
+    answer = json.loads(out)
+    assert "seed_only_interval_90" not in answer and "at S = 128" in answer["interval"]

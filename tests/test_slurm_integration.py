@@ -222,9 +222,10 @@ def cancel_after_first_checkpoint(slurm: LocalSlurm, workdir: Path) -> str:
         for job in slurm.squeue():
             if job["state"] != "RUNNING" or "train_run" not in job["comment"]:
                 continue
-            # The plugin's comment: rule_train_run_wildcards_<model>_<batch>_<seed>_<nbr>_<lr>.
+            # The plugin's comment: rule_train_run_wildcards_<seq>_<model>_<batch>_<seed>_<nbr>_<lr>.
             values = job["comment"].split("_wildcards_", 1)[1].split("_")
-            run_dir = checkpoints.joinpath(*(f"{k}={v}" for k, v in zip(("model", "batch", "seed", "nbr", "lr"), values)))
+            keys = ("seq", "model", "batch", "seed", "nbr", "lr")
+            run_dir = checkpoints.joinpath(*(f"{k}={v}" for k, v in zip(keys, values)))
             if list((run_dir / "state").glob("*/commit_success.txt")):
                 return job["id"]
         return None

@@ -109,11 +109,11 @@ def test_data_target_trains_packs_and_floors_under_the_trained_vocabulary(tmp_pa
     validate_config(config, SCHEMA)
     assert vocab_path(config) == "results/trained/data/vocab.txt"
     vocabulary = load_vocabulary(data / "vocab.txt")
-    meta = load_meta(data / "packed")
+    meta = load_meta(data / "packed" / "seq=64")
     assert meta.vocab_size == vocabulary.size == 512 and meta.vocab_sha256 == vocabulary.sha256
     assert meta.tokenizer == "train"
     floor = json.loads((data / "unigram_floor.json").read_text())
-    assert floor == unigram_floor(data / "packed").to_dict() and floor["support"] == 512 - len(SPECIAL_TOKENS)
+    assert floor == unigram_floor(data / "packed" / "seq=64").to_dict() and floor["support"] == 512 - len(SPECIAL_TOKENS)
 
 
 def test_job_sizing_reads_the_trained_size() -> None:

@@ -37,6 +37,7 @@ def test_every_grid_point_has_a_real_curve(smoke_run: Path) -> None:
         assert (curve["status"] == "finished").all()
         assert curve["loss"].iloc[-1] < curve["loss"].iloc[0]  # it learns
         wildcards = dict(part.split("=", 1) for part in path.parent.relative_to(smoke_run / "runs").parts)
+        assert wildcards["seq"] == "64" == str(curve["seq_len"].iloc[0])
         assert wildcards["nbr"] == canonical(curve["noise_batch_ratio"].iloc[0])
         assert wildcards["lr"] == canonical(curve["learning_rate"].iloc[0])
         assert wildcards["model"] == curve["model"].iloc[0]
@@ -79,6 +80,35 @@ def test_validate_scores_held_out_measurements_in_both_modes(smoke_run: Path) ->
 def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
     result = run_snakemake("--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_results_of_the_one_length_layout_are_moved_not_retrained(smoke_run: Path) -> None:
+    """A results directory written before sequence length was an axis (runs/model=..., data/packed/meta.json,
+    and Snakemake's records naming those paths, as that code left them) is moved into the per-length layout
+    by the next run, which then has nothing to do: no run is retrained, no analysis redone."""
+    import os
+
+    from dpscaling.layout import Move, move_snakemake_records
+
+    workdir, root = smoke_run.parent.parent, "results/smoke"
+    moves = [Move(f"{root}/{tree}/seq=64/{path.name}", f"{root}/{tree}/{path.name}")
+             for tree in ("runs", "checkpoints", "logs/train") for path in (smoke_run / tree / "seq=64").iterdir()]
+    moves += [Move(f"{root}/data/packed/seq=64/{name}", f"{root}/data/packed/{name}")
+              for name in ("meta.json", "train", "heldout")]
+    moves.append(Move(f"{root}/logs/data/pack_sequences/seq=64.log", f"{root}/logs/data/pack_sequences.log"))
+    for move in moves:  # back to the one-length layout, records included
+        os.replace(workdir / move.old, workdir / move.new)
+    for emptied in ("runs/seq=64", "checkpoints/seq=64", "logs/train/seq=64", "data/packed/seq=64",
+                    "logs/data/pack_sequences"):
+        (smoke_run / emptied).rmdir()
+    assert move_snakemake_records(workdir / ".snakemake", moves) > 0
+    assert (smoke_run / "runs" / "model=BertNano").is_dir() and not (smoke_run / "runs" / "seq=64").exists()
+
+    result = run_snakemake("--cores", "2", "--configfile", str(SMOKE), cwd=workdir)
+    assert re.search(r"dpscaling: moved \d+ paths of the one-length layout", result.stderr), result.stderr[-2000:]
+    assert "Nothing to be done" in result.stdout + result.stderr
+    assert len(list((smoke_run / "runs" / "seq=64").rglob("metrics.parquet"))) == 8
+    assert not list((smoke_run / "runs").glob("model=*")) and (smoke_run / "data" / "packed" / "seq=64" / "train").is_dir()
 
 
 # One key per block changed on the finished smoke run: the rules a dry run of `all` plans. A job's params hold

@@ -226,6 +226,7 @@ class Work:
     model: str
     steps: int
     batch: int
+    seq_len: int | None = None  # None = the run's data.seq_len
 
 
 # The resources a sized job sets; every training-like rule gets all of them (None = not requested).
@@ -234,16 +235,18 @@ SIZED_RESOURCES = ("cpus_per_task", "mem_mb", "runtime", "nodes", "gpu", "gres",
 
 def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, Any]:
     """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
-    n_params = run.model_config(work.model).param_count().total
-    return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=run.data.seq_len,
+    seq_len = work.seq_len or run.data.seq_len
+    n_params = run.model_config(work.model, seq_len).param_count().total
+    return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=seq_len,
                            throughput=run.models.family(work.model).throughput,
                            attempt=attempt).snakemake()
 
 
-def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = None) -> Work:
-    """A grid training job of ``model`` with the ``training`` mapping (a training job's param; None = the
-    run's ``training`` block). A ``poisson`` job runs its padded batch L: the run prices L once it has its
-    data, so an upper bound of it sizes the job."""
+def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = None,
+              seq_len: int | None = None) -> Work:
+    """A grid training job of ``model`` at sequence length ``seq_len`` (None = ``data.seq_len``) with the
+    ``training`` mapping (a training job's param; None = the run's ``training`` block). A ``poisson`` job runs
+    its padded batch L: the run prices L once it has its data, so an upper bound of it sizes the job."""
     training = run.training.to_mapping() if training is None else training
     batch = int(training["physical_batch"])
     if training.get("sampling") == "poisson":
@@ -251,7 +254,7 @@ def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = N
 
         batch = training.get("truncated_batch_size") or tail_truncated_batch_size(
             batch, int(training["steps"]), run.accounting.delta, training.get("microbatch_size") or 1)
-    return Work(model, int(training["steps"]), batch)
+    return Work(model, int(training["steps"]), batch, seq_len)
 
 
 def evaluation_work(model: str, examples: int) -> Work:

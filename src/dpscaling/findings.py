@@ -162,6 +162,57 @@ def nonprivate_ends_lowest(results: pd.DataFrame | None) -> Finding:
     return Finding(claim, len(below) == len(pairs), measured)
 
 
+SHORTER_UNDER_DP = "the compute-optimal sequence length is shorter under DP than without it"
+
+
+def shorter_length_under_dp(tradeoff: pd.DataFrame) -> Finding:
+    """Not a claim of the paper (its limitations expect the length trade-off to differ under DP): at equal
+    compute, the DP compute-optimal sequence length is shorter than the non-private one, from
+    fig:seq_len_tradeoff's data (:mod:`dpscaling.figures.seq_len_tradeoff`), over every (compute, ε) pair
+    where every candidate length answered both with DP and without (elsewhere the optimum over S is forced
+    by the law's iteration range, not chosen). Holds when a majority of the pairs is strictly shorter under
+    DP. The measured string names the privacy unit, the pairs left out, the per-ε medians, how many optima
+    sit at the shortest measured length and how often the DP optimum's seed-only band lies wholly below the
+    non-private optimum."""
+    from dpscaling.figures.seq_len_tradeoff import DATA_BUDGET_NOTE, MEASURED_LENGTHS
+    from dpscaling.law.bootstrap import band
+    from dpscaling.law.sequence_length import ALL_LENGTHS_ANSWERED, SEQ_LEN
+
+    answered = tradeoff.dropna(subset=[CROSS_ENTROPY])
+    chosen = answered[answered[ALL_LENGTHS_ANSWERED].astype(bool)]
+    public = chosen[np.isinf(chosen[PRIVACY_BUDGET])].set_index(COMPUTE)[SEQ_LEN]
+    private = chosen[np.isfinite(chosen[PRIVACY_BUDGET])]
+    pairs = private[private[COMPUTE].isin(public.index)].assign(**{"public": lambda f: f[COMPUTE].map(public)})
+    all_pairs = answered[np.isfinite(answered[PRIVACY_BUDGET])][COMPUTE].isin(
+        answered.loc[np.isinf(answered[PRIVACY_BUDGET]), COMPUTE]).sum()
+    if pairs.empty:
+        return Finding(SHORTER_UNDER_DP, False, "no compute budget is answered at every candidate length both with "
+                                                f"DP and without ({all_pairs} (C, eps) pairs answered at some)")
+    ratio = pairs[SEQ_LEN] / pairs["public"]
+    shorter, longer = int((ratio < 1).sum()), int((ratio > 1).sum())
+    high = band(SEQ_LEN)[1]
+    below = int((pairs[high] < pairs["public"]).sum()) if high in pairs and pairs[high].notna().any() else None
+    per_epsilon = "; ".join(
+        f"eps={epsilon:g}: median S* {group[SEQ_LEN].median():.3g} vs {group['public'].median():.3g} without DP"
+        for epsilon, group in pairs.groupby(PRIVACY_BUDGET))
+    shortest = float(str(tradeoff[MEASURED_LENGTHS].iloc[0]).split()[0])
+    measured = (f"{tradeoff[DATA_BUDGET_NOTE].iloc[0]}; over {len(pairs)} (C, eps) pairs answered at every candidate "
+                f"length ({all_pairs - len(pairs)} more answered at some only, left out) S*_DP is shorter in "
+                f"{shorter}, equal in {len(pairs) - shorter - longer}, longer in {longer}; median S*_DP / S*_noDP "
+                f"{ratio.median():.3g}; {per_epsilon}; at the shortest measured length S = {shortest:g}: "
+                f"{int((pairs[SEQ_LEN] == shortest).sum())} DP and {int((pairs['public'] == shortest).sum())} "
+                "non-private optima of these pairs"
+                + ("" if below is None else f"; the DP optimum's 90% band lies wholly below the non-private S* in "
+                                            f"{below} of {len(pairs)}"))
+    return Finding(SHORTER_UNDER_DP, bool(shorter > len(pairs) / 2), measured)
+
+
+SEQ_LEN_LABEL = "finding:seq_len"
+SEQ_LEN_CAPTION = ("Not in the paper: whether the compute-optimal sequence length is shorter under DP than without "
+                   "it, on this run's laws across sequence lengths (fig:seq_len_tradeoff's data), with the numbers "
+                   "measured and the privacy unit assumed.")
+
+
 def check_findings(context: AnalysisContext, inflection_points: pd.DataFrame | None = None) -> list[Finding]:
     """Claims (a)-(e); ``inflection_points``: a table:inflection_points already computed for this context.
 
@@ -178,11 +229,11 @@ CAPTION = ("The paper's qualitative findings (§1, §4.1-§4.4) checked on this 
            "learning rate's non-private curve ends at or below its smallest noise's (raw training curves).")
 
 
-def findings_table(findings: list[Finding]) -> pd.DataFrame:
-    """One row per claim, lettered as in the report (and docs/appendix-experiments.md), for the workflow's
-    ``findings`` target."""
+def findings_table(findings: list[Finding], names: list[str] | None = None) -> pd.DataFrame:
+    """One row per claim, lettered as in the report (and docs/appendix-experiments.md) unless ``names`` are
+    given, for the workflow's ``findings`` target."""
     return pd.DataFrame({
-        "finding": list("abcde"[: len(findings)]),
+        "finding": names or list("abcde"[: len(findings)]),
         "claim": [finding.claim for finding in findings],
         "verdict": ["holds" if finding.holds else "does not hold" for finding in findings],
         "measured": [finding.measured for finding in findings],

@@ -1,7 +1,8 @@
 """The experiment grid and its canonical names (paper §3.2 "Detailed Experimental Setup").
 
 The workflow expands model size × noise-batch ratio × learning rate (× physical
-batch × seed for ablations) into one training job per point. Every number that
+batch × seed for ablations) into one training job per point, at every sequence length of
+``training.seq_lens`` (not in the paper, which fixes S = 512: docs/fit.md "Sequence length"). Every number that
 appears in a path is written by :func:`canonical`, so one value has exactly one
 spelling: no ``1e-05`` next to ``1.0e-5``, no ``0.30000000000000004``.
 """
@@ -51,23 +52,26 @@ def alternation(values: Iterable[float | int | str]) -> str:
 
 @dataclass(frozen=True, order=True)
 class TrainPoint:
-    """One training job: a model at one noise-batch ratio and learning rate."""
+    """One training job: a model at one noise-batch ratio and learning rate, at sequence length ``seq_len``
+    (None for the jobs whose paths carry no length: the physical-batch ablation's, at ``data.seq_len``)."""
 
     model: str
     batch: int
     seed: int
     noise_batch_ratio: float
     learning_rate: float
+    seq_len: int | None = None
 
     @property
     def wildcards(self) -> dict[str, str]:
-        return {
+        values = {
             "model": self.model,
             "batch": canonical(self.batch),
             "seed": canonical(self.seed),
             "nbr": canonical(self.noise_batch_ratio),
             "lr": canonical(self.learning_rate),
         }
+        return values if self.seq_len is None else {"seq": canonical(self.seq_len), **values}
 
 
 def _typed(config: Mapping[str, Any] | RunConfig) -> RunConfig:
@@ -77,19 +81,26 @@ def _typed(config: Mapping[str, Any] | RunConfig) -> RunConfig:
 
 
 def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
-    """The main grid: every model × noise-batch ratio × learning rate at the physical batch."""
+    """The main grid: every sequence length × model × noise-batch ratio × learning rate at the physical batch."""
     run = _typed(config)
     training = run.training
     return [
-        TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr))
-        for model, nbr, lr in product(run.models.names, training.noise_batch_ratios, training.learning_rates)
+        TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr), seq_len)
+        for seq_len, model, nbr, lr in product(run.seq_lens(), run.models.names, training.noise_batch_ratios,
+                                               training.learning_rates)
     ]
+
+
+def points_at_length(points: Iterable[TrainPoint], seq_len: int) -> list[TrainPoint]:
+    """The points trained at sequence length ``seq_len`` (the curves of that length's law)."""
+    return [point for point in points if point.seq_len == int(seq_len)]
 
 
 def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """The physical-batch correction's runs (``fit.physical_batch_correction``): each of its points at the
-    grid's physical batch (a main-grid run) and again at the correction's larger batch, main seed; none
-    when the correction is off. Raises UserError when a point is not on the main grid."""
+    grid's physical batch (a main-grid run) and again at the correction's larger batch, main seed, at the
+    primary length ``data.seq_len``; none when the correction is off. Raises UserError when a point is not on
+    the main grid."""
     run = _typed(config)
     block, training = run.fit.physical_batch_correction, run.training
     if not block.enabled:
@@ -104,7 +115,7 @@ def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     points = []
     for index, point in enumerate(block.points):
         grid = TrainPoint(point.model, training.physical_batch, training.seed, float(point.noise_batch_ratio),
-                          float(point.learning_rate))
+                          float(point.learning_rate), run.data.seq_len)
         if grid not in main:
             raise UserError(f"fit.physical_batch_correction.points[{index}]: {point.to_mapping()} is not a point of "
                             "the main grid (models.names x training.noise_batch_ratios x training.learning_rates)")
@@ -113,8 +124,8 @@ def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
 
 
 def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
-    """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``): the
-    seed-to-seed noise the law's bootstrap intervals resample (docs/fit.md "Intervals").
+    """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``), at every
+    sequence length: the seed-to-seed noise each length's bootstrap intervals resample (docs/fit.md "Intervals").
 
     Raises UserError when a point is not on the main grid or a repeat seed is the main seed.
     """
@@ -135,7 +146,7 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
                 raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
         points += [TrainPoint(point.model, training.physical_batch, seed, float(point.noise_batch_ratio),
-                              float(point.learning_rate)) for seed in seeds]
+                              float(point.learning_rate), seq_len) for seed in seeds for seq_len in run.seq_lens()]
     return sorted(set(points))
 
 

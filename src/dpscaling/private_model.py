@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from dpscaling.config.blocks import GRID_ONLY_TRAINING_KEYS
 from dpscaling.errors import UserError
 from dpscaling.grid import canonical
 from dpscaling.law.columns import (
@@ -212,7 +213,7 @@ def corrected_loss(law, correction: PhysicalBatchCorrection | None, model_size: 
 
 # The training block's keys that choose the grid's jobs, not how a private run trains: left out of
 # the private jobs' params, so a change to the grid retrains no private run.
-GRID_KEYS = ("noise_batch_ratios", "learning_rates", "physical_batch", "repeat_seeds", "repeat_points")
+GRID_KEYS = ("noise_batch_ratios", "learning_rates", "physical_batch", *GRID_ONLY_TRAINING_KEYS)
 
 
 def private_training(training: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,10 +29,11 @@ def ablation_training(config: Config, batch: int) -> dict[str, Any]:
     return run.ablation_batch.training(run.training, batch)
 
 
-def model_param(config: Config, name: str) -> str | dict[str, Any]:
-    """A training job's ``model`` param (:meth:`ModelsBlock.param`)."""
+def model_param(config: Config, name: str, seq_len: int | None = None) -> str | dict[str, Any]:
+    """A training job's ``model`` param (:meth:`ModelsBlock.param`) at sequence length ``seq_len`` (None =
+    ``data.seq_len``)."""
     run = typed(config)
-    return run.models.param(name, run.data.seq_len)
+    return run.models.param(name, seq_len or run.data.seq_len)
 
 
 def law_settings(config: Config) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from dpscaling.tables import batch_gap, physical_batch
 # ablation_batch, never part of `all` or `figures`. Its jobs live under
 # results/<run>/ablation/, apart from the main grid's (other steps, batches and seeds).
 ABLATION = config["ablation_batch"]
-ABLATION_RUN = f"{RESULTS}/ablation/runs/{RUN}/metrics.parquet"
-ABLATION_EVALUATION = f"{RESULTS}/ablation/evaluations/{RUN}.json"
+ABLATION_RUN = f"{RESULTS}/ablation/runs/{ONE_LENGTH_RUN}/metrics.parquet"
+ABLATION_EVALUATION = f"{RESULTS}/ablation/evaluations/{ONE_LENGTH_RUN}.json"
 # The runs drawn by the figures; the evaluated runs are among them when the sweep's
 # learning rates include the ablation's (as in the paper).
 ABLATION_FIGURE_RUNS = sorted(
@@ -29,17 +29,21 @@ ABLATION_FIGURE_KEYS = (
 )
 
 
-# The training job with the ablation's horizon, logging and microbatch (the same script).
+# The training job with the ablation's horizon, logging and microbatch (the same script), at data.seq_len.
 use rule train_run as ablation_run with:
+    input:
+        meta=PRIMARY_PACKED["meta"],
+        train=PRIMARY_PACKED["train"],
     output:
         ABLATION_RUN,
     log:
-        f"{RESULTS}/logs/ablation/train/{RUN}.log",
+        f"{RESULTS}/logs/ablation/train/{ONE_LENGTH_RUN}.log",
     resources:
         **job_resources(CFG, ablation_job),
     params:
+        model=lambda wildcards: model_param(CFG, wildcards.model),
         training=lambda wildcards: ablation_training(CFG, int(wildcards.batch)),
-        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{RUN}".format(
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{ONE_LENGTH_RUN}".format(
             **wildcards
         ),
 
@@ -65,20 +69,20 @@ rule ablation_curves:
 # The final model of one run scored on training sequences (its last orbax checkpoint).
 rule ablation_evaluate:
     input:
-        meta=rules.pack_sequences.output.meta,
-        train=rules.pack_sequences.output.train,
+        meta=PRIMARY_PACKED["meta"],
+        train=PRIMARY_PACKED["train"],
         curve=ABLATION_RUN,
     output:
         ABLATION_EVALUATION,
     log:
-        f"{RESULTS}/logs/ablation/evaluate/{RUN}.log",
+        f"{RESULTS}/logs/ablation/evaluate/{ONE_LENGTH_RUN}.log",
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
     resources:
         **job_resources(CFG, ablation_scoring_job),
     params:
-        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{RUN}".format(
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{ONE_LENGTH_RUN}".format(
             **wildcards
         ),
         evaluation=ABLATION["evaluation"],

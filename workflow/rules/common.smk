@@ -9,6 +9,7 @@ from dpscaling.figures.common import (
     ACCOUNTING as NEEDS_ACCOUNTING,
     BOOTSTRAP as NEEDS_BOOTSTRAP,
     FLOOR as NEEDS_FLOOR,
+    LENGTHS as NEEDS_LENGTHS,
     RESULTS as NEEDS_RESULTS,
 )
 from dpscaling.config.blocks import load_config
@@ -26,9 +27,18 @@ from dpscaling.grid import (
     alternation,
     correction_grid,
     main_grid,
+    points_at_length,
     repeat_grid,
 )
 from dpscaling.io import lock_results
+from dpscaling.layout import (
+    ONE_LENGTH_RUN_ID,
+    PACK_LOG,
+    PACKED,
+    RUN_ID,
+    legacy_moves,
+    migrate_one_length_layout,
+)
 from dpscaling.workflow import (
     ablation_training,
     accounting_chunks,
@@ -70,13 +80,29 @@ onstart:
         lock_results(RESULTS)
 
 
+# Results written before sequence length was an axis (runs/model=..., data/packed/meta.json) move into
+# the per-length layout once, with Snakemake's records, so their finished runs stay finished (docs/failure-modes.md).
+if workflow.is_main_process and legacy_moves(RESULTS, CFG.data.seq_len):
+    lock_results(RESULTS)  # not while another snakemake writes this directory
+    print(
+        f"dpscaling: {migrate_one_length_layout(RESULTS, CFG.data.seq_len).summary()}",
+        file=sys.stderr,
+    )
+
 # Vendored resources are found next to the Snakefile, so --directory works.
 CORPUS = corpus_spec(CFG, repo=workflow.basedir)
 # The one-epoch guard, when the data stage's manifest is already there (else each training job checks).
 check_epochs(CFG, CORPUS)
 VOCAB = vocab_path(CFG, repo=workflow.basedir)
-# The main grid, plus training.repeat_seeds at training.repeat_points (seed noise for the fit's intervals).
+# The main grid, plus training.repeat_seeds at training.repeat_points (seed noise for the fit's intervals),
+# at every sequence length (training.seq_lens; one, data.seq_len, unless set).
 GRID = main_grid(CFG) + repeat_grid(CFG)
+SEQ_LENS = list(CFG.seq_lens())
+# The primary length: the paper's figures and tables, the ablation and private_model run at it.
+PRIMARY_SEQ_LEN = CFG.data.seq_len
+PRIMARY_GRID = points_at_length(GRID, PRIMARY_SEQ_LEN)
+# The other lengths, each with its own law under law/lengths/ (none in a one-length run).
+OTHER_SEQ_LENS = [length for length in SEQ_LENS if length != PRIMARY_SEQ_LEN]
 # The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.
 ABLATION_GRID = ablation_grid(CFG)
 # The physical-batch correction's pairs (fit.physical_batch_correction; none unless enabled).
@@ -86,6 +112,7 @@ POINTS = GRID + ABLATION_GRID + CORRECTION_GRID
 
 
 wildcard_constraints:
+    seq=alternation(SEQ_LENS),
     model=alternation(point.model for point in POINTS),
     batch=alternation(point.batch for point in POINTS),
     seed=alternation(point.seed for point in POINTS),
@@ -93,7 +120,9 @@ wildcard_constraints:
     lr=alternation(point.learning_rate for point in POINTS),
 
 
-RUN = "model={model}/batch={batch}/seed={seed}/nbr={nbr}/lr={lr}"
+# A grid run's id (dpscaling.layout): its length, then its grid point; the ablation's runs carry no length.
+RUN = RUN_ID
+ONE_LENGTH_RUN = ONE_LENGTH_RUN_ID
 
 
 def run_outputs(pattern, points=GRID):
@@ -119,6 +148,8 @@ def figure_inputs(wildcards):
         inputs["bootstrap"] = BOOTSTRAP[0]
     if NEEDS_FLOOR in spec.needs and not config["results_csv"]:
         inputs["floor"] = rules.unigram_floor.output[0]
+    if NEEDS_LENGTHS in spec.needs:
+        inputs["lengths"] = rules.law_across_lengths.output[0]
     return inputs
 
 
@@ -135,7 +166,7 @@ def table_outputs(label):
 # What one job of each training-like rule computes (dpscaling.cluster.Work); job_resources turns it into
 # the rule's whole resources mapping (GPUs, nodes, CPUs, memory, time), the same way for every rule.
 def grid_job(wildcards, input):
-    return grid_work(CFG, wildcards.model)
+    return grid_work(CFG, wildcards.model, seq_len=int(wildcards.seq))
 
 
 def ablation_job(wildcards, input):

@@ -42,16 +42,17 @@ rule train_vocabulary:
         "../scripts/train_vocabulary.py"
 
 
+# One set of packed shards per sequence length (training.seq_lens; dpscaling.layout.PACKED).
 rule pack_sequences:
     input:
         documents=rules.prepare_documents.output[0],
         vocab=VOCAB,
     output:
-        meta=f"{RESULTS}/data/packed/meta.json",
-        train=directory(f"{RESULTS}/data/packed/train"),
-        heldout=directory(f"{RESULTS}/data/packed/heldout"),
+        meta=f"{RESULTS}/{PACKED}/meta.json",
+        train=directory(f"{RESULTS}/{PACKED}/train"),
+        heldout=directory(f"{RESULTS}/{PACKED}/heldout"),
     log:
-        f"{RESULTS}/logs/data/pack_sequences.log",
+        f"{RESULTS}/{PACK_LOG}",
     conda:
         "../envs/dpscaling.yaml"
     threads: 2
@@ -60,17 +61,24 @@ rule pack_sequences:
         runtime=60,
     params:
         tokenizer=config["data"]["tokenizer"],
-        seq_len=config["data"]["seq_len"],
+        seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
         source=asdict(CORPUS),
     script:
         "../scripts/pack_sequences.py"
 
 
-# The floor to beat: held-out unigram entropy under the run's tokenizer (docs/data.md).
+# The data at the primary length (data.seq_len): what the paper's figures, the ablation and private_model read.
+PRIMARY_PACKED = {
+    name: expand(path, seq=PRIMARY_SEQ_LEN)[0]
+    for name, path in rules.pack_sequences.output.items()
+}
+
+
+# The floor to beat: held-out unigram entropy under the run's tokenizer (docs/data.md), at the primary length.
 rule unigram_floor:
     input:
-        **rules.pack_sequences.output,
+        **PRIMARY_PACKED,
     output:
         f"{RESULTS}/data/unigram_floor.json",
     log:
@@ -89,6 +97,6 @@ rule unigram_floor:
 
 rule data:
     input:
-        rules.pack_sequences.output,
+        expand(rules.pack_sequences.output, seq=SEQ_LENS),
         rules.unigram_floor.output,
         RUN_CONFIG,

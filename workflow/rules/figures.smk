@@ -1,5 +1,6 @@
-from dpscaling.figures import ALL_FIGURES, FIGURES
+from dpscaling.figures import ALL_FIGURES, FIGURES, LENGTH_FIGURES
 from dpscaling.figures.nonprivate import NONPRIVATE
+from dpscaling.figures.seq_len_tradeoff import SEQ_LEN_TRADEOFF
 from dpscaling.figures.training_curves import TRAINING
 from dpscaling import findings as findings_check
 from dpscaling.tables import inflection_points, models, throughput
@@ -12,7 +13,7 @@ FIGURE_FILES = ["pdf", "png", "csv"]
 RUN_METRICS = (
     []
     if config["results_csv"]
-    else run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet")
+    else run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet", PRIMARY_GRID)
 )
 
 
@@ -133,9 +134,33 @@ rule findings_table:
         "../scripts/findings.py"
 
 
+# Runs with several sequence lengths (training.seq_lens) also draw fig:seq_len_tradeoff and check whether
+# the compute-optimal length is shorter under DP (docs/fit.md "Sequence length").
+RUN_FIGURES = list(FIGURES) + (list(LENGTH_FIGURES) if OTHER_SEQ_LENS else [])
+
+
+rule seq_len_finding:
+    input:
+        f"{RESULTS}/figures/{SEQ_LEN_TRADEOFF.name}.csv",
+    output:
+        **table_outputs(findings_check.SEQ_LEN_LABEL),
+    log:
+        f"{RESULTS}/logs/tables/seq_len_finding.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    params:
+        caption=findings_check.SEQ_LEN_CAPTION,
+    script:
+        "../scripts/seq_len_finding.py"
+
+
+SEQ_LEN_FINDING = rules.seq_len_finding.output if OTHER_SEQ_LENS else []
+
+
 rule findings:
     input:
         rules.findings_table.output,
+        SEQ_LEN_FINDING,
         RUN_CONFIG,
 
 
@@ -143,7 +168,7 @@ rule figures:
     input:
         expand(
             f"{RESULTS}/figures/{{figure}}.{{ext}}",
-            figure=FIGURES,
+            figure=RUN_FIGURES,
             ext=FIGURE_FILES,
         ),
         RUN_CONFIG,
@@ -184,7 +209,9 @@ rule report_html:
         rules.figures.input,
         rules.tables.input,
         rules.findings_table.output,
+        SEQ_LEN_FINDING,
         rules.validate_law.output,
+        VALIDATE_LENGTHS,
         RUN_CONFIG,
     output:
         f"{RESULTS}/report.html",

@@ -1,4 +1,4 @@
-from dpscaling.law import calibration, validation
+from dpscaling.law import calibration, heldout_length, validation
 
 # The law is fitted to our training curves, or to the authors' published
 # results.csv when config results_csv is set.
@@ -15,8 +15,9 @@ CORRECTION = (
 
 rule collect_curves:
     input:
-        # The curves only: the `train` target also lists the run's config.yaml, which is no curve.
-        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet"),
+        # The primary length's curves only: the `train` target also lists the other lengths' and the run's
+        # config.yaml, which is no curve.
+        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet", PRIMARY_GRID),
     output:
         f"{RESULTS}/law/results.parquet",
     log:
@@ -118,11 +119,94 @@ rule physical_batch_correction:
         "../scripts/physical_batch_correction.py"
 
 
+# Not in the paper (training.seq_lens with more than one length; docs/fit.md "Sequence length"): each
+# other length's curves, law and bootstrap under law/lengths/seq=S/, as the primary length's under law/.
+LENGTH_LAW = f"{RESULTS}/law/lengths/seq={{seq}}"
+
+
+use rule collect_curves as collect_curves_at_length with:
+    input:
+        lambda wildcards: run_outputs(
+            f"{RESULTS}/runs/{RUN}/metrics.parquet",
+            points_at_length(GRID, int(wildcards.seq)),
+        ),
+    output:
+        f"{LENGTH_LAW}/results.parquet",
+    log:
+        f"{RESULTS}/logs/fit/seq={{seq}}/collect_curves.log",
+
+
+use rule fit_law as fit_law_at_length with:
+    input:
+        results=rules.collect_curves_at_length.output[0],
+    output:
+        directory(f"{LENGTH_LAW}/fit"),
+    log:
+        f"{RESULTS}/logs/fit/seq={{seq}}/fit_law.log",
+
+
+use rule bootstrap_chunk as bootstrap_chunk_at_length with:
+    input:
+        results=rules.collect_curves_at_length.output[0],
+    output:
+        f"{LENGTH_LAW}/bootstrap/chunks/chunk{{chunk}}.parquet",
+    log:
+        f"{RESULTS}/logs/fit/seq={{seq}}/bootstrap_chunk{{chunk}}.log",
+
+
+use rule bootstrap as bootstrap_at_length with:
+    input:
+        expand(
+            rules.bootstrap_chunk_at_length.output[0],
+            chunk=BOOTSTRAP_CHUNKS,
+            allow_missing=True,
+        ),
+    output:
+        f"{LENGTH_LAW}/bootstrap/replicates.parquet",
+    log:
+        f"{RESULTS}/logs/fit/seq={{seq}}/bootstrap.log",
+
+
+# Every length's law (and its replicates), and lengths.json naming them: `dpscaling query --law
+# <run>/law/lengths` answers which (M, S, B, T) to train. Planned only when the run has several lengths.
+LENGTH_LAWS = {
+    PRIMARY_SEQ_LEN: rules.fit_law.output[0],
+    **{
+        length: expand(rules.fit_law_at_length.output[0], seq=length)[0]
+        for length in OTHER_SEQ_LENS
+    },
+}
+LENGTH_BOOTSTRAPS = (
+    BOOTSTRAP + expand(rules.bootstrap_at_length.output[0], seq=OTHER_SEQ_LENS)
+    if BOOTSTRAP
+    else []
+)
+LAW_ACROSS_LENGTHS = [f"{RESULTS}/law/lengths/lengths.json"] if OTHER_SEQ_LENS else []
+
+
+rule law_across_lengths:
+    input:
+        laws=list(LENGTH_LAWS.values()),
+        bootstrap=LENGTH_BOOTSTRAPS,
+    output:
+        f"{RESULTS}/law/lengths/lengths.json",
+    log:
+        f"{RESULTS}/logs/fit/law_across_lengths.log",
+    localrule: True
+    conda:
+        "../envs/dpscaling.yaml"
+    params:
+        lengths=list(LENGTH_LAWS),
+    script:
+        "../scripts/law_across_lengths.py"
+
+
 rule fit:
     input:
         rules.fit_law.output,
         BOOTSTRAP,
         CORRECTION,
+        LAW_ACROSS_LENGTHS,
         RUN_CONFIG,
 
 
@@ -174,7 +258,41 @@ rule validate_law:
         "../scripts/validate.py"
 
 
+# Not in the paper (runs with three or more sequence lengths): each interior length predicted from its
+# neighbours' laws, blended in log S (docs/fit.md "Sequence length").
+rule validate_lengths:
+    input:
+        results=[FIT_RESULTS]
+        + expand(rules.collect_curves_at_length.output[0], seq=OTHER_SEQ_LENS),
+    output:
+        csv=report(
+            f"{RESULTS}/validate/seq_len_holdout.csv",
+            caption="../report/table.rst",
+            category="Validation",
+        ),
+        md=f"{RESULTS}/validate/seq_len_holdout.md",
+        tex=f"{RESULTS}/validate/seq_len_holdout.tex",
+        points=f"{RESULTS}/validate/seq_len_holdout_points.csv",
+    log:
+        f"{RESULTS}/logs/fit/validate_lengths.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        lengths=[PRIMARY_SEQ_LEN] + OTHER_SEQ_LENS,
+        modes=validation_modes(CFG),
+        caption=heldout_length.CAPTION,
+    script:
+        "../scripts/validate_lengths.py"
+
+
+VALIDATE_LENGTHS = rules.validate_lengths.output if len(SEQ_LENS) >= 3 else []
+
+
 rule validate:
     input:
         rules.validate_law.output,
+        VALIDATE_LENGTHS,
         RUN_CONFIG,

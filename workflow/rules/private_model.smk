@@ -43,8 +43,8 @@ rule private_model_plan:
 rule private_model_train:
     input:
         plan=rules.private_model_plan.output[0],
-        meta=rules.pack_sequences.output.meta,
-        train=rules.pack_sequences.output.train,
+        meta=PRIMARY_PACKED["meta"],
+        train=PRIMARY_PACKED["train"],
     output:
         f"{PRIVATE}/{{budget}}/metrics.parquet",
     log:
@@ -67,8 +67,8 @@ rule private_model_train:
 rule private_model_twin:
     input:
         plan=rules.private_model_plan.output[0],
-        meta=rules.pack_sequences.output.meta,
-        train=rules.pack_sequences.output.train,
+        meta=PRIMARY_PACKED["meta"],
+        train=PRIMARY_PACKED["train"],
     output:
         f"{PRIVATE}/{{budget}}/twin_{{twin}}/metrics.parquet",
     log:
@@ -90,8 +90,8 @@ rule private_model_twin:
 rule private_model_evaluate:
     input:
         plan=rules.private_model_plan.output[0],
-        meta=rules.pack_sequences.output.meta,
-        heldout=rules.pack_sequences.output.heldout,
+        meta=PRIMARY_PACKED["meta"],
+        heldout=PRIMARY_PACKED["heldout"],
         curve=rules.private_model_train.output[0],
     output:
         f"{PRIVATE}/{{budget}}/evaluation.json",

@@ -15,7 +15,7 @@ rule train_run:
     resources:
         **job_resources(CFG, grid_job),
     params:
-        model=lambda wildcards: model_param(CFG, wildcards.model),
+        model=lambda wildcards: model_param(CFG, wildcards.model, int(wildcards.seq)),
         # Keys added later (Adam's b1, b2, eps; allow_repeats; sampling, truncated_batch_size,
         # accountant, delta) only when not at their defaults.
         training=training_params(CFG),

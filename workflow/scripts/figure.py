@@ -22,6 +22,11 @@ with log_to_file(snakemake.log[0]) as log:
             bootstrap=snakemake.input.get("bootstrap"),
             interval_note=snakemake.params.no_interval or NO_REPEATS,
             floor=snakemake.input.get("floor"),
+            lengths=(
+                Path(snakemake.input.lengths).parent
+                if "lengths" in snakemake.input.keys()
+                else None
+            ),
         )
         source = context.accounting_source
     written = render(snakemake.wildcards.figure, context, Path(snakemake.output.pdf).with_suffix(""))

@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tokens; causal_lm: every next token) under add-one-smoothed unigram frequencies of the training split.",
     )
     parser.add_argument(
-        "--data", required=True, help="a packed data directory, e.g. results/default/data/packed"
+        "--data", required=True, help="a packed data directory, e.g. results/default/data/packed/seq=64"
     )
     parser.add_argument("--objective", choices=sorted(TARGETS), default="masked_lm",
                         help="whose targets: masked_lm (BERT, default) or causal_lm (decoders)")

@@ -33,12 +33,12 @@ from dpscaling.law.calibration import Calibration, calibrated_interval, calibrat
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.physical_batch import PhysicalBatchCorrection, load_correction
 from dpscaling.law.sequence_length import (
-    LENGTHS_FILE, PRIVACY_UNITS, SEQ_LEN, compute_optimal_across_lengths, is_law_across_lengths,
-    load_law_across_lengths, privacy_units)
+    LENGTHS_FILE, PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, is_law_across_lengths,
+    law_directories, length_tradeoff, load_law_across_lengths, privacy_units, replicate_laws)
 from dpscaling.law.settings import ASYMPTOTE_CHOICES
 from dpscaling.law.noise import SigmaSource, read_accounting_csv
 from dpscaling.law.queries import (
-    DEFAULT_TOLERANCE, INFERENCE_FLOPS, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, TOTAL_FLOPS, TRAINING_FLOPS,
+    DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, INFERENCE_FLOPS, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, TOTAL_FLOPS, TRAINING_FLOPS,
     compute_optimal, constant_compute_configurations, evaluate_configurations, inference_aware, model_size_grid,
     saturating_table)
 
@@ -324,6 +324,17 @@ def _query_across_lengths(args: argparse.Namespace) -> int:
     answer = compute_optimal_across_lengths(args.compute, args.epsilon, across, source.sigma, args.privacy_unit,
                                             tokens=args.tokens, users=args.users, seq_len=args.seq_len,
                                             tolerance=tolerance)
+    replicates, note = replicate_laws(laws, law_directories(args.law))
+    if replicates:  # each replicate's own optimum over the same candidates: the seed-only 90% interval
+        lengths = None if args.seq_len is None else [args.seq_len]
+        bands = length_tradeoff(across, source.sigma, np.array([args.compute]), args.epsilon,
+                                DataBudget(args.privacy_unit, args.tokens, args.users), DEFAULT_BATCH_SIZES,
+                                replicates, lengths=lengths).iloc[0]
+        interval = {"seed_only_interval_90": [float(bands[name]) for name in band(CROSS_ENTROPY)],
+                    "seq_len_90": [float(bands[name]) for name in band(SEQ_LEN)],
+                    "interval": f"{note} (seed noise only; docs/fit.md \"Sequence length\")"}
+    else:
+        interval = {"interval": note}
     best = answer.answer.optimum
     per_length = answer.per_length
     result: dict[str, Any] = {
@@ -338,7 +349,10 @@ def _query_across_lengths(args: argparse.Namespace) -> int:
                         "batch_size": float(row[BATCH_SIZE]), "iterations": float(row[ITERATIONS])}
                        for _, row in per_length.iterrows()],
         "lengths_without_answer": answer.unanswered_lengths,
-        "interval": "no interval across sequence lengths yet (per-length bootstrap not combined)",
+        **interval,
+        "calibrated_interval_90": None,
+        "calibration": ("none across lengths: validate calibrates the primary length's law only; its held-out "
+                        "length error is in <run>/validate/seq_len_holdout.csv"),
         "accounting": source.description, "sampling": source.sampling,
     }
     emit(result, args.json)

@@ -186,7 +186,7 @@ class GridPoint(Block):
 LATE_TRAINING_KEYS = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size",
                       "accountant", "delta")
 # Keys that choose which training jobs exist, not how one trains: never a job's param.
-GRID_ONLY_TRAINING_KEYS = ("repeat_seeds", "repeat_points")
+GRID_ONLY_TRAINING_KEYS = ("repeat_seeds", "repeat_points", "seq_lens")
 # The private-training keys: the physical-batch ablation always runs the study's shuffled sampler.
 PRIVATE_TRAINING_KEYS = ("sampling", "truncated_batch_size", "accountant")
 
@@ -197,6 +197,7 @@ class TrainingBlock(Block):
     NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": GridPoint}
     noise_batch_ratios: tuple[float, ...]
     learning_rates: tuple[float, ...]
+    seq_lens: tuple[int, ...] | None
     physical_batch: int
     seed: int
     repeat_seeds: tuple[int, ...]
@@ -464,6 +465,12 @@ class RunConfig(Block):
     def law_settings(self, reference_compatible: bool | None = None):
         return self.fit.law_settings(self.training.warmup_steps, reference_compatible)
 
+    def seq_lens(self) -> tuple[int, ...]:
+        """The sequence lengths the grid trains at, shortest first: ``training.seq_lens``, or the one length
+        ``data.seq_len`` when it is unset (the paper's setting)."""
+        lengths = self.training.seq_lens or (self.data.seq_len,)
+        return tuple(sorted(int(length) for length in lengths))
+
     def analysis_settings(self):
         """The figures' and tables' :class:`~dpscaling.figures.settings.AnalysisSettings`; the near-optimal
         tolerance is the fit's, so queries and figures agree."""
@@ -478,12 +485,13 @@ class RunConfig(Block):
 
         return AuditSettings(**self.audit.to_mapping(), delta=self.accounting.delta)
 
-    def model_config(self, name: str):
-        """The :class:`~dpscaling.models.family.BertConfig` the run means by model ``name``."""
+    def model_config(self, name: str, seq_len: int | None = None):
+        """The :class:`~dpscaling.models.family.BertConfig` the run means by model ``name`` trained at
+        ``seq_len`` (None = ``data.seq_len``): a custom size's position rows follow the length."""
         from dpscaling.models.family import configured_model
 
         custom = {key: entry.to_mapping() for key, entry in self.models.custom.items()}
-        return configured_model(name, custom, self.data.model_vocab_size(), self.data.seq_len)
+        return configured_model(name, custom, self.data.model_vocab_size(), seq_len or self.data.seq_len)
 
 
 def load_config(config: Mapping[str, Any]) -> RunConfig:

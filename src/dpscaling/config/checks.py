@@ -70,6 +70,14 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     elif micro is not None and training.physical_batch % micro:
         raise UserError(f"training.microbatch_size: {micro} must divide training.physical_batch "
                         f"({training.physical_batch})")
+    if training.seq_lens is not None:
+        if data.seq_len not in training.seq_lens:
+            raise UserError(f"data.seq_len: {data.seq_len} must be one of training.seq_lens {list(training.seq_lens)} "
+                            "(the primary length: the paper's figures and tables, the ablation and private_model "
+                            "run at it)")
+        if len(training.seq_lens) > 1 and run.results_csv:
+            raise UserError("training.seq_lens: results_csv (the authors' results, one length) has no curves at "
+                            f"other lengths; set training.seq_lens to null or [{data.seq_len}]")
     matched_accountant(training.sampling, training.accountant, block="training")
     check_ablation(run)
     repeat_grid(run)  # repeat_points must be main-grid points, repeat_seeds must not hold training.seed
@@ -119,26 +127,30 @@ def corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -
 
 
 def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> float | None:
-    """The one-epoch guard at DAG time, from the data stage's manifest (``data/packed/meta.json``).
+    """The one-epoch guard at DAG time, from the data stage's manifests (``data/packed/seq=S/meta.json``, one
+    per sequence length: a longer S packs fewer sequences).
 
-    Returns the epochs the main grid's runs see, or None when there is no manifest yet or it was built
+    Returns the most epochs any length's runs see, or None when no manifest is there yet or each was built
     for other data settings (it will be rebuilt; each training job checks again before step 1).
     Raises :class:`UserError` naming the numbers when above one epoch without ``training.allow_repeats``.
     """
+    from dpscaling.layout import PACKED
+
     run = typed(config)
-    path = Path(run.root) / "data" / "packed" / "meta.json"
-    if not path.is_file():
-        return None
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    data = run.data
-    same_data = (meta.get("source") == json.loads(json.dumps(asdict(corpus)))
-                 and meta.get("seq_len") == data.seq_len and meta.get("tokenizer") == data.tokenizer
-                 and (data.tokenizer != "train" or meta.get("vocab_size") == data.vocab_size))
-    if not same_data or "n_train" not in meta:
-        return None
-    training = run.training
-    return check_one_epoch(training.steps, training.physical_batch, int(meta["n_train"]), training.allow_repeats,
-                           keys=("training.steps", "training.physical_batch"))
+    data, training = run.data, run.training
+    epochs = []
+    for seq_len in run.seq_lens():
+        path = Path(run.root) / PACKED.format(seq=seq_len) / "meta.json"
+        if not path.is_file():
+            continue
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        same_data = (meta.get("source") == json.loads(json.dumps(asdict(corpus)))
+                     and meta.get("seq_len") == seq_len and meta.get("tokenizer") == data.tokenizer
+                     and (data.tokenizer != "train" or meta.get("vocab_size") == data.vocab_size))
+        if same_data and "n_train" in meta:
+            epochs.append(check_one_epoch(training.steps, training.physical_batch, int(meta["n_train"]),
+                                          training.allow_repeats, keys=("training.steps", "training.physical_batch")))
+    return max(epochs) if epochs else None
 
 
 def vocab_path(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -> str:

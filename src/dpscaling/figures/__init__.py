@@ -4,7 +4,8 @@
 :class:`~dpscaling.figures.common.FigureSpec`; :func:`render` computes a
 figure's data from an :class:`~dpscaling.figures.context.AnalysisContext` and
 writes PDF, PNG and the CSV behind it. ``FIGURES`` are the ``figures`` target's
-(from the main grid's law and curves); ``ABLATION_FIGURES`` the ``ablation_batch``
+(from the main grid's law and curves), with ``LENGTH_FIGURES`` in runs with several sequence lengths (from
+the law across them); ``ABLATION_FIGURES`` the ``ablation_batch``
 target's, drawn from the ablation's own curves
 (:class:`~dpscaling.figures.physical_batch.AblationContext`).
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from dpscaling.errors import UserError
 from dpscaling.figures import (
     baselines, compute_allocation, excess_vulnerability, full_grid, nonprivate, parametric, physical_batch,
-    private_model, smoothing, training_curves, vary_compute, vector_fields)
+    private_model, seq_len_tradeoff, smoothing, training_curves, vary_compute, vector_fields)
 from dpscaling.figures.common import FLOOR, FigureSpec, save_figure, with_floor
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.physical_batch import AblationContext
@@ -26,13 +27,15 @@ _MODULES = (compute_allocation, vary_compute, full_grid, baselines, nonprivate,
             vector_fields, excess_vulnerability, smoothing, training_curves, parametric)
 FIGURES: dict[str, FigureSpec] = {spec.name: spec for module in _MODULES for spec in module.FIGURES}
 ABLATION_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in physical_batch.FIGURES}
+# Drawn only by runs with several sequence lengths (training.seq_lens), from the law across them.
+LENGTH_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in seq_len_tradeoff.FIGURES}
 
 
 def ablation_figures(family: str) -> dict[str, FigureSpec]:
     """The figures ``ablation_batch`` draws when its model is of ``family``."""
     return {spec.name: spec for spec in physical_batch.FIGURES_BY_FAMILY[family]}
 
-ALL_FIGURES: dict[str, FigureSpec] = {**FIGURES, **ABLATION_FIGURES}
+ALL_FIGURES: dict[str, FigureSpec] = {**FIGURES, **ABLATION_FIGURES, **LENGTH_FIGURES}
 # Drawn by the private_model report from its own table (dpscaling.figures.private_model).
 PRIVATE_MODEL_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in private_model.FIGURES}
 

@@ -38,6 +38,8 @@ BOOTSTRAP = "bootstrap"
 # run trained on its own data (none when the law comes from the authors' results.csv).
 FLOOR = "floor"
 UNIGRAM_FLOOR, UNIGRAM_FLOOR_NOTE = "Unigram Floor", "Unigram Floor Note"
+# LENGTHS: the law across sequence lengths and every length's replicates (runs with several training.seq_lens).
+LENGTHS = "lengths"
 FLOOR_COLOUR = "firebrick"
 # Columns counting what a law query could not answer (kept per line in a figure's CSV).
 BUDGETS_WITHOUT_ANSWER = "Budgets Without Answer"

@@ -24,6 +24,8 @@ from dpscaling.law.artifact import Law
 from dpscaling.law.bootstrap import INTERVAL_NOTE, NO_REPEATS, Replicates, load_replicates, optimum_intervals
 from dpscaling.law.columns import COMPUTE, DATA_BUDGET, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET
 from dpscaling.law.noise import SigmaFunction
+from dpscaling.law.sequence_length import (
+    LawAcrossLengths, law_directories, load_law_across_lengths, replicate_laws)
 from dpscaling.law.queries import (
     DEFAULT_BATCH_SIZES, ComputeOptimal, best_loss_per_compute, compute_optimal, constant_compute_configurations,
     evaluate_configurations, model_size_grid, near_optimal_per_compute)
@@ -63,6 +65,23 @@ class PrivacyAwareSigma:
 
 
 @dataclass
+class LengthsContext:
+    """The law across sequence lengths of a run with several ``training.seq_lens`` (not in the paper;
+    :mod:`dpscaling.law.sequence_length`), its bootstrap replicates, and what its band is (or why there is none)."""
+
+    law: LawAcrossLengths
+    replicates: list[LawAcrossLengths]
+    interval_note: str
+
+
+def load_lengths(directory: str | Path) -> LengthsContext:
+    """The law across lengths listed in ``directory``/lengths.json, with every length's replicates."""
+    across, laws = load_law_across_lengths(directory)
+    replicates, note = replicate_laws(laws, law_directories(directory))
+    return LengthsContext(across, replicates, note)
+
+
+@dataclass
 class AnalysisContext:
     law: Law
     sigma: SigmaFunction
@@ -76,6 +95,7 @@ class AnalysisContext:
     interval_note: str = NO_REPEATS
     unigram_floor: float | None = None  # held-out unigram entropy of the run's data (dpscaling.data.floor)
     floor_note: str = ""  # why there is no floor, when there is none
+    lengths: LengthsContext | None = None  # the law across sequence lengths (runs with several seq_lens)
 
     def __post_init__(self) -> None:
         self.sigma = PrivacyAwareSigma(self.sigma)
@@ -163,10 +183,12 @@ def _no_accounting(epsilon, steps, q) -> np.ndarray:
 def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table: str | Path | None = None,
                  results: str | Path | None = None, sampling: str = "min",
                  results_format: str = "dpscaling", bootstrap: str | Path | None = None,
-                 interval_note: str = NO_REPEATS, floor: str | Path | None = None) -> AnalysisContext:
+                 interval_note: str = NO_REPEATS, floor: str | Path | None = None,
+                 lengths: str | Path | None = None) -> AnalysisContext:
     """The context from workflow files: a law directory, dpscaling's σ table, the raw results, the law's
     bootstrap replicates (``bootstrap``; without them ``interval_note`` says why figures draw no band), and
-    the data stage's unigram floor (``unigram_floor.json``; none when the law comes from the authors' results).
+    the data stage's unigram floor (``unigram_floor.json``; none when the law comes from the authors' results),
+    and the law across sequence lengths (``lengths``: the directory of its lengths.json; runs with several lengths).
 
     σ comes from the accounting tables saved with the law (the authors' CSVs) when it has
     them, else from ``sigma_table`` (dpscaling's accounting stage).
@@ -194,4 +216,5 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
     else:
         value, note = None, "no unigram floor given"
     return AnalysisContext(law, sigma, settings, delta, sampling, raw, source, replicates=replicates,
-                           interval_note=interval_note, unigram_floor=value, floor_note=note)
+                           interval_note=interval_note, unigram_floor=value, floor_note=note,
+                           lengths=load_lengths(lengths) if lengths is not None else None)

@@ -85,6 +85,14 @@ class AnalysisSettings:
     training_noise_batch_ratios: tuple[float, ...] = (0.5**20, 0.5**15, 0.5**10)
     # Parametric figure: σ̄ values of the optimal-model-size lines.
     parametric_noise_batch_ratios: tuple[float, ...] = (0.5**20, 0.5**15, 0.5**10, 0.5**6)
+    # fig:seq_len_tradeoff and the sequence-length finding (not in the paper; runs with several
+    # training.seq_lens): what one privacy unit is, the data budget in that unit (None: allocation_data_budget
+    # units at the primary length, i.e. allocation_data_budget · data.seq_len tokens or allocation_data_budget
+    # users), and the privacy budgets drawn beside the non-private optimum.
+    privacy_unit: str = "sequence"
+    seq_len_tokens: float | None = None
+    seq_len_users: float | None = None
+    seq_len_privacy_budgets: tuple[float, ...] = (1.0, 8.0)
 
     def __post_init__(self) -> None:
         if self.compute_count < 2:
@@ -95,6 +103,17 @@ class AnalysisSettings:
             raise UserError("analysis.compute_min / compute_max: set both or neither (neither = from the law)")
         if self.compute_min is not None and not 0 < self.compute_min < self.compute_max:
             raise UserError("analysis.compute_min / compute_max: need 0 < compute_min < compute_max")
+        from dpscaling.law.sequence_length import PRIVACY_UNITS
+
+        if self.privacy_unit not in PRIVACY_UNITS:
+            raise UserError(f"analysis.privacy_unit: must be one of {list(PRIVACY_UNITS)}, got {self.privacy_unit!r}")
+        other = "seq_len_users" if self.privacy_unit == "sequence" else "seq_len_tokens"
+        if getattr(self, other) is not None:
+            unit = "tokens (seq_len_tokens)" if self.privacy_unit == "sequence" else "users (seq_len_users)"
+            raise UserError(f"analysis.{other}: not used with analysis.privacy_unit {self.privacy_unit!r}, whose data "
+                            f"budget is given in {unit}; remove it or change the unit")
+        if len(self.seq_len_privacy_budgets) < 2:
+            raise UserError("analysis.seq_len_privacy_budgets: give two or more privacy budgets")
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any] | None) -> AnalysisSettings:
@@ -115,4 +134,23 @@ class AnalysisSettings:
         return cls(**converted)
 
     def to_mapping(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as plain data; keys added after runs existed (:data:`LATE_KEYS`) only where they differ
+        from their default, so adding them reran no figure."""
+        values = asdict(self)
+        defaults = {f.name: f.default for f in fields(self)}
+        return {key: value for key, value in values.items() if key not in LATE_KEYS or value != defaults[key]}
+
+    def data_budget_across_lengths(self, primary_seq_len: int):
+        """The :class:`~dpscaling.law.sequence_length.DataBudget` of fig:seq_len_tradeoff: ``privacy_unit`` with
+        ``seq_len_tokens`` or ``seq_len_users``, by default ``allocation_data_budget`` units at the primary
+        length."""
+        from dpscaling.law.sequence_length import DataBudget
+
+        if self.privacy_unit == "sequence":
+            tokens = self.seq_len_tokens or self.allocation_data_budget * primary_seq_len
+            return DataBudget("sequence", tokens=float(tokens))
+        return DataBudget("user", users=float(self.seq_len_users or self.allocation_data_budget))
+
+
+# Added with fig:seq_len_tradeoff: left out of the figures' params at their defaults.
+LATE_KEYS = ("privacy_unit", "seq_len_tokens", "seq_len_users", "seq_len_privacy_budgets")

@@ -45,6 +45,17 @@ CONFIGURATION_COLUMNS = [COMPUTE, CROSS_ENTROPY, MODEL_SIZE, BATCH_SIZE, ITERATI
 
 # ---------------------------------------------------------------------- shared by this package's law figures
 
+def epsilon_lines(answered: pd.DataFrame):
+    """Per privacy budget of ``answered`` (in order): its rows by compute, its colour and line style; finite
+    ε on the plasma scale, ε = ∞ (no DP) black and dashed."""
+    epsilons = list(dict.fromkeys(answered[PRIVACY_BUDGET]))
+    finite = [e for e in epsilons if np.isfinite(e)]
+    palette = dict(zip(finite, colours(len(finite), "plasma")))
+    for epsilon in epsilons:
+        line = answered[answered[PRIVACY_BUDGET] == epsilon].sort_values(COMPUTE)
+        yield epsilon, line, palette.get(epsilon, "black"), "--" if np.isinf(epsilon) else "-"
+
+
 def count_note(data: pd.DataFrame, keys: list[str], what: str) -> str:
     """One sentence totalling the per-line count columns (the CSV keeps them per line)."""
     if data.empty or UNANSWERED not in data:
@@ -211,15 +222,7 @@ def draw_token_ratio(data: pd.DataFrame, context: AnalysisContext) -> Figure:
     if answered.empty:
         no_data(ax, "no compute budget inside the law's range for any privacy budget")
         return figure
-    epsilons = list(dict.fromkeys(data[PRIVACY_BUDGET]))
-    finite = [e for e in epsilons if np.isfinite(e)]
-    palette = dict(zip(finite, colours(len(finite), "plasma")))
-    for epsilon in epsilons:
-        line = answered[answered[PRIVACY_BUDGET] == epsilon].sort_values(COMPUTE)
-        if line.empty:
-            continue
-        colour = palette.get(epsilon, "black")
-        style = "--" if np.isinf(epsilon) else "-"
+    for epsilon, line, colour, style in epsilon_lines(answered):
         ax.plot(line[COMPUTE], line[TOKENS_PER_PARAMETER], style, color=colour,
                 label=rf"$\varepsilon$ = {budget_label(epsilon) if np.isinf(epsilon) else f'{epsilon:g}'}")
         ax.fill_between(line[COMPUTE], line[f"{TOKENS_PER_PARAMETER} Min"], line[f"{TOKENS_PER_PARAMETER} Max"],

@@ -192,6 +192,141 @@ def compute_optimal_across_lengths(compute: float, epsilon: float, law: LawAcros
     return LengthAnswer(best, answers[best], per_length, privacy_unit, unanswered)
 
 
+# ------------------------------------------------------------------------------ the trade-off over compute
+
+PRIVACY_UNIT = "Privacy Unit"
+LENGTHS_ANSWERING = "Lengths Answering"  # candidate lengths with an answer at the budget
+# Every candidate length answered the budget: its optimum over S is a choice, not forced by the others
+# falling outside the law's range (too many or too few iterations at that length).
+ALL_LENGTHS_ANSWERED = "All Lengths Answered"
+
+
+@dataclass(frozen=True)
+class DataBudget:
+    """A data budget and what one privacy unit is (:func:`privacy_units`): ``tokens`` under the ``sequence``
+    unit, ``users`` under the ``user`` unit."""
+
+    privacy_unit: str
+    tokens: float | None = None
+    users: float | None = None
+
+    def __post_init__(self) -> None:
+        privacy_units(self.privacy_unit, 1 << 30 if self.tokens is None else 1.0, self.tokens, self.users)
+
+    def units(self, seq_len: float) -> float:
+        return privacy_units(self.privacy_unit, seq_len, self.tokens, self.users)
+
+    def describe(self) -> str:
+        if self.privacy_unit == "sequence":
+            return f"privacy unit: one sequence; N = {self.tokens:.3g} tokens / S sequences"
+        return f"privacy unit: one user; N = {self.users:.3g} users at every S"
+
+
+def length_candidates(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.ndarray, epsilon: float,
+                      data: DataBudget, batch_sizes: np.ndarray, *, lengths: Sequence[float] | None = None,
+                      model_size_count: int = 100) -> pd.DataFrame:
+    """Every constant-compute configuration (C, M, S, B, T) of ``budgets`` at each candidate length (default:
+    :func:`candidate_lengths`), with its σ for (ε, T, q = B/N_S), σ̄ and the loss at S
+    (:func:`dpscaling.law.queries.evaluate_configurations`); a ``Sequence Length`` column says which S."""
+    from dpscaling.law.queries import constant_compute_configurations, evaluate_configurations
+
+    from dpscaling.law.columns import PRIVACY_BUDGET
+
+    frames = []
+    for length in (candidate_lengths(law.lengths) if lengths is None else lengths):
+        iteration_bounds, (smallest, largest) = law.bounds_at(float(length))
+        configs = constant_compute_configurations(budgets, model_size_grid(smallest, largest, model_size_count),
+                                                  float(length), iteration_bounds, batch_sizes)
+        configs = configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: data.units(float(length))})
+        evaluated = evaluate_configurations(configs, law.loss_at(float(length)), sigma, float(length))
+        frames.append(evaluated.assign(**{SEQ_LEN: int(length)}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def replicate_optima(candidates: pd.DataFrame, replicates: Sequence[LawAcrossLengths]) -> pd.DataFrame:
+    """Per replicate and compute budget: the loss and length of the replicate law's optimum over ``candidates``
+    (σ̄ does not depend on the law, so it is the candidates' own; only candidates the law itself answers are
+    searched: the replicates share its grid)."""
+    from dpscaling.law.bootstrap import REPLICATE
+    from dpscaling.law.columns import COMPUTE, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
+
+    answered = candidates.dropna(subset=[CROSS_ENTROPY])
+    optima = []
+    for index, replicate in enumerate(replicates):
+        losses = np.full(len(answered), np.nan)
+        for length, rows in answered.groupby(SEQ_LEN).indices.items():
+            part = answered.iloc[rows]
+            losses[rows] = replicate.loss_at(float(length))(*(part[c].to_numpy(float) for c in
+                                                              (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO)))
+        frame = answered.assign(**{CROSS_ENTROPY: losses}).dropna(subset=[CROSS_ENTROPY])
+        if frame.empty:
+            continue
+        best = frame.loc[frame.groupby(COMPUTE)[CROSS_ENTROPY].idxmin(), [COMPUTE, CROSS_ENTROPY, SEQ_LEN]]
+        optima.append(best.assign(**{REPLICATE: index}))
+    return pd.concat(optima, ignore_index=True) if optima else pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY,
+                                                                                      SEQ_LEN, REPLICATE])
+
+
+def length_tradeoff(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.ndarray, epsilon: float,
+                    data: DataBudget, batch_sizes: np.ndarray, replicates: Sequence[LawAcrossLengths] = (), *,
+                    lengths: Sequence[float] | None = None, model_size_count: int = 100) -> pd.DataFrame:
+    """Per compute budget: the compute-optimal (M, S, B, T) over lengths and its loss, how many candidate
+    lengths answered the budget (``All Lengths Answered``: every one did, so the optimum is a choice and not
+    forced by the law's range), and with ``replicates`` the 5% / 95% band of the optimum's loss and length
+    over them (the seed-only interval, :mod:`dpscaling.law.bootstrap`). Budgets no length answers are absent;
+    ``attrs`` counts them and the unanswered candidates by reason."""
+    from dpscaling.law.bootstrap import ANSWERING, QUANTILES, REPLICATE, band
+    from dpscaling.law.columns import COMPUTE, REASON
+    from dpscaling.law.interpolation import reason_counts
+
+    lengths = candidate_lengths(law.lengths) if lengths is None else lengths
+    candidates = length_candidates(law, sigma, budgets, epsilon, data, batch_sizes, lengths=lengths,
+                                   model_size_count=model_size_count)
+    unanswered = reason_counts(candidates[REASON].to_numpy()) if len(candidates) else {}
+    answered = candidates.dropna(subset=[CROSS_ENTROPY]) if len(candidates) else candidates
+    if answered.empty:
+        best = pd.DataFrame(columns=[COMPUTE, SEQ_LEN, CROSS_ENTROPY])
+    else:
+        best = answered.loc[answered.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].sort_values(COMPUTE)
+        lengths_answering = answered.groupby(COMPUTE)[SEQ_LEN].nunique().rename(LENGTHS_ANSWERING)
+        best = best.join(lengths_answering, on=COMPUTE).reset_index(drop=True)
+        best[ALL_LENGTHS_ANSWERED] = best[LENGTHS_ANSWERING] == len(lengths)
+        if replicates:
+            optima = replicate_optima(answered, replicates)
+            grouped = optima.groupby(COMPUTE)[[CROSS_ENTROPY, SEQ_LEN]]
+            low, high = grouped.quantile(QUANTILES[0]), grouped.quantile(QUANTILES[1])
+            bands = pd.DataFrame({
+                band(CROSS_ENTROPY)[0]: low[CROSS_ENTROPY], band(CROSS_ENTROPY)[1]: high[CROSS_ENTROPY],
+                band(SEQ_LEN)[0]: low[SEQ_LEN], band(SEQ_LEN)[1]: high[SEQ_LEN],
+                ANSWERING: optima.groupby(COMPUTE)[REPLICATE].nunique()})
+            best = best.join(bands, on=COMPUTE)
+    best = best.assign(**{PRIVACY_UNIT: data.privacy_unit})
+    best.attrs["unanswered"] = unanswered
+    best.attrs["budgets_without_answer"] = int(len(np.atleast_1d(budgets)) - best[COMPUTE].nunique())
+    return best
+
+
+def replicate_laws(laws: Mapping[int, Law], directories: Mapping[int, str | os.PathLike[str]]
+                   ) -> tuple[list[LawAcrossLengths], str]:
+    """The bootstrap replicates of a law across lengths: replicate r of every length's law (each refitted on
+    its own length's curves with its own seeds' residuals, :mod:`dpscaling.law.bootstrap`, found next to the
+    law's directory in ``directories``), paired by index, with the main laws' ranges. ([], why) when a length
+    has no replicates."""
+    from dpscaling.law.bootstrap import NO_REPEATS, bootstrap_directory, load_replicates
+
+    per_length = {}
+    for length, law in laws.items():
+        found = load_replicates(bootstrap_directory(directories[length]), law.settings)
+        if found is None:
+            return [], f"{NO_REPEATS} at S = {length} (no bootstrap replicates next to its law)"
+        per_length[length] = found.losses
+    count = min(len(losses) for losses in per_length.values())
+    bounds = {s: law.iteration_bounds() for s, law in laws.items()}
+    ranges = {s: law.model_size_range() for s, law in laws.items()}
+    return [LawAcrossLengths({s: losses[r] for s, losses in per_length.items()}, bounds, ranges)
+            for r in range(count)], f"90% band over {count} bootstrap replicates of every length's law"
+
+
 # ------------------------------------------------------------------------------------------- on disk
 
 LENGTHS_FILE = "lengths.json"
@@ -199,16 +334,14 @@ FORMAT_VERSION = 1
 
 
 def write_lengths(directory: str | os.PathLike[str], laws: Mapping[int, str | os.PathLike[str]]) -> Path:
-    """``directory``/lengths.json: which law directory (relative to ``directory`` when inside it) holds each
-    measured length's law. That directory is then a law across lengths for ``dpscaling query --law``."""
+    """``directory``/lengths.json: which law directory (as a path relative to ``directory``, so the run's
+    results can move) holds each measured length's law. That directory is then a law across lengths for
+    ``dpscaling query --law``."""
     from dpscaling.io import write_json_atomic
 
     directory = Path(directory)
-    entries = {}
-    for length, path in sorted(laws.items()):
-        path = Path(path).resolve()
-        entries[str(int(length))] = str(path.relative_to(directory.resolve())) if path.is_relative_to(
-            directory.resolve()) else str(path)
+    entries = {str(int(length)): os.path.relpath(Path(path).resolve(), directory.resolve())
+               for length, path in sorted(laws.items())}
     target = directory / LENGTHS_FILE
     write_json_atomic(target, {"format_version": FORMAT_VERSION, "lengths": entries})
     return target
@@ -218,16 +351,22 @@ def is_law_across_lengths(directory: str | os.PathLike[str]) -> bool:
     return (Path(directory) / LENGTHS_FILE).is_file()
 
 
+def law_directories(directory: str | os.PathLike[str]) -> dict[int, Path]:
+    """Each measured length's law directory, as ``directory``/lengths.json lists it."""
+    directory = Path(directory)
+    document = json.loads((directory / LENGTHS_FILE).read_text(encoding="utf-8"))
+    if document.get("format_version") != FORMAT_VERSION or not document.get("lengths"):
+        raise UserError(f"{directory / LENGTHS_FILE}: not a list of laws across sequence lengths")
+    return {int(length): directory / path for length, path in document["lengths"].items()}
+
+
 def load_law_across_lengths(directory: str | os.PathLike[str]) -> tuple[LawAcrossLengths, dict[int, Law]]:
     """The laws listed in ``directory``/lengths.json, checked: each was fitted at its listed length, and
     all in one mode (paper or reference-compatible)."""
     from dpscaling.law.artifact import load_law
 
     directory = Path(directory)
-    document = json.loads((directory / LENGTHS_FILE).read_text(encoding="utf-8"))
-    if document.get("format_version") != FORMAT_VERSION or not document.get("lengths"):
-        raise UserError(f"{directory / LENGTHS_FILE}: not a list of laws across sequence lengths")
-    laws = {int(length): load_law(directory / path) for length, path in document["lengths"].items()}
+    laws = {length: load_law(path) for length, path in law_directories(directory).items()}
     for length, law in laws.items():
         if law.seq_len != length:
             raise UserError(f"{directory / LENGTHS_FILE}: the law listed for S = {length} was fitted at "

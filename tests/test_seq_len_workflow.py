@@ -1,0 +1,104 @@
+"""Sequence length as a grid axis, end to end on the decoder smoke grid at three lengths
+(tests/configs/smoke-seqlen.yaml): per-length data, runs and laws, the law across lengths, the held-out middle
+length, fig:seq_len_tradeoff, its finding, and `dpscaling query` on the run's law across lengths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake
+
+CONFIGS = [str(REPO / "tests" / "configs" / name) for name in ("smoke.yaml", "smoke-decoder.yaml", "smoke-seqlen.yaml")]
+LENGTHS = (32, 64, 128)
+FIGURE = "fig-seq_len_tradeoff"
+
+pytestmark = pytest.mark.slow(minutes=3.5)
+
+
+@pytest.fixture(scope="module")
+def seqlen_run(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("seqlen")
+    # What sequence length adds (the primary length's own validate and findings are the smoke tests'):
+    # the law across lengths and its bootstraps, the held-out length, the figure and its finding.
+    root = "results/smoke-seqlen"
+    run_snakemake(f"{root}/validate/seq_len_holdout.csv", f"{root}/tables/finding-seq_len.csv", "--cores", "2",
+                  "--configfile", *CONFIGS, cwd=workdir, timeout=1200)
+    return workdir / "results" / "smoke-seqlen"
+
+
+def test_each_length_has_its_data_and_runs(seqlen_run: Path) -> None:
+    for length in LENGTHS:
+        meta = json.loads((seqlen_run / "data" / "packed" / f"seq={length}" / "meta.json").read_text())
+        assert meta["seq_len"] == length
+        curves = [pd.read_parquet(path) for path in (seqlen_run / "runs" / f"seq={length}").rglob("metrics.parquet")]
+        assert len(curves) == 2 * 3 + 1  # 2 models x 3 sigma-bar + 1 repeat seed
+        assert all(set(curve["seq_len"]) == {length} for curve in curves)
+    # A model's size follows its length by its position rows (hidden 32 per row for DecoderNano).
+    sizes = {length: pd.read_parquet(next((seqlen_run / "runs" / f"seq={length}" / "model=DecoderNano")
+                                          .rglob("metrics.parquet")))["n_params"].iloc[0] for length in LENGTHS}
+    assert sizes[64] - sizes[32] == sizes[128] - sizes[64] - 32 * 32 == 32 * 32
+
+
+def test_the_law_across_lengths_lists_every_lengths_law(seqlen_run: Path) -> None:
+    from dpscaling.law.sequence_length import law_directories, load_law_across_lengths
+
+    directory = seqlen_run / "law" / "lengths"
+    listed = json.loads((directory / "lengths.json").read_text())["lengths"]
+    assert listed == {"32": "seq=32/fit", "64": "../fit", "128": "seq=128/fit"}  # relative: the run can move
+    across, laws = load_law_across_lengths(directory)
+    assert across.lengths == list(LENGTHS) and {s: law.seq_len for s, law in laws.items()} == dict(zip(LENGTHS, LENGTHS))
+    for length, path in law_directories(directory).items():  # each length's bootstrap beside its law
+        assert (path.parent / "bootstrap" / "replicates.parquet").is_file(), length
+
+
+def test_validate_holds_out_the_middle_length(seqlen_run: Path) -> None:
+    table = pd.read_csv(seqlen_run / "validate" / "seq_len_holdout.csv")
+    assert set(table["held-out length"]) == {64} and set(table["neighbours"]) == {"32 and 128"}
+    assert set(table["mode"]) == {"paper", "reference-compatible"} and len(table) == 2 * 3
+    blend = table[table["predictor"] == "log-S blend of the neighbours"]
+    assert (blend["points"] > blend["unanswered"]).all() and blend["mean_abs_error"].notna().all()
+
+
+def test_the_tradeoff_figure_answers_every_budget_with_its_configuration(seqlen_run: Path) -> None:
+    data = pd.read_csv(seqlen_run / "figures" / f"{FIGURE}.csv")
+    for suffix in (".pdf", ".png"):
+        assert (seqlen_run / "figures" / f"{FIGURE}{suffix}").stat().st_size > 0
+    assert set(data["Privacy Budget"]) == {4.0, 16.0, np.inf}
+    answered = data.dropna(subset=["Cross Entropy"])
+    assert set(answered["Privacy Budget"]) == {4.0, 16.0, np.inf}
+    s, m, b, t = (answered[c] for c in ("Sequence Length", "Model Size", "Batch Size", "Iterations"))
+    assert (s.between(32, 128)).all()
+    assert np.allclose(6 * m * b * s * t, answered["Compute"], rtol=1e-9)
+    assert (answered["Data Budget"] == np.floor(64000 / s)).all()  # N = tokens / S sequences at each S
+    assert (answered.loc[np.isinf(answered["Privacy Budget"]), "Batch Size"] == 8).all()  # the physical batch
+    assert set(data["Privacy Unit"]) == {"sequence"} and set(data["Measured Lengths"]) == {"32 64 128"}
+    assert answered["Sequence Length 5%"].notna().all()  # every length has replicates: a band everywhere
+
+
+def test_the_finding_states_its_verdict_with_numbers(seqlen_run: Path) -> None:
+    table = pd.read_csv(seqlen_run / "tables" / "finding-seq_len.csv")
+    assert list(table["finding"]) == ["seq_len"] and table["verdict"].iloc[0] in {"holds", "does not hold"}
+    assert "privacy unit: one sequence" in table["measured"].iloc[0] and "(C, eps) pairs" in table["measured"].iloc[0]
+
+
+def test_query_on_the_runs_law_across_lengths_returns_a_length(seqlen_run: Path) -> None:
+    import subprocess
+    import sys
+
+    data = pd.read_csv(seqlen_run / "figures" / f"{FIGURE}.csv").dropna(subset=["Cross Entropy"])
+    row = data[data["Privacy Budget"] == 16.0].iloc[-1]  # a budget the figure answered
+    command = [sys.executable, "-m", "dpscaling.cli", "query", "--law", str(seqlen_run / "law" / "lengths"),
+               "--tokens", "64000", "--epsilon", "16", "--compute", repr(float(row["Compute"])), "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=seqlen_run.parent.parent, timeout=300)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["seq_len"] == row["Sequence Length"] and answer["predicted_loss"] == pytest.approx(
+        row["Cross Entropy"])  # the figure and the command line agree
+    low, high = answer["seed_only_interval_90"]
+    assert low <= high and answer["measured_lengths"] == list(LENGTHS)
+    assert answer["privacy_unit"] == "sequence" and answer["units"] == np.floor(64000 / answer["seq_len"])

@@ -1,0 +1,31 @@
+from dpscaling.io import atomic_path
+from dpscaling.law import LawSettings
+from dpscaling.law.collect import load_results
+from dpscaling.law.heldout_length import (
+    CAPTION,
+    LABEL,
+    error_table,
+    held_out_length_points,
+)
+from dpscaling.logs import log_to_file
+from dpscaling.tables.write import write_table
+
+with log_to_file(snakemake.log[0]) as log:
+    loaded = {
+        int(length): load_results(path)
+        for length, path in zip(snakemake.params.lengths, snakemake.input.results)
+    }
+    modes = {
+        name: LawSettings.from_json(settings)
+        for name, settings in snakemake.params.modes.items()
+    }
+    points = held_out_length_points(
+        {length: table for length, (table, _) in loaded.items()},
+        modes,
+        physical_batch=next(iter(loaded.values()))[1]["physical_batch"],
+    )
+    with atomic_path(snakemake.output.points) as tmp:
+        points.to_csv(tmp, index=False)
+    table = error_table(points)
+    write_table(table, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL)
+    log.info("held-out sequence lengths:\n%s", table.to_string(index=False))
