@@ -174,30 +174,3 @@ def test_a_run_of_two_families_is_refused_naming_the_models():
     config = validated({"models": {"names": ["BertTiny", "GPT2Small"]}})
     with pytest.raises(UserError, match=r"models.names: .*bert: BertTiny; decoder: GPT2Small"):
         check_config(config)
-
-
-@pytest.mark.slow(minutes=3)
-def test_a_decoder_grid_goes_from_data_to_a_validated_law(tmp_path):
-    """`snakemake data fit validate` on the smoke grid with decoders (tests/configs/smoke-decoder.yaml): data,
-    next-token DP training, the law (one family) with its bootstrap, and its held-out validation."""
-    import json
-
-    import pandas as pd
-
-    from conftest import REPO, run_snakemake
-
-    configs = [str(REPO / "tests" / "configs" / name) for name in ("smoke.yaml", "smoke-decoder.yaml")]
-    run_snakemake("data", "fit", "validate", "--cores", "2", "--configfile", *configs, cwd=tmp_path, timeout=900)
-    root = tmp_path / "results" / "smoke-decoder"
-    results = pd.read_parquet(root / "law" / "results.parquet")
-    assert set(results["Family"]) == {"decoder"} and set(results["Model"]) == {"DecoderNano", "DecoderMicro"}
-    curves = [pd.read_parquet(p) for p in (root / "runs").rglob("metrics.parquet")]
-    assert len(curves) == 2 * 3 + 1 and all(set(c["family"]) == {"decoder"} for c in curves)
-    for curve in curves:  # every decoder learned: the last loss is below the first, and far below ln V
-        assert curve["loss"].iloc[-1] < curve["loss"].iloc[0] < math.log(8192) + 0.1
-    floor = json.loads((root / "data" / "unigram_floor.json").read_text())
-    assert floor["objective"] == "causal_lm"
-    manifest = json.loads((root / "law" / "fit" / "manifest.json").read_text())
-    assert manifest["model_sizes"] == sorted({float(c["n_params"].iloc[0]) for c in curves})
-    assert (root / "law" / "bootstrap" / "replicates.parquet").is_file()
-    assert len(pd.read_csv(root / "validate" / "validation.csv"))

@@ -1,5 +1,6 @@
-"""Sequence length as a grid axis, end to end on the decoder smoke grid at three lengths
-(tests/configs/smoke-seqlen.yaml): per-length data, runs and laws, the law across lengths, the held-out middle
+"""The decoder family and sequence length as a grid axis, end to end on the decoder smoke grid at S = 16, 32
+and 64 (tests/configs/smoke-decoder.yaml, smoke-seqlen.yaml): next-token DP training, the primary length's law
+(one family) with its bootstrap, per-length data, runs and laws, the law across lengths, the held-out middle
 length, fig:seq_len_tradeoff, its finding, and `dpscaling query` on the run's law across lengths."""
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import pytest
 from conftest import REPO, run_snakemake
 
 CONFIGS = [str(REPO / "tests" / "configs" / name) for name in ("smoke.yaml", "smoke-decoder.yaml", "smoke-seqlen.yaml")]
-LENGTHS = (32, 64, 128)
+LENGTHS = (16, 32, 64)
 FIGURE = "fig-seq_len_tradeoff"
 
-pytestmark = pytest.mark.slow(minutes=3.5)
+pytestmark = pytest.mark.slow(minutes=4)
 
 
 @pytest.fixture(scope="module")
 def seqlen_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("seqlen")
-    # What sequence length adds (the primary length's own validate and findings are the smoke tests'):
-    # the law across lengths and its bootstraps, the held-out length, the figure and its finding.
+    # Data, training and the law (with its bootstrap) at every length, the held-out length, the law across
+    # lengths, the figure and its finding (the primary length's own `validate` is the BERT smoke test's).
     root = "results/smoke-seqlen"
     run_snakemake(f"{root}/validate/seq_len_holdout.csv", f"{root}/tables/finding-seq_len.csv", "--cores", "2",
                   "--configfile", *CONFIGS, cwd=workdir, timeout=1200)
@@ -41,7 +42,26 @@ def test_each_length_has_its_data_and_runs(seqlen_run: Path) -> None:
     # A model's size follows its length by its position rows (hidden 32 per row for DecoderNano).
     sizes = {length: pd.read_parquet(next((seqlen_run / "runs" / f"seq={length}" / "model=DecoderNano")
                                           .rglob("metrics.parquet")))["n_params"].iloc[0] for length in LENGTHS}
-    assert sizes[64] - sizes[32] == sizes[128] - sizes[64] - 32 * 32 == 32 * 32
+    assert (sizes[32] - sizes[16], sizes[64] - sizes[32]) == (16 * 32, 32 * 32)
+
+
+def test_the_primary_length_is_a_decoder_law_with_its_bootstrap(seqlen_run: Path) -> None:
+    """The decoder family through data, next-token DP training and the law (one family)."""
+    import math
+
+    results = pd.read_parquet(seqlen_run / "law" / "results.parquet")
+    assert set(results["Family"]) == {"decoder"} and set(results["Model"]) == {"DecoderNano", "DecoderMicro"}
+    curves = [pd.read_parquet(p) for p in (seqlen_run / "runs").rglob("metrics.parquet")]
+    assert len(curves) == 3 * (2 * 3 + 1) and all(set(c["family"]) == {"decoder"} for c in curves)
+    for curve in curves:  # every decoder learned: the last loss is below the first, and far below ln V
+        assert curve["loss"].iloc[-1] < curve["loss"].iloc[0] < math.log(8192) + 0.1
+    floor = json.loads((seqlen_run / "data" / "unigram_floor.json").read_text())
+    assert floor["objective"] == "causal_lm"
+    manifest = json.loads((seqlen_run / "law" / "fit" / "manifest.json").read_text())
+    primary = [c for c in curves if c["seq_len"].iloc[0] == 64]
+    assert manifest["seq_len"] == 64 and manifest["model_sizes"] == sorted({float(c["n_params"].iloc[0])
+                                                                             for c in primary})
+    assert (seqlen_run / "law" / "bootstrap" / "replicates.parquet").is_file()
 
 
 def test_the_law_across_lengths_lists_every_lengths_law(seqlen_run: Path) -> None:
@@ -49,7 +69,7 @@ def test_the_law_across_lengths_lists_every_lengths_law(seqlen_run: Path) -> Non
 
     directory = seqlen_run / "law" / "lengths"
     listed = json.loads((directory / "lengths.json").read_text())["lengths"]
-    assert listed == {"32": "seq=32/fit", "64": "../fit", "128": "seq=128/fit"}  # relative: the run can move
+    assert listed == {"16": "seq=16/fit", "32": "seq=32/fit", "64": "../fit"}  # relative: the run can move
     across, laws = load_law_across_lengths(directory)
     assert across.lengths == list(LENGTHS) and {s: law.seq_len for s, law in laws.items()} == dict(zip(LENGTHS, LENGTHS))
     for length, path in law_directories(directory).items():  # each length's bootstrap beside its law
@@ -58,7 +78,7 @@ def test_the_law_across_lengths_lists_every_lengths_law(seqlen_run: Path) -> Non
 
 def test_validate_holds_out_the_middle_length(seqlen_run: Path) -> None:
     table = pd.read_csv(seqlen_run / "validate" / "seq_len_holdout.csv")
-    assert set(table["held-out length"]) == {64} and set(table["neighbours"]) == {"32 and 128"}
+    assert set(table["held-out length"]) == {32} and set(table["neighbours"]) == {"16 and 64"}
     assert set(table["mode"]) == {"paper", "reference-compatible"} and len(table) == 2 * 3
     blend = table[table["predictor"] == "log-S blend of the neighbours"]
     assert (blend["points"] > blend["unanswered"]).all() and blend["mean_abs_error"].notna().all()
@@ -72,11 +92,11 @@ def test_the_tradeoff_figure_answers_every_budget_with_its_configuration(seqlen_
     answered = data.dropna(subset=["Cross Entropy"])
     assert set(answered["Privacy Budget"]) == {4.0, 16.0, np.inf}
     s, m, b, t = (answered[c] for c in ("Sequence Length", "Model Size", "Batch Size", "Iterations"))
-    assert (s.between(32, 128)).all()
+    assert (s.between(16, 64)).all()
     assert np.allclose(6 * m * b * s * t, answered["Compute"], rtol=1e-9)
     assert (answered["Data Budget"] == np.floor(64000 / s)).all()  # N = tokens / S sequences at each S
     assert (answered.loc[np.isinf(answered["Privacy Budget"]), "Batch Size"] == 8).all()  # the physical batch
-    assert set(data["Privacy Unit"]) == {"sequence"} and set(data["Measured Lengths"]) == {"32 64 128"}
+    assert set(data["Privacy Unit"]) == {"sequence"} and set(data["Measured Lengths"]) == {"16 32 64"}
     assert answered["Sequence Length 5%"].notna().all()  # every length has replicates: a band everywhere
 
 
