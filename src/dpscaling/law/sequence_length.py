@@ -39,10 +39,15 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.errors import UserError
-from dpscaling.law.columns import CROSS_ENTROPY, DATA_BUDGET
-from dpscaling.law.interpolation import LossFunction
+from dpscaling.law.bootstrap import (
+    ANSWERING, NO_REPEATS, QUANTILES, REPLICATE, band, bootstrap_directory, load_replicates)
+from dpscaling.law.columns import (
+    COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET, REASON)
+from dpscaling.law.interpolation import LossFunction, reason_counts
 from dpscaling.law.noise import SigmaFunction
-from dpscaling.law.queries import DEFAULT_TOLERANCE, ComputeOptimal, compute_optimal, model_size_grid
+from dpscaling.law.queries import (
+    DEFAULT_TOLERANCE, ComputeOptimal, compute_optimal, constant_compute_configurations, evaluate_configurations,
+    model_size_grid)
 
 if TYPE_CHECKING:
     from dpscaling.law.artifact import Law
@@ -211,7 +216,7 @@ class DataBudget:
     users: float | None = None
 
     def __post_init__(self) -> None:
-        privacy_units(self.privacy_unit, 1 << 30 if self.tokens is None else 1.0, self.tokens, self.users)
+        privacy_units(self.privacy_unit, 1.0, self.tokens, self.users)  # the unit and its budget agree
 
     def units(self, seq_len: float) -> float:
         return privacy_units(self.privacy_unit, seq_len, self.tokens, self.users)
@@ -228,10 +233,6 @@ def length_candidates(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.n
     """Every constant-compute configuration (C, M, S, B, T) of ``budgets`` at each candidate length (default:
     :func:`candidate_lengths`), with its σ for (ε, T, q = B/N_S), σ̄ and the loss at S
     (:func:`dpscaling.law.queries.evaluate_configurations`); a ``Sequence Length`` column says which S."""
-    from dpscaling.law.queries import constant_compute_configurations, evaluate_configurations
-
-    from dpscaling.law.columns import PRIVACY_BUDGET
-
     frames = []
     for length in (candidate_lengths(law.lengths) if lengths is None else lengths):
         iteration_bounds, (smallest, largest) = law.bounds_at(float(length))
@@ -247,9 +248,6 @@ def replicate_optima(candidates: pd.DataFrame, replicates: Sequence[LawAcrossLen
     """Per replicate and compute budget: the loss and length of the replicate law's optimum over ``candidates``
     (σ̄ does not depend on the law, so it is the candidates' own; only candidates the law itself answers are
     searched: the replicates share its grid)."""
-    from dpscaling.law.bootstrap import REPLICATE
-    from dpscaling.law.columns import COMPUTE, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
-
     answered = candidates.dropna(subset=[CROSS_ENTROPY])
     optima = []
     for index, replicate in enumerate(replicates):
@@ -275,10 +273,6 @@ def length_tradeoff(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.nda
     forced by the law's range), and with ``replicates`` the 5% / 95% band of the optimum's loss and length
     over them (the seed-only interval, :mod:`dpscaling.law.bootstrap`). Budgets no length answers are absent;
     ``attrs`` counts them and the unanswered candidates by reason."""
-    from dpscaling.law.bootstrap import ANSWERING, QUANTILES, REPLICATE, band
-    from dpscaling.law.columns import COMPUTE, REASON
-    from dpscaling.law.interpolation import reason_counts
-
     lengths = candidate_lengths(law.lengths) if lengths is None else lengths
     candidates = length_candidates(law, sigma, budgets, epsilon, data, batch_sizes, lengths=lengths,
                                    model_size_count=model_size_count)
@@ -312,8 +306,6 @@ def replicate_laws(laws: Mapping[int, Law], directories: Mapping[int, str | os.P
     its own length's curves with its own seeds' residuals, :mod:`dpscaling.law.bootstrap`, found next to the
     law's directory in ``directories``), paired by index, with the main laws' ranges. ([], why) when a length
     has no replicates."""
-    from dpscaling.law.bootstrap import NO_REPEATS, bootstrap_directory, load_replicates
-
     per_length = {}
     for length, law in laws.items():
         found = load_replicates(bootstrap_directory(directories[length]), law.settings)
