@@ -116,11 +116,13 @@ class Migration:
 
 
 def migrate_one_length_layout(root: str | os.PathLike[str], default_seq_len: int,
-                              metadata: str | os.PathLike[str] = ".snakemake") -> Migration | None:
+                              metadata: str | os.PathLike[str] = ".snakemake",
+                              moves: list[Move] | None = None) -> Migration | None:
     """Move ``root`` from the one-length layout into the per-length one (module docstring); None when there is
     nothing to move. ``metadata``: Snakemake's directory of the working directory, whose records of moved
-    outputs are moved with them (absent: nothing to carry)."""
-    moves = legacy_moves(root, default_seq_len)
+    outputs are moved with them (absent: nothing to carry). ``moves``: :func:`legacy_moves` already computed
+    for ``root`` (None: computed here)."""
+    moves = legacy_moves(root, default_seq_len) if moves is None else moves
     if not moves:
         return None
     moved, conflicts = [], []

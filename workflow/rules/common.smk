@@ -82,12 +82,13 @@ onstart:
 
 # Results written before sequence length was an axis (runs/model=..., data/packed/meta.json) move into
 # the per-length layout once, with Snakemake's records, so their finished runs stay finished (docs/failure-modes.md).
-if workflow.is_main_process and legacy_moves(RESULTS, CFG.data.seq_len):
+LEGACY_MOVES = (
+    legacy_moves(RESULTS, CFG.data.seq_len) if workflow.is_main_process else []
+)
+if LEGACY_MOVES:
     lock_results(RESULTS)  # not while another snakemake writes this directory
-    print(
-        f"dpscaling: {migrate_one_length_layout(RESULTS, CFG.data.seq_len).summary()}",
-        file=sys.stderr,
-    )
+    MIGRATION = migrate_one_length_layout(RESULTS, CFG.data.seq_len, moves=LEGACY_MOVES)
+    print(f"dpscaling: {MIGRATION.summary()}", file=sys.stderr)
 
 # Vendored resources are found next to the Snakefile, so --directory works.
 CORPUS = corpus_spec(CFG, repo=workflow.basedir)

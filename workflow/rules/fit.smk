@@ -281,7 +281,6 @@ rule validate_lengths:
         mem_mb=6000,
         runtime=60,
     params:
-        lengths=[PRIMARY_SEQ_LEN] + OTHER_SEQ_LENS,
         modes=validation_modes(CFG),
         caption=heldout_length.CAPTION,
     script:

@@ -11,18 +11,16 @@ from dpscaling.logs import log_to_file
 from dpscaling.tables.write import write_table
 
 with log_to_file(snakemake.log[0]) as log:
-    loaded = {
-        int(length): load_results(path)
-        for length, path in zip(snakemake.params.lengths, snakemake.input.results)
-    }
+    # Each length's curves with their run constants (its seq_len and physical batch).
+    loaded = [load_results(path) for path in snakemake.input.results]
     modes = {
         name: LawSettings.from_json(settings)
         for name, settings in snakemake.params.modes.items()
     }
     points = held_out_length_points(
-        {length: table for length, (table, _) in loaded.items()},
+        {constants["seq_len"]: table for table, constants in loaded},
         modes,
-        physical_batch=next(iter(loaded.values()))[1]["physical_batch"],
+        physical_batch=loaded[0][1]["physical_batch"],
     )
     with atomic_path(snakemake.output.points) as tmp:
         points.to_csv(tmp, index=False)

@@ -18,6 +18,7 @@ from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.epochs import check_one_epoch
 from dpscaling.errors import UserError
+from dpscaling.layout import PACKED
 from dpscaling.models.family import PRESETS
 
 VENDORED_CORPUS = "resources/corpus/core.txt.xz"
@@ -134,8 +135,6 @@ def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> f
     for other data settings (it will be rebuilt; each training job checks again before step 1).
     Raises :class:`UserError` naming the numbers when above one epoch without ``training.allow_repeats``.
     """
-    from dpscaling.layout import PACKED
-
     run = typed(config)
     data, training = run.data, run.training
     epochs = []

@@ -91,7 +91,7 @@ def draw_tradeoff(data: pd.DataFrame, context: AnalysisContext) -> Figure:
         for ax in (length_ax, loss_ax):
             no_data(ax, "no compute budget inside the laws' range at any length")
         return figure
-    for epsilon, line, colour, style in epsilon_lines(answered):
+    for epsilon, line, colour, style in epsilon_lines(data, answered):
         log_length = line.assign(**{column: np.log2(line[column]) for column in (SEQ_LEN, *band(SEQ_LEN))
                                     if column in line})
         forced = ~line[ALL_LENGTHS_ANSWERED].astype(bool)

@@ -45,15 +45,17 @@ CONFIGURATION_COLUMNS = [COMPUTE, CROSS_ENTROPY, MODEL_SIZE, BATCH_SIZE, ITERATI
 
 # ---------------------------------------------------------------------- shared by this package's law figures
 
-def epsilon_lines(answered: pd.DataFrame):
-    """Per privacy budget of ``answered`` (in order): its rows by compute, its colour and line style; finite
-    ε on the plasma scale, ε = ∞ (no DP) black and dashed."""
-    epsilons = list(dict.fromkeys(answered[PRIVACY_BUDGET]))
+def epsilon_lines(data: pd.DataFrame, answered: pd.DataFrame):
+    """Per privacy budget of a figure's ``data`` (in order) with answered rows: those rows of ``answered`` by
+    compute, its colour and line style; finite ε on the plasma scale over all of ``data``'s (so a budget
+    without answers keeps the others' colours), ε = ∞ (no DP) black and dashed."""
+    epsilons = list(dict.fromkeys(data[PRIVACY_BUDGET]))
     finite = [e for e in epsilons if np.isfinite(e)]
     palette = dict(zip(finite, colours(len(finite), "plasma")))
     for epsilon in epsilons:
         line = answered[answered[PRIVACY_BUDGET] == epsilon].sort_values(COMPUTE)
-        yield epsilon, line, palette.get(epsilon, "black"), "--" if np.isinf(epsilon) else "-"
+        if not line.empty:
+            yield epsilon, line, palette.get(epsilon, "black"), "--" if np.isinf(epsilon) else "-"
 
 
 def count_note(data: pd.DataFrame, keys: list[str], what: str) -> str:
@@ -222,7 +224,7 @@ def draw_token_ratio(data: pd.DataFrame, context: AnalysisContext) -> Figure:
     if answered.empty:
         no_data(ax, "no compute budget inside the law's range for any privacy budget")
         return figure
-    for epsilon, line, colour, style in epsilon_lines(answered):
+    for epsilon, line, colour, style in epsilon_lines(data, answered):
         ax.plot(line[COMPUTE], line[TOKENS_PER_PARAMETER], style, color=colour,
                 label=rf"$\varepsilon$ = {budget_label(epsilon) if np.isinf(epsilon) else f'{epsilon:g}'}")
         ax.fill_between(line[COMPUTE], line[f"{TOKENS_PER_PARAMETER} Min"], line[f"{TOKENS_PER_PARAMETER} Max"],
