@@ -16,6 +16,11 @@ from dpscaling.accounting.validation import DEFAULT_DELTA, MAX_EPSILON, MAX_STEP
 from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.errors import UserError
 
+# The help texts every accounting command shares.
+USERS_HELP = "data budget N: the number of privacy units (users, or sequences when one sequence is the unit)"
+DELTA_HELP = ("δ of the (ε, δ) guarantee: the probability with which the ε bound may fail "
+              f"(default {DEFAULT_DELTA:g})".replace("e-0", "e-"))
+
 
 def _positive_number(flag: str, value: float, upper: float = math.inf) -> float:
     if not (0 < value <= upper) or math.isnan(value):
@@ -39,10 +44,11 @@ def _configuration(args: argparse.Namespace) -> tuple[float, int, float]:
 
 
 def _add_configuration_flags(parser: argparse.ArgumentParser, sampling: bool = True) -> None:
-    parser.add_argument("--users", type=float, required=True, help="data budget N (number of users)")
-    parser.add_argument("--batch", type=float, required=True, help="(expected) batch size B")
+    parser.add_argument("--users", type=float, required=True, help=USERS_HELP)
+    parser.add_argument("--batch", type=float, required=True,
+                        help="(expected) batch size B; the sampling probability is q = B/N")
     parser.add_argument("--steps", type=float, required=True, help="training iterations T")
-    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="δ (default 1e-8)")
+    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA, help=DELTA_HELP)
     if sampling:
         parser.add_argument("--sampling", choices=calibration.SAMPLINGS, default="min",
                             help="poisson, deterministic (each example in ⌈qT⌉ steps) or min "
@@ -135,27 +141,35 @@ def _register_table(subparsers: argparse._SubParsersAction) -> None:
     steps = group.add_subparsers(dest="table_command", metavar="STEP", required=True)
 
     def with_spec(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser.add_argument("--spec-json", default="", help="JSON object of TableSpec fields (default: defaults)")
+        parser.add_argument("--spec-json", default="",
+                            help="JSON object of TableSpec fields, e.g. '{\"q_min_log2\": -10}' "
+                                 "(default: the built-in grid, docs/accounting.md)")
         return parser
 
     plan = with_spec(steps.add_parser("plan", help="grid sizes and number of chunks"))
     add_json_flag(plan)
     plan.set_defaults(func=_run_table_plan)
     chunk = with_spec(steps.add_parser("chunk", help="compute one chunk to Parquet"))
-    chunk.add_argument("--index", type=int, required=True)
-    chunk.add_argument("--output", required=True)
+    chunk.add_argument("--index", type=int, required=True,
+                       help="which chunk to compute: 0 .. chunks-1, as `plan` counts them")
+    chunk.add_argument("--output", required=True, help="Parquet file to write the chunk to")
     chunk.set_defaults(func=_run_table_chunk)
     merge = steps.add_parser("merge", help="merge chunk files into the table (and optional CSV export)")
-    merge.add_argument("chunks", nargs="+")
-    merge.add_argument("--output", required=True)
-    merge.add_argument("--amplified-csv")
-    merge.add_argument("--unamplified-csv")
+    merge.add_argument("chunks", nargs="+", help="chunk Parquet files written by `chunk`")
+    merge.add_argument("--output", required=True, help="Parquet file to write the merged table to")
+    merge.add_argument("--amplified-csv",
+                       help="also write σ with Poisson amplification as a headerless CSV in the format the "
+                            "authors' analysis code reads (needs --unamplified-csv)")
+    merge.add_argument("--unamplified-csv",
+                       help="also write σ without amplification (deterministic batches) in that format "
+                            "(needs --amplified-csv)")
     merge.set_defaults(func=_run_table_merge)
     check = steps.add_parser("check", help="measure interpolation error at off-grid points")
-    check.add_argument("--table", required=True)
-    check.add_argument("--points", type=int, default=30)
-    check.add_argument("--seed", type=int, default=0)
-    check.add_argument("--output", help="CSV of every measured point")
+    check.add_argument("--table", required=True, help="the merged table (Parquet) to check")
+    check.add_argument("--points", type=int, default=30,
+                       help="number of random off-grid (ε, T, q) points, each calibrated directly (default 30)")
+    check.add_argument("--seed", type=int, default=0, help="random seed of the off-grid points (default 0)")
+    check.add_argument("--output", help="CSV of every measured point (default: none written)")
     add_json_flag(check)
     check.set_defaults(func=_run_table_check)
 
@@ -192,19 +206,22 @@ def _run_truncation(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     sigma = subparsers.add_parser("sigma", help="noise multiplier σ and noise-batch ratio σ/B for (ε, δ)")
-    sigma.add_argument("--epsilon", type=float, required=True, help="privacy budget ε")
+    sigma.add_argument("--epsilon", type=float, required=True, help="privacy budget ε to calibrate σ for")
     _add_configuration_flags(sigma)
     sigma.set_defaults(func=_run_sigma)
 
     epsilon = subparsers.add_parser("epsilon", help="ε spent by noise multiplier σ")
-    epsilon.add_argument("--sigma", type=float, required=True, help="noise multiplier on the sum")
+    epsilon.add_argument("--sigma", type=float, required=True,
+                         help="noise multiplier σ: noise std on the sum of clipped gradients, in units of "
+                              "the clipping norm")
     _add_configuration_flags(epsilon)
     epsilon.set_defaults(func=_run_epsilon)
 
     vuln = subparsers.add_parser(
         "vulnerability", help="membership-inference advantage (total variation) of a configuration")
-    vuln.add_argument("--epsilon", type=float, help="calibrate σ for this ε first")
-    vuln.add_argument("--sigma", type=float, help="or use this noise multiplier directly")
+    vuln.add_argument("--epsilon", type=float, help="calibrate σ for this ε first (give this or --sigma)")
+    vuln.add_argument("--sigma", type=float,
+                      help="or use this noise multiplier σ directly (give this or --epsilon)")
     _add_configuration_flags(vuln)
     vuln.set_defaults(func=_run_vulnerability)
 

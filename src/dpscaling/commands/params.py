@@ -22,12 +22,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, help=f"one of {', '.join(PRESETS)}, or 'custom'")
     parser.add_argument("--family", choices=sorted(FAMILIES), help="custom model: its family (default bert)")
-    parser.add_argument("--vocab-size", type=int, help="default: the family's own (BERT 30522, GPT-2 50257)")
-    parser.add_argument("--max-positions", type=int, help="default: the preset's (BERT 512, GPT-2 1024)")
-    parser.add_argument("--num-layers", type=int, help="custom model: layers")
+    parser.add_argument("--vocab-size", type=int,
+                        help="vocabulary size (default: the family's own, BERT 30522, GPT-2 50257)")
+    parser.add_argument("--max-positions", type=int,
+                        help="position embeddings, the longest sequence (default: the preset's, BERT 512, GPT-2 1024)")
+    parser.add_argument("--num-layers", type=int, help="custom model: number of transformer layers")
     parser.add_argument("--num-heads", type=int, help="custom model: attention heads")
-    parser.add_argument("--hidden-size", type=int, help="custom model: hidden size")
-    parser.add_argument("--intermediate-size", type=int, help="feed-forward size (default 4 × hidden)")
+    parser.add_argument("--hidden-size", type=int, help="custom model: hidden size (model width)")
+    parser.add_argument("--intermediate-size", type=int, help="feed-forward (MLP) size (default 4 × hidden size)")
     add_json_flag(parser)
     parser.set_defaults(func=_run)
 
