@@ -41,6 +41,7 @@ localrules:
     nonprivate,
     ablation_batch,
     private_model,
+    bundle,
 
 
 rule all:
@@ -54,3 +55,4 @@ rule all:
         rules.tables.input,
         rules.findings.input,
         rules.validate.input,
+        rules.bundle.input,

@@ -44,8 +44,8 @@ from dpscaling.config.blocks import GRID_ONLY_TRAINING_KEYS
 from dpscaling.errors import UserError
 from dpscaling.grid import canonical
 from dpscaling.law.columns import (
-    BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA,
-    SOURCE)
+    BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA)
+from dpscaling.law.runnable import best_learning_rate
 
 if TYPE_CHECKING:  # importing the training stack pulls in JAX
     from dpscaling.law.physical_batch import PhysicalBatchCorrection
@@ -55,19 +55,35 @@ BLOCK = "private_model"
 
 
 @dataclass(frozen=True)
+class FixedConfiguration:
+    """A configuration to train as it stands instead of the law's search (what ``dpscaling query`` prints
+    under ``train_config``): a model of the config, the expected batch B, the steps T and, optionally, the
+    learning rate."""
+
+    model: str
+    batch_size: int
+    iterations: int
+    learning_rate: float | None = None
+
+
+@dataclass(frozen=True)
 class Budget:
-    """One practitioner's budget: privacy (ε, δ), data (N sequences) and compute (FLOPs, C = 6·M·B·S·T)."""
+    """One practitioner's budget: privacy (ε, δ), data (N sequences) and compute (FLOPs, C = 6·M·B·S·T),
+    and optionally the configuration to train for it."""
 
     epsilon: float
     delta: float
     data_budget: int
     compute: float
+    configuration: FixedConfiguration | None = None
 
     @property
     def label(self) -> str:
         """The budget's directory under ``private_model/`` (and its wildcard)."""
-        return (f"eps={canonical(self.epsilon)}_delta={canonical(self.delta)}"
-                f"_N={canonical(self.data_budget)}_C={self.compute:.4g}")
+        label = (f"eps={canonical(self.epsilon)}_delta={canonical(self.delta)}"
+                 f"_N={canonical(self.data_budget)}_C={self.compute:.4g}")
+        fixed = self.configuration
+        return label if fixed is None else f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
 
 
 def budgets(block: Mapping[str, Any], default_delta: float) -> list[Budget]:
@@ -75,8 +91,13 @@ def budgets(block: Mapping[str, Any], default_delta: float) -> list[Budget]:
     result = []
     for index, entry in enumerate(block["budgets"]):
         delta = entry.get("delta")
+        fixed = entry.get("configuration")
+        if fixed is not None:
+            rate = fixed.get("learning_rate")
+            fixed = FixedConfiguration(str(fixed["model"]), int(fixed["batch_size"]), int(fixed["iterations"]),
+                                       None if rate is None else float(rate))
         budget = Budget(float(entry["epsilon"]), float(default_delta if delta is None else delta),
-                        int(entry["data_budget"]), float(entry["compute"]))
+                        int(entry["data_budget"]), float(entry["compute"]), fixed)
         if not (budget.epsilon > 0 and 0 < budget.delta < 1 and budget.data_budget >= 1 and budget.compute > 0):
             raise UserError(f"{BLOCK}.budgets[{index}]: epsilon, data_budget and compute must be positive and "
                             f"delta in (0, 1), got {dict(entry)}")
@@ -111,20 +132,6 @@ def trained_models(law, models: Sequence[str]) -> pd.Series:
     return sizes
 
 
-def best_learning_rate(law, model: str, noise_batch_ratio: float, iterations: float) -> float:
-    """The learning rate that won on the law's measured grid for ``model`` at the noisy σ̄ nearest
-    (in log) to ``noise_batch_ratio``, and there at the measured T nearest to ``iterations``."""
-    grid = law.grid
-    cells = grid[(grid[MODEL] == model) & (grid[SOURCE] == "measured") & (grid[NOISE_BATCH_RATIO] > 0)]
-    cells = cells.dropna(subset=[LEARNING_RATE])
-    if cells.empty:
-        raise UserError(f"the law has no measured noisy curve of {model} to take a learning rate from; "
-                        f"set {BLOCK}.learning_rate")
-    distance = (np.abs(np.log(cells[NOISE_BATCH_RATIO].to_numpy(float) / noise_batch_ratio)),
-                np.abs(np.log(cells[ITERATIONS].to_numpy(float) / iterations)))
-    return float(cells.iloc[np.lexsort(distance[::-1])[0]][LEARNING_RATE])
-
-
 # Candidates of the law's search (lowest loss first) re-priced with the real sampler's σ.
 RERANKED_CANDIDATES = 8
 RERANK_TOLERANCE = 0.05
@@ -132,8 +139,10 @@ RERANK_TOLERANCE = 0.05
 
 def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequence[str],
                 learning_rate: float | None = None, microbatch_size: int | None = None,
-                correction: PhysicalBatchCorrection | None = None) -> dict[str, Any]:
-    """The law's compute-optimal configuration for ``budget`` among the run's ``models``, made trainable.
+                correction: PhysicalBatchCorrection | None = None,
+                fixed_sizes: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The law's compute-optimal configuration for ``budget`` among the run's ``models``, made trainable, or
+    the budget's fixed configuration as it stands (its model's parameter count in ``fixed_sizes``).
 
     The search (σ from the law's table, thousands of candidates) proposes; its best
     :data:`RERANKED_CANDIDATES` distinct (model, B, whole T) within :data:`RERANK_TOLERANCE` of its
@@ -145,12 +154,13 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     corrected to the candidate's B; ``law_loss`` keeps the uncorrected prediction.
     """
     from dpscaling.accounting.calibration import calibrate_poisson
-    from dpscaling.accounting.truncation import truncated_poisson_run
-    from dpscaling.law import load_law
-    from dpscaling.law.queries import compute_cost, compute_optimal
+    from dpscaling.law import read_law
+    from dpscaling.law.queries import compute_optimal
 
-    law = load_law(law_dir)
+    law = read_law(law_dir)
     source = law.sigma_source()
+    if budget.configuration is not None:
+        return _fixed_plan(law, source, budget, fixed_sizes or {}, learning_rate, microbatch_size, correction)
     sizes = trained_models(law, models)
     try:
         answer = compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, source.sigma, law.seq_len,
@@ -173,31 +183,69 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
                         f"{min(p['sigma'] / p['batch'] for p in priced):.3g} and up; the law's largest is "
                         f"{law.loss.noise_batch_ratios[-1]:.3g}): raise epsilon, data_budget or compute")
     chosen = min(answered, key=lambda p: p["loss"])
-    best, batch, steps = chosen["row"], chosen["batch"], chosen["steps"]
+    best = chosen["row"]
+    model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), best[MODEL_SIZE]))[0]])
+    optimum = answer.optimum
+    query = {"model_size": float(optimum[MODEL_SIZE]), "batch_size": float(optimum[BATCH_SIZE]),
+             "iterations": float(optimum[ITERATIONS]), "sigma": float(optimum[SIGMA]),
+             "noise_batch_ratio": float(optimum[NOISE_BATCH_RATIO]), "predicted_loss": float(optimum[CROSS_ENTROPY]),
+             "sampling": source.sampling, "delta": float(source.delta), "candidates": answer.candidates,
+             "models": list(sizes.index)}
+    plan = _priced_plan(law, budget, model, float(best[MODEL_SIZE]), chosen["batch"], chosen["steps"], learning_rate,
+                        microbatch_size, correction, query)
+    return plan | {"candidates_repriced": len(priced), "candidates_answered": len(answered)}
+
+
+def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], learning_rate: float | None,
+                microbatch_size: int | None, correction: PhysicalBatchCorrection | None) -> dict[str, Any]:
+    """A budget's fixed configuration, priced as the private run will be; ``query`` is the law at that
+    configuration with σ from its table (the study's accountant)."""
+    fixed = budget.configuration
+    if fixed.model not in fixed_sizes:
+        raise UserError(f"{BLOCK}.budgets {budget.label}: configuration.model {fixed.model!r} is not a model of "
+                        f"this config (models.names or models.custom: {sorted(fixed_sizes)})")
+    if fixed.batch_size > budget.data_budget:
+        raise UserError(f"{BLOCK}.budgets {budget.label}: configuration.batch_size {fixed.batch_size} exceeds "
+                        f"data_budget {budget.data_budget}")
+    size, batch, steps = float(fixed_sizes[fixed.model]), fixed.batch_size, fixed.iterations
+    table_sigma = float(source.sigma(np.array([budget.epsilon]), np.array([float(steps)]),
+                                     np.array([batch / budget.data_budget]))[0])
+    query = {"model_size": size, "batch_size": float(batch), "iterations": float(steps), "sigma": table_sigma,
+             "noise_batch_ratio": table_sigma / batch,
+             "predicted_loss": corrected_loss(law, correction, size, steps, table_sigma / batch, batch),
+             "sampling": source.sampling, "delta": float(source.delta), "candidates": 1, "fixed": True}
+    return _priced_plan(law, budget, fixed.model, size, batch, steps, fixed.learning_rate or learning_rate,
+                        microbatch_size, correction, query)
+
+
+def _priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, steps: int,
+                 learning_rate: float | None, microbatch_size: int | None, correction: PhysicalBatchCorrection | None,
+                 query: dict[str, Any]) -> dict[str, Any]:
+    """The plan of (model, B, T) for ``budget``: σ calibrated for truncated Poisson at its priced L (as the
+    private run will be), the law's loss there (corrected and not), the learning rate, the search's ``query``."""
+    from dpscaling.accounting.truncation import truncated_poisson_run
+    from dpscaling.law.queries import compute_cost
+    from dpscaling.law.runnable import nearest_measured
+
     run = truncated_poisson_run(q=batch / budget.data_budget, steps=steps, dataset_size=budget.data_budget,
                                 delta=budget.delta, multiple=microbatch_size or 1, target_epsilon=budget.epsilon)
-    model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), best[MODEL_SIZE]))[0]])
-    rate = learning_rate or best_learning_rate(law, model, run.sigma / batch, steps)
-    law_loss = float(corrected_loss(law, None, best[MODEL_SIZE], steps, run.sigma / batch, batch))
-    predicted = float(corrected_loss(law, correction, best[MODEL_SIZE], steps, run.sigma / batch, batch))
-    optimum = answer.optimum
+    nbr = run.sigma / batch
+    measured = law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE].to_dict()
+    rate = learning_rate or best_learning_rate(law.grid, model if model in measured else
+                                               nearest_measured(model_size, measured), nbr, steps)
     return {
         "budget": dataclasses.asdict(budget) | {"label": budget.label},
-        "model": model, "model_size": float(best[MODEL_SIZE]), "batch_size": batch, "iterations": steps,
+        "model": model, "model_size": float(model_size), "batch_size": int(batch), "iterations": int(steps),
         "learning_rate": rate, "seq_len": int(law.seq_len),
-        "compute": float(compute_cost(best[MODEL_SIZE], batch, steps, law.seq_len)),
-        "sigma": run.sigma, "noise_batch_ratio": run.sigma / batch, "untruncated_sigma": run.untruncated_sigma,
+        "compute": float(compute_cost(model_size, batch, steps, law.seq_len)),
+        "sigma": run.sigma, "noise_batch_ratio": nbr, "untruncated_sigma": run.untruncated_sigma,
         "truncated_batch_size": run.price.truncated_batch_size,
         "truncation_probability": run.price.truncation_probability, "padding_share": run.price.padding_share,
-        "predicted_loss": predicted, "law_loss": law_loss,
+        "predicted_loss": float(corrected_loss(law, correction, model_size, steps, nbr, batch)),
+        "law_loss": float(corrected_loss(law, None, model_size, steps, nbr, batch)),
         "physical_batch_correction": None if correction is None else correction.to_json(),
-        "candidates_repriced": len(priced), "candidates_answered": len(answered),
         # The search's own optimum (σ from the law's table, at the table's δ, for its sampling rule).
-        "query": {"model_size": float(optimum[MODEL_SIZE]), "batch_size": float(optimum[BATCH_SIZE]),
-                  "iterations": float(optimum[ITERATIONS]), "sigma": float(optimum[SIGMA]),
-                  "noise_batch_ratio": float(optimum[NOISE_BATCH_RATIO]),
-                  "predicted_loss": float(optimum[CROSS_ENTROPY]), "sampling": source.sampling,
-                  "delta": float(source.delta), "candidates": answer.candidates, "models": list(sizes.index)},
+        "query": query,
     }
 
 
@@ -285,15 +333,17 @@ def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microb
 
 def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], default_delta: float, label: str,
                models: Sequence[str], microbatch_size: int | None, out: str | os.PathLike[str],
-               correction_file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+               correction_file: str | os.PathLike[str] | None = None,
+               fixed_sizes: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Rule ``private_model_plan``: the plan of budget ``label`` as JSON (corrected for the physical batch
-    when the run fits the correction: ``correction_file``)."""
+    when the run fits the correction: ``correction_file``; a fixed configuration's model sized by
+    ``fixed_sizes``)."""
     from dpscaling.io import write_json_atomic
     from dpscaling.law.physical_batch import load_correction
 
     correction = load_correction(correction_file) if correction_file else None
     plan = plan_budget(law_dir, budget_by_label(block, default_delta, label), models, block["learning_rate"],
-                       microbatch_size, correction)
+                       microbatch_size, correction, fixed_sizes)
     write_json_atomic(out, plan)
     return plan
 

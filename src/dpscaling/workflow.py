@@ -13,6 +13,7 @@ from typing import Any
 
 from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.data.documents import CorpusSpec
+from dpscaling.errors import UserError
 
 Config = Mapping[str, Any] | RunConfig  # a validated config, typed or as its mapping
 
@@ -93,3 +94,61 @@ def bootstrap_status(config: Config) -> str:
 def corpus_inputs(spec: CorpusSpec) -> list[str]:
     """Local files the data stage reads (Snakemake inputs, so edits trigger reruns)."""
     return [] if spec.source == "huggingface" else list(spec.paths)
+
+
+def bundle_provenance(config: Config) -> dict[str, Any]:
+    """What the run's config says of the law it fits, for its bundle (:mod:`dpscaling.law.bundle`): the family
+    and objective, the data (tokenizer, vocabulary size, corpus source, S), the privacy unit, δ and the σ
+    table's sampling rule, the physical batch and microbatch, the mode, and every grid model's shape."""
+    run = typed(config)
+    family = run.models.run_family()
+    seq_len = run.data.seq_len
+    models = {}
+    for name in run.models.names:
+        shape = run.model_config(name, seq_len)
+        models[name] = {"family": family.name, "layers": shape.num_layers, "heads": shape.num_heads,
+                        "hidden": shape.hidden_size, "param_count": int(shape.param_count().total)}
+    provenance: dict[str, Any] = {
+        "run_name": run.run_name, "family": family.name, "objective": family.objective, "seq_len": seq_len,
+        "seq_lens": list(run.seq_lens()), "privacy_unit": run.analysis_settings().privacy_unit,
+        "delta": run.accounting.delta, "sampling": run.accounting.sampling,
+        "physical_batch": run.training.physical_batch, "microbatch_size": run.training.microbatch_size or 1,
+        "mode": "reference-compatible" if run.fit.reference_compatible else "paper"}
+    if run.results_csv:  # the authors' format: no data stage, the presets at BERT's vocabulary
+        provenance["results"] = {"format": "reference", "path": run.results_csv}
+        provenance["vocab_size"] = family.vocab_size
+    else:
+        provenance.update(tokenizer=run.data.tokenizer, vocab_size=run.data.model_vocab_size(),
+                          corpus={"source": run.data.source}, models=models)
+    return provenance
+
+
+def private_model_models(config: Config, label: str) -> list[str]:
+    """The models private_model's budget ``label`` may train: the model its ``configuration`` names (a grid
+    model, or a ``models.custom`` entry the grid does not train, such as the shape ``dpscaling query``
+    answered), else the grid's (the plan picks one). Per budget, so adding a budget reruns no other."""
+    from dpscaling.private_model import budget_by_label
+
+    run = typed(config)
+    budget = budget_by_label(run.private_model.to_mapping(), run.accounting.delta, label)
+    if budget.configuration is None:
+        return list(run.models.names)
+    known = set(run.models.known_names())
+    if budget.configuration.model not in known:
+        raise UserError(f"private_model.budgets {label}: configuration.model {budget.configuration.model!r} is not "
+                        f"one of models.names, models.custom or the presets ({sorted(known)})")
+    return [budget.configuration.model]
+
+
+def private_model_sizes(config: Config, label: str) -> dict[str, int]:
+    """The parameter count (at the primary length) of the model budget ``label``'s configuration names;
+    none for a budget the law's search plans."""
+    run = typed(config)
+    models = private_model_models(run, label)
+    if models == list(run.models.names) and len(models) != 1:
+        return {}
+    from dpscaling.private_model import budget_by_label
+
+    if budget_by_label(run.private_model.to_mapping(), run.accounting.delta, label).configuration is None:
+        return {}
+    return {name: int(run.model_config(name).param_count().total) for name in models}

@@ -46,9 +46,12 @@ from dpscaling.workflow import (
     analysis_settings,
     bootstrap_chunks,
     bootstrap_status,
+    bundle_provenance,
     corpus_inputs,
     law_settings,
     model_param,
+    private_model_models,
+    private_model_sizes,
     training_params,
     validation_modes,
 )

@@ -295,3 +295,34 @@ rule validate:
         rules.validate_law.output,
         VALIDATE_LENGTHS,
         RUN_CONFIG,
+
+
+# The law bundle (docs/query.md): the law with its sigma table, bootstrap replicates, calibration,
+# physical-batch correction and the laws at other lengths in one portable directory, with its provenance
+# and validated ranges; `dpscaling query --law <run>/law/bundle` answers from it alone.
+rule law_bundle:
+    input:
+        law=rules.fit_law.output[0],
+        sigma_table=rules.accounting_table.output.table,
+        bootstrap=BOOTSTRAP,
+        calibration=rules.validate_law.output.calibration,
+        correction=CORRECTION,
+        lengths=LAW_ACROSS_LENGTHS,
+        run_config=RUN_CONFIG,
+        data_meta=[] if config["results_csv"] else PRIMARY_PACKED["meta"],
+    output:
+        directory(f"{RESULTS}/law/bundle"),
+    log:
+        f"{RESULTS}/logs/fit/law_bundle.log",
+    localrule: True
+    conda:
+        "../envs/dpscaling.yaml"
+    params:
+        provenance=bundle_provenance(CFG),
+    script:
+        "../scripts/law_bundle.py"
+
+
+rule bundle:
+    input:
+        rules.law_bundle.output,

@@ -36,6 +36,8 @@ rule private_model_plan:
         delta=config["accounting"]["delta"],
         models=config["models"]["names"],
         microbatch=config["training"]["microbatch_size"],
+        # the parameter count of every model a budget's configuration may name (docs/query.md)
+        fixed_sizes=lambda wildcards: private_model_sizes(CFG, wildcards.budget),
     script:
         "../scripts/private_model_plan.py"
 
@@ -55,7 +57,10 @@ rule private_model_train:
     resources:
         **job_resources(CFG, private_training_job),
     params:
-        models={name: model_param(CFG, name) for name in config["models"]["names"]},
+        models=lambda wildcards: {
+            name: model_param(CFG, name)
+            for name in private_model_models(CFG, wildcards.budget)
+        },
         training=private_training(config["training"]),
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
     script:
@@ -79,7 +84,10 @@ rule private_model_twin:
     resources:
         **job_resources(CFG, private_training_job),
     params:
-        models={name: model_param(CFG, name) for name in config["models"]["names"]},
+        models=lambda wildcards: {
+            name: model_param(CFG, name)
+            for name in private_model_models(CFG, wildcards.budget)
+        },
         training=private_training(config["training"]),
         grid_batch=config["training"]["physical_batch"],
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/twin_{wildcards.twin}/checkpoint",

@@ -11,5 +11,6 @@ with log_to_file(snakemake.log[0]) as log:
         snakemake.params.microbatch,
         snakemake.output[0],
         snakemake.input.correction[0] if snakemake.input.correction else None,
+        snakemake.params.fixed_sizes,
     )
     log.info("plan: %s", plan)

@@ -421,6 +421,8 @@ class BudgetEntry(Block):
     delta: float | None = None
     data_budget: int
     compute: float
+    # {model, batch_size, iterations, learning_rate}: train this instead of the law's search (None: search)
+    configuration: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

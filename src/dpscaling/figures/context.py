@@ -19,7 +19,7 @@ import pandas as pd
 from dpscaling.data.floor import load_floor
 from dpscaling.errors import UserError
 from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.law import load_law
+from dpscaling.law import read_law
 from dpscaling.law.artifact import Law
 from dpscaling.law.bootstrap import INTERVAL_NOTE, NO_REPEATS, Replicates, load_replicates, optimum_intervals
 from dpscaling.law.columns import COMPUTE, DATA_BUDGET, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET
@@ -193,7 +193,7 @@ def load_context(law_dir: str | Path, settings: AnalysisSettings, *, sigma_table
     σ comes from the accounting tables saved with the law (the authors' CSVs) when it has
     them, else from ``sigma_table`` (dpscaling's accounting stage).
     """
-    law = load_law(law_dir)
+    law = read_law(law_dir)
     if law.accounting or sigma_table is not None:
         # The law's own tables apply the law's rule, whatever the workflow's accounting setting says.
         found = law.sigma_source(sigma_table=sigma_table, sampling=sampling)

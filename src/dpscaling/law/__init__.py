@@ -6,7 +6,7 @@ One module per step: :mod:`collect` (curves → tidy table), :mod:`smoothing`,
 (L̂1, L̂2), :mod:`artifact` (the saved law). Settings in :mod:`settings`.
 """
 
-from dpscaling.law.artifact import Law, fit_law, load_law
+from dpscaling.law.artifact import Law, fit_law, read_law
 from dpscaling.law.settings import LawSettings, Window
 
-__all__ = ["Law", "LawSettings", "Window", "fit_law", "load_law"]
+__all__ = ["Law", "LawSettings", "Window", "fit_law", "read_law"]

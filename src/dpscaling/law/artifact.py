@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpscaling.accounting.validation import DEFAULT_DELTA
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
 from dpscaling.law.collect import EXCLUDED_STATUSES, one_family, primary_seed_curves
@@ -37,7 +38,8 @@ from dpscaling.law.columns import (
     PAPER_SEQUENCE_LENGTH, SOURCE, STATUS)
 from dpscaling.law.extrapolation import extrapolate
 from dpscaling.law.interpolation import LossFunction, fill_missing_noise_batch_ratios
-from dpscaling.law.noise import SigmaSource, sigma_from_accountant, sigma_from_sigma_table, sigma_from_tables
+from dpscaling.law.noise import (
+    SigmaSource, sigma_from_accountant, sigma_from_sigma_table, sigma_from_tables, sigma_on_demand)
 from dpscaling.law.settings import LawSettings
 from dpscaling.law.smoothing import smooth_results
 
@@ -62,6 +64,7 @@ class Law:
     parametric_diagnostics: pd.DataFrame | None = None
     # {"path": dpscaling σ table, "sampling": poisson | deterministic | min}: the run's accounting table.
     sigma_table: dict[str, str] | None = None
+    family: str = "bert"  # the model family of the curves (dpscaling.models.family)
 
     def __post_init__(self) -> None:
         self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss)
@@ -74,16 +77,19 @@ class Law:
 
     def sigma_source(self, tables: tuple[pd.DataFrame | None, pd.DataFrame | None] | None = None, *,
                      sigma_table: str | os.PathLike[str] | None = None, sampling: str | None = None,
-                     delta: float | None = None, per_row: bool = False) -> SigmaSource:
-        """Where σ comes from, in one order for every caller (the command line, the figures, ``private_model``):
+                     delta: float | None = None, per_row: bool = False, progress=None) -> SigmaSource:
+        """Where σ comes from, in one order for every caller (the command line, the API, the figures,
+        ``private_model``):
 
         1. accounting tables the caller gives (the authors' format: ``tables`` = (amplified, unamplified));
         2. the accounting tables saved with the law;
         3. a dpscaling σ table: ``sigma_table`` read with ``sampling``, else the run's table the law points to;
-        4. with ``per_row``, dpscaling's accountant at ``delta``, once per distinct (ε, T, q).
+        4. with ``per_row``, dpscaling's accountant at ``delta``, once per distinct (ε, T, q) (a few rows);
+        5. otherwise σ built on demand at ``delta`` (:mod:`dpscaling.accounting.on_demand`, cached).
 
-        The authors' tables price :attr:`LawSettings.table_sampling`. A ``delta`` that differs from the
-        source's is refused; so is a law with no source (a search over thousands of candidates needs a table).
+        The authors' tables price :attr:`LawSettings.table_sampling`. A ``delta`` other than the found
+        source's is answered on demand under the same sampling rule (the table cannot answer it); without
+        any source the rule is :attr:`LawSettings.table_sampling` and δ defaults to 1e-8.
         """
         if tables is not None and any(t is not None for t in tables):
             sigma, found = sigma_from_tables(*tables, self.settings.accounting_rule)
@@ -98,18 +104,23 @@ class Law:
             rule = sampling or (self.sigma_table or {}).get("sampling", "min")
             if not path.is_file():
                 raise UserError(f"this law's accounting table {path} does not exist: build it (`snakemake "
-                                "accounting`) or pass --accounting-amplified/--accounting-unamplified")
+                                "accounting`), or query the run's law bundle (<run>/law/bundle)")
             sigma, found = sigma_from_sigma_table(path, rule)
             source = SigmaSource(sigma, found, rule, f"the run's accounting table {path} ({rule})")
-        elif per_row and delta is not None:
-            rule = self.settings.table_sampling
-            return SigmaSource(sigma_from_accountant(delta, rule), delta, rule, f"dpscaling.accounting ({rule})")
         else:
-            raise UserError("this law has no accounting table to search with: build the run's (`snakemake "
-                            "accounting`) or pass --accounting-amplified/--accounting-unamplified CSVs "
-                            "(the authors' format)")
+            rule, at = self.settings.table_sampling, DEFAULT_DELTA if delta is None else delta
+            if per_row:
+                return SigmaSource(sigma_from_accountant(at, rule), at, rule, f"dpscaling.accounting ({rule})")
+            return SigmaSource(sigma_on_demand(at, rule, progress), at, rule,
+                               f"dpscaling.accounting on demand ({rule}, δ = {at:g}; no accounting table in the law)")
         if delta is not None and not np.isclose(delta, source.delta, rtol=1e-9, atol=0):
-            raise UserError(f"--delta {delta:g} differs from the accounting tables' delta {source.delta:g}")
+            if per_row:
+                return SigmaSource(sigma_from_accountant(delta, source.sampling), delta, source.sampling,
+                                   f"dpscaling.accounting ({source.sampling}, δ = {delta:g} instead of the "
+                                   f"table's {source.delta:g})")
+            return SigmaSource(sigma_on_demand(delta, source.sampling, progress), delta, source.sampling,
+                               f"dpscaling.accounting on demand ({source.sampling}, δ = {delta:g} instead of the "
+                               f"table's {source.delta:g})")
         return source
 
     def manifest(self, directory: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -119,6 +130,7 @@ class Law:
             "settings": self.settings.to_json(),
             "seq_len": self.seq_len,
             "physical_batch": self.physical_batch,
+            "family": self.family,
             "accounting": sorted(self.accounting) or None,
             "model_sizes": [float(m) for m in self.loss.model_sizes],
             "iterations": list(self.iteration_bounds()),
@@ -203,7 +215,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
         if sampling not in SAMPLINGS:
             raise UserError(f"accounting.sampling: {sampling!r} is not one of {list(SAMPLINGS)}")
     settings = settings or LawSettings()
-    one_family(results)  # a law is fitted on one model family
+    family = one_family(results)  # a law is fitted on one model family
     # One curve per run: repeated seeds (training.repeat_seeds) measure noise for the bootstrap only.
     results, repeat_runs = primary_seed_curves(results)
     kept, excluded = exclude_unfit_runs(results)
@@ -227,7 +239,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     accounting = {kind: table for kind, table in zip(ACCOUNTING_KINDS, (accounting_amplified, accounting_unamplified))
                   if table is not None}
     law = Law(grid, fits, settings, int(seq_len), int(physical_batch), accounting, report, sources or {},
-              sigma_table={"path": str(sigma_table), "sampling": sampling} if sigma_table else None)
+              sigma_table={"path": str(sigma_table), "sampling": sampling} if sigma_table else None, family=family)
     if accounting:
         law.sigma_source()  # validate the tables now, not at the first query
     if parametric:
@@ -245,7 +257,7 @@ def _missing_cells(grid: pd.DataFrame) -> int:
     return int(full - grid[CROSS_ENTROPY].notna().sum())
 
 
-def load_law(directory: str | os.PathLike[str]) -> Law:
+def read_law(directory: str | os.PathLike[str]) -> Law:
     """Read a law written by :meth:`Law.save`."""
     directory = Path(directory)
     manifest_path = directory / MANIFEST
@@ -266,4 +278,4 @@ def load_law(directory: str | os.PathLike[str]) -> Law:
         physical_batch=manifest["physical_batch"], accounting=accounting, report=manifest["report"],
         sources=manifest["sources"], parametric=manifest.get("parametric"),
         parametric_diagnostics=pd.read_parquet(diagnostics_path) if diagnostics_path.is_file() else None,
-        sigma_table=sigma_table)
+        sigma_table=sigma_table, family=manifest.get("family", "bert"))

@@ -138,6 +138,14 @@ def sigma_from_accountant(delta: float, sampling: str = "min") -> SigmaFunction:
     return sigma
 
 
+def sigma_on_demand(delta: float, sampling: str = "min", progress=None) -> SigmaFunction:
+    """σ at any ``delta`` from tables built for the queried ε and cached (:mod:`dpscaling.accounting.on_demand`):
+    for a law without an accounting table, or a δ other than its table's."""
+    from dpscaling.accounting.on_demand import OnDemandSigma
+
+    return OnDemandSigma(delta, sampling, progress=progress)
+
+
 @dataclass(frozen=True)
 class SigmaSource:
     """Where a query's σ(ε, T, q) comes from: the function, its δ, the sampling rule it prices

@@ -210,11 +210,12 @@ def _with_total_flops(configs: pd.DataFrame, inference_tokens: float) -> pd.Data
 def best_loss_per_compute(budgets: np.ndarray, epsilon: float, users: float, loss: LossFunction,
                           sigma: SigmaFunction, seq_len: float, model_sizes: np.ndarray,
                           iteration_bounds: tuple[float, float],
-                          batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> pd.DataFrame:
+                          batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES,
+                          correction: PhysicalBatchCorrection | None = None) -> pd.DataFrame:
     """The compute-optimal configuration per budget (rows with no answer are absent; count in ``attrs``)."""
     configs = constant_compute_configurations(budgets, model_sizes, seq_len, iteration_bounds, batch_sizes)
     configs = configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users})
-    evaluated = evaluate_configurations(configs, loss, sigma, seq_len)
+    evaluated = evaluate_configurations(configs, loss, sigma, seq_len, correction)
     answered = evaluated.dropna(subset=[CROSS_ENTROPY])
     best = answered.loc[answered.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].sort_values(COMPUTE)
     best = best.reset_index(drop=True)

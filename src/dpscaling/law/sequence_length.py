@@ -355,10 +355,10 @@ def law_directories(directory: str | os.PathLike[str]) -> dict[int, Path]:
 def load_law_across_lengths(directory: str | os.PathLike[str]) -> tuple[LawAcrossLengths, dict[int, Law]]:
     """The laws listed in ``directory``/lengths.json, checked: each was fitted at its listed length, and
     all in one mode (paper or reference-compatible)."""
-    from dpscaling.law.artifact import load_law
+    from dpscaling.law.artifact import read_law
 
     directory = Path(directory)
-    laws = {length: load_law(path) for length, path in law_directories(directory).items()}
+    laws = {length: read_law(path) for length, path in law_directories(directory).items()}
     for length, law in laws.items():
         if law.seq_len != length:
             raise UserError(f"{directory / LENGTHS_FILE}: the law listed for S = {length} was fitted at "

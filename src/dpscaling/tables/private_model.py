@@ -111,14 +111,14 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     ``law``, ``plans``, ``curves``, ``evaluations``, ``audits`` (one per budget, in the same order),
     ``twins`` (per budget, its :data:`dpscaling.private_model.TWINS` in order), and lists (empty when
     absent) ``bootstrap``, ``correction`` (the physical-batch correction) and ``calibration``."""
-    from dpscaling.law import LawSettings, load_law
+    from dpscaling.law import LawSettings, read_law
     from dpscaling.law.bootstrap import NO_REPEATS, load_replicates
     from dpscaling.law.calibration import load_calibration
     from dpscaling.law.physical_batch import load_correction
     from dpscaling.private_model import TWINS, read_json
 
     law_settings = LawSettings.from_json(dict(settings))
-    law = load_law(inputs["law"])
+    law = read_law(inputs["law"])
     bootstrap, correction, calibration = (_paths(inputs.get(key)) for key in ("bootstrap", "correction",
                                                                                  "calibration"))
     replicates = load_replicates(bootstrap[0], law_settings) if bootstrap else None

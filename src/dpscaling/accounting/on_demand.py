@@ -1,0 +1,125 @@
+"""σ(ε, T, q) at any δ, built when a query asks for it and cached on disk (docs/query.md, "Which δ, which σ").
+
+A law bundle ships the run's σ table, which answers at that table's δ. A query at another δ, or a law
+fitted without any accounting table, needs σ for the thousands of candidates of one compute-optimal
+search (paper §3.4): too many for one calibration each (0.05–1 s), yet few distinct in (ε, q). So for
+each queried ε this builds a small table exactly as the accounting stage builds its own
+(:func:`dpscaling.accounting.table.compute_chunk`: one σ walk per (T, q) with dp-accounting's PLD,
+add/remove adjacency): ε within an octave of the query at 2^(1/4) steps, T at factor-2 steps over the
+queried range, q at the powers of two that bracket the queried sampling rates, each range one node wider
+on both sides for the cubic stencil; it is then read as the stage's table is
+(:class:`dpscaling.accounting.table.SigmaTable`, cubic at fixed σ, within 0.5% of direct calibration,
+NaN with a reason where the accountant refused). Each (grid, q) is one file under the cache directory
+(``$DPSCALING_CACHE``, else ``$XDG_CACHE_HOME/dpscaling``, else ``~/.cache/dpscaling``), so the next
+query at that ε and δ costs nothing. A slab costs 0.5–3 s on one core (more for tiny q and long T).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.accounting.table import Chunk, SigmaTable, compute_chunk, read_frame, save_table
+from dpscaling.accounting.table_spec import TableSpec
+from dpscaling.accounting.validation import check_delta
+from dpscaling.errors import UserError
+
+CACHE_ENV = "DPSCALING_CACHE"
+EPSILON_PER_OCTAVE = 4
+# Grid nodes beyond the queried range on each side (octaves): the cubic stencil needs a neighbour.
+MARGIN_OCTAVES = 1
+
+
+def cache_directory() -> Path:
+    """Where on-demand σ slabs are kept: ``$DPSCALING_CACHE``, else the user's cache directory."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "dpscaling"
+
+
+def _octaves(low: float, high: float, ceiling: int | None = None) -> tuple[int, int]:
+    """The powers of two that bracket [low, high], one more on each side (capped at 2^ceiling)."""
+    first = math.floor(math.log2(low) + 1e-12) - MARGIN_OCTAVES
+    last = math.ceil(math.log2(high) - 1e-12) + MARGIN_OCTAVES
+    if ceiling is not None:
+        last = min(last, ceiling)
+    return first, max(last, first + 1)
+
+
+@dataclass
+class OnDemandSigma:
+    """A :class:`dpscaling.law.noise.SigmaFunction` at ``delta``: σ under ``sampling`` (poisson,
+    deterministic or min, the paper's rule) from per-ε tables built and cached as the module says.
+    ``progress`` receives one line whenever slabs have to be computed."""
+
+    delta: float
+    sampling: str = "min"
+    cache: Path | None = None
+    progress: Callable[[str], None] | None = None
+    _tables: dict[tuple, SigmaTable] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.delta = check_delta(self.delta)
+        self.cache = Path(self.cache) if self.cache is not None else cache_directory()
+
+    def __call__(self, epsilon, steps, q) -> np.ndarray:
+        e, t, p = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (epsilon, steps, q)))
+        sigma = np.full(e.shape, np.nan)
+        valid = np.isfinite(e) & np.isfinite(t) & np.isfinite(p) & (e > 0) & (t >= 1) & (p > 0) & (p <= 1)
+        for value in np.unique(e[valid]):
+            rows = valid & (e == value)
+            table = self.table_for(float(value), t[rows], p[rows])
+            sigma[rows] = table.sigma(value, t[rows], p[rows], self.sampling, on_missing="nan")
+        return sigma
+
+    def spec_for(self, epsilon: float, steps: np.ndarray, q: np.ndarray) -> TableSpec:
+        """The table that answers ``epsilon`` at these steps and sampling rates (module docstring)."""
+        e_low = math.floor(math.log2(epsilon) * EPSILON_PER_OCTAVE) - EPSILON_PER_OCTAVE
+        e_high = math.ceil(math.log2(epsilon) * EPSILON_PER_OCTAVE) + EPSILON_PER_OCTAVE
+        t_low, t_high = _octaves(max(float(np.min(steps)), 1.0), max(float(np.max(steps)), 2.0))
+        q_low, _ = _octaves(float(np.min(q)), float(np.max(q)), ceiling=0)
+        return TableSpec(epsilon_min=2.0 ** (e_low / EPSILON_PER_OCTAVE),
+                         epsilon_max=2.0 ** (e_high / EPSILON_PER_OCTAVE), epsilon_per_octave=EPSILON_PER_OCTAVE,
+                         steps_min=int(2 ** max(t_low, 0)), steps_max=int(2 ** max(t_high, 1)), steps_per_octave=1,
+                         q_min_log2=min(q_low, -1), q_per_octave=1, delta=self.delta)
+
+    def table_for(self, epsilon: float, steps: np.ndarray, q: np.ndarray) -> SigmaTable:
+        spec = self.spec_for(epsilon, steps, q)
+        _, q_high = _octaves(float(np.min(q)), float(np.max(q)), ceiling=0)
+        rates = [float(rate) for rate in spec.sampling_probabilities() if rate <= 2.0 ** q_high]
+        key = (spec, tuple(rates))
+        if key not in self._tables:
+            self._tables[key] = SigmaTable(self._slabs(spec, rates))
+        return self._tables[key]
+
+    def _slab_path(self, spec: TableSpec, rate: float) -> Path:
+        grid = {name: value for name, value in spec.to_mapping().items() if name not in ("q_min_log2", "q_per_chunk")}
+        digest = hashlib.sha256(json.dumps(grid, sort_keys=True).encode()).hexdigest()[:16]
+        return self.cache / "sigma" / digest / f"q=2^{round(math.log2(rate))}.parquet"
+
+    def _slabs(self, spec: TableSpec, rates: list[float]) -> pd.DataFrame:
+        paths = {rate: self._slab_path(spec, rate) for rate in rates}
+        missing = [rate for rate, path in paths.items() if not path.is_file()]
+        if missing and self.progress is not None:
+            self.progress(f"σ at δ = {self.delta:g} for ε in [{spec.epsilon_min:g}, {spec.epsilon_max:g}]: computing "
+                          f"{len(missing)} of {len(rates)} sampling rates × {len(spec.steps())} step counts with "
+                          f"dp-accounting (about a second each), cached in {paths[missing[0]].parent}")
+        frames = []
+        for index, (rate, path) in enumerate(paths.items()):
+            if rate in missing:
+                try:
+                    save_table(compute_chunk(spec, Chunk(index, (rate,))), path, spec)
+                except OSError as error:  # a read-only cache must not cost the answer
+                    raise UserError(f"cannot write the σ cache {path} ({error}); set {CACHE_ENV} to a writable "
+                                    "directory") from error
+            frames.append(read_frame(path)[0])
+        return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,590 @@
+"""The practitioner's question, answered from a law (paper §3.4, "Using the Fitted Functions"), as a typed
+object a person can act on (docs/api.md, docs/query.md)::
+
+    import dpscaling
+
+    law = dpscaling.load_law("results/default/law/bundle")
+    answer = law.query(compute=1e13, epsilon=4, users=1e5)
+    answer.runnable.batch_size, answer.runnable.iterations, answer.predicted_loss, answer.flags
+
+An :class:`Answer` carries the law's compute-optimal configuration (the paper's continuous search,
+:func:`dpscaling.law.queries.compute_optimal`), the same configuration made runnable
+(:mod:`dpscaling.law.runnable`: a model shape, whole microbatches and steps, σ recomputed exactly at the
+asked ε and δ, its predicted loss and both 90% intervals, the config that trains it), every range flag
+(:mod:`dpscaling.law.range_checks`; beyond the validated extrapolation the answer is refused unless
+``allow_extrapolation``), the saturating compute when the budget is past it, and what the loss means
+and where the law came from. ``dpscaling query`` prints exactly this object.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.errors import UserError
+from dpscaling.law.bootstrap import Replicates, band, interval, optimum_intervals
+from dpscaling.law.bundle import Bundle, load_bundle
+from dpscaling.law.calibration import Calibration, calibrated_interval
+from dpscaling.law.columns import (
+    BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
+    PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
+from dpscaling.law.interpolation import reason_counts
+from dpscaling.law.noise import SigmaSource, read_accounting_csv
+from dpscaling.law.physical_batch import PhysicalBatchCorrection
+from dpscaling.law.queries import (
+    DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, ComputeOptimal,
+    InferenceAware, best_loss_per_compute, compute_cost, compute_optimal, constant_compute_configurations,
+    evaluate_configurations, inference_aware, model_size_grid, saturating_compute)
+from dpscaling.law.range_checks import (
+    ExtrapolationRefused, Flag, ValidatedRanges, data_flags, iteration_flags, model_size_flags, one_line, refusal,
+    saturation_flag, sigma_flags)
+from dpscaling.law.runnable import (
+    ModelShape, best_learning_rate, exact_sigma, nearest_measured, nearest_shape, train_config, whole_batch,
+    whole_steps)
+from dpscaling.law.sequence_length import (
+    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff, privacy_units)
+
+CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
+# Budgets of the saturation scan: C·2^(-k/4) down to the law's smallest budget (at most 40 octaves).
+SATURATION_STEPS_PER_OCTAVE = 4
+SATURATION_OCTAVES = 40
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One training configuration and the law's prediction for it (σ on the summed clipped gradients,
+    σ̄ = σ/B the noise std on their mean, compute C = 6·M·B·S·T)."""
+
+    model_size: float
+    batch_size: float
+    iterations: float
+    seq_len: int
+    sigma: float
+    noise_batch_ratio: float
+    compute: float
+    predicted_loss: float
+
+    @property
+    def tokens(self) -> float:
+        return self.batch_size * self.iterations * self.seq_len
+
+    @property
+    def tokens_per_parameter(self) -> float:
+        return self.tokens / self.model_size
+
+    @classmethod
+    def from_row(cls, row: pd.Series, seq_len: float) -> Configuration:
+        m, b, t = float(row[MODEL_SIZE]), float(row[BATCH_SIZE]), float(row[ITERATIONS])
+        return cls(m, b, t, int(seq_len), float(row[SIGMA]), float(row[NOISE_BATCH_RATIO]),
+                   float(compute_cost(m, b, t, seq_len)), float(row[CROSS_ENTROPY]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model_size": self.model_size, "batch_size": self.batch_size, "iterations": self.iterations,
+                "seq_len": self.seq_len, "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio,
+                "compute": self.compute, "tokens": self.tokens, "tokens_per_parameter": self.tokens_per_parameter,
+                "predicted_loss": self.predicted_loss}
+
+
+@dataclass(frozen=True)
+class Runnable:
+    """The optimum rounded to what can be trained (:mod:`dpscaling.law.runnable`), with its own σ (exact, at
+    the asked ε and δ), predicted loss and intervals."""
+
+    model: ModelShape | None
+    model_size: int
+    batch_size: int
+    iterations: int
+    microbatch_size: int
+    seq_len: int
+    epsilon: float
+    delta: float
+    data_budget: float
+    sigma: float
+    noise_batch_ratio: float
+    sampling: str  # the batching whose σ this is: poisson or deterministic
+    accountant: str
+    predicted_loss: float
+    seed_only_interval: tuple[float, float] | None
+    calibrated_interval: tuple[float, float] | None
+    learning_rate: float | None
+    model_note: str = ""
+
+    @property
+    def compute(self) -> float:
+        return float(compute_cost(self.model_size, self.batch_size, self.iterations, self.seq_len))
+
+    @property
+    def tokens(self) -> float:
+        return float(self.batch_size) * self.iterations * self.seq_len
+
+    def train_config(self) -> dict[str, Any]:
+        """The config block that trains exactly this configuration with ``snakemake private_model``."""
+        return train_config(self.model, self.batch_size, self.iterations, self.learning_rate, self.epsilon,
+                            self.delta, self.data_budget, self.compute)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": None if self.model is None else self.model.to_json(), "model_size": self.model_size,
+            "batch_size": self.batch_size, "microbatch_size": self.microbatch_size, "iterations": self.iterations,
+            "seq_len": self.seq_len, "compute": self.compute, "tokens": self.tokens,
+            "tokens_per_parameter": self.tokens / self.model_size, "epsilon": self.epsilon, "delta": self.delta,
+            "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "sampling": self.sampling,
+            "accountant": self.accountant, "predicted_loss": self.predicted_loss,
+            "seed_only_interval_90": _pair(self.seed_only_interval),
+            "calibrated_interval_90": _pair(self.calibrated_interval), "learning_rate": self.learning_rate,
+            "model_note": self.model_note or None, "train_config": self.train_config() or None}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer to one (compute, privacy, data) question: see the module docstring."""
+
+    query: dict[str, Any]
+    runnable: Runnable
+    optimum: Configuration
+    near_optimal: dict[str, tuple[float, float]]
+    near_optimal_count: int
+    candidates: int
+    candidates_without_answer: dict[str, int]
+    optimum_interval: dict[str, tuple[float, float]] | None
+    interval_note: str
+    calibration: Calibration | None
+    calibration_note: str
+    flags: tuple[Flag, ...]
+    saturation: dict[str, Any] | None
+    accounting: str
+    sampling: str
+    loss_units: str
+    provenance: dict[str, Any]
+    correction: PhysicalBatchCorrection | None = None
+    per_length: list[dict[str, Any]] | None = None
+    lengths_without_answer: dict[int, str] = field(default_factory=dict)
+    inference: InferenceAware | None = None
+
+    @property
+    def predicted_loss(self) -> float:
+        """The runnable configuration's predicted loss (see :attr:`loss_units`)."""
+        return self.runnable.predicted_loss
+
+    @property
+    def seed_only_interval(self) -> tuple[float, float] | None:
+        return self.runnable.seed_only_interval
+
+    @property
+    def calibrated_interval(self) -> tuple[float, float] | None:
+        return self.runnable.calibrated_interval
+
+    @property
+    def warning(self) -> str:
+        """Every flag in one line for a person ("" when none)."""
+        return one_line(list(self.flags))
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``dpscaling query --json`` prints: the runnable answer at the top level, the law's continuous
+        optimum under ``law_optimum``."""
+        runnable = self.runnable.to_json()
+        optimum = {**self.optimum.to_json(), "near_optimal_count": self.near_optimal_count,
+                   "tolerance": self.query["tolerance"], "candidates": self.candidates,
+                   "candidates_without_answer": self.candidates_without_answer}
+        for column, (low, high) in self.near_optimal.items():
+            optimum[f"near_optimal_{_snake(column)}"] = [low, high]
+        if self.optimum_interval:
+            for key, pair in self.optimum_interval.items():
+                optimum[key] = list(pair)
+        calibration: Any = self.calibration_note
+        if self.calibration is not None:
+            calibration = {"method": self.calibration.method, "mode": self.calibration.mode,
+                           "level": self.calibration.level, "guaranteed_level": self.calibration.guaranteed_level,
+                           "half_width": self.calibration.half_width, "sets": len(self.calibration.sets),
+                           "iterations_from": self.calibration.iterations_from}
+        document = {
+            "query": self.query, **{key: runnable[key] for key in runnable if key != "train_config"},
+            "loss_units": self.loss_units, "interval": self.interval_note, "calibration": calibration,
+            "flags": [flag.to_json() for flag in self.flags], "warning": self.warning or None,
+            "law_optimum": optimum, "saturation": self.saturation,
+            "physical_batch_correction": ("off (the paper's law)" if self.correction is None
+                                          else self.correction.to_json()),
+            "train_config": runnable["train_config"], "accounting": self.accounting, "sampling_rule": self.sampling,
+            "provenance": self.provenance}
+        if self.per_length is not None:
+            document["per_length"] = self.per_length
+            document["lengths_without_answer"] = {str(k): v for k, v in self.lengths_without_answer.items()}
+        if self.inference is not None:
+            document["inference_aware"] = _inference_json(self.inference)
+        return document
+
+
+def _pair(values) -> list[float] | None:
+    return None if values is None else [float(values[0]), float(values[1])]
+
+
+def _snake(column: str) -> str:
+    return column.lower().replace(" / ", "_per_").replace(" ", "_")
+
+
+def _inference_json(served: InferenceAware) -> dict[str, Any]:
+    columns = {"model_size": MODEL_SIZE, "batch_size": BATCH_SIZE, "iterations": ITERATIONS, "sigma": SIGMA,
+               "noise_batch_ratio": NOISE_BATCH_RATIO, "predicted_loss": CROSS_ENTROPY,
+               "training_flops": "Training FLOPs", "inference_flops": "Inference FLOPs", "total_flops": "Total FLOPs"}
+    return {"inference_tokens": served.inference_tokens,
+            **{key: float(served.choice[column]) for key, column in columns.items()},
+            "compute_optimal_total_flops": float(served.compute_optimal["Total FLOPs"]),
+            "candidates": served.candidates, "candidates_without_answer": served.unanswered}
+
+
+@dataclass(frozen=True)
+class _Surface:
+    """The law at one sequence length: its loss, ranges, replicates and calibration."""
+
+    seq_len: int
+    loss: Callable
+    iteration_bounds: tuple[float, float]
+    model_size_range: tuple[float, float]
+    replicates: Replicates | None
+    calibration: Calibration | None
+    calibration_note: str
+
+
+class ScalingLaw:
+    """A law bundle (or a bare law directory) ready to answer: :meth:`query`, :meth:`evaluate`, :meth:`info`."""
+
+    def __init__(self, bundle: Bundle, accounting: tuple[Any, Any] | None = None):
+        self.bundle = bundle
+        self._accounting = accounting  # the authors' accounting tables given by the caller
+        self._sources: dict[float | None, SigmaSource] = {}
+
+    @property
+    def ranges(self) -> ValidatedRanges:
+        return self.bundle.ranges
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.bundle.law.seq_len)
+
+    def info(self) -> dict[str, Any]:
+        """The bundle's manifest: provenance, validated ranges, loss units, contents."""
+        return self.bundle.manifest()
+
+    def sigma_source(self, delta: float | None = None, progress: Callable[[str], None] | None = None) -> SigmaSource:
+        """σ(ε, T, q) at ``delta`` (None: the bundle's δ): the bundle's table, else built on demand."""
+        if delta not in self._sources:
+            self._sources[delta] = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress)
+        return self._sources[delta]
+
+    def default_tolerance(self) -> float:
+        return REFERENCE_BAND_TOLERANCE if self.bundle.law.settings.reference_compatible else DEFAULT_TOLERANCE
+
+    # ------------------------------------------------------------------------------------------ query
+
+    def query(self, compute: float, epsilon: float, users: float | None = None, tokens: float | None = None, *,
+              delta: float | None = None, privacy_unit: str | None = None, seq_len: float | None = None,
+              tolerance: float | None = None, model_size_range: tuple[float, float] | None = None,
+              physical_batch_correction: bool | PhysicalBatchCorrection = False,
+              allow_extrapolation: bool = False, inference_tokens: float | None = None,
+              microbatch_size: int | None = None, progress: Callable[[str], None] | None = None) -> Answer:
+        """The compute-optimal configuration for compute ``compute`` FLOPs, privacy budget (``epsilon``,
+        ``delta``) and a data budget of ``users`` privacy units or ``tokens`` tokens (one sequence per unit).
+
+        Raises :class:`~dpscaling.law.range_checks.ExtrapolationRefused` when the optimum's T lies beyond
+        the extrapolation the law's validation measured (unless ``allow_extrapolation``), and UserError for
+        a budget the law cannot answer at all.
+        """
+        if not (compute > 0 and epsilon > 0):
+            raise UserError(f"--compute and --epsilon must be positive, got {compute!r} and {epsilon!r}")
+        if (users is None) == (tokens is None):
+            raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
+        unit = privacy_unit or ("sequence" if tokens is not None else "user")
+        if unit not in PRIVACY_UNITS:
+            raise UserError(f"--privacy-unit: must be one of {PRIVACY_UNITS}, got {unit!r}")
+        data = DataBudget(unit, tokens, users)
+        tolerance = self.default_tolerance() if tolerance is None else float(tolerance)
+        source = self.sigma_source(delta, progress)
+        correction = self._correction(physical_batch_correction)
+        lengths = self.bundle.lengths
+        if lengths is not None and (seq_len is None or float(seq_len) != self.seq_len or
+                                    self.seq_len not in lengths.across.lengths):
+            return self._query_across_lengths(compute, epsilon, data, seq_len, tolerance, source, correction,
+                                              allow_extrapolation, microbatch_size, model_size_range)
+        if seq_len is not None and float(seq_len) != self.seq_len:
+            raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
+        surface = self._surface(self.seq_len)
+        units = data.units(self.seq_len)
+        sizes = model_size_grid(*(model_size_range or surface.model_size_range))
+        answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
+                                 surface.iteration_bounds, tolerance, correction=correction)
+        self._refuse_beyond_validation(answer, compute, epsilon, units, surface, sizes, source, tolerance,
+                                       correction, allow_extrapolation)
+        interval_bands, note = self._optimum_interval(compute, epsilon, units, surface, sizes, source, correction)
+        inference = None
+        if inference_tokens is not None:
+            inference = inference_aware(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
+                                        surface.iteration_bounds, inference_tokens, correction=correction)
+        saturation = self._saturation(compute, epsilon, units, surface, sizes, source, correction)
+        return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
+                            allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
+                            inference=inference)
+
+    def _query_across_lengths(self, compute, epsilon, data: DataBudget, seq_len, tolerance, source, correction,
+                              allow_extrapolation, microbatch_size, model_size_range) -> Answer:
+        """The best (M, S, B, T) over the bundle's lengths (or at ``seq_len``, interpolated in log S)."""
+        lengths = self.bundle.lengths
+        if correction is not None:
+            raise UserError("the physical-batch correction was fitted at the primary length only; drop it for a "
+                            "query across sequence lengths")
+        if model_size_range is not None:
+            raise UserError("--model-size-range applies to a law of one length; a query across lengths searches "
+                            "each length's own model range")
+        found = compute_optimal_across_lengths(compute, epsilon, lengths.across, source.sigma, data.privacy_unit,
+                                               tokens=data.tokens, users=data.users, seq_len=seq_len,
+                                               tolerance=tolerance)
+        surface = self._surface(found.seq_len)
+        units = data.units(found.seq_len)
+        sizes = model_size_grid(*surface.model_size_range)
+        self._refuse_beyond_validation(found.answer, compute, epsilon, units, surface, sizes, source, tolerance,
+                                       None, allow_extrapolation)
+        bands, note = None, lengths.note
+        if lengths.replicates:
+            chosen = None if seq_len is None else [seq_len]
+            row = length_tradeoff(lengths.across, source.sigma, np.array([compute]), epsilon, data,
+                                  DEFAULT_BATCH_SIZES, lengths.replicates, lengths=chosen).iloc[0]
+            bands = {"seed_only_interval_90": (float(row[band(CROSS_ENTROPY)[0]]), float(row[band(CROSS_ENTROPY)[1]])),
+                     "seq_len_90": (float(row[band(SEQ_LEN)[0]]), float(row[band(SEQ_LEN)[1]]))}
+            note = f"{note} (seed noise only)"
+        per_length = [{"seq_len": int(row[SEQ_LEN]), "units": float(row[DATA_BUDGET]),
+                       "predicted_loss": float(row[CROSS_ENTROPY]), "model_size": float(row[MODEL_SIZE]),
+                       "batch_size": float(row[BATCH_SIZE]), "iterations": float(row[ITERATIONS])}
+                      for _, row in found.per_length.iterrows()]
+        return self._answer(found.answer, compute, epsilon, data, units, surface, sizes, source, None,
+                            allow_extrapolation, microbatch_size, tolerance, bands, note, None,
+                            per_length=per_length, lengths_without_answer=found.unanswered_lengths)
+
+    # --------------------------------------------------------------------------------- the parts
+
+    def _correction(self, wanted: bool | PhysicalBatchCorrection) -> PhysicalBatchCorrection | None:
+        if isinstance(wanted, PhysicalBatchCorrection):
+            return wanted
+        if not wanted:
+            return None
+        if self.bundle.correction is None:
+            raise UserError("--physical-batch-correction: this law carries no physical-batch correction (the run "
+                            "did not enable fit.physical_batch_correction); pass its correction.json instead")
+        return self.bundle.correction
+
+    def _surface(self, seq_len: int) -> _Surface:
+        bundle = self.bundle
+        lengths = bundle.lengths
+        at_primary = seq_len == self.seq_len and (lengths is None or self.seq_len in lengths.laws)
+        if lengths is not None and not (at_primary and bundle.replicates is not None):
+            iteration_bounds, model_range = lengths.across.bounds_at(float(seq_len))
+            replicates = (Replicates([replicate.loss_at(float(seq_len)) for replicate in lengths.replicates])
+                          if lengths.replicates else None)
+            loss = lengths.across.loss_at(float(seq_len))
+        else:
+            law = bundle.law
+            iteration_bounds, model_range, replicates, loss = (law.iteration_bounds(), law.model_size_range(),
+                                                                bundle.replicates, law.loss)
+        if at_primary:
+            calibration, note = bundle.calibration, bundle.notes.get("calibration", "")
+        else:
+            calibration, note = None, (f"no calibrated interval at S = {seq_len}: validate calibrates the law at "
+                                       f"S = {self.seq_len} only")
+        if calibration is not None and not math.isfinite(calibration.half_width):
+            calibration, note = None, f"no calibrated interval: {calibration.source} pools no answered held-out set"
+        return _Surface(int(seq_len), loss, iteration_bounds, model_range, replicates, calibration,
+                        note or "no calibration in this law")
+
+    def _refuse_beyond_validation(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, sizes,
+                                  source, tolerance, correction, allow_extrapolation: bool) -> None:
+        """The policy (:mod:`dpscaling.law.range_checks`): an optimum beyond the validated T is refused,
+        naming the best answer inside the validated range."""
+        flag = refusal(iteration_flags(float(answer.optimum[ITERATIONS]), self.ranges, allow_extrapolation))
+        if flag is None:
+            return
+        limit = min(self.ranges.validated_iterations, surface.iteration_bounds[1])
+        within = None
+        if limit > surface.iteration_bounds[0]:
+            try:
+                within = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
+                                         (surface.iteration_bounds[0], limit), tolerance, correction=correction).optimum
+            except UserError:
+                within = None
+        if within is None:
+            inside = "no configuration at this budget stays inside it"
+        else:
+            best = Configuration.from_row(within, surface.seq_len)
+            inside = (f"inside it the best at this budget is M = {best.model_size:,.0f}, B = {best.batch_size:,.0f}, "
+                      f"T = {best.iterations:,.0f}, predicted loss {best.predicted_loss:.4g} (the extrapolated optimum: "
+                      f"{float(answer.optimum[CROSS_ENTROPY]):.4g}); pass a smaller --compute, or --model-size-range")
+        raise ExtrapolationRefused(
+            f"{flag.message}. Refused: {inside}; --allow-extrapolation answers anyway, flagged (docs/query.md)",
+            answer=answer, within=within)
+
+    def _optimum_interval(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
+        """The seed-only 90% band of the optimum (each replicate's own optimum), or why there is none."""
+        if surface.replicates is None:
+            return None, self.bundle.notes.get("bootstrap", "no interval: no bootstrap replicates in this law")
+        configs = constant_compute_configurations(compute, sizes, surface.seq_len, surface.iteration_bounds)
+        candidates = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: units}),
+                                             surface.loss, source.sigma, surface.seq_len, correction)
+        table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), surface.replicates,
+                                  correction=correction)
+        count = len(surface.replicates)
+        if table.empty:
+            return None, f"no interval: none of the {count} replicates answers this query"
+        row = table.iloc[0]
+        bands = {key: (float(row[band(column)[0]]), float(row[band(column)[1]])) for column, key in (
+            (CROSS_ENTROPY, "seed_only_interval_90"), (MODEL_SIZE, "model_size_5_95"),
+            (BATCH_SIZE, "batch_size_5_95"), (ITERATIONS, "iterations_5_95"))}
+        return bands, f"90% over {count} bootstrap replicates (seed noise only)"
+
+    def _saturation(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
+        """The smallest budget ≤ C within the saturation tolerance of the best loss up to C (paper Table 2's
+        saturating compute over the budgets C·2^(-k/4))."""
+        lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
+        count = min(SATURATION_OCTAVES * SATURATION_STEPS_PER_OCTAVE,
+                    max(0, int(math.floor(math.log2(compute / lowest) * SATURATION_STEPS_PER_OCTAVE))))
+        budgets = compute * 2.0 ** (-np.arange(count + 1)[::-1] / SATURATION_STEPS_PER_OCTAVE)
+        per_compute = best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma, surface.seq_len,
+                                            sizes, surface.iteration_bounds, correction=correction)
+        if per_compute.empty:
+            return None
+        row = saturating_compute(per_compute, SATURATION_TOLERANCE)
+        return {"compute": float(row[COMPUTE]), "tolerance": SATURATION_TOLERANCE,
+                "budgets_scanned": int(len(budgets)),
+                "answer": Configuration.from_row(row, surface.seq_len).to_json()}
+
+    def _runnable(self, optimum: pd.Series, compute, epsilon, delta, units, surface: _Surface, source: SigmaSource,
+                  correction, microbatch_size) -> Runnable:
+        bundle = self.bundle
+        provenance = bundle.provenance
+        shapes = bundle.shapes
+        microbatch = int(microbatch_size or provenance.get("microbatch_size") or 1)
+        vocab = provenance.get("vocab_size") or None
+        shape, note = None, ""
+        if shapes:
+            from dpscaling.models.family import family_named
+
+            vocab = vocab or family_named(shapes[0].family).vocab_size
+            try:
+                shape = nearest_shape(float(optimum[MODEL_SIZE]), shapes, int(vocab), surface.seq_len,
+                                      bounds=surface.model_size_range)
+            except UserError as error:
+                note = str(error)
+        else:
+            note = "no model shape: the law records no shapes of its measured models"
+        model_size = shape.param_count if shape is not None else int(round(float(optimum[MODEL_SIZE])))
+        batch = whole_batch(float(optimum[BATCH_SIZE]), microbatch, units)
+        low, high = surface.iteration_bounds
+        steps = min(max(whole_steps(compute, model_size, batch, surface.seq_len), math.ceil(low)), math.floor(high))
+        try:
+            found = exact_sigma(epsilon, source.delta, batch, units, steps, source.sampling)
+            sigma, branch, accountant = found.sigma, found.sampling, f"dpscaling.accounting ({source.sampling} rule)"
+        except UserError as error:  # the accountant's hard corner: the table's σ, said so
+            sigma = float(source.sigma(np.array([epsilon]), np.array([steps]), np.array([batch / units]))[0])
+            branch, accountant = source.sampling, f"{source.description} (direct calibration refused: {error})"
+        nbr = sigma / batch
+        m, t, s = np.array([float(model_size)]), np.array([float(steps)]), np.array([nbr])
+        loss = surface.loss(m, t, s)
+        shift = 0.0 if correction is None else correction.shift(np.array([float(batch)]), s, m)
+        predicted = float(np.asarray(loss - shift).ravel()[0])
+        seed_only = None
+        if surface.replicates is not None and math.isfinite(predicted):
+            lows, highs = interval(surface.replicates.loss_matrix(m, t, s))
+            seed_only = (float(np.ravel(lows - shift)[0]), float(np.ravel(highs - shift)[0]))
+        calibrated = (calibrated_interval(predicted, surface.calibration)
+                      if surface.calibration is not None and math.isfinite(predicted) else None)
+        rate = None
+        sizes = bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE].to_dict()
+        try:
+            rate = best_learning_rate(bundle.law.grid, nearest_measured(float(model_size), sizes), nbr, steps)
+        except UserError:
+            rate = None
+        return Runnable(shape, int(model_size), batch, steps, microbatch, surface.seq_len, float(epsilon),
+                        float(source.delta), float(units), float(sigma), float(nbr), branch, accountant, predicted,
+                        seed_only, calibrated, rate, note)
+
+    def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: _Surface, sizes,
+                source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
+                saturation, per_length=None, lengths_without_answer=None, inference=None) -> Answer:
+        optimum = Configuration.from_row(answer.optimum, surface.seq_len)
+        runnable = self._runnable(answer.optimum, compute, epsilon, source.delta, units, surface, source, correction,
+                                  microbatch_size)
+        flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
+                 *model_size_flags(optimum.model_size, (float(sizes[0]), float(sizes[-1])), self.ranges.model_size),
+                 *data_flags(runnable.batch_size, runnable.iterations, units, data.privacy_unit, self.ranges),
+                 *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates)]
+        if saturation is not None:
+            flags += saturation_flag(compute, saturation["compute"], optimum.predicted_loss,
+                                     saturation["answer"]["predicted_loss"], SATURATION_TOLERANCE)
+            if not any(flag.code == "past_saturation" for flag in flags):
+                saturation = None  # reported only when the budget is past it
+        query = {"compute": float(compute), "epsilon": float(epsilon), "delta": float(source.delta),
+                 "privacy_unit": data.privacy_unit, "users": data.users, "tokens": data.tokens,
+                 "data_budget_units": float(units), "seq_len": surface.seq_len, "tolerance": float(tolerance),
+                 "allow_extrapolation": bool(allow_extrapolation)}
+        return Answer(query, runnable, optimum, answer.ranges(), len(answer.near_optimal), answer.candidates,
+                      answer.unanswered, bands, note, surface.calibration, surface.calibration_note, tuple(flags),
+                      saturation, source.description, source.sampling, self.bundle.loss_units,
+                      self.bundle.provenance, correction, per_length, lengths_without_answer or {}, inference)
+
+    # ------------------------------------------------------------------------------------------ evaluate
+
+    def evaluate(self, configs: pd.DataFrame | Sequence[Mapping[str, float]], *, delta: float | None = None,
+                 physical_batch_correction: bool | PhysicalBatchCorrection = False) -> pd.DataFrame:
+        """σ, σ̄, predicted loss, its seed-only 90% interval and a reason for every row of (Model Size,
+        Batch Size, Iterations, Privacy Budget, Data Budget) (paper §3.4: "specify directly the training
+        configurations"). σ comes from the bundle's table at its δ, else from dpscaling's accountant per row."""
+        frame = pd.DataFrame(list(configs)) if not isinstance(configs, pd.DataFrame) else configs.copy()
+        missing = [column for column in CONFIG_COLUMNS if column not in frame.columns]
+        if missing:
+            raise UserError(f"configurations: missing column(s) {', '.join(missing)}; expected "
+                            f"{', '.join(CONFIG_COLUMNS)}")
+        values = frame[CONFIG_COLUMNS].apply(pd.to_numeric, errors="coerce")
+        bad = values.index[~(values > 0).all(axis=1)]
+        if len(bad):
+            raise UserError(f"configurations: row(s) {', '.join(str(i + 2) for i in bad[:10])} have a missing, "
+                            "non-numeric or non-positive value (line numbers count a CSV header)")
+        source = self.bundle.law.sigma_source(self._accounting, delta=delta, per_row=True)
+        correction = self._correction(physical_batch_correction)
+        law = self.bundle.law
+        evaluated = evaluate_configurations(frame.assign(**values), law.loss, source.sigma, law.seq_len, correction)
+        if self.bundle.replicates is not None:
+            m, t, nbr = (evaluated[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
+            shift = 0.0 if correction is None else correction.shift(evaluated[BATCH_SIZE].to_numpy(float), nbr, m)
+            low, high = interval(self.bundle.replicates.loss_matrix(m, t, nbr))
+            evaluated = evaluated.assign(**{"Cross Entropy 5%": low - shift, "Cross Entropy 95%": high - shift})
+        evaluated.attrs.update(accounting=source.description, sampling=source.sampling,
+                               unanswered=reason_counts(evaluated[REASON].to_numpy()))
+        return evaluated
+
+
+def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None = None,
+             calibration: str | os.PathLike[str] | None = None,
+             physical_batch_correction: str | os.PathLike[str] | None = None,
+             accounting_amplified: str | os.PathLike[str] | None = None,
+             accounting_unamplified: str | os.PathLike[str] | None = None) -> ScalingLaw:
+    """A law to query: a bundle directory (``results/<run>/law/bundle``, everything inside), or a law
+    directory of ``dpscaling fit`` with the files given here (bootstrap replicates, calibration.json, a
+    physical-batch correction, the authors' accounting CSVs)."""
+    bundle = load_bundle(path, bootstrap=bootstrap, calibration=calibration, correction=physical_batch_correction)
+    tables = tuple(read_accounting_csv(_existing(p, flag)) if p is not None else None
+                   for p, flag in ((accounting_amplified, "--accounting-amplified"),
+                                   (accounting_unamplified, "--accounting-unamplified")))
+    return ScalingLaw(bundle, tables if any(t is not None for t in tables) else None)
+
+
+def _existing(path, flag: str):
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        raise UserError(f"{flag}: no such file {path}")
+    return path
+
+
+__all__ = ["Answer", "Configuration", "ExtrapolationRefused", "Runnable", "ScalingLaw", "load_law"]
