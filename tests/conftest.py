@@ -82,6 +82,22 @@ def compile_cache(tmp_path_factory) -> Iterator[Path]:
         jax.config.update(name, value)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sigma_cache(tmp_path_factory) -> Iterator[Path]:
+    """The on-demand σ slabs (dpscaling.accounting.on_demand) of this session only, shared by its workers and
+    subprocesses: no test reads a user's cache, and a slab built by one test serves the next."""
+    from dpscaling.accounting.on_demand import CACHE_ENV
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    cache = root / "dpscaling-cache"
+    cache.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(cache))
+        yield cache
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest modules first, by their ``slow(minutes=...)`` marks: with pytest-xdist's
     per-file distribution (the Makefile's ``-n auto --dist loadfile --no-loadscope-reorder``;

@@ -11,7 +11,7 @@ import pytest
 
 from dpscaling import cli
 from dpscaling.commands.law import default_compute_range
-from dpscaling.law import LawSettings, fit_law, load_law
+from dpscaling.law import LawSettings, fit_law, read_law
 from dpscaling.law.collect import REFERENCE_RESULTS_COLUMNS
 from dpscaling.law.columns import BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table, synthetic_results
@@ -60,7 +60,7 @@ def test_law_round_trips_through_its_directory(tmp_path) -> None:
     # every model × learning rate at σ̄ = 2^-6, and the unfinished noise-free runs at one learning rate
     assert excluded["Status"].value_counts().to_dict() == {"diverged": 3 * 2, "running": 3}
     law.save(tmp_path / "law")
-    loaded = load_law(tmp_path / "law")
+    loaded = read_law(tmp_path / "law")
     pd.testing.assert_frame_equal(loaded.grid, law.grid)
     assert loaded.settings == law.settings and loaded.seq_len == 128
     points = law.grid.dropna(subset=[CROSS_ENTROPY])
@@ -75,11 +75,17 @@ def test_fit_then_query_compute_optimal(run, law_dir) -> None:
     assert status == 0, err
     answer = json.loads(out)
     assert {"model_size", "batch_size", "iterations", "sigma", "noise_batch_ratio", "tokens_per_parameter",
-            "predicted_loss", "near_optimal_model_size"} <= set(answer)
-    assert answer["model_size"] * answer["batch_size"] * answer["iterations"] * 6 * 128 == pytest.approx(1e13)
-    low, high = answer["near_optimal_model_size"]
-    assert low <= answer["model_size"] <= high
+            "predicted_loss", "flags", "law_optimum", "loss_units", "provenance"} <= set(answer)
+    optimum = answer["law_optimum"]  # the paper's continuous search
+    assert optimum["model_size"] * optimum["batch_size"] * optimum["iterations"] * 6 * 128 == pytest.approx(1e13)
+    low, high = optimum["near_optimal_model_size"]
+    assert low <= optimum["model_size"] <= high
+    assert optimum["noise_batch_ratio"] == pytest.approx(optimum["sigma"] / optimum["batch_size"])
+    # the runnable answer: whole batches and steps, its own σ, the same compute up to the rounding
+    assert isinstance(answer["batch_size"], int) and isinstance(answer["iterations"], int)
     assert answer["noise_batch_ratio"] == pytest.approx(answer["sigma"] / answer["batch_size"])
+    assert answer["compute"] == pytest.approx(1e13, rel=0.02)
+    assert "nats" in answer["loss_units"]
 
 
 def test_query_configs_gives_a_reason_for_every_unanswered_row(run, law_dir, tmp_path) -> None:
@@ -104,7 +110,8 @@ def test_budget_outside_the_law_is_a_clear_error(run, law_dir) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--compute", 1e13, "--epsilon", 4], "missing --users"),
     (["--compute", 1e13, "--epsilon", -1, "--users", 1e6], "--epsilon must be positive"),
-    (["--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--delta", 1e-6], "differs from the accounting tables"),
+    (["--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--tokens", 1e8], "exactly one of --users"),
+    (["--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--out", "x.csv"], "--out is for --configs"),
     (["--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--configs", "x.csv"], "not both"),
 ])
 def test_query_flag_errors(run, law_dir, argv, message) -> None:
@@ -114,14 +121,36 @@ def test_query_flag_errors(run, law_dir, argv, message) -> None:
 
 def test_not_a_law_directory(run, tmp_path) -> None:
     status, _, err = run("query", "--law", tmp_path, "--compute", 1e13, "--epsilon", 4, "--users", 1e6)
-    assert status == 2 and "not a fitted law" in err
+    assert status == 2 and "neither a law bundle" in err and "dpscaling fit" in err
 
 
-def test_compute_query_without_any_accounting_table_says_what_to_pass(run, inputs, tmp_path) -> None:
+def test_a_law_without_accounting_answers_with_sigma_on_demand_at_the_asked_delta(run, inputs, tmp_path) -> None:
+    """No accounting table and a δ of the user's: σ is built on demand (and cached); the runnable answer's σ
+    spends exactly ε at that δ, by dp-accounting's own PLD accountant at a finer discretisation."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
     assert run("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128,
                "--out", tmp_path / "law")[0] == 0
-    status, _, err = run("query", "--law", tmp_path / "law", "--compute", 1e13, "--epsilon", 4, "--users", 1e6)
-    assert status == 2 and "--accounting-amplified" in err
+    query = ("query", "--law", tmp_path / "law", "--compute", 1e12, "--epsilon", 4, "--users", 1e5,
+             "--delta", 1e-6, "--allow-extrapolation", "--json")
+    status, out, err = run(*query)
+    assert status == 0, err
+    assert "computing" in err  # the slabs were built ...
+    answer = json.loads(out)
+    assert "on demand" in answer["accounting"] and answer["query"]["delta"] == answer["delta"] == 1e-6
+    sigma, steps, q = answer["sigma"], answer["iterations"], answer["batch_size"] / 1e5
+    if answer["sampling"] == "poisson":
+        event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+        count = steps
+    else:  # deterministic batches: each example in ⌈qT⌉ steps
+        event, count = dp_accounting.GaussianDpEvent(sigma), math.ceil(q * steps)
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    accountant.compose(event, count)
+    assert accountant.get_epsilon(1e-6) == pytest.approx(4.0, rel=5e-3)
+    status, again, err = run(*query)
+    assert status == 0 and "computing" not in err  # ... and cached
+    assert json.loads(again)["law_optimum"] == answer["law_optimum"]
 
 
 def test_query_configs_without_tables_calibrates_with_dpscaling_accounting(run, inputs, tmp_path) -> None:
@@ -157,7 +186,7 @@ def test_fit_authors_results_csv_in_reference_mode(run, tmp_path) -> None:
     status, out, err = run("fit", "--results", tmp_path / "results.csv", "--results-format", "reference",
                            "--reference-compatible", "--warmup-steps", 100, "--out", tmp_path / "law", "--json")
     assert status == 0, err
-    law = load_law(tmp_path / "law")
+    law = read_law(tmp_path / "law")
     assert law.settings.reference_compatible and law.settings.rolling_window is None
     assert law.settings.interpolate_log_loss and law.settings.accounting_rule == "amplified"
     assert list(law.loss.model_sizes) == [BERT_MODEL_SIZES[n] for n in names.values()]
@@ -195,7 +224,7 @@ def test_fit_flags_choose_the_authors_smoothing_and_asymptote(run, inputs, tmp_p
     status, _, err = run(*common, "--smooth-nonprivate-along-nbr", "--extrapolation-asymptote", "nonprivate",
                          "--out", tmp_path / "authors")
     assert status == 0, err
-    paper, authors = load_law(tmp_path / "paper"), load_law(tmp_path / "authors")
+    paper, authors = read_law(tmp_path / "paper"), read_law(tmp_path / "authors")
     assert (paper.settings.smooth_nonprivate_along_nbr, paper.settings.extrapolation_asymptote) == (False, "per_curve")
     assert (authors.settings.smooth_nonprivate_along_nbr, authors.settings.extrapolation_asymptote) == (
         True, "nonprivate")
@@ -241,11 +270,14 @@ def test_query_on_a_workflow_law_uses_its_runs_sigma_table_without_flags(run, ru
     status, out, err = run("query", "--law", law, "--compute", 1e13, "--epsilon", 4, "--users", 1e5, "--json")
     assert status == 0, err
     answer = json.loads(out)
-    assert answer["sampling"] == sampling and sampling in answer["accounting"]
+    assert answer["sampling_rule"] == sampling and sampling in answer["accounting"]
     assert "sigma_table.parquet" in answer["accounting"]
     table = SigmaTable.load(run_dir / sampling / "accounting" / "sigma_table.parquet")
-    expected = table.sigma(4.0, answer["iterations"], answer["batch_size"] / 1e5, sampling=sampling)
-    assert answer["sigma"] == pytest.approx(float(np.squeeze(expected)), rel=1e-9)
+    optimum = answer["law_optimum"]
+    expected = table.sigma(4.0, optimum["iterations"], optimum["batch_size"] / 1e5, sampling=sampling)
+    assert optimum["sigma"] == pytest.approx(float(np.squeeze(expected)), rel=1e-9)
+    # the runnable answer's σ is recomputed by the accountant under the same rule
+    assert answer["sampling"] in (("poisson", "deterministic") if sampling == "min" else (sampling,))
     status, out, _ = run("query", "--law", law, "--compute", 1e13, "--epsilon", 4, "--users", 1e5)
     assert status == 0 and sampling in out
 
@@ -286,14 +318,16 @@ def test_query_prints_the_seed_only_and_the_calibrated_interval(run, inputs, cal
     status, out, err = run(*query)  # both found next to the law
     assert status == 0, err
     answer = json.loads(out)
-    assert answer["seed_only_interval_90"] == answer["predicted_loss_90"] and answer["bootstrap_replicates"] == 4
+    low, high = answer["law_optimum"]["seed_only_interval_90"]  # each replicate's own optimum
+    assert low <= high and "4 bootstrap replicates" in answer["interval"]
+    low, high = answer["seed_only_interval_90"]  # the runnable configuration's loss over the replicates
+    assert low <= high
     predicted = answer["predicted_loss"]
     assert answer["calibrated_interval_90"] == pytest.approx([predicted - 0.05, predicted + 0.05], abs=1e-12)
-    source = calibrated_run / "validate" / "calibration.json"
-    assert answer["calibration"]["half_width"] == 0.05 and answer["calibration"]["source"] == str(source)
+    assert answer["calibration"]["half_width"] == 0.05
     assert answer["calibration"]["method"].startswith("split-conformal")
     # Given explicitly, the same answer.
-    status, out, err = run(*query, "--calibration", source)
+    status, out, err = run(*query, "--calibration", calibrated_run / "validate" / "calibration.json")
     assert status == 0, err
     assert json.loads(out)["calibrated_interval_90"] == answer["calibrated_interval_90"]
 
@@ -302,7 +336,7 @@ def test_query_without_a_calibration_says_why(run, law_dir) -> None:
     status, out, err = run("query", "--law", law_dir, "--compute", 1e13, "--epsilon", 4, "--users", 1e6, "--json")
     assert status == 0, err
     answer = json.loads(out)
-    assert "calibrated_interval_90" not in answer and "no calibrated interval" in answer["calibration"]
+    assert answer["calibrated_interval_90"] is None and "no calibration" in answer["calibration"]
     assert "snakemake validate" in answer["calibration"]
 
 
@@ -358,23 +392,31 @@ def test_query_across_sequence_lengths_returns_a_seq_len_and_refuses_outside_the
         assert status == 0, err
         laws[length] = tmp_path / "law" / f"seq={length}"
     write_lengths(tmp_path / "law", laws)
+    # These laws have no calibration: nothing beyond their horizon is validated, so the T the law extrapolates to
+    # is refused unless allowed.
     query = ("query", "--law", tmp_path / "law", "--compute", 1e14, "--epsilon", 8, "--json")
+    status, out, err = run(*query, "--tokens", 1e8)
+    assert status == 2 and "Refused" in err and "validated up to 1×" in err
+    query = (*query, "--allow-extrapolation")
     status, out, err = run(*query, "--tokens", 1e8)
     assert status == 0, err
     answer = json.loads(out)
-    assert answer["seq_len"] == 32 and answer["privacy_unit"] == "sequence" and answer["units"] == 1e8 / 32
-    assert answer["measured_lengths"] == [32, 128] and len(answer["per_length"]) == 9
+    assert answer["seq_len"] == 32 and answer["query"]["privacy_unit"] == "sequence"
+    assert answer["query"]["data_budget_units"] == 1e8 / 32
+    assert [row["seq_len"] for row in answer["per_length"]][::8] == [32, 128] and len(answer["per_length"]) == 9
+    assert "iterations_beyond_validated" in {flag["code"] for flag in answer["flags"]}
     status, out, err = run(*query, "--tokens", 1e8, "--seq-len", 64)
     assert status == 0, err
-    assert json.loads(out)["seq_len"] == 64 and json.loads(out)["units"] == 1e8 / 64
+    assert json.loads(out)["seq_len"] == 64 and json.loads(out)["query"]["data_budget_units"] == 1e8 / 64
     status, _, err = run(*query, "--tokens", 1e8, "--seq-len", 256)
     assert status != 0 and "outside the measured range [32, 128]" in err
     status, _, err = run(*query, "--tokens", 1e8, "--privacy-unit", "user")
     assert status != 0 and "--privacy-unit sequence" in err
     # One length's law: --tokens means N = tokens / S at its S; --seq-len needs a law across lengths.
-    status, out, err = run("query", "--law", laws[128], "--compute", 1e14, "--epsilon", 8, "--tokens", 1e8, "--json")
+    status, out, err = run("query", "--law", laws[128], "--compute", 1e14, "--epsilon", 8, "--tokens", 1e8, "--json",
+                           "--allow-extrapolation")
     assert status == 0, err
-    assert json.loads(out)["users"] == 1e8 / 128
+    assert json.loads(out)["query"]["data_budget_units"] == 1e8 / 128
     status, _, err = run("query", "--law", laws[128], "--compute", 1e14, "--epsilon", 8, "--users", 1e6,
                          "--seq-len", 64)
     assert status != 0 and "--seq-len" in err
@@ -395,17 +437,20 @@ def test_query_across_lengths_bands_the_answer_with_every_lengths_replicates(run
                          laws[length].parent / "bootstrap" / "replicates.parquet")
     write_lengths(tmp_path / "law", laws)
     query = ("query", "--law", tmp_path / "law", "--compute", 1e14, "--epsilon", 8, "--tokens", 1e8,
-             "--accounting-unamplified", inputs / "unamplified.csv", "--json")
+             "--accounting-unamplified", inputs / "unamplified.csv", "--allow-extrapolation", "--json")
     status, out, err = run(*query)
     assert status == 0, err
     answer = json.loads(out)
-    low, high = answer["seed_only_interval_90"]
-    assert low <= high and abs(answer["predicted_loss"] - (low + high) / 2) < 0.5
-    assert 32 <= answer["seq_len_90"][0] <= answer["seq_len_90"][1] <= 128
+    optimum = answer["law_optimum"]
+    low, high = optimum["seed_only_interval_90"]
+    assert low <= high and abs(optimum["predicted_loss"] - (low + high) / 2) < 0.5
+    assert 32 <= optimum["seq_len_90"][0] <= optimum["seq_len_90"][1] <= 128
     assert "4 bootstrap replicates of every length's law" in answer["interval"]
-    assert answer["calibrated_interval_90"] is None and "seq_len_holdout" in answer["calibration"]
+    assert answer["calibrated_interval_90"] is None and "no calibrat" in answer["calibration"]
+    low, high = answer["seed_only_interval_90"]  # the runnable configuration's, at its length
+    assert low <= answer["predicted_loss"] + 0.5 and high >= answer["predicted_loss"] - 0.5
     (laws[128].parent / "bootstrap" / "replicates.parquet").unlink()  # one length without seed noise: no band
     status, out, err = run(*query)
     assert status == 0, err
     answer = json.loads(out)
-    assert "seed_only_interval_90" not in answer and "at S = 128" in answer["interval"]
+    assert answer["seed_only_interval_90"] is None and "at S = 128" in answer["interval"]

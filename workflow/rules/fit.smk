@@ -1,7 +1,7 @@
 from dpscaling.law import calibration, heldout_length, validation
 
-# The law is fitted to our training curves, or to the authors' published
-# results.csv when config results_csv is set.
+# The law is fitted to our training curves, or to a results.csv in the authors' analysis code's
+# format when config results_csv is set (docs/results-format.md).
 FIT_RESULTS = config["results_csv"] or f"{RESULTS}/law/results.parquet"
 # Bootstrap replicates of the law (docs/fit.md "Intervals"): one job per chunk, planned only when the
 # run trains repeated seeds (training.repeat_seeds x training.repeat_points) and fit.bootstrap.replicates > 0.

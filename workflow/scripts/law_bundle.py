@@ -3,19 +3,28 @@ from pathlib import Path
 from dpscaling.law.bundle import run_files_provenance, write_bundle
 from dpscaling.logs import log_to_file
 
+
+def first(files):
+    """The one file of an input the run may not have (a path, or an empty list when absent)."""
+    if isinstance(files, str):
+        return files
+    return files[0] if files else None
+
+
 with log_to_file(snakemake.log[0]) as log:
     given = snakemake.input
+    lengths = first(given.lengths)
     bundle = write_bundle(
         snakemake.output[0],
         given.law,
         provenance={
             **snakemake.params.provenance,
-            **run_files_provenance(given.run_config, given.data_meta or None),
+            **run_files_provenance(given.run_config, first(given.data_meta)),
         },
         sigma_table=given.sigma_table,
-        bootstrap=given.bootstrap or None,
+        bootstrap=first(given.bootstrap),
         calibration=given.calibration,
-        correction=given.correction or None,
-        lengths=Path(given.lengths).parent if given.lengths else None,
+        correction=first(given.correction),
+        lengths=Path(lengths).parent if lengths else None,
     )
     log.info("law bundle %s: %s", snakemake.output[0], bundle.contents())

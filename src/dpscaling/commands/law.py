@@ -300,10 +300,10 @@ def run_query(args: argparse.Namespace) -> int:
         write_text_atomic(args.train_config, train_config_yaml(answer))
     if args.json:
         emit(answer.to_json(), True)
+        for flag in answer.flags:  # the text answer shows them itself
+            print(f"dpscaling query: warning: {flag.message}", file=sys.stderr)
     else:
         print(render_answer(answer))
-    for flag in answer.flags:
-        print(f"dpscaling query: warning: {flag.message}", file=sys.stderr)
     return 0
 
 

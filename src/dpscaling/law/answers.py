@@ -51,9 +51,11 @@ from dpscaling.law.sequence_length import (
     PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff, privacy_units)
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
-# Budgets of the saturation scan: C·2^(-k/4) down to the law's smallest budget (at most 40 octaves).
-SATURATION_STEPS_PER_OCTAVE = 4
+# Budgets of the saturation scan: C·2^(-k/2) down to the law's smallest budget (at most 40 octaves), in
+# chunks of 8 octaves (most queries stop after the first).
+SATURATION_STEPS_PER_OCTAVE = 2
 SATURATION_OCTAVES = 40
+SATURATION_CHUNK_OCTAVES = 8
 
 
 @dataclass(frozen=True)
@@ -415,7 +417,7 @@ class ScalingLaw:
             except UserError:
                 within = None
         if within is None:
-            inside = "no configuration at this budget stays inside it"
+            inside = "no configuration at this budget stays inside it (pass a smaller --compute)"
         else:
             best = Configuration.from_row(within, surface.seq_len)
             inside = (f"inside it the best at this budget is M = {best.model_size:,.0f}, B = {best.batch_size:,.0f}, "
@@ -445,18 +447,29 @@ class ScalingLaw:
 
     def _saturation(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
         """The smallest budget ≤ C within the saturation tolerance of the best loss up to C (paper Table 2's
-        saturating compute over the budgets C·2^(-k/4))."""
+        saturating compute), over the budgets C·2^(-k/2): scanned :data:`SATURATION_CHUNK_OCTAVES` octaves at
+        a time, further down only while the lowest budget scanned is still within the tolerance."""
         lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
-        count = min(SATURATION_OCTAVES * SATURATION_STEPS_PER_OCTAVE,
-                    max(0, int(math.floor(math.log2(compute / lowest) * SATURATION_STEPS_PER_OCTAVE))))
-        budgets = compute * 2.0 ** (-np.arange(count + 1)[::-1] / SATURATION_STEPS_PER_OCTAVE)
-        per_compute = best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma, surface.seq_len,
-                                            sizes, surface.iteration_bounds, correction=correction)
+        deepest = min(SATURATION_OCTAVES, max(0.0, math.log2(compute / lowest))) * SATURATION_STEPS_PER_OCTAVE
+        scanned, frames, start = 0, [], 0
+        while True:
+            stop = min(int(math.floor(deepest)), start + SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE)
+            budgets = compute * 2.0 ** (-np.arange(start, stop + 1) / SATURATION_STEPS_PER_OCTAVE)
+            frames.append(best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma, surface.seq_len,
+                                                sizes, surface.iteration_bounds, correction=correction))
+            scanned += len(budgets)
+            per_compute = pd.concat([frame for frame in frames if len(frame)] or frames, ignore_index=True)
+            if per_compute.empty or stop >= deepest:
+                break
+            row = saturating_compute(per_compute, SATURATION_TOLERANCE)
+            if float(row[COMPUTE]) > float(budgets[-1]) * (1 + 1e-9):
+                break  # the saturating budget lies above the lowest one scanned: found
+            start = stop + 1
         if per_compute.empty:
             return None
-        row = saturating_compute(per_compute, SATURATION_TOLERANCE)
-        return {"compute": float(row[COMPUTE]), "tolerance": SATURATION_TOLERANCE,
-                "budgets_scanned": int(len(budgets)),
+        row = saturating_compute(per_compute.sort_values(COMPUTE), SATURATION_TOLERANCE)
+        return {"compute": float(row[COMPUTE]), "tolerance": SATURATION_TOLERANCE, "budgets_scanned": scanned,
+                "resolution": f"2^(1/{SATURATION_STEPS_PER_OCTAVE}) in compute",
                 "answer": Configuration.from_row(row, surface.seq_len).to_json()}
 
     def _runnable(self, optimum: pd.Series, compute, epsilon, delta, units, surface: _Surface, source: SigmaSource,
@@ -518,7 +531,7 @@ class ScalingLaw:
         flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
                  *model_size_flags(optimum.model_size, (float(sizes[0]), float(sizes[-1])), self.ranges.model_size),
                  *data_flags(runnable.batch_size, runnable.iterations, units, data.privacy_unit, self.ranges),
-                 *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates)]
+                 *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates, answer.unpriced_sampling_rates)]
         if saturation is not None:
             flags += saturation_flag(compute, saturation["compute"], optimum.predicted_loss,
                                      saturation["answer"]["predicted_loss"], SATURATION_TOLERANCE)

@@ -100,7 +100,7 @@ class Law:
             source = SigmaSource(sigma, found, self.settings.table_sampling,
                                  f"the law's accounting tables (authors' format, {self.settings.accounting_rule} rule)")
         elif sigma_table is not None or self.sigma_table:
-            path = Path(sigma_table if sigma_table is not None else self.sigma_table["path"])
+            path = Path(os.path.normpath(sigma_table if sigma_table is not None else self.sigma_table["path"]))
             rule = sampling or (self.sigma_table or {}).get("sampling", "min")
             if not path.is_file():
                 raise UserError(f"this law's accounting table {path} does not exist: build it (`snakemake "

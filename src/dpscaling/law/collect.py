@@ -1,7 +1,8 @@
 """Collect training curves into one tidy table (paper §3.2 "Metrics", §3.3 input data).
 
 Two sources: the training job's per-run curve Parquet files (one row per
-logging interval) and the authors' published ``results.csv``. Both end up with
+logging interval), and a ``results.csv`` in the format the authors' analysis code reads
+(docs/results-format.md). Both end up with
 the columns of :mod:`dpscaling.law.columns`: Model, Model Size, Learning Rate,
 Iterations, Noise Batch Ratio, Cross Entropy, Status, Seed.
 """
@@ -116,16 +117,22 @@ def collect_to_parquet(paths: Iterable[str | os.PathLike[str]], out: str | os.Pa
 
 def read_reference_results(path: str | os.PathLike[str],
                            model_sizes: Mapping[str, float] = BERT_MODEL_SIZES) -> pd.DataFrame:
-    """Import the authors' ``results.csv`` (Model, Learning Rate, Iterations, Noise Batch Ratio, Cross Entropy)."""
+    """Import a ``results.csv`` in the format the authors' analysis code reads (Model, Learning Rate,
+    Iterations, Noise Batch Ratio, Cross Entropy; docs/results-format.md). Model sizes come from an optional
+    ``Model Size`` column, else from the paper's table of BERT sizes by name."""
     frame = pd.read_csv(path, skipinitialspace=True)
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = sorted(set(REFERENCE_RESULTS_COLUMNS) - set(frame.columns))
     if missing:
         raise UserError(f"{path}: not in the authors' results.csv format, missing column(s) {', '.join(missing)}")
-    unknown = sorted(set(frame[MODEL]) - set(model_sizes))
+    sizes = frame[MODEL].map(model_sizes)
+    if MODEL_SIZE in frame:
+        sizes = pd.to_numeric(frame[MODEL_SIZE], errors="coerce").fillna(sizes)
+    unknown = sorted(set(frame.loc[sizes.isna(), MODEL].astype(str)))
     if unknown:
-        raise UserError(f"{path}: unknown model name(s) {', '.join(unknown)}; known: {', '.join(model_sizes)}")
-    frame = frame.assign(**{MODEL_SIZE: frame[MODEL].map(model_sizes), STATUS: "finished", SEED: 0, FAMILY: "bert"})
+        raise UserError(f"{path}: no size for model(s) {', '.join(unknown)}: add a 'Model Size' column (parameters) "
+                        f"or use the paper's names ({', '.join(model_sizes)})")
+    frame = frame.assign(**{MODEL_SIZE: sizes, STATUS: "finished", SEED: 0, FAMILY: "bert"})
     return _with_finite_losses(frame[TIDY_COLUMNS])
 
 

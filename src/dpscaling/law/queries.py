@@ -104,6 +104,8 @@ class ComputeOptimal:
     tolerance: float
     candidates: int
     unanswered: dict[str, int] = field(default_factory=dict)
+    # The sampling rates q = B/N of the candidates without σ (None: every candidate had one).
+    unpriced_sampling_rates: tuple[float, float] | None = None
 
     def ranges(self) -> dict[str, tuple[float, float]]:
         """Range of each hyper-parameter over the near-optimal set (the figures' bands)."""
@@ -137,7 +139,10 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
                         f"is inside the law's range ({len(evaluated)} candidates: {summary})")
     best = answered.iloc[0]
     near = answered[answered[CROSS_ENTROPY] <= best[CROSS_ENTROPY] * (1 + tolerance)]
-    return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered)
+    unpriced = evaluated[evaluated[REASON] == NO_SIGMA]
+    rates = unpriced[BATCH_SIZE] / unpriced[DATA_BUDGET]
+    return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered,
+                          (float(rates.min()), float(rates.max())) if len(rates) else None)
 
 
 def inference_cost(model_size, inference_tokens: float):

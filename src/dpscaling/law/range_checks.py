@@ -18,8 +18,8 @@ T ≥ ``calibration_iterations_from``. An answer is checked against those ranges
 ``sampling_rate_above_limit``    q = B/N above :data:`SAMPLING_RATE_LIMIT`
 ``repeats_data``                 with one sequence as the privacy unit, B·T > N: the answer passes over
                                  its data more than once, which no curve of the law did
-``candidates_without_sigma``     candidates of the search had no σ (the accountant refused them), so the
-                                 optimum is over the others
+``candidates_without_sigma``     candidates of the search had no σ (outside the σ table, or refused by
+                                 the accountant), so the optimum is over the others
 ``past_saturation``              a smaller compute budget predicts a loss within the saturation tolerance
                                  of the best up to this one (paper Table 2's saturating compute)
 =============================== ======================================================================
@@ -29,7 +29,6 @@ Only ``iterations_beyond_validated`` refuses; everything else warns (the policy)
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -157,12 +156,14 @@ def data_flags(batch_size: float, iterations: float, units: float, privacy_unit:
     return flags
 
 
-def sigma_flags(without_sigma: int, candidates: int) -> list[Flag]:
+def sigma_flags(without_sigma: int, candidates: int, sampling_rates: tuple[float, float] | None) -> list[Flag]:
+    """Candidates the σ source could not price (outside its table, or refused by the accountant)."""
     if not without_sigma:
         return []
+    where = "" if sampling_rates is None else f" at q = B/N from {sampling_rates[0]:.3g} to {sampling_rates[1]:.3g}"
     return [Flag("candidates_without_sigma", WARNING,
-                 f"{without_sigma} of {candidates} candidates have no σ (the accountant refused them: tiny q, many "
-                 "steps, small ε); the optimum is over the others", float(without_sigma), 0.0)]
+                 f"{without_sigma} of {candidates} candidates have no σ{where} (outside the σ table, or refused by "
+                 "the accountant); the optimum is over the others", float(without_sigma), 0.0)]
 
 
 def saturation_flag(compute: float, saturating: float, loss: float, saturating_loss: float,
@@ -189,6 +190,3 @@ def one_line(flags: list[Flag]) -> str:
     more = len(flags) - 1
     return first + (f" (+{more} more flag{'s' if more > 1 else ''})" if more else "")
 
-
-def finite_or_none(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
