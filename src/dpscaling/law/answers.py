@@ -276,7 +276,13 @@ class ScalingLaw:
     def sigma_source(self, delta: float | None = None, progress: Callable[[str], None] | None = None) -> SigmaSource:
         """σ(ε, T, q) at ``delta`` (None: the bundle's δ): the bundle's table, else built on demand."""
         if delta not in self._sources:
-            self._sources[delta] = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress)
+            source = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress)
+            if self.bundle.root is not None and "accounting table" in source.description:
+                # the bundle's own table, named by its place in the bundle: the answer is the same wherever it lies
+                source = SigmaSource(source.sigma, source.delta, source.sampling,
+                                     f"the bundle's σ table (sigma_table.parquet, {source.sampling} rule, "
+                                     f"δ = {source.delta:g})")
+            self._sources[delta] = source
         return self._sources[delta]
 
     def default_tolerance(self) -> float:

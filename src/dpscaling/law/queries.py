@@ -44,6 +44,12 @@ DEFAULT_MAX_OVERTRAINING = 2.0 ** 10
 TRAINING_FLOPS, INFERENCE_FLOPS, TOTAL_FLOPS = "Training FLOPs", "Inference FLOPs", "Total FLOPs"
 
 
+def within(loss, best, tolerance: float):
+    """Loss within ``tolerance`` (a fraction) of the best: loss ≤ best·(1 + tolerance), the paper's rule for
+    positive losses; written best + tolerance·|best| so a law extrapolated below zero keeps its optimum."""
+    return loss <= best + tolerance * np.abs(best)
+
+
 def compute_cost(model_size, batch_size, iterations, seq_len: float):
     """C = 6·M·B·S·T FLOPs (paper appendix "FLOPs estimation under DP"; B counts sequences)."""
     return 6.0 * np.asarray(model_size) * np.asarray(batch_size) * seq_len * np.asarray(iterations)
@@ -138,7 +144,7 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
         raise UserError(f"no configuration for compute {compute:.3g}, epsilon {epsilon:g}, users {users:.3g} "
                         f"is inside the law's range ({len(evaluated)} candidates: {summary})")
     best = answered.iloc[0]
-    near = answered[answered[CROSS_ENTROPY] <= best[CROSS_ENTROPY] * (1 + tolerance)]
+    near = answered[within(answered[CROSS_ENTROPY], best[CROSS_ENTROPY], tolerance)]
     unpriced = evaluated[evaluated[REASON] == NO_SIGMA]
     rates = unpriced[BATCH_SIZE] / unpriced[DATA_BUDGET]
     return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered,
@@ -246,7 +252,7 @@ def near_optimal_per_compute(budgets: np.ndarray, epsilon: float, users: float, 
     if evaluated.empty:
         return pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY])
     best_loss = evaluated.groupby(COMPUTE)[CROSS_ENTROPY].transform("min")
-    near = evaluated[evaluated[CROSS_ENTROPY] <= best_loss * (1 + tolerance)]
+    near = evaluated[within(evaluated[CROSS_ENTROPY], best_loss, tolerance)]
     optimum = evaluated.loc[evaluated.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].set_index(COMPUTE)
     ranges = near.groupby(COMPUTE)[list(RANGE_COLUMNS)].agg(["min", "max"])
     ranges.columns = [f"{column} {'Min' if stat == 'min' else 'Max'}" for column, stat in ranges.columns]
@@ -259,7 +265,7 @@ def saturating_compute(per_compute: pd.DataFrame, tolerance: float = SATURATION_
     if per_compute.empty:
         raise UserError("no compute budget has an answer inside the law's range")
     overall = per_compute[CROSS_ENTROPY].min()
-    reached = per_compute[per_compute[CROSS_ENTROPY] <= overall * (1 + tolerance)]
+    reached = per_compute[within(per_compute[CROSS_ENTROPY], overall, tolerance)]
     return reached.sort_values(COMPUTE).iloc[0]
 
 

@@ -1,0 +1,272 @@
+"""Answers a practitioner can act on: the law bundle (portable), the Python API (= the CLI), range flags and
+the refusal policy, runnable answers (shapes, whole batches and steps, σ that spends exactly the asked ε)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpscaling
+from dpscaling import cli
+from dpscaling.commands._output import _jsonable
+from dpscaling.errors import UserError
+from dpscaling.law import LawSettings, fit_law
+from dpscaling.law.bundle import BUNDLE_FILE, read_bundle, write_bundle
+from dpscaling.law.range_checks import ExtrapolationRefused
+from dpscaling.law.runnable import ModelShape, custom_param_count, nearest_shape, whole_batch, whole_steps
+from dpscaling.law.synthetic import DeterministicGaussianSigma, seeded_results
+
+SHAPES = {"Synthetic0": (1, 2, 64), "Synthetic1": (2, 4, 128), "Synthetic2": (4, 4, 168)}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run laid out as the workflow writes it: accounting/sigma_table.parquet (the closed-form σ of fixed
+    batches in its Poisson column: the wiring is tested, not the accountant), law/fit, law/bootstrap (4
+    replicates), law/physical_batch/correction.json and validate/calibration.json (q = 0.05 nats, the
+    horizon set included: extrapolation validated to 2×, the calibrated region from T = 500)."""
+    from dpscaling.accounting.table import COLUMNS, STATUS_OK, save_table
+    from dpscaling.law.bootstrap import replicate_grids, write_replicates
+    from dpscaling.law.calibration import Calibration, write_calibration
+    from dpscaling.law.physical_batch import PhysicalBatchCorrection
+
+    root = tmp_path_factory.mktemp("run")
+    e, t, q = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(-1, 6), np.geomspace(10, 2e5, 16),
+                                              2.0 ** np.arange(-18, 1), indexing="ij"))
+    (root / "accounting").mkdir()
+    save_table(pd.DataFrame({"epsilon": e, "steps": t, "sampling_probability": q, "delta": 1e-8,
+                             "sigma": DeterministicGaussianSigma()(e, t, q), "status": STATUS_OK})[list(COLUMNS)],
+               root / "accounting" / "sigma_table.parquet")
+    results = seeded_results(steps=2000, log_every=50, learning_rates=(2.0**-7,))
+    settings = LawSettings.create(False, warmup_steps=100)
+    fit_law(results, settings, seq_len=128, physical_batch=32, sigma_table=root / "accounting" / "sigma_table.parquet",
+            sampling="min").save(root / "law" / "fit")
+    write_replicates(replicate_grids(results, settings, range(4), seq_len=128, physical_batch=32),
+                     root / "law" / "bootstrap" / "replicates.parquet")
+    (root / "law" / "physical_batch").mkdir()
+    (root / "law" / "physical_batch" / "correction.json").write_text(
+        json.dumps(PhysicalBatchCorrection(0.1, 32, 10, 0.01).to_json()))
+    (root / "validate").mkdir()
+    write_calibration({"paper": Calibration("paper", False, 0.05, ("horizon (fit T <= 1000, predict the rest)",
+                                                                  "noise sigma-bar 2^-10"), 2 / 3, 0.9, 0.5,
+                                            iterations_from=500.0)}, root / "validate" / "calibration.json")
+    return root
+
+
+def shapes_provenance() -> dict:
+    return {"vocab_size": 1024, "microbatch_size": 8, "tokenizer": "train", "corpus": {"source": "synthetic"},
+            "models": {name: {"family": "bert", "layers": layers, "heads": heads, "hidden": hidden,
+                              "param_count": custom_param_count("bert", layers, heads, hidden, 1024, 128)}
+                       for name, (layers, heads, hidden) in SHAPES.items()}}
+
+
+@pytest.fixture(scope="module")
+def bundle(run_dir):
+    law = run_dir / "law"
+    return write_bundle(run_dir / "bundle", law / "fit", provenance=shapes_provenance(),
+                        sigma_table=run_dir / "accounting" / "sigma_table.parquet",
+                        bootstrap=law / "bootstrap", calibration=run_dir / "validate" / "calibration.json",
+                        correction=law / "physical_batch" / "correction.json").root
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """The real CLI entry point; returns (status, stdout, stderr)."""
+    def invoke(*argv) -> tuple[int, str, str]:
+        status = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return status, out, err
+    return invoke
+
+
+QUERY = dict(compute=3e12, epsilon=4.0, users=1e6)
+
+
+def test_the_bundle_holds_everything_and_answers_the_same_from_anywhere(run, run_dir, bundle, tmp_path) -> None:
+    manifest = json.loads((bundle / BUNDLE_FILE).read_text())
+    assert manifest["contents"]["bootstrap_replicates"] == 4 and manifest["contents"]["calibration"]
+    assert manifest["validated_ranges"]["extrapolation_factor"] == 2.0
+    assert manifest["validated_ranges"]["horizon"] == 2000 and manifest["validated_ranges"]["calibration_iterations_from"] == 500
+    assert manifest["provenance"]["models"]["Synthetic2"]["layers"] == 4
+    argv = ("query", "--law", bundle, "--compute", QUERY["compute"], "--epsilon", QUERY["epsilon"], "--users",
+            QUERY["users"], "--json")
+    status, out, err = run(*argv)
+    assert status == 0, err
+    here = json.loads(out)
+    assert here["seed_only_interval_90"] is not None and here["calibrated_interval_90"] is not None
+    # Copied elsewhere, with the run's results directory gone: the same answer, number for number.
+    copy = tmp_path / "elsewhere" / "bundle"
+    shutil.copytree(bundle, copy)
+    moved = run_dir.parent / f"{run_dir.name}-moved"
+    run_dir.rename(moved)
+    try:
+        status, out, err = run(*argv[:2], copy, *argv[3:])
+    finally:
+        moved.rename(run_dir)
+    assert status == 0, err
+    there = json.loads(out)
+    assert there == here
+
+
+def test_the_python_api_gives_the_cli_s_answer(run, bundle) -> None:
+    law = dpscaling.load_law(bundle)
+    answer = law.query(**QUERY)
+    status, out, err = run("query", "--law", bundle, "--compute", QUERY["compute"], "--epsilon", QUERY["epsilon"],
+                           "--users", QUERY["users"], "--json")
+    assert status == 0, err
+    assert json.loads(out) == json.loads(json.dumps(_jsonable(answer.to_json())))
+    assert answer.predicted_loss == answer.runnable.predicted_loss == json.loads(out)["predicted_loss"]
+    configs = pd.DataFrame({"Model Size": [4e5], "Batch Size": [256], "Iterations": [1000], "Privacy Budget": [4.0],
+                            "Data Budget": [1e6]})
+    evaluated = law.evaluate(configs)
+    assert np.isfinite(evaluated["Cross Entropy"]).all() and "Cross Entropy 5%" in evaluated
+
+
+def test_a_runnable_answer_trains_whole_microbatches_and_steps_at_the_budget(bundle) -> None:
+    answer = dpscaling.load_law(bundle).query(**QUERY)
+    runnable = answer.runnable
+    assert runnable.batch_size % 8 == 0 and isinstance(runnable.iterations, int)  # the bundle's microbatch: 8
+    assert runnable.compute == pytest.approx(QUERY["compute"], rel=0.05)
+    assert runnable.model is not None and runnable.model_size == runnable.model.param_count
+    assert runnable.model_size == custom_param_count("bert", runnable.model.layers, runnable.model.heads,
+                                                     runnable.model.hidden, 1024, 128)
+    assert abs(math.log(runnable.model_size / answer.optimum.model_size)) < math.log(1.6)
+    assert runnable.noise_batch_ratio == pytest.approx(runnable.sigma / runnable.batch_size)
+    low, high = runnable.calibrated_interval
+    assert high - low == pytest.approx(0.1) and low < runnable.predicted_loss < high
+    block = runnable.train_config()
+    fixed = block["private_model"]["budgets"][0]
+    assert fixed["configuration"]["batch_size"] == runnable.batch_size
+    assert fixed["configuration"]["iterations"] == runnable.iterations
+    assert fixed["data_budget"] == 1_000_000 and fixed["epsilon"] == 4.0 and fixed["delta"] == 1e-8
+
+
+@pytest.mark.parametrize("delta", [1e-8])
+def test_the_runnable_sigma_spends_exactly_the_asked_epsilon(bundle, delta) -> None:
+    """Recomputed independently: dp-accounting's own PLD accountant at a finer discretisation, and Microsoft's
+    PRV accountant, neither through dpscaling's calibration."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from prv_accountant.dpsgd import DPSGDAccountant
+
+    runnable = dpscaling.load_law(bundle).query(**QUERY, delta=delta).runnable
+    q, steps = runnable.batch_size / runnable.data_budget, runnable.iterations
+    assert runnable.sampling == "poisson" and runnable.epsilon == 4.0 and runnable.delta == delta
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(runnable.sigma)), steps)
+    assert accountant.get_epsilon(delta) == pytest.approx(4.0, rel=2e-3)
+    prv = DPSGDAccountant(noise_multiplier=runnable.sigma, sampling_probability=q, eps_error=1e-3, delta_error=1e-10,
+                          max_steps=steps)
+    low, estimate, high = prv.compute_epsilon(delta=delta, num_steps=steps)
+    assert low - 0.01 <= 4.0 <= high + 0.01 and estimate == pytest.approx(4.0, rel=5e-3)
+
+
+def test_a_query_far_beyond_the_horizon_is_refused_unless_allowed(run, bundle) -> None:
+    law = dpscaling.load_law(bundle)
+    budget = dict(compute=3e15, epsilon=4.0, users=1e6)  # optimum at T of ~30× the 2,000-step horizon
+    with pytest.raises(ExtrapolationRefused) as refused:
+        law.query(**budget)
+    message = str(refused.value)
+    assert "the trained horizon 2,000" in message and "validated up to 2×" in message
+    assert "--allow-extrapolation" in message
+    assert refused.value.answer.optimum["Iterations"] > 20 * 2000
+    status, out, err = run("query", "--law", bundle, "--compute", 3e15, "--epsilon", 4, "--users", 1e6)
+    assert status == 2 and out == "" and "Refused" in err
+    answer = law.query(**budget, allow_extrapolation=True)
+    flag = next(flag for flag in answer.flags if flag.code == "iterations_beyond_validated")
+    assert flag.severity == "warning" and flag.limit == 4000 and flag.value == answer.runnable.iterations
+    assert flag.value > 20 * 2000 and answer.warning.startswith("T = ")
+    status, out, _ = run("query", "--law", bundle, "--compute", 3e15, "--epsilon", 4, "--users", 1e6,
+                         "--allow-extrapolation")
+    assert status == 0 and "iterations_beyond_validated" in out
+
+
+def test_inside_the_measured_range_an_answer_has_no_iteration_flag(bundle) -> None:
+    answer = dpscaling.load_law(bundle).query(**QUERY)
+    assert answer.runnable.iterations <= 2000
+    assert not {"iterations_beyond_validated", "iterations_extrapolated"} & {flag.code for flag in answer.flags}
+
+
+def test_flags_for_data_reuse_sampling_rate_and_the_calibration_region(bundle) -> None:
+    law = dpscaling.load_law(bundle)
+    # One sequence per privacy unit and few of them: B·T > N and q above the limit.
+    answer = law.query(compute=1e12, epsilon=32.0, tokens=500 * 128, allow_extrapolation=True)
+    assert answer.query["privacy_unit"] == "sequence" and answer.query["data_budget_units"] == 500
+    codes = {flag.code: flag for flag in answer.flags}
+    assert codes["repeats_data"].value == pytest.approx(answer.runnable.batch_size * answer.runnable.iterations / 500)
+    assert codes["sampling_rate_above_limit"].value == pytest.approx(answer.runnable.batch_size / 500)
+    # A small budget trains few steps: below the calibrated interval's region (T ≥ 500).
+    small = law.query(compute=1e12, epsilon=4.0, users=1e5)
+    assert small.runnable.iterations < 500
+    assert "iterations_below_calibration" in {flag.code for flag in small.flags}
+
+
+def test_a_budget_past_saturation_names_the_saturating_compute_and_its_answer(bundle) -> None:
+    law = dpscaling.load_law(bundle)
+    answer = law.query(compute=1e16, epsilon=1.0, users=1e4, allow_extrapolation=True)
+    flag = next(flag for flag in answer.flags if flag.code == "past_saturation")
+    saturating = answer.saturation["compute"]
+    assert flag.limit == saturating < 1e16
+    assert answer.saturation["answer"]["predicted_loss"] <= answer.optimum.predicted_loss * 1.01
+    # the paper's definition, checked on the budgets themselves: nothing below the saturating compute is within 1%
+    lower = law.query(compute=saturating / 2, epsilon=1.0, users=1e4, allow_extrapolation=True)
+    best = min(answer.optimum.predicted_loss, answer.saturation["answer"]["predicted_loss"])
+    assert lower.optimum.predicted_loss > best * 1.01 - 1e-12
+
+
+def test_the_model_size_edge_is_flagged(bundle) -> None:
+    from dpscaling.law.range_checks import model_size_flags
+
+    small = dpscaling.load_law(bundle).query(compute=1e14, epsilon=32.0, users=1e8, allow_extrapolation=True)
+    flag = next(flag for flag in small.flags if flag.code == "model_size_at_edge")
+    assert "smallest" in flag.message and flag.limit == 1e5 and small.optimum.model_size < 1.02 * 1.01e5
+    searched, measured = (1.01e5, 0.99 * 1.6e6), (1e5, 1.6e6)
+    assert "largest" in model_size_flags(0.99 * 1.6e6, searched, measured)[0].message
+    assert model_size_flags(5e5, searched, measured) == []
+
+
+def test_nearest_shape_follows_the_measured_models() -> None:
+    measured = [ModelShape(name, "bert", *SHAPES[name], custom_param_count("bert", *SHAPES[name], 1024, 128), True)
+                for name in SHAPES]
+    for target in (1.5e5, 3e5, 8e5, 1.2e6):
+        shape = nearest_shape(target, measured, 1024, 128)
+        assert shape.param_count == custom_param_count("bert", shape.layers, shape.heads, shape.hidden, 1024, 128)
+        assert abs(math.log(shape.param_count / target)) < math.log(1.5)
+        assert 1 <= shape.layers <= 4 and shape.hidden % shape.heads == 0
+    same = nearest_shape(measured[1].param_count, measured, 1024, 128)
+    assert same == measured[1] and same.measured  # a measured model keeps its name
+    assert whole_batch(101, 8, 1e6) == 104 and whole_batch(3, 8, 1e6) == 8 and whole_batch(900, 8, 100) == 96
+    assert whole_steps(1e12, 1e5, 104, 128) == round(1e12 / (6 * 1e5 * 104 * 128))
+    with pytest.raises(UserError, match="no model shape"):
+        nearest_shape(1e5, [], 1024, 128)
+
+
+def test_law_info_prints_provenance_and_validated_ranges(run, bundle) -> None:
+    status, out, err = run("law", "info", bundle, "--json")
+    assert status == 0, err
+    info = json.loads(out)
+    assert info["validated_ranges"]["validated_iterations"] == 4000
+    assert info["provenance"]["family"] == "bert" and info["provenance"]["vocab_size"] == 1024
+    assert "nats" in info["loss_units"]
+    status, out, err = run("law", "info", bundle)
+    assert status == 0 and "validated to 4000 (2× the horizon)" in out and "Synthetic2" in out
+
+
+def test_a_bundle_answers_the_physical_batch_correction_only_when_asked(bundle) -> None:
+    law = dpscaling.load_law(bundle)
+    plain, corrected = law.query(**QUERY), law.query(**QUERY, physical_batch_correction=True)
+    assert plain.correction is None and corrected.correction.slope == 0.1
+    assert corrected.optimum.predicted_loss <= plain.optimum.predicted_loss
+
+
+def test_a_bundle_refuses_files_it_already_carries_and_unknown_formats(bundle, tmp_path) -> None:
+    with pytest.raises(UserError, match="carries its own calibration"):
+        dpscaling.load_law(bundle, calibration=bundle / "calibration.json")
+    (tmp_path / BUNDLE_FILE).write_text(json.dumps({"format": "something", "format_version": 9}))
+    with pytest.raises(UserError, match="rebuild it"):
+        read_bundle(tmp_path)
