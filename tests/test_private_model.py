@@ -103,3 +103,57 @@ def test_a_report_row_carries_both_intervals_the_correction_and_the_split() -> N
     assert row["inside_calibrated"] and not row["inside_seed_only"]  # no replicates: no seed-only interval
     assert (row["law_error"], row["physical_batch_effect"], row["sampler_effect"]) == pytest.approx((0.03, -0.05, -0.03))
     assert (row["twin_grid_batch"], row["twin_recommended_batch"]) == (32, 256)
+
+
+def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
+    """A budget with a ``configuration`` (what `dpscaling query --train-config` writes) is planned as it stands:
+    its model, B, T and learning rate, σ priced for truncated Poisson; a model the config lacks is refused."""
+    import numpy as np
+
+    from dpscaling.law import LawSettings, fit_law
+    from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table, synthetic_results
+    from dpscaling.private_model import FixedConfiguration, plan_budget
+
+    table = accounting_table(DeterministicGaussianSigma(), epsilons=2.0 ** np.arange(-2, 8),
+                             iterations=np.geomspace(10, 2e5, 30), sampling_probabilities=2.0 ** np.arange(-24, 1))
+    fit_law(synthetic_results(), LawSettings(warmup_steps=100), seq_len=128, physical_batch=32,
+            accounting_unamplified=table).save(tmp_path / "law")
+    entry = {"epsilon": 8.0, "data_budget": 5000, "compute": 1e12,
+             "configuration": {"model": "BertL2H96", "batch_size": 64, "iterations": 300, "learning_rate": 0.004}}
+    (budget,) = budgets({"budgets": [entry]}, 1e-8)
+    assert budget.configuration == FixedConfiguration("BertL2H96", 64, 300, 0.004)
+    assert budget.label.endswith("_BertL2H96_B=64_T=300")  # two configurations at one budget stay apart
+    plan = plan_budget(tmp_path / "law", budget, ["Synthetic0"], fixed_sizes={"BertL2H96": 2.5e5})
+    assert (plan["model"], plan["model_size"], plan["batch_size"], plan["iterations"]) == ("BertL2H96", 2.5e5, 64, 300)
+    assert plan["learning_rate"] == 0.004 and plan["query"]["fixed"]
+    assert plan["compute"] == pytest.approx(6 * 2.5e5 * 64 * 128 * 300)
+    assert plan["sigma"] >= plan["untruncated_sigma"] and plan["truncated_batch_size"] >= 64
+    assert plan["noise_batch_ratio"] == pytest.approx(plan["sigma"] / 64)
+    with pytest.raises(UserError, match="not a model of this config"):
+        plan_budget(tmp_path / "law", budget, ["Synthetic0"], fixed_sizes={"Other": 1e5})
+
+
+def test_the_workflow_gives_a_configured_budget_its_own_model_only() -> None:
+    """A budget's configuration may name a models.custom entry the grid does not train: that budget's jobs get
+    that model (and its parameter count), every other budget the grid's models; an unknown name is refused."""
+    import yaml
+
+    from conftest import REPO
+    from dpscaling.config.blocks import load_config
+    from dpscaling.config.schema import validate_config
+    from dpscaling.workflow import private_model_models, private_model_sizes
+
+    config = yaml.safe_load((REPO / "tests" / "configs" / "smoke.yaml").read_text())
+    config["models"]["custom"]["BertL2H96"] = {"layers": 2, "heads": 2, "hidden": 96, "family": "bert"}
+    fixed = {"epsilon": 16.0, "data_budget": 1000, "compute": 1e11,
+             "configuration": {"model": "BertL2H96", "batch_size": 40, "iterations": 24}}
+    config["private_model"]["budgets"].append(fixed)
+    validate_config(config)
+    run = load_config(config)
+    searched, configured = (budget.label for budget in budgets(config["private_model"], 1e-8))
+    assert private_model_models(run, searched) == ["BertNano", "BertMicro"] and private_model_sizes(run, searched) == {}
+    assert private_model_models(run, configured) == ["BertL2H96"]
+    assert private_model_sizes(run, configured) == {"BertL2H96": run.model_config("BertL2H96").param_count().total}
+    fixed["configuration"]["model"] = "Nowhere"
+    with pytest.raises(UserError, match="configuration.model 'Nowhere'"):
+        private_model_models(load_config(config), budgets(config["private_model"], 1e-8)[1].label)

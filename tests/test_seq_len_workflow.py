@@ -112,13 +112,21 @@ def test_query_on_the_runs_law_across_lengths_returns_a_length(seqlen_run: Path)
 
     data = pd.read_csv(seqlen_run / "figures" / f"{FIGURE}.csv").dropna(subset=["Cross Entropy"])
     row = data[data["Privacy Budget"] == 16.0].iloc[-1]  # a budget the figure answered
-    command = [sys.executable, "-m", "dpscaling.cli", "query", "--law", str(seqlen_run / "law" / "lengths"),
-               "--tokens", "64000", "--epsilon", "16", "--compute", repr(float(row["Compute"])), "--json"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=seqlen_run.parent.parent, timeout=300)
-    assert result.returncode == 0, result.stderr
-    answer = json.loads(result.stdout)
-    assert answer["seq_len"] == row["Sequence Length"] and answer["predicted_loss"] == pytest.approx(
-        row["Cross Entropy"])  # the figure and the command line agree
-    low, high = answer["seed_only_interval_90"]
-    assert low <= high and answer["measured_lengths"] == list(LENGTHS)
-    assert answer["privacy_unit"] == "sequence" and answer["units"] == np.floor(64000 / answer["seq_len"])
+    for law in ("law/lengths", "law/bundle"):  # the run's law across lengths, and its bundle, which carries it
+        command = [sys.executable, "-m", "dpscaling.cli", "query", "--law", str(seqlen_run / law), "--tokens",
+                   "64000", "--epsilon", "16", "--compute", repr(float(row["Compute"])), "--allow-extrapolation",
+                   "--json"]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=seqlen_run.parent.parent, timeout=300)
+        assert result.returncode == 0, result.stderr
+        answer = json.loads(result.stdout)
+        optimum = answer["law_optimum"]
+        assert optimum["seq_len"] == row["Sequence Length"] and optimum["predicted_loss"] == pytest.approx(
+            row["Cross Entropy"])  # the figure and the command line agree
+        low, high = optimum["seed_only_interval_90"]
+        assert low <= high and [entry["seq_len"] for entry in answer["per_length"]][0] == LENGTHS[0]
+        query = answer["query"]
+        assert query["privacy_unit"] == "sequence" and query["data_budget_units"] == np.floor(64000 / optimum["seq_len"])
+        assert answer["seq_len"] == optimum["seq_len"] and isinstance(answer["iterations"], int)
+        assert answer["model"]["family"] == "decoder"
+    info = json.loads((seqlen_run / "law" / "bundle" / "bundle.json").read_text())
+    assert info["contents"]["sequence_lengths"] == list(LENGTHS)

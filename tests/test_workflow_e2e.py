@@ -301,3 +301,78 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
     assert "bootstrap replicates" in markdown and markdown.count("| BertNano") + markdown.count("| BertMicro") == len(budgets)
     for suffix in ("pdf", "png", "csv"):
         assert (out / f"predicted_vs_achieved.{suffix}").stat().st_size > 0
+
+
+def test_the_law_bundle_answers_alone_with_a_runnable_configuration(smoke_run: Path, tmp_path: Path) -> None:
+    """`all` writes law/bundle; copied elsewhere with the results directory gone, it gives the same answer, and
+    the answer is runnable: a model shape of the run's family, whole microbatches and steps, σ, the flags."""
+    import shutil
+    import subprocess
+    import sys
+
+    bundle = smoke_run / "law" / "bundle"
+    info = json.loads((bundle / "bundle.json").read_text())
+    assert info["provenance"]["models"]["BertNano"]["layers"] == 1 and info["provenance"]["vocab_size"] == 8192
+    assert info["provenance"]["corpus"]["files_sha256"] and info["contents"]["bootstrap_replicates"] == 4
+
+    def query(law: Path, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dpscaling.cli", "query", "--law", str(law), "--compute", "1e11",
+                               "--epsilon", "16", "--users", "1000", "--allow-extrapolation", *extra],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    here = query(bundle, "--json")
+    assert here.returncode == 0, here.stderr
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    away = smoke_run.parent / "smoke-away"
+    smoke_run.rename(away)
+    try:
+        there = query(copy, "--json")
+    finally:
+        away.rename(smoke_run)
+    assert there.returncode == 0, there.stderr
+    answer = json.loads(there.stdout)
+    assert answer == json.loads(here.stdout)
+    assert answer["model"]["family"] == "bert" and answer["batch_size"] % 8 == 0 == answer["microbatch_size"] % 8
+    assert isinstance(answer["iterations"], int) and answer["sigma"] > 0 and isinstance(answer["flags"], list)
+    text = query(copy, "--train-config", str(tmp_path / "train.yaml"))
+    assert text.returncode == 0 and "train with   snakemake private_model" in text.stdout
+    assert f"B = {answer['batch_size']:,} sequences" in text.stdout and "σ = " in text.stdout
+
+
+def test_the_answer_s_config_trains_that_configuration(smoke_run: Path, tmp_path: Path) -> None:
+    """The config block `dpscaling query --train-config` writes, layered over the run's config, makes
+    private_model plan exactly the answer (its model, B, T, learning rate) and price its σ for truncated
+    Poisson at the answer's (ε, δ); the grid is untouched."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    workdir = smoke_run.parent.parent
+    block = tmp_path / "answer.yaml"
+    result = subprocess.run([sys.executable, "-m", "dpscaling.cli", "query", "--law", str(smoke_run / "law" / "bundle"),
+                             "--compute", "1e11", "--epsilon", "16", "--users", "1000", "--allow-extrapolation",
+                             "--train-config", str(block), "--json"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    layer = yaml.safe_load(block.read_text())
+    smoke = yaml.safe_load(SMOKE.read_text())
+    merged = {**layer, "models": {**smoke["models"], "custom": {**smoke["models"]["custom"],
+                                                                  **layer.get("models", {}).get("custom", {})}}}
+    merged["private_model"] = {**smoke["private_model"], "budgets": layer["private_model"]["budgets"]}
+    (tmp_path / "layer.yaml").write_text(yaml.safe_dump(merged))
+    planned = run_snakemake("-n", "private_model", "--cores", "2", "--configfile", str(SMOKE),
+                            str(tmp_path / "layer.yaml"), cwd=workdir).stdout
+    assert "rule train_run" not in planned and "rule private_model_plan" in planned  # the grid is untouched
+    label = re.search(r"private_model/([^/\s]+)/plan\.json", planned).group(1)
+    run_snakemake(f"results/smoke/private_model/{label}/plan.json", "--cores", "1", "--configfile", str(SMOKE),
+                  str(tmp_path / "layer.yaml"), cwd=workdir)
+    plan = json.loads((smoke_run / "private_model" / label / "plan.json").read_text())
+    assert plan["model"] == answer["model"]["name"] and plan["model_size"] == answer["model_size"]
+    assert (plan["batch_size"], plan["iterations"]) == (answer["batch_size"], answer["iterations"])
+    assert plan["learning_rate"] == answer["learning_rate"] and plan["query"]["fixed"]
+    if answer["sampling"] == "poisson":  # truncated Poisson at its priced L: at most ~1% more noise
+        assert plan["sigma"] == pytest.approx(answer["sigma"], rel=0.02)
+    else:  # the min rule answered with fixed batches' lower σ; the private run pays Poisson's
+        assert plan["sigma"] >= answer["sigma"]

@@ -8,6 +8,8 @@ config's key order (Snakemake compares params by ``repr``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,7 +99,8 @@ def corpus_inputs(spec: CorpusSpec) -> list[str]:
 
 
 def bundle_provenance(config: Config) -> dict[str, Any]:
-    """What the run's config says of the law it fits, for its bundle (:mod:`dpscaling.law.bundle`): the family
+    """What the run's config says of the law it fits, for its bundle (:mod:`dpscaling.law.bundle`): the sha256
+    of the config blocks that decide the law (data, the grid's models, training, accounting, fit), the family
     and objective, the data (tokenizer, vocabulary size, corpus source, S), the privacy unit, δ and the σ
     table's sampling rule, the physical batch and microbatch, the mode, and every grid model's shape."""
     run = typed(config)
@@ -108,7 +111,14 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
         shape = run.model_config(name, seq_len)
         models[name] = {"family": family.name, "layers": shape.num_layers, "heads": shape.num_heads,
                         "hidden": shape.hidden_size, "param_count": int(shape.param_count().total)}
+    plain = run.to_mapping()
+    # The blocks that decide the law (the grid's models only): its identity, not the run's other targets'.
+    law_config = {block: plain[block] for block in ("results_csv", "data", "training", "accounting", "fit")}
+    law_config["models"] = {"names": list(run.models.names),
+                            "custom": {name: plain["models"]["custom"][name] for name in run.models.names
+                                       if name in plain["models"]["custom"]}}
     provenance: dict[str, Any] = {
+        "config_sha256": hashlib.sha256(json.dumps(law_config, sort_keys=True, default=str).encode()).hexdigest(),
         "run_name": run.run_name, "family": family.name, "objective": family.objective, "seq_len": seq_len,
         "seq_lens": list(run.seq_lens()), "privacy_unit": run.analysis_settings().privacy_unit,
         "delta": run.accounting.delta, "sampling": run.accounting.sampling,

@@ -308,7 +308,6 @@ rule law_bundle:
         calibration=rules.validate_law.output.calibration,
         correction=CORRECTION,
         lengths=LAW_ACROSS_LENGTHS,
-        run_config=RUN_CONFIG,
         data_meta=[] if config["results_csv"] else PRIMARY_PACKED["meta"],
     output:
         directory(f"{RESULTS}/law/bundle"),
@@ -326,3 +325,4 @@ rule law_bundle:
 rule bundle:
     input:
         rules.law_bundle.output,
+        RUN_CONFIG,

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from dpscaling.law.bundle import run_files_provenance, write_bundle
+from dpscaling.law.bundle import data_provenance, write_bundle
 from dpscaling.logs import log_to_file
 
 
@@ -17,10 +17,7 @@ with log_to_file(snakemake.log[0]) as log:
     bundle = write_bundle(
         snakemake.output[0],
         given.law,
-        provenance={
-            **snakemake.params.provenance,
-            **run_files_provenance(given.run_config, first(given.data_meta)),
-        },
+        provenance={**snakemake.params.provenance, **data_provenance(first(given.data_meta))},
         sigma_table=given.sigma_table,
         bootstrap=first(given.bootstrap),
         calibration=given.calibration,

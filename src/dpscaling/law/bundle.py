@@ -16,8 +16,8 @@ relative to it::
 
 **Provenance** (what the loss means and where it came from): the model family and its objective, the
 tokenizer and vocabulary size (and the vocabulary's sha256), S, the privacy unit, δ and the sampling rule
-of the σ table, the corpus (source and sha256), the sha256 of the run's effective config, the physical
-batch and microbatch the curves trained with, the law's mode, and every measured model's shape.
+of the σ table, the corpus (source and sha256), the sha256 of the config blocks that decide the law, the
+physical batch and microbatch the curves trained with, the law's mode, and every measured model's shape.
 
 **Validated ranges** (:class:`dpscaling.law.range_checks.ValidatedRanges`): the measured models and σ̄
 columns, the first measured step and the horizon H, the law's extrapolated T range, the extrapolation
@@ -128,13 +128,10 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
     return sha256(Path(path))
 
 
-def run_files_provenance(run_config: str | os.PathLike[str] | None = None,
-                         data_meta: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The sha256 of the run's effective config, and from the packed data's manifest the vocabulary's sha256
-    and the sha256 of every corpus file it was built from."""
+def data_provenance(data_meta: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """From the packed data's manifest: the vocabulary's sha256 and the sha256 of every corpus file it was
+    built from."""
     found: dict[str, Any] = {}
-    if run_config is not None:
-        found["config_sha256"] = sha256_of(run_config)
     if data_meta is not None:
         meta = json.loads(Path(data_meta).read_text(encoding="utf-8"))
         source = meta.get("source") or {}
