@@ -15,63 +15,19 @@ import dpscaling
 from dpscaling import cli
 from dpscaling.commands._output import _jsonable
 from dpscaling.errors import UserError
-from dpscaling.law import LawSettings, fit_law
-from dpscaling.law.bundle import BUNDLE_FILE, read_bundle, write_bundle
+from dpscaling.law.bundle import BUNDLE_FILE, read_bundle
 from dpscaling.law.range_checks import ExtrapolationRefused
 from dpscaling.law.runnable import ModelShape, custom_param_count, nearest_shape, whole_batch, whole_steps
-from dpscaling.law.synthetic import DeterministicGaussianSigma, seeded_results
-
-SHAPES = {"Synthetic0": (1, 2, 64), "Synthetic1": (2, 4, 128), "Synthetic2": (4, 4, 168)}
-
+from law_bundle_data import SHAPES, write_run, write_run_bundle
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    """A run laid out as the workflow writes it: accounting/sigma_table.parquet (the closed-form σ of fixed
-    batches in its Poisson column: the wiring is tested, not the accountant), law/fit, law/bootstrap (4
-    replicates), law/physical_batch/correction.json and validate/calibration.json (q = 0.05 nats, the
-    horizon set included: extrapolation validated to 2×, the calibrated region from T = 500)."""
-    from dpscaling.accounting.table import COLUMNS, STATUS_OK, save_table
-    from dpscaling.law.bootstrap import replicate_grids, write_replicates
-    from dpscaling.law.calibration import Calibration, write_calibration
-    from dpscaling.law.physical_batch import PhysicalBatchCorrection
-
-    root = tmp_path_factory.mktemp("run")
-    e, t, q = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(-1, 6), np.geomspace(10, 2e5, 16),
-                                              2.0 ** np.arange(-18, 1), indexing="ij"))
-    (root / "accounting").mkdir()
-    save_table(pd.DataFrame({"epsilon": e, "steps": t, "sampling_probability": q, "delta": 1e-8,
-                             "sigma": DeterministicGaussianSigma()(e, t, q), "status": STATUS_OK})[list(COLUMNS)],
-               root / "accounting" / "sigma_table.parquet")
-    results = seeded_results(steps=2000, log_every=50, learning_rates=(2.0**-7,))
-    settings = LawSettings.create(False, warmup_steps=100)
-    fit_law(results, settings, seq_len=128, physical_batch=32, sigma_table=root / "accounting" / "sigma_table.parquet",
-            sampling="min").save(root / "law" / "fit")
-    write_replicates(replicate_grids(results, settings, range(4), seq_len=128, physical_batch=32),
-                     root / "law" / "bootstrap" / "replicates.parquet")
-    (root / "law" / "physical_batch").mkdir()
-    (root / "law" / "physical_batch" / "correction.json").write_text(
-        json.dumps(PhysicalBatchCorrection(0.1, 32, 10, 0.01).to_json()))
-    (root / "validate").mkdir()
-    write_calibration({"paper": Calibration("paper", False, 0.05, ("horizon (fit T <= 1000, predict the rest)",
-                                                                  "noise sigma-bar 2^-10"), 2 / 3, 0.9, 0.5,
-                                            iterations_from=500.0)}, root / "validate" / "calibration.json")
-    return root
-
-
-def shapes_provenance() -> dict:
-    return {"vocab_size": 1024, "microbatch_size": 8, "tokenizer": "train", "corpus": {"source": "synthetic"},
-            "models": {name: {"family": "bert", "layers": layers, "heads": heads, "hidden": hidden,
-                              "param_count": custom_param_count("bert", layers, heads, hidden, 1024, 128)}
-                       for name, (layers, heads, hidden) in SHAPES.items()}}
+    return write_run(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")
 def bundle(run_dir):
-    law = run_dir / "law"
-    return write_bundle(run_dir / "bundle", law / "fit", provenance=shapes_provenance(),
-                        sigma_table=run_dir / "accounting" / "sigma_table.parquet",
-                        bootstrap=law / "bootstrap", calibration=run_dir / "validate" / "calibration.json",
-                        correction=law / "physical_batch" / "correction.json").root
+    return write_run_bundle(run_dir, run_dir / "bundle").root
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 
 from dpscaling import cli
 from dpscaling.commands.law import default_compute_range
+from dpscaling.errors import UserError
 from dpscaling.law import LawSettings, fit_law, read_law
 from dpscaling.law.collect import REFERENCE_RESULTS_COLUMNS
 from dpscaling.law.columns import BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
@@ -122,35 +123,6 @@ def test_query_flag_errors(run, law_dir, argv, message) -> None:
 def test_not_a_law_directory(run, tmp_path) -> None:
     status, _, err = run("query", "--law", tmp_path, "--compute", 1e13, "--epsilon", 4, "--users", 1e6)
     assert status == 2 and "neither a law bundle" in err and "dpscaling fit" in err
-
-
-def test_a_law_without_accounting_answers_with_sigma_on_demand_at_the_asked_delta(run, inputs, tmp_path) -> None:
-    """No accounting table and a δ of the user's: σ is built on demand (and cached); the runnable answer's σ
-    spends exactly ε at that δ, by dp-accounting's own PLD accountant at a finer discretisation."""
-    import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
-
-    assert run("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128,
-               "--out", tmp_path / "law")[0] == 0
-    query = ("query", "--law", tmp_path / "law", "--compute", 1e12, "--epsilon", 4, "--users", 1e5,
-             "--delta", 1e-6, "--allow-extrapolation", "--json")
-    status, out, err = run(*query)
-    assert status == 0, err
-    assert "computing" in err  # the slabs were built ...
-    answer = json.loads(out)
-    assert "on demand" in answer["accounting"] and answer["query"]["delta"] == answer["delta"] == 1e-6
-    sigma, steps, q = answer["sigma"], answer["iterations"], answer["batch_size"] / 1e5
-    if answer["sampling"] == "poisson":
-        event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
-        count = steps
-    else:  # deterministic batches: each example in ⌈qT⌉ steps
-        event, count = dp_accounting.GaussianDpEvent(sigma), math.ceil(q * steps)
-    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
-    accountant.compose(event, count)
-    assert accountant.get_epsilon(1e-6) == pytest.approx(4.0, rel=5e-3)
-    status, again, err = run(*query)
-    assert status == 0 and "computing" not in err  # ... and cached
-    assert json.loads(again)["law_optimum"] == answer["law_optimum"]
 
 
 def test_query_configs_without_tables_calibrates_with_dpscaling_accounting(run, inputs, tmp_path) -> None:
@@ -454,3 +426,51 @@ def test_query_across_lengths_bands_the_answer_with_every_lengths_replicates(run
     assert status == 0, err
     answer = json.loads(out)
     assert answer["seed_only_interval_90"] is None and "at S = 128" in answer["interval"]
+
+
+def test_the_documented_example_curves_fit_and_answer(run, tmp_path) -> None:
+    """docs/results-format.md's commands on docs/examples/results.csv: any model names with a size column,
+    S and the physical batch from the file. Without an accounting table σ is built on demand (and cached);
+    the runnable answer's σ spends exactly ε, by dp-accounting's own PLD accountant at a finer discretisation."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from conftest import REPO
+
+    status, out, err = run("fit", "--results", REPO / "docs" / "examples" / "results.csv", "--warmup-steps", 40,
+                           "--rolling-window", 3, "--out", tmp_path / "my-law", "--json")
+    assert status == 0, err
+    assert json.loads(out)["models"] == 3 and json.loads(out)["failed_fits"] == 0
+    law = read_law(tmp_path / "my-law")
+    assert (law.seq_len, law.physical_batch) == (64, 32) and law.model_size_range()[0] == 49760
+    query = ("query", "--law", tmp_path / "my-law", "--compute", 1e12, "--epsilon", 8, "--users", 1e5, "--json")
+    status, out, err = run(*query)
+    assert status == 0, err
+    assert "computing" in err  # the slabs were built ...
+    answer = json.loads(out)
+    assert "on demand" in answer["accounting"] and answer["delta"] == 1e-8
+    assert answer["model"] is None and answer["model_size"] > 0  # no recorded shapes: M as a count
+    sigma, steps, q = answer["sigma"], answer["iterations"], answer["batch_size"] / 1e5
+    if answer["sampling"] == "poisson":
+        event, count = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
+    else:  # fixed batches: each example in ⌈qT⌉ steps
+        event, count = dp_accounting.GaussianDpEvent(sigma), math.ceil(q * steps)
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    accountant.compose(event, count)
+    assert accountant.get_epsilon(1e-8) == pytest.approx(8.0, rel=5e-3)
+    status, again, err = run(*query)
+    assert status == 0 and "computing" not in err  # ... and cached
+    assert json.loads(again)["law_optimum"] == answer["law_optimum"]
+
+
+def test_the_reference_format_takes_any_model_with_a_size_column(tmp_path) -> None:
+    from dpscaling.law.collect import read_reference_results
+
+    rows = "Model,Learning Rate,Iterations,Noise Batch Ratio,Cross Entropy{}\n"
+    (tmp_path / "named.csv").write_text(rows.format("") + "BertTiny,0.0078125,1000,0,5.0\n")
+    assert read_reference_results(tmp_path / "named.csv")["Model Size"].iloc[0] == 4.5e6
+    (tmp_path / "sized.csv").write_text(rows.format(",Model Size") + "Mine,0.0078125,1000,0,5.0,123456\n")
+    assert read_reference_results(tmp_path / "sized.csv")["Model Size"].iloc[0] == 123456
+    (tmp_path / "unknown.csv").write_text(rows.format("") + "Mine,0.0078125,1000,0,5.0\n")
+    with pytest.raises(UserError, match="add a 'Model Size' column"):
+        read_reference_results(tmp_path / "unknown.csv")

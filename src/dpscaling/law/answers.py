@@ -537,7 +537,8 @@ class ScalingLaw:
         flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
                  *model_size_flags(optimum.model_size, (float(sizes[0]), float(sizes[-1])), self.ranges.model_size),
                  *data_flags(runnable.batch_size, runnable.iterations, units, data.privacy_unit, self.ranges),
-                 *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates, answer.unpriced_sampling_rates)]
+                 *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates, answer.unpriced_sampling_rates,
+                              optimum.batch_size / units)]
         if saturation is not None:
             flags += saturation_flag(compute, saturation["compute"], optimum.predicted_loss,
                                      saturation["answer"]["predicted_loss"], SATURATION_TOLERANCE)

@@ -18,8 +18,9 @@ T ≥ ``calibration_iterations_from``. An answer is checked against those ranges
 ``sampling_rate_above_limit``    q = B/N above :data:`SAMPLING_RATE_LIMIT`
 ``repeats_data``                 with one sequence as the privacy unit, B·T > N: the answer passes over
                                  its data more than once, which no curve of the law did
-``candidates_without_sigma``     candidates of the search had no σ (outside the σ table, or refused by
-                                 the accountant), so the optimum is over the others
+``candidates_without_sigma``     candidates within an octave of the optimum's q = B/N had no σ (outside
+                                 the σ table, or refused by the accountant): a better one may be among
+                                 them (farther ones are only counted, ``candidates_without_answer``)
 ``past_saturation``              a smaller compute budget predicts a loss within the saturation tolerance
                                  of the best up to this one (paper Table 2's saturating compute)
 =============================== ======================================================================
@@ -89,8 +90,9 @@ class Flag:
 
 class ExtrapolationRefused(UserError):
     """The answer relies on the law beyond the extrapolation its validation measured (the policy of
-    :mod:`dpscaling.law.range_checks`). ``answer`` is the refused answer, with its flags; ``within`` the best
-    answer inside the validated range at the same budget (None when there is none)."""
+    :mod:`dpscaling.law.range_checks`). ``answer`` is the law's search whose optimum was refused
+    (:class:`dpscaling.law.queries.ComputeOptimal`); ``within`` the best configuration inside the validated
+    range at the same budget (a row of the search; None when there is none)."""
 
     def __init__(self, message: str, answer: Any = None, within: Any = None):
         super().__init__(message)
@@ -156,14 +158,20 @@ def data_flags(batch_size: float, iterations: float, units: float, privacy_unit:
     return flags
 
 
-def sigma_flags(without_sigma: int, candidates: int, sampling_rates: tuple[float, float] | None) -> list[Flag]:
-    """Candidates the σ source could not price (outside its table, or refused by the accountant)."""
-    if not without_sigma:
+def sigma_flags(without_sigma: int, candidates: int, sampling_rates: tuple[float, float] | None,
+                optimum_rate: float) -> list[Flag]:
+    """Candidates the σ source could not price (outside its table, or refused by the accountant) within an
+    octave of the optimum's q = B/N: a better configuration may be among them. Farther ones are only counted
+    (``candidates_without_answer``)."""
+    if not without_sigma or sampling_rates is None:
         return []
-    where = "" if sampling_rates is None else f" at q = B/N from {sampling_rates[0]:.3g} to {sampling_rates[1]:.3g}"
+    low, high = sampling_rates
+    if not low / 2 <= optimum_rate <= high * 2:
+        return []
     return [Flag("candidates_without_sigma", WARNING,
-                 f"{without_sigma} of {candidates} candidates have no σ{where} (outside the σ table, or refused by "
-                 "the accountant); the optimum is over the others", float(without_sigma), 0.0)]
+                 f"{without_sigma} of {candidates} candidates have no σ at q = B/N from {low:.3g} to {high:.3g} "
+                 f"(outside the σ table, or refused by the accountant), next to the optimum's q = {optimum_rate:.3g}: "
+                 "a better configuration may be among them", float(without_sigma), 0.0)]
 
 
 def saturation_flag(compute: float, saturating: float, loss: float, saturating_loss: float,
