@@ -47,7 +47,8 @@ def test_the_bundle_holds_everything_and_answers_the_same_from_anywhere(run, run
     manifest = json.loads((bundle / BUNDLE_FILE).read_text())
     assert manifest["contents"]["bootstrap_replicates"] == 4 and manifest["contents"]["calibration"]
     assert manifest["validated_ranges"]["extrapolation_factor"] == 2.0
-    assert manifest["validated_ranges"]["horizon"] == 2000 and manifest["validated_ranges"]["calibration_iterations_from"] == 500
+    ranges = manifest["validated_ranges"]
+    assert ranges["horizon"] == 2000 and ranges["calibration_iterations_from"] == 500
     assert manifest["provenance"]["models"]["Synthetic2"]["layers"] == 4
     argv = ("query", "--law", bundle, "--compute", QUERY["compute"], "--epsilon", QUERY["epsilon"], "--users",
             QUERY["users"], "--json")

@@ -119,7 +119,8 @@ def run_dir(tmp_path_factory):
     return root
 
 
-QUERY = ("--compute", 1e13, "--epsilon", 4, "--users", 1e5)
+# Just past the 1,000-step horizon of a law without calibration: answered, flagged.
+QUERY = ("--compute", 1e13, "--epsilon", 4, "--users", 1e5, "--allow-extrapolation")
 
 
 def test_query_prints_a_90_percent_interval_and_the_spread_of_the_optimum(run, run_dir) -> None:
@@ -127,13 +128,16 @@ def test_query_prints_a_90_percent_interval_and_the_spread_of_the_optimum(run, r
     status, out, err = run("query", "--law", law, *QUERY, "--json")
     assert status == 0, err
     answer = json.loads(out)
-    assert answer["bootstrap_replicates"] == 6 and "90%" in answer["interval"]
-    low, high = answer["predicted_loss_90"]
-    assert low <= high and abs(answer["predicted_loss"] - (low + high) / 2) < 0.2
+    optimum = answer["law_optimum"]
+    assert "6 bootstrap replicates" in answer["interval"]
+    low, high = optimum["seed_only_interval_90"]  # each replicate's own optimum
+    assert low <= high and abs(optimum["predicted_loss"] - (low + high) / 2) < 0.2
     for key in ("model_size_5_95", "batch_size_5_95", "iterations_5_95"):
-        assert answer[key][0] <= answer[key][1]
+        assert optimum[key][0] <= optimum[key][1]
+    low, high = answer["seed_only_interval_90"]  # the runnable configuration's loss over the replicates
+    assert low <= high
     status, out, _ = run("query", "--law", law, *QUERY)
-    assert status == 0 and "predicted_loss_90" in out and "model_size_5_95" in out
+    assert status == 0 and "seed-only 90% [" in out and "6 bootstrap replicates" in out
 
 
 def test_query_without_replicates_says_why(run, run_dir, tmp_path) -> None:
@@ -145,10 +149,11 @@ def test_query_without_replicates_says_why(run, run_dir, tmp_path) -> None:
     status, out, err = run("query", "--law", tmp_path / "law" / "fit", *QUERY, "--json")
     assert status == 0, err
     answer = json.loads(out)
-    assert NO_REPEATS in answer["interval"] and "predicted_loss_90" not in answer
+    assert "no bootstrap replicates" in answer["interval"] and answer["seed_only_interval_90"] is None
+    assert "seed_only_interval_90" not in answer["law_optimum"]
     status, out, _ = run("query", "--law", tmp_path / "law" / "fit", *QUERY, "--bootstrap",
                          run_dir / "law" / "bootstrap", "--json")
-    assert status == 0 and json.loads(out)["bootstrap_replicates"] == 6
+    assert status == 0 and "6 bootstrap replicates" in json.loads(out)["interval"]
     status, _, err = run("query", "--law", tmp_path / "law" / "fit", *QUERY, "--bootstrap", tmp_path / "none")
     assert status == 2 and "--bootstrap" in err
 

@@ -3,9 +3,10 @@
 A law bundle ships the run's σ table, which answers at that table's δ. A query at another δ, or a law
 fitted without any accounting table, needs σ for the thousands of candidates of one compute-optimal
 search (paper §3.4): too many for one calibration each (0.05–1 s), yet few distinct in (ε, q). So for
-each queried ε this builds a small table exactly as the accounting stage builds its own
+the ε of a query this builds a small table exactly as the accounting stage builds its own
 (:func:`dpscaling.accounting.table.compute_chunk`: one σ walk per (T, q) with dp-accounting's PLD,
-add/remove adjacency): ε within an octave of the query at 2^(1/4) steps, T at factor-2 steps over the
+add/remove adjacency): ε from an octave below the smallest queried to an octave above the largest at
+2^(1/4) steps, T at factor-2 steps over the
 queried range, q at the powers of two that bracket the queried sampling rates, each range one node wider
 on both sides for the cubic stencil; it is then read as the stage's table is
 (:class:`dpscaling.accounting.table.SigmaTable`, cubic at fixed σ, within 0.5% of direct calibration,
@@ -75,16 +76,15 @@ class OnDemandSigma:
         e, t, p = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (epsilon, steps, q)))
         sigma = np.full(e.shape, np.nan)
         valid = np.isfinite(e) & np.isfinite(t) & np.isfinite(p) & (e > 0) & (t >= 1) & (p > 0) & (p <= 1)
-        for value in np.unique(e[valid]):
-            rows = valid & (e == value)
-            table = self.table_for(float(value), t[rows], p[rows])
-            sigma[rows] = table.sigma(value, t[rows], p[rows], self.sampling, on_missing="nan")
+        if valid.any():  # one table for every ε of the call (a table's ε axis is nearly free)
+            table = self.table_for(e[valid], t[valid], p[valid])
+            sigma[valid] = table.sigma(e[valid], t[valid], p[valid], self.sampling, on_missing="nan")
         return sigma
 
-    def spec_for(self, epsilon: float, steps: np.ndarray, q: np.ndarray) -> TableSpec:
-        """The table that answers ``epsilon`` at these steps and sampling rates (module docstring)."""
-        e_low = math.floor(math.log2(epsilon) * EPSILON_PER_OCTAVE) - EPSILON_PER_OCTAVE
-        e_high = math.ceil(math.log2(epsilon) * EPSILON_PER_OCTAVE) + EPSILON_PER_OCTAVE
+    def spec_for(self, epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> TableSpec:
+        """The table that answers these ε, steps and sampling rates (module docstring)."""
+        e_low = math.floor(math.log2(float(np.min(epsilon))) * EPSILON_PER_OCTAVE) - EPSILON_PER_OCTAVE * MARGIN_OCTAVES
+        e_high = math.ceil(math.log2(float(np.max(epsilon))) * EPSILON_PER_OCTAVE) + EPSILON_PER_OCTAVE * MARGIN_OCTAVES
         t_low, t_high = _octaves(max(float(np.min(steps)), 1.0), max(float(np.max(steps)), 2.0))
         q_low, _ = _octaves(float(np.min(q)), float(np.max(q)), ceiling=0)
         return TableSpec(epsilon_min=2.0 ** (e_low / EPSILON_PER_OCTAVE),
@@ -92,8 +92,8 @@ class OnDemandSigma:
                          steps_min=int(2 ** max(t_low, 0)), steps_max=int(2 ** max(t_high, 1)), steps_per_octave=1,
                          q_min_log2=min(q_low, -1), q_per_octave=1, delta=self.delta)
 
-    def table_for(self, epsilon: float, steps: np.ndarray, q: np.ndarray) -> SigmaTable:
-        spec = self.spec_for(epsilon, steps, q)
+    def table_for(self, epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> SigmaTable:
+        spec = self.spec_for(np.atleast_1d(epsilon), steps, q)
         _, q_high = _octaves(float(np.min(q)), float(np.max(q)), ceiling=0)
         rates = [float(rate) for rate in spec.sampling_probabilities() if rate <= 2.0 ** q_high]
         key = (spec, tuple(rates))

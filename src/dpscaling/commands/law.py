@@ -352,13 +352,15 @@ def render_answer(answer: Answer) -> str:
         lines += [f"flag         {flag.code}: {flag.message}" for flag in answer.flags]
     else:
         lines.append("flags        none: inside the measured and validated ranges")
-    lines.append(f"law optimum  M = {optimum.model_size:,.0f}, B = {optimum.batch_size:,.4g}, T = {optimum.iterations:,.1f}, "
+    lines.append(f"law optimum  M = {optimum.model_size:,.0f}, B = {optimum.batch_size:,.4g}, "
+                 f"T = {optimum.iterations:,.1f}, "
                  f"predicted {optimum.predicted_loss:.4g}; {answer.near_optimal_count} configurations within "
                  f"{query['tolerance']:.0%} ({answer.candidates} candidates)")
     if answer.saturation is not None:
         best = answer.saturation["answer"]
         lines.append(f"saturation   at {answer.saturation['compute']:.3g} FLOPs: M = {best['model_size']:,.0f}, "
-                     f"B = {best['batch_size']:,.4g}, T = {best['iterations']:,.1f}, predicted {best['predicted_loss']:.4g}")
+                     f"B = {best['batch_size']:,.4g}, T = {best['iterations']:,.1f}, "
+                     f"predicted {best['predicted_loss']:.4g}")
     if answer.per_length is not None:
         lines.append("lengths      " + ", ".join(f"S={row['seq_len']}: {row['predicted_loss']:.4g}"
                                                for row in answer.per_length))

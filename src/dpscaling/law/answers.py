@@ -22,6 +22,7 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -403,35 +404,61 @@ class ScalingLaw:
             calibration, note = None, (f"no calibrated interval at S = {seq_len}: validate calibrates the law at "
                                        f"S = {self.seq_len} only")
         if calibration is not None and not math.isfinite(calibration.half_width):
-            calibration, note = None, f"no calibrated interval: {calibration.source} pools no answered held-out set"
+            calibration, note = None, (f"no calibrated interval: its calibration ({Path(calibration.source).name}) "
+                                       "pools no answered held-out set")
         return _Surface(int(seq_len), loss, iteration_bounds, model_range, replicates, calibration,
                         note or "no calibration in this law")
 
     def _refuse_beyond_validation(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, sizes,
                                   source, tolerance, correction, allow_extrapolation: bool) -> None:
-        """The policy (:mod:`dpscaling.law.range_checks`): an optimum beyond the validated T is refused,
-        naming the best answer inside the validated range."""
+        """The policy (:mod:`dpscaling.law.range_checks`): an optimum beyond the validated T is refused, naming
+        the best configuration inside the validated range at this budget and the largest budget whose
+        optimum stays inside it."""
         flag = refusal(iteration_flags(float(answer.optimum[ITERATIONS]), self.ranges, allow_extrapolation))
         if flag is None:
             return
         limit = min(self.ranges.validated_iterations, surface.iteration_bounds[1])
+        inside_bounds = (surface.iteration_bounds[0], limit)
         within = None
         if limit > surface.iteration_bounds[0]:
             try:
                 within = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
-                                         (surface.iteration_bounds[0], limit), tolerance, correction=correction).optimum
+                                         inside_bounds, tolerance, correction=correction).optimum
             except UserError:
                 within = None
-        if within is None:
-            inside = "no configuration at this budget stays inside it (pass a smaller --compute)"
-        else:
+        parts = []
+        if within is not None:
             best = Configuration.from_row(within, surface.seq_len)
-            inside = (f"inside it the best at this budget is M = {best.model_size:,.0f}, B = {best.batch_size:,.0f}, "
-                      f"T = {best.iterations:,.0f}, predicted loss {best.predicted_loss:.4g} (the extrapolated optimum: "
-                      f"{float(answer.optimum[CROSS_ENTROPY]):.4g}); pass a smaller --compute, or --model-size-range")
+            parts.append(f"inside it the best at this budget is M = {best.model_size:,.0f}, B = {best.batch_size:,.0f}, "
+                         f"T = {best.iterations:,.0f}, predicted loss {best.predicted_loss:.4g} (the extrapolated "
+                         f"optimum: {float(answer.optimum[CROSS_ENTROPY]):.4g})")
+        else:
+            parts.append("no configuration at this budget stays inside it")
+        smaller = self._largest_budget_inside(compute, epsilon, units, surface, sizes, source, correction, limit)
+        if smaller is not None:
+            parts.append(f"the largest budget whose optimum stays inside it is about {smaller.compute:.3g} FLOPs "
+                         f"(M = {smaller.model_size:,.0f}, B = {smaller.batch_size:,.0f}, T = {smaller.iterations:,.0f}, "
+                         f"predicted loss {smaller.predicted_loss:.4g})")
         raise ExtrapolationRefused(
-            f"{flag.message}. Refused: {inside}; --allow-extrapolation answers anyway, flagged (docs/query.md)",
-            answer=answer, within=within)
+            f"{flag.message}. Refused: {'; '.join(parts)}; --allow-extrapolation answers anyway, flagged "
+            "(docs/query.md)", answer=answer, within=within)
+
+    def _largest_budget_inside(self, compute, epsilon, units, surface: _Surface, sizes, source, correction,
+                               limit: float) -> Configuration | None:
+        """The largest budget C·2^(-k/2) whose compute-optimal T is at most ``limit`` (scanned
+        :data:`SATURATION_CHUNK_OCTAVES` octaves at a time), or None."""
+        lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
+        deepest = int(math.floor(min(SATURATION_OCTAVES, max(0.0, math.log2(compute / lowest)))
+                                 * SATURATION_STEPS_PER_OCTAVE))
+        for start in range(1, deepest + 1, SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE):
+            stop = min(deepest, start + SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE - 1)
+            budgets = compute * 2.0 ** (-np.arange(start, stop + 1) / SATURATION_STEPS_PER_OCTAVE)
+            per_compute = best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma, surface.seq_len,
+                                                sizes, surface.iteration_bounds, correction=correction)
+            inside = per_compute[per_compute[ITERATIONS] <= limit * (1 + 1e-9)]
+            if len(inside):
+                return Configuration.from_row(inside.loc[inside[COMPUTE].idxmax()], surface.seq_len)
+        return None
 
     def _optimum_interval(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
         """The seed-only 90% band of the optimum (each replicate's own optimum), or why there is none."""
@@ -492,7 +519,7 @@ class ScalingLaw:
             vocab = vocab or family_named(shapes[0].family).vocab_size
             try:
                 shape = nearest_shape(float(optimum[MODEL_SIZE]), shapes, int(vocab), surface.seq_len,
-                                      bounds=surface.model_size_range)
+                                      bounds=surface.model_size_range, measured_seq_len=self.seq_len)
             except UserError as error:
                 note = str(error)
         else:
@@ -600,8 +627,6 @@ def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] 
 
 
 def _existing(path, flag: str):
-    from pathlib import Path
-
     if not Path(path).is_file():
         raise UserError(f"{flag}: no such file {path}")
     return path

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -88,10 +89,11 @@ def preset_shapes(names: Sequence[str]) -> list[ModelShape]:
 
 
 def nearest_shape(model_size: float, measured: Sequence[ModelShape], vocab_size: int, seq_len: int,
-                  bounds: tuple[float, float] | None = None) -> ModelShape:
+                  bounds: tuple[float, float] | None = None, measured_seq_len: int | None = None) -> ModelShape:
     """The shape of the measured models' family with the parameter count nearest ``model_size`` (module
-    docstring), among counts inside ``bounds`` (the law's model range) when any is. Raises UserError without
-    measured shapes."""
+    docstring), among counts inside ``bounds`` (the law's model range) when any is. A measured model keeps
+    its name, and its recorded count when ``seq_len`` is the length it was recorded at (``measured_seq_len``,
+    None: the same). Raises UserError without measured shapes."""
     if not measured:
         raise UserError("no model shape: the law records no shapes of its measured models")
     family = measured[0].family
@@ -111,9 +113,11 @@ def nearest_shape(model_size: float, measured: Sequence[ModelShape], vocab_size:
             if count > model_size:
                 break
     shape = min(candidates, key=lambda item: item[:2])[2]
-    for known in measured:  # a measured model keeps its name (its own rows and count)
+    for known in measured:  # a measured model keeps its name (and at its own length its rows and count)
         if (known.layers, known.heads, known.hidden) == (shape.layers, shape.heads, shape.hidden):
-            return known
+            if measured_seq_len is None or measured_seq_len == seq_len:
+                return known
+            return dataclasses.replace(known, param_count=shape.param_count)
     return shape
 
 
