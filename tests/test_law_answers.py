@@ -227,3 +227,11 @@ def test_a_bundle_refuses_files_it_already_carries_and_unknown_formats(bundle, t
     (tmp_path / BUNDLE_FILE).write_text(json.dumps({"format": "something", "format_version": 9}))
     with pytest.raises(UserError, match="rebuild it"):
         read_bundle(tmp_path)
+
+
+def test_the_noise_edge_is_flagged() -> None:
+    from dpscaling.law.range_checks import noise_flags
+
+    (flag,) = noise_flags(2.0**-12 * 1.01, (2.0**-12, 2.0**-6))
+    assert flag.code == "noise_batch_ratio_at_edge" and flag.limit == 2.0**-12
+    assert noise_flags(2.0**-10, (2.0**-12, 2.0**-6)) == []

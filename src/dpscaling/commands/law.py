@@ -8,6 +8,7 @@ queries), print. ``query`` prints exactly the :class:`~dpscaling.law.answers.Ans
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -343,10 +344,11 @@ def render_answer(answer: Answer) -> str:
         f"noise        σ = {runnable.sigma:.5g} on the summed clipped gradients ({runnable.sampling} batches), "
         f"σ̄ = σ/B = {runnable.noise_batch_ratio:.4g}",
         f"loss         {runnable.predicted_loss:.4g}   seed-only 90% {_interval(runnable.seed_only_interval)}   "
-        f"calibrated 90% {_interval(runnable.calibrated_interval)}",
+        f"calibrated 90% {_interval(runnable.calibrated_interval)}" if math.isfinite(runnable.predicted_loss)
+        else f"loss         none: {runnable.model_note}",
         f"             {answer.loss_units}",
     ]
-    if runnable.calibrated_interval is None:
+    if runnable.calibrated_interval is None and math.isfinite(runnable.predicted_loss):
         lines.append(f"             calibrated interval: {answer.calibration_note}")
     if answer.flags:
         lines += [f"flag         {flag.code}: {flag.message}" for flag in answer.flags]

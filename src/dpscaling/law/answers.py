@@ -18,6 +18,7 @@ and where the law came from. ``dpscaling query`` prints exactly this object.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +44,8 @@ from dpscaling.law.queries import (
     InferenceAware, best_loss_per_compute, compute_cost, compute_optimal, constant_compute_configurations,
     evaluate_configurations, inference_aware, model_size_grid, saturating_compute)
 from dpscaling.law.range_checks import (
-    ExtrapolationRefused, Flag, ValidatedRanges, data_flags, iteration_flags, model_size_flags, one_line, refusal,
+    ExtrapolationRefused, Flag, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
+    one_line, refusal,
     saturation_flag, sigma_flags)
 from dpscaling.law.runnable import (
     ModelShape, best_learning_rate, exact_sigma, nearest_measured, nearest_shape, train_config, whole_batch,
@@ -57,6 +59,8 @@ CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGE
 SATURATION_STEPS_PER_OCTAVE = 2
 SATURATION_OCTAVES = 40
 SATURATION_CHUNK_OCTAVES = 8
+# The search's best candidates made runnable, in order, until one stays inside the law's range.
+RUNNABLE_CANDIDATES = 8
 
 
 @dataclass(frozen=True)
@@ -505,8 +509,31 @@ class ScalingLaw:
                 "resolution": f"2^(1/{SATURATION_STEPS_PER_OCTAVE}) in compute",
                 "answer": Configuration.from_row(row, surface.seq_len).to_json()}
 
-    def _runnable(self, optimum: pd.Series, compute, epsilon, delta, units, surface: _Surface, source: SigmaSource,
+    def _runnable(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, source: SigmaSource,
                   correction, microbatch_size) -> Runnable:
+        """The search's leading candidates (best first, :data:`RUNNABLE_CANDIDATES` distinct after rounding)
+        made runnable and re-priced exactly; the lowest finite predicted loss wins. Rounding can move a
+        candidate out of the law's range (σ' below its smallest σ̄, say); the next then answers."""
+        tried, first = set(), None
+        for _, row in answer.leading.iterrows():
+            runnable = self._rounded(row, compute, epsilon, units, surface, source, correction, microbatch_size)
+            key = (runnable.model_size, runnable.batch_size, runnable.iterations)
+            if key in tried:
+                continue
+            tried.add(key)
+            first = first or runnable
+            if math.isfinite(runnable.predicted_loss):
+                return runnable
+            if len(tried) >= RUNNABLE_CANDIDATES:
+                break
+        return dataclasses.replace(first, model_note=(
+            f"{first.model_note + '; ' if first.model_note else ''}no rounded configuration of the {len(tried)} best "
+            f"is inside the law's range (σ̄ = {first.noise_batch_ratio:.4g}, the law's σ̄ range "
+            f"{self.ranges.noise_batch_ratio[0]:.4g}..{self.ranges.noise_batch_ratio[1]:.4g})"))
+
+    def _rounded(self, optimum: pd.Series, compute, epsilon, units, surface: _Surface, source: SigmaSource,
+                 correction, microbatch_size) -> Runnable:
+        """One candidate rounded (:mod:`dpscaling.law.runnable`): shape, whole microbatches and steps, exact σ."""
         bundle = self.bundle
         provenance = bundle.provenance
         shapes = bundle.shapes
@@ -559,10 +586,10 @@ class ScalingLaw:
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
                 saturation, per_length=None, lengths_without_answer=None, inference=None) -> Answer:
         optimum = Configuration.from_row(answer.optimum, surface.seq_len)
-        runnable = self._runnable(answer.optimum, compute, epsilon, source.delta, units, surface, source, correction,
-                                  microbatch_size)
+        runnable = self._runnable(answer, compute, epsilon, units, surface, source, correction, microbatch_size)
         flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
                  *model_size_flags(optimum.model_size, (float(sizes[0]), float(sizes[-1])), self.ranges.model_size),
+                 *noise_flags(optimum.noise_batch_ratio, self.ranges.noise_batch_ratio),
                  *data_flags(runnable.batch_size, runnable.iterations, units, data.privacy_unit, self.ranges),
                  *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates, answer.unpriced_sampling_rates,
                               optimum.batch_size / units)]

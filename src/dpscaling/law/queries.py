@@ -33,6 +33,7 @@ MODEL_SIZE_MARGIN = 0.01
 DEFAULT_TOLERANCE = 0.01
 REFERENCE_BAND_TOLERANCE = 0.02
 SATURATION_TOLERANCE = 0.01
+LEADING_CANDIDATES = 32
 BATCH_LARGER_THAN_DATA = "batch size larger than the data budget (q = B/N > 1)"
 NO_SIGMA = "accounting cannot calibrate sigma here (outside its table)"
 RANGE_COLUMNS = (MODEL_SIZE, BATCH_SIZE, ITERATIONS, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)
@@ -112,6 +113,8 @@ class ComputeOptimal:
     unanswered: dict[str, int] = field(default_factory=dict)
     # The sampling rates q = B/N of the candidates without σ (None: every candidate had one).
     unpriced_sampling_rates: tuple[float, float] | None = None
+    # The best answered candidates, lowest loss first (the near-optimal set may hold only the optimum).
+    leading: pd.DataFrame | None = None
 
     def ranges(self) -> dict[str, tuple[float, float]]:
         """Range of each hyper-parameter over the near-optimal set (the figures' bands)."""
@@ -148,7 +151,8 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
     unpriced = evaluated[evaluated[REASON] == NO_SIGMA]
     rates = unpriced[BATCH_SIZE] / unpriced[DATA_BUDGET]
     return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered,
-                          (float(rates.min()), float(rates.max())) if len(rates) else None)
+                          (float(rates.min()), float(rates.max())) if len(rates) else None,
+                          answered.head(LEADING_CANDIDATES).reset_index(drop=True))
 
 
 def inference_cost(model_size, inference_tokens: float):

@@ -15,6 +15,8 @@ T ≥ ``calibration_iterations_from``. An answer is checked against those ranges
 ``iterations_below_calibration`` T below the calibrated interval's region
 ``model_size_at_edge``           the optimum is the largest (or smallest) model the search may pick: a
                                  larger (smaller) model might be better, and the law cannot say
+``noise_batch_ratio_at_edge``    the optimum's σ̄ is at the smallest σ̄ the law measured: less noise might
+                                 be better, and the law cannot say
 ``sampling_rate_above_limit``    q = B/N above :data:`SAMPLING_RATE_LIMIT`
 ``repeats_data``                 with one sequence as the privacy unit, B·T > N: the answer passes over
                                  its data more than once, which no curve of the law did
@@ -138,6 +140,17 @@ def model_size_flags(model_size: float, searched: tuple[float, float], measured:
     return [Flag("model_size_at_edge", WARNING,
                  f"M = {model_size:,.0f} is at the {edge} model the law covers ({limit:,.0f} measured): a {other} "
                  "model may be better, and the law cannot say", model_size, limit)]
+
+
+def noise_flags(noise_batch_ratio: float, measured: tuple[float, float]) -> list[Flag]:
+    """The optimum's σ̄ within a batch-size step (2^(1/4)) of the smallest σ̄ the law measured: less noise (a
+    larger batch, more data) might be better, and the law cannot say (it does not extrapolate in σ̄)."""
+    smallest = measured[0]
+    if not 0 < noise_batch_ratio <= smallest * 2 ** 0.25:
+        return []
+    return [Flag("noise_batch_ratio_at_edge", WARNING,
+                 f"σ̄ = {noise_batch_ratio:.4g} is at the smallest noise the law measured ({smallest:.4g}): less noise "
+                 "might be better, and the law cannot say", noise_batch_ratio, smallest)]
 
 
 def data_flags(batch_size: float, iterations: float, units: float, privacy_unit: str,
