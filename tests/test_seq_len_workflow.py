@@ -127,6 +127,7 @@ def test_query_on_the_runs_law_across_lengths_returns_a_length(seqlen_run: Path)
         query = answer["query"]
         assert query["privacy_unit"] == "sequence" and query["data_budget_units"] == np.floor(64000 / optimum["seq_len"])
         assert answer["seq_len"] == optimum["seq_len"] and isinstance(answer["iterations"], int)
-        assert answer["model"]["family"] == "decoder"
+        if law == "law/bundle":  # the bundle records the grid's shapes: a decoder shape is answered
+            assert answer["model"]["family"] == "decoder"
     info = json.loads((seqlen_run / "law" / "bundle" / "bundle.json").read_text())
     assert info["contents"]["sequence_lengths"] == list(LENGTHS)
