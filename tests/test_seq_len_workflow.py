@@ -112,8 +112,17 @@ def test_query_on_the_runs_law_across_lengths_returns_a_length(seqlen_run: Path)
 
     data = pd.read_csv(seqlen_run / "figures" / f"{FIGURE}.csv").dropna(subset=["Cross Entropy"])
     row = data[data["Privacy Budget"] == 16.0].iloc[-1]  # a budget the figure answered
-    for law in ("law/lengths", "law/bundle"):  # the run's law across lengths, and its bundle, which carries it
-        command = [sys.executable, "-m", "dpscaling.cli", "query", "--law", str(seqlen_run / law), "--tokens",
+    # The run's law across lengths, and a bundle of it (every length's law and replicates copied in).
+    bundle = seqlen_run.parent.parent / "bundle"
+    made = subprocess.run([sys.executable, "-m", "dpscaling.cli", "law", "bundle", "--law",
+                           str(seqlen_run / "law" / "fit"), "--bootstrap", str(seqlen_run / "law" / "bootstrap"),
+                           "--lengths", str(seqlen_run / "law" / "lengths"), "--out", str(bundle), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["sequence_lengths"] == list(LENGTHS)
+    answers = []
+    for law in (seqlen_run / "law" / "lengths", bundle):
+        command = [sys.executable, "-m", "dpscaling.cli", "query", "--law", str(law), "--tokens",
                    "64000", "--epsilon", "16", "--compute", repr(float(row["Compute"])), "--allow-extrapolation",
                    "--json"]
         result = subprocess.run(command, capture_output=True, text=True, cwd=seqlen_run.parent.parent, timeout=300)
@@ -127,7 +136,5 @@ def test_query_on_the_runs_law_across_lengths_returns_a_length(seqlen_run: Path)
         query = answer["query"]
         assert query["privacy_unit"] == "sequence" and query["data_budget_units"] == np.floor(64000 / optimum["seq_len"])
         assert answer["seq_len"] == optimum["seq_len"] and isinstance(answer["iterations"], int)
-        if law == "law/bundle":  # the bundle records the grid's shapes: a decoder shape is answered
-            assert answer["model"]["family"] == "decoder"
-    info = json.loads((seqlen_run / "law" / "bundle" / "bundle.json").read_text())
-    assert info["contents"]["sequence_lengths"] == list(LENGTHS)
+        answers.append(answer)
+    assert answers[0]["law_optimum"] == answers[1]["law_optimum"]  # the bundle answers as the run's laws do
