@@ -153,12 +153,9 @@ def private_model_models(config: Config, label: str) -> list[str]:
 def private_model_sizes(config: Config, label: str) -> dict[str, int]:
     """The parameter count (at the primary length) of the model budget ``label``'s configuration names;
     none for a budget the law's search plans."""
-    run = typed(config)
-    models = private_model_models(run, label)
-    if models == list(run.models.names) and len(models) != 1:
-        return {}
     from dpscaling.private_model import budget_by_label
 
+    run = typed(config)
     if budget_by_label(run.private_model.to_mapping(), run.accounting.delta, label).configuration is None:
         return {}
-    return {name: int(run.model_config(name).param_count().total) for name in models}
+    return {name: int(run.model_config(name).param_count().total) for name in private_model_models(run, label)}

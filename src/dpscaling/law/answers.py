@@ -35,23 +35,23 @@ from dpscaling.law.bundle import Bundle, load_bundle
 from dpscaling.law.calibration import Calibration, calibrated_interval
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
-    PRIVACY_BUDGET, REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
+    PRIVACY_BUDGET, REASON, SIGMA)
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.noise import SigmaSource, read_accounting_csv
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
+from dpscaling.law.pipeline import existing_file
 from dpscaling.law.queries import (
     DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, ComputeOptimal,
     InferenceAware, best_loss_per_compute, compute_cost, compute_optimal, constant_compute_configurations,
     evaluate_configurations, inference_aware, model_size_grid, saturating_compute)
 from dpscaling.law.range_checks import (
     ExtrapolationRefused, Flag, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
-    one_line, refusal,
-    saturation_flag, sigma_flags)
+    one_line, refusal, saturation_flag, sigma_flags)
 from dpscaling.law.runnable import (
     ModelShape, best_learning_rate, exact_sigma, nearest_measured, nearest_shape, train_config, whole_batch,
     whole_steps)
 from dpscaling.law.sequence_length import (
-    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff, privacy_units)
+    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff)
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
 # Budgets of the saturation scan: C·2^(-k/2) down to the law's smallest budget (at most 40 octaves), in
@@ -449,20 +449,31 @@ class ScalingLaw:
 
     def _largest_budget_inside(self, compute, epsilon, units, surface: _Surface, sizes, source, correction,
                                limit: float) -> Configuration | None:
-        """The largest budget C·2^(-k/2) whose compute-optimal T is at most ``limit`` (scanned
-        :data:`SATURATION_CHUNK_OCTAVES` octaves at a time), or None."""
+        """The largest budget C·2^(-k/2) below C whose compute-optimal T is at most ``limit``, or None."""
+        for _, per_compute in self._optima_below(compute, epsilon, units, surface, sizes, source, correction,
+                                                 first=1):
+            inside = per_compute[per_compute[ITERATIONS] <= limit * (1 + 1e-9)]
+            if len(inside):  # chunks come highest budget first: the first hit holds the largest
+                return Configuration.from_row(inside.loc[inside[COMPUTE].idxmax()], surface.seq_len)
+        return None
+
+    def _optima_below(self, compute, epsilon, units, surface: _Surface, sizes, source, correction, first: int = 0):
+        """The compute-optimal configuration of each budget C·2^(-k/2), k from ``first`` down to the law's
+        smallest budget (at most :data:`SATURATION_OCTAVES` octaves), one chunk of
+        :data:`SATURATION_CHUNK_OCTAVES` octaves at a time: (budgets, their
+        :func:`dpscaling.law.queries.best_loss_per_compute` frame) per chunk, highest budgets first; callers
+        stop as soon as they have what they need."""
         lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
         deepest = int(math.floor(min(SATURATION_OCTAVES, max(0.0, math.log2(compute / lowest)))
                                  * SATURATION_STEPS_PER_OCTAVE))
-        for start in range(1, deepest + 1, SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE):
-            stop = min(deepest, start + SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE - 1)
+        start = first
+        while start <= deepest:
+            stop = min(deepest, start + SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE)
             budgets = compute * 2.0 ** (-np.arange(start, stop + 1) / SATURATION_STEPS_PER_OCTAVE)
-            per_compute = best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma, surface.seq_len,
-                                                sizes, surface.iteration_bounds, correction=correction)
-            inside = per_compute[per_compute[ITERATIONS] <= limit * (1 + 1e-9)]
-            if len(inside):
-                return Configuration.from_row(inside.loc[inside[COMPUTE].idxmax()], surface.seq_len)
-        return None
+            yield budgets, best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma,
+                                                 surface.seq_len, sizes, surface.iteration_bounds,
+                                                 correction=correction)
+            start = stop + 1
 
     def _optimum_interval(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
         """The seed-only 90% band of the optimum (each replicate's own optimum), or why there is none."""
@@ -484,24 +495,18 @@ class ScalingLaw:
 
     def _saturation(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
         """The smallest budget ≤ C within the saturation tolerance of the best loss up to C (paper Table 2's
-        saturating compute), over the budgets C·2^(-k/2): scanned :data:`SATURATION_CHUNK_OCTAVES` octaves at
-        a time, further down only while the lowest budget scanned is still within the tolerance."""
-        lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
-        deepest = min(SATURATION_OCTAVES, max(0.0, math.log2(compute / lowest))) * SATURATION_STEPS_PER_OCTAVE
-        scanned, frames, start = 0, [], 0
-        while True:
-            stop = min(int(math.floor(deepest)), start + SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE)
-            budgets = compute * 2.0 ** (-np.arange(start, stop + 1) / SATURATION_STEPS_PER_OCTAVE)
-            frames.append(best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma, surface.seq_len,
-                                                sizes, surface.iteration_bounds, correction=correction))
+        saturating compute), over the budgets C·2^(-k/2), further down only while the lowest budget scanned
+        is still within the tolerance."""
+        frames, scanned = [], 0
+        for budgets, chunk in self._optima_below(compute, epsilon, units, surface, sizes, source, correction):
             scanned += len(budgets)
+            frames.append(chunk)
             per_compute = pd.concat([frame for frame in frames if len(frame)] or frames, ignore_index=True)
-            if per_compute.empty or stop >= deepest:
+            if per_compute.empty:
                 break
             row = saturating_compute(per_compute, SATURATION_TOLERANCE)
             if float(row[COMPUTE]) > float(budgets[-1]) * (1 + 1e-9):
                 break  # the saturating budget lies above the lowest one scanned: found
-            start = stop + 1
         if per_compute.empty:
             return None
         row = saturating_compute(per_compute.sort_values(COMPUTE), SATURATION_TOLERANCE)
@@ -647,16 +652,10 @@ def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] 
     directory of ``dpscaling fit`` with the files given here (bootstrap replicates, calibration.json, a
     physical-batch correction, the authors' accounting CSVs)."""
     bundle = load_bundle(path, bootstrap=bootstrap, calibration=calibration, correction=physical_batch_correction)
-    tables = tuple(read_accounting_csv(_existing(p, flag)) if p is not None else None
-                   for p, flag in ((accounting_amplified, "--accounting-amplified"),
-                                   (accounting_unamplified, "--accounting-unamplified")))
+    tables = tuple(read_accounting_csv(existing_file(csv, flag)) if csv is not None else None
+                   for csv, flag in ((accounting_amplified, "--accounting-amplified"),
+                                     (accounting_unamplified, "--accounting-unamplified")))
     return ScalingLaw(bundle, tables if any(t is not None for t in tables) else None)
-
-
-def _existing(path, flag: str):
-    if not Path(path).is_file():
-        raise UserError(f"{flag}: no such file {path}")
-    return path
 
 
 __all__ = ["Answer", "Configuration", "ExtrapolationRefused", "Runnable", "ScalingLaw", "load_law"]

@@ -47,6 +47,7 @@ from dpscaling.law.bootstrap import Replicates, bootstrap_directory, load_replic
 from dpscaling.law.calibration import Calibration, calibration_file, load_calibration
 from dpscaling.law.columns import ITERATIONS, NOISE_BATCH_RATIO, SOURCE
 from dpscaling.law.physical_batch import PhysicalBatchCorrection, load_correction
+from dpscaling.law.pipeline import existing_file, sha256
 from dpscaling.law.range_checks import ValidatedRanges
 from dpscaling.law.runnable import ModelShape, preset_shapes
 from dpscaling.law.sequence_length import (
@@ -122,12 +123,6 @@ class Bundle:
                 "sequence_lengths": self.lengths.across.lengths if self.lengths else [self.law.seq_len]}
 
 
-def sha256_of(path: str | os.PathLike[str]) -> str:
-    from dpscaling.law.pipeline import sha256
-
-    return sha256(Path(path))
-
-
 def data_provenance(data_meta: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """From the packed data's manifest: the vocabulary's sha256 and the sha256 of every corpus file it was
     built from."""
@@ -135,7 +130,7 @@ def data_provenance(data_meta: str | os.PathLike[str] | None = None) -> dict[str
     if data_meta is not None:
         meta = json.loads(Path(data_meta).read_text(encoding="utf-8"))
         source = meta.get("source") or {}
-        files = {Path(path).name: sha256_of(path) for path in source.get("paths") or [] if Path(path).is_file()}
+        files = {Path(path).name: sha256(Path(path)) for path in source.get("paths") or [] if Path(path).is_file()}
         found["vocab_sha256"] = meta.get("vocab_sha256")
         found["corpus"] = {"source": source.get("source"), "hf_dataset": source.get("hf_dataset"),
                            "hf_split": source.get("hf_split") if source.get("hf_dataset") else None,
@@ -238,16 +233,13 @@ def bundle_from_law(directory: str | os.PathLike[str], *, bootstrap: str | os.Pa
         notes["bootstrap"] = "no bootstrap replicates next to the law (pass --bootstrap, or query the run's bundle)"
     found = None
     if calibration is not None:
-        if not Path(calibration).is_file():
-            raise UserError(f"--calibration: no such file {calibration}")
-        found = load_calibration(calibration, law.settings)
+        found = load_calibration(existing_file(calibration, "--calibration"), law.settings)
     elif found_calibration is not None and found_calibration.is_file():
         found = load_calibration(found_calibration, law.settings)
     if found is None:
         notes["calibration"] = ("no calibration next to the law (run `snakemake validate`, pass --calibration, or "
                                 "query the run's bundle)")
-    if correction is not None and not Path(correction).is_file():
-        raise UserError(f"--physical-batch-correction: no such file {correction}")
+    existing_file(correction, "--physical-batch-correction")
     return Bundle(law=law, provenance=law_provenance(law), ranges=validated_ranges(law, found),
                   replicates=replicates, calibration=found,
                   correction=load_correction(correction) if correction is not None else None,

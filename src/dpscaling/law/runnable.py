@@ -33,7 +33,7 @@ import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.law.columns import ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SOURCE
-from dpscaling.models.family import FAMILIES, PRESETS, family_named
+from dpscaling.models.family import PRESETS, family_named
 
 # The widest model a shape search considers: hidden up to this many head widths.
 MAX_HEADS = 256
@@ -173,13 +173,3 @@ def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate
                                            "data_budget": int(units), "compute": float(compute),
                                            "configuration": configuration}]}
     return block
-
-
-def family_of_shapes(shapes: Sequence[ModelShape]) -> str | None:
-    families = {shape.family for shape in shapes}
-    if len(families) > 1:
-        raise UserError(f"the law's measured models mix families {sorted(families)}")
-    family = families.pop() if families else None
-    if family is not None and family not in FAMILIES:
-        raise UserError(f"unknown model family {family!r}; known: {sorted(FAMILIES)}")
-    return family
