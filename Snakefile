@@ -21,6 +21,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/private_model.smk"
+include: "workflow/rules/savings.smk"
 
 
 localrules:
@@ -41,6 +42,7 @@ localrules:
     nonprivate,
     ablation_batch,
     private_model,
+    savings,
     bundle,
 
 

@@ -227,6 +227,9 @@ class Work:
     steps: int
     batch: int
     seq_len: int | None = None  # None = the run's data.seq_len
+    # a shape the config does not name (a savings run's neighbour): its parameter count and family
+    param_count: int | None = None
+    family: str | None = None
 
 
 # The resources a sized job sets; every training-like rule gets all of them (None = not requested).
@@ -235,11 +238,15 @@ SIZED_RESOURCES = ("cpus_per_task", "mem_mb", "runtime", "nodes", "gpu", "gres",
 
 def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, Any]:
     """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
+    from dpscaling.models.family import family_named
+
     seq_len = work.seq_len or run.data.seq_len
-    n_params = run.model_config(work.model, seq_len).param_count().total
+    if work.param_count is not None:
+        n_params, family = work.param_count, family_named(work.family or "bert")
+    else:
+        n_params, family = run.model_config(work.model, seq_len).param_count().total, run.models.family(work.model)
     return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=seq_len,
-                           throughput=run.models.family(work.model).throughput,
-                           attempt=attempt).snakemake()
+                           throughput=family.throughput, attempt=attempt).snakemake()
 
 
 def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = None,
@@ -273,9 +280,28 @@ def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None 
         chosen = json.loads(open(plan, encoding="utf-8").read())
         work = Work(chosen["model"], int(chosen["iterations"]), int(chosen["truncated_batch_size"]))
     else:
-        largest = max(run.models.names, key=lambda name: run.model_config(name).param_count().total)
-        work = grid_work(run, largest, {**run.training.to_mapping(), "sampling": "poisson"})
+        work = _largest_private_work(run)
     return work if scoring is None else evaluation_work(work.model, scoring)
+
+
+def _largest_private_work(run: RunConfig) -> Work:
+    """Before a plan exists (a dry run): the largest of the run's models at the grid's horizon, Poisson."""
+    largest = max(run.models.names, key=lambda name: run.model_config(name).param_count().total)
+    return grid_work(run, largest, {**run.training.to_mapping(), "sampling": "poisson"})
+
+
+def savings_work(run: RunConfig, plan: str | os.PathLike[str], role: str) -> Work:
+    """A ``savings`` run (its held-out scoring included, a small part): the role's model (a shape the config
+    may not name), iterations and padded batch L from the budget's plan; before it exists, as :func:`plan_work`."""
+    import json
+
+    if os.path.exists(plan):
+        chosen = json.loads(open(plan, encoding="utf-8").read())["runs"].get(role, {})
+        if "model_shape" in chosen:
+            return Work(chosen["model"], int(chosen["iterations"]), int(chosen["truncated_batch_size"]),
+                        param_count=int(chosen["model_shape"]["param_count"]),
+                        family=chosen["model_shape"]["family"])
+    return _largest_private_work(run)
 
 
 class _SizedResource:

@@ -86,8 +86,9 @@ class Budget:
         return label if fixed is None else f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
 
 
-def budgets(block: Mapping[str, Any], default_delta: float) -> list[Budget]:
-    """The budgets of a ``private_model`` config block (δ defaults to ``default_delta``, accounting.delta)."""
+def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -> list[Budget]:
+    """The budgets of a config block ``name`` (``private_model``, ``savings``; δ defaults to ``default_delta``,
+    accounting.delta)."""
     result = []
     for index, entry in enumerate(block["budgets"]):
         delta = entry.get("delta")
@@ -99,12 +100,12 @@ def budgets(block: Mapping[str, Any], default_delta: float) -> list[Budget]:
         budget = Budget(float(entry["epsilon"]), float(default_delta if delta is None else delta),
                         int(entry["data_budget"]), float(entry["compute"]), fixed)
         if not (budget.epsilon > 0 and 0 < budget.delta < 1 and budget.data_budget >= 1 and budget.compute > 0):
-            raise UserError(f"{BLOCK}.budgets[{index}]: epsilon, data_budget and compute must be positive and "
+            raise UserError(f"{name}.budgets[{index}]: epsilon, data_budget and compute must be positive and "
                             f"delta in (0, 1), got {dict(entry)}")
         result.append(budget)
     labels = [b.label for b in result]
     if len(set(labels)) != len(labels):
-        raise UserError(f"{BLOCK}.budgets: a budget is listed twice ({labels})")
+        raise UserError(f"{name}.budgets: a budget is listed twice ({labels})")
     return result
 
 
@@ -191,7 +192,7 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
              "noise_batch_ratio": float(optimum[NOISE_BATCH_RATIO]), "predicted_loss": float(optimum[CROSS_ENTROPY]),
              "sampling": source.sampling, "delta": float(source.delta), "candidates": answer.candidates,
              "models": list(sizes.index)}
-    plan = _priced_plan(law, budget, model, float(best[MODEL_SIZE]), chosen["batch"], chosen["steps"], learning_rate,
+    plan = priced_plan(law, budget, model, float(best[MODEL_SIZE]), chosen["batch"], chosen["steps"], learning_rate,
                         microbatch_size, correction, query)
     return plan | {"candidates_repriced": len(priced), "candidates_answered": len(answered)}
 
@@ -214,11 +215,11 @@ def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], l
              "noise_batch_ratio": table_sigma / batch,
              "predicted_loss": corrected_loss(law, correction, size, steps, table_sigma / batch, batch),
              "sampling": source.sampling, "delta": float(source.delta), "candidates": 1, "fixed": True}
-    return _priced_plan(law, budget, fixed.model, size, batch, steps, fixed.learning_rate or learning_rate,
+    return priced_plan(law, budget, fixed.model, size, batch, steps, fixed.learning_rate or learning_rate,
                         microbatch_size, correction, query)
 
 
-def _priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, steps: int,
+def priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, steps: int,
                  learning_rate: float | None, microbatch_size: int | None, correction: PhysicalBatchCorrection | None,
                  query: dict[str, Any]) -> dict[str, Any]:
     """The plan of (model, B, T) for ``budget``: σ calibrated for truncated Poisson at its priced L (as the

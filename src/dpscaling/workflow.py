@@ -159,3 +159,27 @@ def private_model_sizes(config: Config, label: str) -> dict[str, int]:
     if budget_by_label(run.private_model.to_mapping(), run.accounting.delta, label).configuration is None:
         return {}
     return {name: int(run.model_config(name).param_count().total) for name in private_model_models(run, label)}
+
+
+def savings_settings(config: Config):
+    """The ``savings`` block typed (:class:`dpscaling.savings.plan.SavingsSettings`)."""
+    from dpscaling.savings.plan import SavingsSettings
+
+    run = typed(config)
+    return SavingsSettings.from_mapping(run.savings.to_mapping(), run.accounting.delta)
+
+
+def savings_plan_settings(config: Config, label: str) -> dict[str, Any]:
+    """Rule ``savings_plan``'s param: the ``savings`` block with budget ``label`` only and without its
+    evaluation, so adding a budget or changing how runs are scored replans nothing."""
+    run = typed(config)
+    block = run.savings.to_mapping()
+    budget = savings_settings(run).budget(label)
+    entries = [entry for entry in block["budgets"] if _budget_label(entry, run.accounting.delta) == budget.label]
+    return {**{key: value for key, value in block.items() if key != "evaluation"}, "budgets": entries}
+
+
+def _budget_label(entry: Mapping[str, Any], default_delta: float) -> str:
+    from dpscaling.private_model import budgets
+
+    return budgets({"budgets": [entry]}, default_delta)[0].label

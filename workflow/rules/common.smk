@@ -1,8 +1,15 @@
+import json
 import sys
 
 from snakemake.utils import min_version
 
-from dpscaling.cluster import evaluation_work, grid_work, job_resources, plan_work
+from dpscaling.cluster import (
+    evaluation_work,
+    grid_work,
+    job_resources,
+    plan_work,
+    savings_work,
+)
 from dpscaling.figures import ALL_FIGURES
 from dpscaling.figures.common import (
     ABLATION as NEEDS_ABLATION,
@@ -52,6 +59,8 @@ from dpscaling.workflow import (
     model_param,
     private_model_models,
     private_model_sizes,
+    savings_plan_settings,
+    savings_settings,
     training_params,
     validation_modes,
 )

@@ -435,6 +435,31 @@ class PrivateModelBlock(Block):
     evaluation: Evaluation
 
 
+@dataclass(frozen=True, kw_only=True)
+class SavingsBaseline(Block):
+    name: str
+    model: str | None = None
+    tokens_per_parameter: float | None = None
+    iterations: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavingsBlock(Block):
+    """Target ``savings`` (typed further by :class:`dpscaling.savings.plan.SavingsSettings`)."""
+
+    NAME: ClassVar[str] = "savings"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"evaluation": Evaluation}
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"budgets": BudgetEntry, "baselines": SavingsBaseline}
+    budgets: tuple[BudgetEntry, ...]
+    fractions: tuple[float, ...]
+    seeds: tuple[int, ...]
+    baselines: tuple[SavingsBaseline, ...]
+    neighbours: tuple[str, ...]
+    neighbour_factor: float
+    physical_batch_correction: bool
+    evaluation: Evaluation
+
+
 # ------------------------------------------------------------------------------------------- the run
 
 
@@ -444,7 +469,8 @@ class RunConfig(Block):
 
     NESTED: ClassVar[Mapping[str, type[Block]]] = {
         "data": DataBlock, "models": ModelsBlock, "training": TrainingBlock, "accounting": AccountingBlock,
-        "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock}
+        "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock,
+        "savings": SavingsBlock}
     run_name: str
     host_threads: int
     compilation_cache: str | None
@@ -458,6 +484,7 @@ class RunConfig(Block):
     ablation_batch: AblationBlock
     audit: AuditBlock
     private_model: PrivateModelBlock
+    savings: SavingsBlock
 
     @property
     def root(self) -> str:

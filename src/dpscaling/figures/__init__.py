@@ -17,11 +17,12 @@ from pathlib import Path
 from dpscaling.errors import UserError
 from dpscaling.figures import (
     baselines, compute_allocation, excess_vulnerability, full_grid, nonprivate, parametric, physical_batch,
-    private_model, seq_len_tradeoff, smoothing, training_curves, vary_compute, vector_fields)
+    private_model, savings, seq_len_tradeoff, smoothing, training_curves, vary_compute, vector_fields)
 from dpscaling.figures.common import FLOOR, FigureSpec, save_figure, with_floor
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.physical_batch import AblationContext
 from dpscaling.figures.private_model import PrivateModelContext
+from dpscaling.figures.savings import SavingsContext
 
 _MODULES = (compute_allocation, vary_compute, full_grid, baselines, nonprivate,
             vector_fields, excess_vulnerability, smoothing, training_curves, parametric)
@@ -38,16 +39,18 @@ def ablation_figures(family: str) -> dict[str, FigureSpec]:
 ALL_FIGURES: dict[str, FigureSpec] = {**FIGURES, **ABLATION_FIGURES, **LENGTH_FIGURES}
 # Drawn by the private_model report from its own table (dpscaling.figures.private_model).
 PRIVATE_MODEL_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in private_model.FIGURES}
+# Drawn by the savings report from its own tables (dpscaling.figures.savings).
+SAVINGS_FIGURES: dict[str, FigureSpec] = {spec.name: spec for spec in savings.FIGURES}
 
 
 def figure_spec(name: str) -> FigureSpec:
-    known = {**ALL_FIGURES, **PRIVATE_MODEL_FIGURES}
+    known = {**ALL_FIGURES, **PRIVATE_MODEL_FIGURES, **SAVINGS_FIGURES}
     if name not in known:
         raise UserError(f"unknown figure {name!r}; known: {', '.join(sorted(known))}")
     return known[name]
 
 
-def render(name: str, context: AnalysisContext | AblationContext | PrivateModelContext,
+def render(name: str, context: AnalysisContext | AblationContext | PrivateModelContext | SavingsContext,
            stem: str | Path) -> list[Path]:
     """Compute figure ``name``'s data and write ``stem``.pdf/.png/.csv."""
     spec = figure_spec(name)

@@ -290,6 +290,19 @@ class ScalingLaw:
             self._sources[delta] = source
         return self._sources[delta]
 
+    def shape_near(self, model_size: float, seq_len: int | None = None,
+                   bounds: tuple[float, float] | None = None) -> ModelShape:
+        """The model shape of the law's family whose parameter count at ``seq_len`` (None: the law's S) is
+        nearest ``model_size``, among counts inside ``bounds`` when any is (:func:`nearest_shape`)."""
+        shapes = self.bundle.shapes
+        if not shapes:
+            raise UserError("no model shape: the law records no shapes of its measured models")
+        from dpscaling.models.family import family_named
+
+        vocab = self.bundle.provenance.get("vocab_size") or family_named(shapes[0].family).vocab_size
+        return nearest_shape(float(model_size), shapes, int(vocab), int(seq_len or self.seq_len), bounds=bounds,
+                             measured_seq_len=self.seq_len)
+
     def default_tolerance(self) -> float:
         return REFERENCE_BAND_TOLERANCE if self.bundle.law.settings.reference_compatible else DEFAULT_TOLERANCE
 
@@ -540,22 +553,12 @@ class ScalingLaw:
                  correction, microbatch_size) -> Runnable:
         """One candidate rounded (:mod:`dpscaling.law.runnable`): shape, whole microbatches and steps, exact σ."""
         bundle = self.bundle
-        provenance = bundle.provenance
-        shapes = bundle.shapes
-        microbatch = int(microbatch_size or provenance.get("microbatch_size") or 1)
-        vocab = provenance.get("vocab_size") or None
+        microbatch = int(microbatch_size or bundle.provenance.get("microbatch_size") or 1)
         shape, note = None, ""
-        if shapes:
-            from dpscaling.models.family import family_named
-
-            vocab = vocab or family_named(shapes[0].family).vocab_size
-            try:
-                shape = nearest_shape(float(optimum[MODEL_SIZE]), shapes, int(vocab), surface.seq_len,
-                                      bounds=surface.model_size_range, measured_seq_len=self.seq_len)
-            except UserError as error:
-                note = str(error)
-        else:
-            note = "no model shape: the law records no shapes of its measured models"
+        try:
+            shape = self.shape_near(float(optimum[MODEL_SIZE]), surface.seq_len, bounds=surface.model_size_range)
+        except UserError as error:
+            note = str(error)
         model_size = shape.param_count if shape is not None else int(round(float(optimum[MODEL_SIZE])))
         batch = whole_batch(float(optimum[BATCH_SIZE]), microbatch, units)
         low, high = surface.iteration_bounds

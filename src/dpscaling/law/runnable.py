@@ -59,6 +59,13 @@ class ModelShape:
         """The ``models.custom`` entry that builds this shape."""
         return {"layers": self.layers, "heads": self.heads, "hidden": self.hidden, "family": self.family}
 
+    def job_param(self, seq_len: int) -> dict[str, Any]:
+        """A training job's ``model`` param for this shape at ``seq_len`` (what the config's ``models.custom``
+        entry gives: :meth:`dpscaling.config.blocks.ModelsBlock.param`)."""
+        family = family_named(self.family)
+        return {"layers": self.layers, "heads": self.heads, "hidden": self.hidden, "intermediate": None,
+                "family": self.family, **family.rows_trained_at(seq_len)}
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

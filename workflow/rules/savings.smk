@@ -1,0 +1,112 @@
+# The law's promise measured (docs/savings.md): target `savings`, not part of `all`.
+# Per budget: the plan (the law bundle's answer, its re-optimised fractions of C, the baselines and the
+# answer's neighbours, each priced as a private run) -> one private training job per run (held-out loss
+# included) -> the runs' table, the budgets' table and two figures. The plan is a checkpoint: a fraction
+# of C the law cannot answer, or a neighbour that rounds to the answer itself, trains nothing.
+from dpscaling.savings.plan import trained_roles
+
+SAVINGS = f"{RESULTS}/savings"
+SAVINGS_SETTINGS = savings_settings(CFG)
+SAVINGS_BUDGETS = [budget.label for budget in SAVINGS_SETTINGS.budgets]
+
+
+wildcard_constraints:
+    savings_budget=alternation(SAVINGS_BUDGETS) if SAVINGS_BUDGETS else "no-budget",
+    role=alternation(SAVINGS_SETTINGS.roles()),
+
+
+checkpoint savings_plan:
+    input:
+        bundle=rules.law_bundle.output[0],
+    output:
+        f"{SAVINGS}/{{savings_budget}}/plan.json",
+    log:
+        f"{RESULTS}/logs/savings/{{savings_budget}}/plan.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        settings=lambda wildcards: savings_plan_settings(CFG, wildcards.savings_budget),
+        delta=config["accounting"]["delta"],
+        microbatch=config["training"]["microbatch_size"],
+    script:
+        "../scripts/savings_plan.py"
+
+
+def savings_job(wildcards, input):
+    return savings_work(CFG, input.plan, wildcards.role)
+
+
+rule savings_train:
+    input:
+        plan=f"{SAVINGS}/{{savings_budget}}/plan.json",
+        meta=PRIMARY_PACKED["meta"],
+        train=PRIMARY_PACKED["train"],
+        heldout=PRIMARY_PACKED["heldout"],
+    output:
+        curve=f"{SAVINGS}/{{savings_budget}}/{{role}}/metrics.parquet",
+        evaluation=f"{SAVINGS}/{{savings_budget}}/{{role}}/evaluation.json",
+    log:
+        f"{RESULTS}/logs/savings/{{savings_budget}}/{{role}}.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: config["host_threads"]
+    resources:
+        **job_resources(CFG, savings_job),
+    params:
+        models={name: model_param(CFG, name) for name in config["models"]["names"]},
+        training=private_training(config["training"]),
+        evaluation=config["savings"]["evaluation"],
+        checkpoint_dir=lambda wildcards: f"{SAVINGS}/{wildcards.savings_budget}/{wildcards.role}/checkpoint",
+    script:
+        "../scripts/savings_train.py"
+
+
+def savings_runs(wildcards):
+    """Every trained run's curve and evaluation, once each budget's plan says which runs it has."""
+    runs = {"curves": [], "evaluations": []}
+    for label in SAVINGS_BUDGETS:
+        plan = checkpoints.savings_plan.get(savings_budget=label).output[0]
+        for role in trained_roles(json.loads(open(plan, encoding="utf-8").read())):
+            outputs = rules.savings_train.output
+            runs["curves"].append(outputs.curve.format(savings_budget=label, role=role))
+            runs["evaluations"].append(outputs.evaluation.format(savings_budget=label, role=role))
+    return runs
+
+
+rule savings_report:
+    input:
+        unpack(savings_runs),
+        plans=expand(rules.savings_plan.output[0], savings_budget=SAVINGS_BUDGETS),
+    output:
+        runs_csv=f"{SAVINGS}/runs.csv",
+        runs_md=f"{SAVINGS}/runs.md",
+        runs_tex=f"{SAVINGS}/runs.tex",
+        csv=f"{SAVINGS}/table.csv",
+        md=f"{SAVINGS}/table.md",
+        tex=f"{SAVINGS}/table.tex",
+        compare_pdf=f"{SAVINGS}/baseline_compare_measured.pdf",
+        compare_png=f"{SAVINGS}/baseline_compare_measured.png",
+        compare_csv=f"{SAVINGS}/baseline_compare_measured.csv",
+        savings_pdf=f"{SAVINGS}/savings.pdf",
+        savings_png=f"{SAVINGS}/savings.png",
+        savings_csv=f"{SAVINGS}/savings.csv",
+    log:
+        f"{RESULTS}/logs/savings/report.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        window=law_settings(CFG)["rolling_window"],
+    script:
+        "../scripts/savings_report.py"
+
+
+rule savings:
+    input:
+        rules.savings_report.output,
+        RUN_CONFIG,

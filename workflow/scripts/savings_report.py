@@ -1,0 +1,17 @@
+from pathlib import Path
+
+from dpscaling.logs import log_to_file
+from dpscaling.savings.report import write_report
+
+with log_to_file(snakemake.log[0]) as log:
+    budgets = write_report(
+        snakemake.input.plans,
+        snakemake.input.curves,
+        snakemake.input.evaluations,
+        snakemake.params.window,
+        Path(snakemake.output.runs_csv).with_suffix(""),
+        Path(snakemake.output.csv).with_suffix(""),
+        Path(snakemake.output.compare_pdf).with_suffix(""),
+        Path(snakemake.output.savings_pdf).with_suffix(""),
+    )
+    log.info("savings:\n%s", budgets.to_string())

@@ -1,0 +1,26 @@
+import logging
+from pathlib import Path
+
+from dpscaling.train.distributed import configure_job
+
+# Before JAX starts its CPU backend: use the cores this job was given, not all of them, and the
+# shared compilation cache (read from the config, not a param: it never changes what a job computes).
+configure_job(snakemake.threads, snakemake.config["compilation_cache"])
+
+from dpscaling.logs import log_to_file  # noqa: E402
+from dpscaling.savings.plan import train_role  # noqa: E402
+
+with log_to_file(snakemake.log[0]) as log:
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step
+    summary, scored = train_role(
+        snakemake.input.plan,
+        snakemake.wildcards.role,
+        snakemake.params.models,
+        snakemake.params.training,
+        Path(snakemake.input.meta).parent,
+        snakemake.output.curve,
+        snakemake.params.checkpoint_dir,
+        snakemake.params.evaluation,
+        snakemake.output.evaluation,
+    )
+    log.info("%s: %s; held-out: %s", snakemake.wildcards.role, summary, scored)
