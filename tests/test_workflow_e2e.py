@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow(minutes=8)  # the smoke fixture runs the whole wor
 def smoke_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("smoke")
     # Target `all`, and private_model (not part of `all`), which reuses this run's law.
-    run_snakemake("all", "private_model", "--cores", "2", "--configfile", str(SMOKE), cwd=workdir, timeout=1800)
+    run_snakemake("all", "private_model", "savings", "--cores", "2", "--configfile", str(SMOKE), cwd=workdir,
+                  timeout=1800)
     return workdir / "results" / "smoke"
 
 
@@ -301,6 +302,81 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
     assert "bootstrap replicates" in markdown and markdown.count("| BertNano") + markdown.count("| BertMicro") == len(budgets)
     for suffix in ("pdf", "png", "csv"):
         assert (out / f"predicted_vs_achieved.{suffix}").stat().st_size > 0
+
+
+def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_privately(smoke_run: Path) -> None:
+    import dp_accounting
+    import yaml
+
+    smoke = yaml.safe_load(SMOKE.read_text())
+    out = smoke_run / "savings"
+    runs, table = pd.read_csv(out / "runs.csv"), pd.read_csv(out / "table.csv")
+    assert sorted(runs["role"]) == ["answer", "answer_c2", "answer_seed1", "baseline_dp_expert", "batch_x2"]
+    seq_len = smoke["data"]["seq_len"]
+    answer = runs[runs["role"] == "answer"].iloc[0]
+    for row in runs.itertuples():
+        assert (row.status, row.accountant, row.sampler) == ("finished", "truncated_poisson", "poisson")
+        assert row.trained_compute == pytest.approx(6 * row.model_size * row.batch_size * seq_len * row.iterations)
+        # the baseline and the neighbour spend the answer's compute; C/2's answer half the budget
+        expected = 0.5 * row.compute if row.role == "answer_c2" else answer.trained_compute
+        assert row.trained_compute == pytest.approx(expected, rel=0.01 if row.role != "answer_c2" else 0.1)
+        # ε: the run's accountant, the report's recomputation and dp-accounting here agree on the budget's ε
+        curve = pd.read_parquet(out / row.budget / row.role / "metrics.parquet").iloc[-1]
+        assert int(curve["dataset_size"]) == row.data_budget and int(curve["accounted_steps"]) == row.iterations
+        event = dp_accounting.SelfComposedDpEvent(dp_accounting.TruncatedSubsampledGaussianDpEvent(
+            int(curve["dataset_size"]), float(curve["sampling_probability"]), int(curve["truncated_batch_size"]),
+            float(curve["sigma"])), int(curve["accounted_steps"]))
+        epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4).compose(event).get_epsilon(
+            float(curve["delta"]))
+        assert row.epsilon_spent == pytest.approx(epsilon, rel=0.01) == pytest.approx(row.epsilon_recomputed, rel=0.01)
+        assert epsilon == pytest.approx(row.epsilon, rel=0.01) and row.epsilon_spent <= row.epsilon * (1 + 1e-9)
+        assert 0 < row.heldout_loss < 20 and np.isfinite(row.train_loss)
+    seeds = runs[runs["kind"] == "answer"]
+    assert sorted(seeds["seed"]) == [0, 1] and seeds["batch_size"].nunique() == seeds["iterations"].nunique() == 1
+    row = table.iloc[0]
+    assert row.seed_spread == pytest.approx(seeds["heldout_loss"].max() - seeds["heldout_loss"].min())
+    assert row.answer_heldout == pytest.approx(seeds["heldout_loss"].mean())
+    assert row.best_baseline == "dp_expert" and row.regret >= 0
+    neighbour = runs.loc[runs["role"] == "batch_x2", "heldout_loss"].iloc[0]
+    assert row.regret == pytest.approx(max(0.0, row.answer_heldout - neighbour))
+    assert np.isnan(row.measured_saving) or row.measured_saving in (1.0, 2.0)
+    for stem in ("baseline_compare_measured", "savings"):
+        for suffix in ("pdf", "png", "csv"):
+            assert (out / f"{stem}.{suffix}").stat().st_size > 0
+
+
+def test_a_savings_plan_spends_the_answer_s_compute_in_every_kind_of_run(smoke_run: Path) -> None:
+    import dpscaling
+    from dpscaling.savings.plan import SavingsSettings, compute_of, plan_savings
+
+    block = {"budgets": [{"epsilon": 16.0, "data_budget": 1000, "compute": 1e11}], "fractions": [0.5],
+             "seeds": [0, 3], "neighbours": ["model_x", "model_div", "batch_x", "batch_div"],
+             "baselines": [{"name": "chinchilla", "tokens_per_parameter": 20, "iterations": 30},
+                           {"name": "expert", "model": "BertNano", "iterations": 10}]}
+    settings = SavingsSettings.from_mapping(block, 1e-8)
+    bundle = smoke_run / "law" / "bundle"
+    plan = plan_savings(bundle, settings, settings.budgets[0].label, None)
+    runs, law = plan["runs"], dpscaling.load_law(bundle)
+    assert list(runs) == settings.roles()
+    answer = runs["answer"]
+    assert (answer["model_size"], answer["batch_size"], answer["iterations"]) == (
+        plan["answer"]["model_size"], plan["answer"]["batch_size"], plan["answer"]["iterations"])
+    assert [run.get("seed") for run in runs.values()][:2] == [0, 3]
+    for role, run in runs.items():
+        if "skipped" in run:  # said why, and only a neighbour the family's shapes cannot reach
+            assert role.startswith("model_") and "shape" in run["skipped"]
+            continue
+        assert compute_of(run["model_shape"]["param_count"], run["batch_size"], run["iterations"],
+                          run["seq_len"]) == pytest.approx(run["compute"], rel=1e-12)
+        if run["kind"] != "fraction":
+            assert run["compute"] == pytest.approx(plan["answer_compute"], rel=0.01), role
+        assert run["noise_batch_ratio"] == pytest.approx(run["sigma"] / run["batch_size"])
+    assert runs["baseline_chinchilla"]["model_size"] == law.shape_near((plan["answer_compute"] / 120) ** 0.5).param_count
+    assert runs["baseline_expert"]["model"] == "BertNano"
+    assert runs["batch_x2"]["batch_size"] > answer["batch_size"] > runs["batch_div2"]["batch_size"]
+    assert runs["batch_div2"]["iterations"] > answer["iterations"] > runs["batch_x2"]["iterations"]
+    half = law.query(5e10, 16.0, users=1000, physical_batch_correction=True, allow_extrapolation=True).runnable
+    assert (runs["answer_c2"]["batch_size"], runs["answer_c2"]["iterations"]) == (half.batch_size, half.iterations)
 
 
 def test_the_law_bundle_answers_alone_with_a_runnable_configuration(smoke_run: Path, tmp_path: Path) -> None:
