@@ -209,7 +209,10 @@ class Answer:
             # half_width: the interval's at this answer; q: at a measured point (the same with a constant scale).
             calibration = {"method": self.calibration.method, "mode": self.calibration.mode,
                            "level": self.calibration.level, "guaranteed_level": self.calibration.guaranteed_level,
-                           "half_width": _half_width(self.runnable.calibrated_interval),
+                           "half_width": (None if self.runnable.calibrated_interval is None else
+                                          self.calibration.half_width_at(self.runnable.model_size,
+                                                                         self.runnable.iterations,
+                                                                         self.runnable.noise_batch_ratio)),
                            "q": self.calibration.half_width,
                            "interval_scale": "constant" if self.calibration.scale is None else "distance",
                            "sets": len(self.calibration.sets), "iterations_from": self.calibration.iterations_from}
@@ -232,11 +235,6 @@ class Answer:
 
 def _pair(values) -> list[float] | None:
     return None if values is None else [float(values[0]), float(values[1])]
-
-
-def _half_width(interval) -> float | None:
-    """The half-width of the calibrated interval the answer carries (None without one)."""
-    return None if interval is None else (float(interval[1]) - float(interval[0])) / 2
 
 
 def _snake(column: str) -> str:
