@@ -69,7 +69,8 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "fit.fill_missing_nbr": ("log_nbr", NOT_STATED + " (the authors' code: positional)"),
     "fit.bootstrap": ({"replicates": 20, "chunk_size": 5, "seed": 0},
                       NOT_STATED + " (intervals, docs/fit.md; planned only where seeds are repeated)"),
-    "fit.validation": ({"replicates": 20}, NOT_STATED + " (interval coverage on held-out sets, docs/fit.md)"),
+    "fit.validation": ({"replicates": 20, "interval_scale": "distance"},
+                       NOT_STATED + " (interval coverage on held-out sets, docs/fit.md)"),
     "fit.physical_batch_correction": ({"enabled": False, "physical_batch": 256, "points": []},
                                       "the paper's law depends on sigma-bar alone (an extension, off)"),
     # §2 Privacy Budget; appendix "Notes on Generalized DP-SGD", Minibatch Selection.

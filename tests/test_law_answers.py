@@ -103,6 +103,29 @@ def test_a_runnable_answer_trains_whole_microbatches_and_steps_at_the_budget(bun
     assert fixed["data_budget"] == 1_000_000 and fixed["epsilon"] == 4.0 and fixed["delta"] == 1e-8
 
 
+def test_a_distance_scaled_calibration_gives_the_half_width_at_the_answer_s_point(run_dir, tmp_path) -> None:
+    from dpscaling.law import read_law
+    from dpscaling.law.calibration import DISTANCE_METHOD, Calibration, write_calibration
+    from dpscaling.law.columns import SOURCE
+    from dpscaling.law.distance import DistanceScale
+
+    law = read_law(run_dir / "law" / "fit")
+    scale = DistanceScale.of(law.grid[law.grid[SOURCE] == "measured"])
+    path = tmp_path / "calibration.json"
+    write_calibration({"paper": Calibration("paper", False, 0.05, ("horizon (fit T <= 1000, predict the rest)",),
+                                            0.5, 1.0, 0.0, method=DISTANCE_METHOD, iterations_from=500.0,
+                                            scale=scale)}, path)
+    answer = dpscaling.load_law(run_dir / "law" / "fit", calibration=path).query(**QUERY)
+    runnable = answer.runnable
+    distance = float(scale.distance(runnable.model_size, runnable.iterations, runnable.noise_batch_ratio))
+    assert distance > 0  # a new shape between measured models, at a σ̄ between columns
+    low, high = runnable.calibrated_interval
+    assert (high - low) / 2 == pytest.approx(0.05 * (1 + distance))
+    described = answer.to_json()["calibration"]
+    assert described["half_width"] == pytest.approx(0.05 * (1 + distance)) and described["q"] == 0.05
+    assert described["interval_scale"] == "distance"
+
+
 @pytest.mark.parametrize("delta", [1e-8])
 def test_the_runnable_sigma_spends_exactly_the_asked_epsilon(bundle, delta) -> None:
     """Recomputed independently: dp-accounting's own PLD accountant at a finer discretisation, and Microsoft's

@@ -103,6 +103,16 @@ def test_a_report_row_carries_both_intervals_the_correction_and_the_split() -> N
     assert row["inside_calibrated"] and not row["inside_seed_only"]  # no replicates: no seed-only interval
     assert (row["law_error"], row["physical_batch_effect"], row["sampler_effect"]) == pytest.approx((0.03, -0.05, -0.03))
     assert (row["twin_grid_batch"], row["twin_recommended_batch"]) == (32, 256)
+    # A distance-scaled calibration: the half-width at the plan's point, q · (1 + its distance from the measured
+    # points; here one doubling beyond a horizon of 500 steps, at a measured model and σ̄).
+    from dpscaling.law.distance import DistanceScale, MeasuredPoints
+
+    scaled = Calibration("paper", False, 0.2, ("horizon",), 0.5, 1.0, 0.0,
+                         scale=DistanceScale(MeasuredPoints((4e5,), (nbr,), 500.0), 1.0, 1.0))
+    row = report_row(plan, curve(law_loss - 0.05, 256), {"loss": 5.0}, {"audited_epsilon": 0.5,
+                     "audit_has_power": True}, law, None, None, twins, correction, scaled)
+    assert (row["calibrated_low"], row["calibrated_high"]) == pytest.approx((law_loss - shift - 0.4,
+                                                                             law_loss - shift + 0.4))
 
 
 def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:

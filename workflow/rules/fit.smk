@@ -254,6 +254,8 @@ rule validate_law:
         # Seed-only intervals of each held-out fit: bootstrap refits, resampled like fit.bootstrap's.
         replicates=config["fit"]["validation"]["replicates"],
         seed=config["fit"]["bootstrap"]["seed"],
+        # How the calibrated half-width varies with the point: q·(1 + distance) or q.
+        interval_scale=config["fit"]["validation"]["interval_scale"],
     script:
         "../scripts/validate.py"
 

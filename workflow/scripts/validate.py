@@ -2,7 +2,7 @@ from dpscaling.figures.validation import predicted_vs_measured
 from dpscaling.law import LawSettings
 from dpscaling.law.calibration import CAPTION as COVERAGE_CAPTION
 from dpscaling.law.calibration import LABEL as COVERAGE_LABEL
-from dpscaling.law.calibration import coverage, write_calibration
+from dpscaling.law.calibration import coverage, interval_scale, write_calibration
 from dpscaling.law.collect import load_results
 from dpscaling.law.validation import CAPTION, LABEL, error_table, validate
 from dpscaling.logs import log_to_file
@@ -26,7 +26,9 @@ with log_to_file(snakemake.log[0]) as log:
     write_table(table, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL)
     predicted_vs_measured(points, snakemake.output.pdf.removesuffix(".pdf"))
     log.info("held-out validation:\n%s", table.to_string(index=False))
-    covered, calibrations = coverage(points, modes)
+    covered, calibrations = coverage(
+        points, modes, scale=interval_scale(snakemake.params.interval_scale, results)
+    )
     write_table(
         covered,
         snakemake.output.coverage.removesuffix(".csv"),

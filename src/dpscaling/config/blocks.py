@@ -287,6 +287,7 @@ class Bootstrap(Block):
 @dataclass(frozen=True, kw_only=True)
 class Validation(Block):
     replicates: int
+    interval_scale: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -206,10 +206,16 @@ class Answer:
                 optimum[key] = list(pair)
         calibration: Any = self.calibration_note
         if self.calibration is not None:
+            # half_width: the interval's at this answer; q: at a measured point (the same with a constant scale).
             calibration = {"method": self.calibration.method, "mode": self.calibration.mode,
                            "level": self.calibration.level, "guaranteed_level": self.calibration.guaranteed_level,
-                           "half_width": self.calibration.half_width, "sets": len(self.calibration.sets),
-                           "iterations_from": self.calibration.iterations_from}
+                           "half_width": (None if self.runnable.calibrated_interval is None else
+                                          self.calibration.half_width_at(self.runnable.model_size,
+                                                                         self.runnable.iterations,
+                                                                         self.runnable.noise_batch_ratio)),
+                           "q": self.calibration.half_width,
+                           "interval_scale": "constant" if self.calibration.scale is None else "distance",
+                           "sets": len(self.calibration.sets), "iterations_from": self.calibration.iterations_from}
         document = {
             "query": self.query, **{key: runnable[key] for key in runnable if key != "train_config"},
             "loss_units": self.loss_units, "interval": self.interval_note, "calibration": calibration,
@@ -578,7 +584,7 @@ class ScalingLaw:
         if surface.replicates is not None and math.isfinite(predicted):
             lows, highs = interval(surface.replicates.loss_matrix(m, t, s))
             seed_only = (float(np.ravel(lows - shift)[0]), float(np.ravel(highs - shift)[0]))
-        calibrated = (calibrated_interval(predicted, surface.calibration)
+        calibrated = (calibrated_interval(predicted, surface.calibration, m[0], t[0], s[0])
                       if surface.calibration is not None and math.isfinite(predicted) else None)
         rate = None
         sizes = bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE].to_dict()

@@ -27,6 +27,9 @@ curves are those of the *full* results' repeated seeds, not of the held-out fit'
 is a property of training, not of which measurements the law is fitted on (and a held-out set may have
 removed every repeated run, e.g. the smallest model's). :mod:`dpscaling.law.calibration` scores both
 intervals.
+
+Each target also gets its distance from the points the held-out fit was fitted on
+(:mod:`dpscaling.law.distance`, in the full grid's gaps): the scale of the calibrated interval.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from dpscaling.law.artifact import Law, fit_law
 from dpscaling.law.bootstrap import interval, refit, residual_curves
 from dpscaling.law.collect import primary_seed_curves
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
+from dpscaling.law.distance import DistanceScale, MeasuredPoints
 from dpscaling.law.settings import LawSettings
 
 LABEL = "validation"
@@ -56,6 +60,8 @@ HELD_OUT = "Held Out"
 MODE = "Mode"
 KIND = "Kind"
 SEED_LOW, SEED_HIGH = "Seed-only 5%", "Seed-only 95%"
+# A target's distance from the points its held-out fit saw (dpscaling.law.distance).
+DISTANCE = "Distance"
 HORIZON_FRACTION = 0.5
 # Kinds of held-out set: what the law is asked to do to predict it.
 HORIZON, MODEL_EXTRAPOLATION, INTERIOR_MODEL, NOISE = "horizon", "model extrapolation", "interior model", "noise"
@@ -154,8 +160,9 @@ def seed_only_interval(held: HeldOut, settings: LawSettings, residuals: list[pd.
 def validate(results: pd.DataFrame, modes: Mapping[str, LawSettings], *, seq_len: int, physical_batch: int,
              horizon_fraction: float = HORIZON_FRACTION, replicates: int = 0, seed: int = 0) -> pd.DataFrame:
     """Every held-out set × mode: one row per target point with the measured and predicted loss, the set's
-    kind and the seed-only 90% interval of the held-out fit (``replicates`` bootstrap refits, resampling seed
-    ``seed``; NaN when ``replicates`` is 0 or ``results`` has no repeated seeds).
+    kind, the seed-only 90% interval of the held-out fit (``replicates`` bootstrap refits, resampling seed
+    ``seed``; NaN when ``replicates`` is 0 or ``results`` has no repeated seeds) and the target's distance
+    from the points the held-out fit saw, in the gaps of ``results``' grid.
 
     ``modes`` maps a name (e.g. "paper", "reference-compatible") to its settings; a held-out set whose fit
     fails in a mode leaves its predictions NaN there.
@@ -165,7 +172,11 @@ def validate(results: pd.DataFrame, modes: Mapping[str, LawSettings], *, seq_len
     # Seed noise is measured on the full results' repeated seeds, whatever a held-out set removes.
     residuals = residual_curves(results) if replicates > 0 else []
     options = dict(seq_len=seq_len, physical_batch=physical_batch)
+    scale = DistanceScale.of(results)
     for held in held_out_sets(results, warmup, horizon_fraction):
+        distance = scale.distance(*(held.targets[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS,
+                                                                             NOISE_BATCH_RATIO)),
+                                  measured=MeasuredPoints.of(held.fit_on))
         for mode, settings in modes.items():
             try:
                 law = fit_law(held.fit_on, settings, **options)
@@ -176,7 +187,8 @@ def validate(results: pd.DataFrame, modes: Mapping[str, LawSettings], *, seq_len
             if residuals and np.isfinite(predicted).any():
                 low, high = seed_only_interval(held, settings, residuals, replicates, seed, **options)
             rows.append(held.targets.assign(**{PREDICTED: predicted, SEED_LOW: low, SEED_HIGH: high,
-                                               HELD_OUT: held.name, KIND: held.kind, MODE: mode}))
+                                               DISTANCE: distance, HELD_OUT: held.name, KIND: held.kind,
+                                               MODE: mode}))
     if not rows:
         raise UserError("validation: no held-out set can be formed from these results")
     return pd.concat(rows, ignore_index=True)

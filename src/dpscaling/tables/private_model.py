@@ -72,7 +72,8 @@ def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping
         low, high = float(lows[0]) - shift, float(highs[0]) - shift
     calibrated_low = calibrated_high = math.nan
     if calibration is not None:
-        calibrated_low, calibrated_high = (float(v) for v in calibrated_interval(predicted, calibration))
+        calibrated_low, calibrated_high = calibrated_interval(predicted, calibration, float(plan["model_size"]),
+                                                              float(plan["iterations"]), nbr)
     achieved = achieved_training_loss(curve, window)
     twin_losses = {name: achieved_training_loss(twin, window) for name, twin in twins.items()}
     return {
