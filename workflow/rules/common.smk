@@ -38,6 +38,7 @@ from dpscaling.grid import (
     repeat_grid,
 )
 from dpscaling.io import lock_results
+from dpscaling.savings.plan import trained_roles
 from dpscaling.layout import (
     ONE_LENGTH_RUN_ID,
     PACK_LOG,
@@ -197,3 +198,22 @@ def private_training_job(wildcards, input):
 
 def private_scoring_job(wildcards, input):
     return plan_work(CFG, input.plan, scoring=CFG.private_model.evaluation.examples)
+
+
+# A savings run is sized from its budget's plan (model, T, L) once the plan exists.
+def savings_job(wildcards, input):
+    return savings_work(CFG, input.plan, wildcards.role)
+
+
+def savings_runs(wildcards):
+    """Every trained run's curve and evaluation, once each budget's plan says which runs it has."""
+    runs = {"curves": [], "evaluations": []}
+    for label in SAVINGS_BUDGETS:
+        plan = checkpoints.savings_plan.get(savings_budget=label).output[0]
+        for role in trained_roles(json.loads(open(plan, encoding="utf-8").read())):
+            outputs = rules.savings_train.output
+            runs["curves"].append(outputs.curve.format(savings_budget=label, role=role))
+            runs["evaluations"].append(
+                outputs.evaluation.format(savings_budget=label, role=role)
+            )
+    return runs

@@ -3,8 +3,6 @@
 # answer's neighbours, each priced as a private run) -> one private training job per run (held-out loss
 # included) -> the runs' table, the budgets' table and two figures. The plan is a checkpoint: a fraction
 # of C the law cannot answer, or a neighbour that rounds to the answer itself, trains nothing.
-from dpscaling.savings.plan import trained_roles
-
 SAVINGS = f"{RESULTS}/savings"
 SAVINGS_SETTINGS = savings_settings(CFG)
 SAVINGS_BUDGETS = [budget.label for budget in SAVINGS_SETTINGS.budgets]
@@ -35,10 +33,6 @@ checkpoint savings_plan:
         "../scripts/savings_plan.py"
 
 
-def savings_job(wildcards, input):
-    return savings_work(CFG, input.plan, wildcards.role)
-
-
 rule savings_train:
     input:
         plan=f"{SAVINGS}/{{savings_budget}}/plan.json",
@@ -62,18 +56,6 @@ rule savings_train:
         checkpoint_dir=lambda wildcards: f"{SAVINGS}/{wildcards.savings_budget}/{wildcards.role}/checkpoint",
     script:
         "../scripts/savings_train.py"
-
-
-def savings_runs(wildcards):
-    """Every trained run's curve and evaluation, once each budget's plan says which runs it has."""
-    runs = {"curves": [], "evaluations": []}
-    for label in SAVINGS_BUDGETS:
-        plan = checkpoints.savings_plan.get(savings_budget=label).output[0]
-        for role in trained_roles(json.loads(open(plan, encoding="utf-8").read())):
-            outputs = rules.savings_train.output
-            runs["curves"].append(outputs.curve.format(savings_budget=label, role=role))
-            runs["evaluations"].append(outputs.evaluation.format(savings_budget=label, role=role))
-    return runs
 
 
 rule savings_report:
