@@ -62,6 +62,7 @@ rule savings_report:
     input:
         unpack(savings_runs),
         plans=expand(rules.savings_plan.output[0], savings_budget=SAVINGS_BUDGETS),
+        bundle=rules.law_bundle.output[0],
     output:
         runs_csv=f"{SAVINGS}/runs.csv",
         runs_md=f"{SAVINGS}/runs.md",

@@ -19,6 +19,10 @@ bound when even the smallest fraction matches). Beside it the law's predicted sa
 **Regret.** The answer's mean measured loss minus the lowest among it and its neighbours; within the seed
 noise, the answer is as good as its neighbourhood can tell.
 
+**Calibrated interval.** Every run with a prediction gets the bundle's calibrated 90% interval at its point
+(M, T, σ̄); a budget's coverage is the share of its runs whose final training loss lies inside, beside the
+interval's mean half-width: the savings runs are private answers the calibration never saw.
+
 **ε.** Every run's ε is recomputed here from its own record (dataset size, sampling rate, L, σ, steps, δ) by
 dp-accounting's PLD accountant on the truncated-Poisson event, independently of the run's accountant.
 """
@@ -48,7 +52,8 @@ CAPTION = ("Per budget: the law's compute-optimal answer (mean held-out loss ove
 RUN_SHOWN = {
     "epsilon": "ε", "data_budget": "N", "role": "run", "model": "model", "model_size": "M", "batch_size": "B",
     "iterations": "T", "compute_ratio": "C / answer's", "noise_batch_ratio": "σ̄", "predicted_loss": "predicted",
-    "train_loss": "train", "heldout_loss": "held-out", "epsilon_spent": "ε spent",
+    "calibrated_low": "calibrated 5%", "calibrated_high": "calibrated 95%", "train_loss": "train",
+    "heldout_loss": "held-out", "epsilon_spent": "ε spent",
     "epsilon_recomputed": "ε recomputed"}
 SHOWN = {
     "epsilon": "ε", "data_budget": "N", "compute": "C", "answer": "answer (model, B, T)",
@@ -56,7 +61,8 @@ SHOWN = {
     "best_baseline_heldout": "its loss", "answer_vs_best_baseline": "answer − baseline",
     "predicted_answer_vs_best_baseline": "predicted", "measured_saving": "saving", "saving_is_lower_bound": "≥",
     "predicted_saving": "predicted saving", "best_neighbour": "best neighbour", "regret": "regret",
-    "regret_within_noise": "within noise"}
+    "regret_within_noise": "within noise", "calibrated_coverage": "calibrated coverage",
+    "calibrated_mean_half_width": "mean half-width"}
 # dp-accounting's PLD discretisation for the recomputed ε (a finer one moves it by < 0.1% on these runs)
 RECOMPUTE_INTERVAL = 1e-3
 
@@ -75,13 +81,20 @@ def recomputed_epsilon(last: Mapping[str, Any]) -> float:
 
 
 def run_row(plan: Mapping[str, Any], role: str, curve: pd.DataFrame, evaluation: Mapping[str, Any],
-            window: int | None) -> dict[str, Any]:
-    """One trained run's line."""
+            window: int | None, calibration=None) -> dict[str, Any]:
+    """One trained run's line; with the law's ``calibration``, its calibrated 90% interval at the run's point and
+    whether the achieved training loss (the law's quantity) lies inside."""
+    from dpscaling.law.calibration import calibrated_interval
     from dpscaling.tables.private_model import achieved_training_loss
 
     run = plan["runs"][role]
     budget = plan["budget"]
     last = curve.sort_values("step").iloc[-1]
+    predicted, train = float(run["predicted_loss"]), achieved_training_loss(curve, window)
+    low = high = math.nan
+    if calibration is not None and math.isfinite(predicted) and math.isfinite(calibration.half_width):
+        low, high = calibrated_interval(predicted, calibration, float(run["model_size"]), float(run["iterations"]),
+                                        float(last["noise_batch_ratio"]))
     return {
         "budget": budget["label"], "epsilon": budget["epsilon"], "delta": budget["delta"],
         "data_budget": budget["data_budget"], "compute": budget["compute"], "role": role, "kind": run["kind"],
@@ -91,8 +104,10 @@ def run_row(plan: Mapping[str, Any], role: str, curve: pd.DataFrame, evaluation:
         "trained_compute": float(run["compute"]), "compute_ratio": float(run["compute"]) / plan["answer_compute"],
         "sigma": float(last["sigma"]), "noise_batch_ratio": float(last["noise_batch_ratio"]),
         "truncated_batch_size": int(last["truncated_batch_size"]),
-        "predicted_loss": float(run["predicted_loss"]), "law_loss": float(run["law_loss"]),
-        "train_loss": achieved_training_loss(curve, window), "heldout_loss": float(evaluation["loss"]),
+        "predicted_loss": predicted, "law_loss": float(run["law_loss"]),
+        "calibrated_low": low, "calibrated_high": high,
+        "inside_calibrated": bool(low <= train <= high) if math.isfinite(low) else None,
+        "train_loss": train, "heldout_loss": float(evaluation["loss"]),
         "epsilon_spent": float(last["epsilon"]), "epsilon_recomputed": recomputed_epsilon(last),
         "accountant": str(last["accountant"]), "sampler": str(last["sampler"]), "status": str(last["status"]),
     }
@@ -131,6 +146,12 @@ def budget_row(plan: Mapping[str, Any], runs: pd.DataFrame, noise: float) -> dic
                 "predicted_answer_vs_best_baseline": (float(first["predicted_loss"]) - float(predicted.min())
                                                       if len(predicted) else math.nan)}
         row |= measured_saving(mine, answer, float(best["heldout_loss"]), noise)
+    predicted = mine[mine["calibrated_low"].notna()] if "calibrated_low" in mine else mine.iloc[:0]
+    row |= {"runs_predicted": len(predicted),
+            "calibrated_coverage": float(predicted["inside_calibrated"].astype(float).mean()) if len(predicted)
+            else math.nan,
+            "calibrated_mean_half_width": float(((predicted["calibrated_high"] - predicted["calibrated_low"]) / 2).mean())
+            if len(predicted) else math.nan}
     saving = plan.get("predicted_saving") or {}
     row |= {"predicted_saving": saving.get("saving") if saving.get("saving") is not None else math.nan,
             "predicted_saving_baseline": str(saving.get("best_baseline", "")).removeprefix("baseline_")}
@@ -161,11 +182,11 @@ def measured_saving(runs: pd.DataFrame, answer: float, baseline: float, noise: f
 
 def report(plans: Sequence[Mapping[str, Any]], curves: Mapping[tuple[str, str], pd.DataFrame],
            evaluations: Mapping[tuple[str, str], Mapping[str, Any]],
-           window: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+           window: int | None, calibration=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(every run's row, every budget's row) from the plans and each trained (budget, role)'s curve and
-    evaluation."""
+    evaluation, with the law's ``calibration`` (None: no calibrated intervals)."""
     rows = [run_row(plan, role, curves[plan["budget"]["label"], role], evaluations[plan["budget"]["label"], role],
-                    window)
+                    window, calibration)
             for plan in plans for role in plan["runs"] if (plan["budget"]["label"], role) in curves]
     runs = pd.DataFrame(rows)
     noise = seed_noise(runs)
@@ -174,9 +195,11 @@ def report(plans: Sequence[Mapping[str, Any]], curves: Mapping[tuple[str, str], 
 
 def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluation_paths: Sequence[str],
                  window: int | None, runs_stem: str | os.PathLike[str], table_stem: str | os.PathLike[str],
-                 compare_stem: str | os.PathLike[str], savings_stem: str | os.PathLike[str]) -> pd.DataFrame:
+                 compare_stem: str | os.PathLike[str], savings_stem: str | os.PathLike[str],
+                 bundle: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     """Rule ``savings_report``: the runs' table, the budgets' table and the two figures. Every trained run's
-    curve and evaluation lie in ``<budget>/<role>/`` beside the budget's ``plan.json``."""
+    curve and evaluation lie in ``<budget>/<role>/`` beside the budget's ``plan.json``; the calibrated intervals
+    are the law ``bundle``'s (None: none)."""
     from pathlib import Path
 
     from dpscaling.figures import render
@@ -190,7 +213,12 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
     plans = [read_json(path) for path in plan_paths]
     curves = {run_of(path): pd.read_parquet(path) for path in curve_paths}
     evaluations = {run_of(path): read_json(path) for path in evaluation_paths}
-    runs, budgets = report(plans, curves, evaluations, window)
+    calibration = None
+    if bundle is not None:
+        from dpscaling.law.bundle import load_bundle
+
+        calibration = load_bundle(bundle).calibration
+    runs, budgets = report(plans, curves, evaluations, window, calibration)
     write_table(runs, runs_stem, CAPTION_RUNS, LABEL_RUNS, shown=RUN_SHOWN)
     write_table(budgets, table_stem, CAPTION, LABEL, shown={k: v for k, v in SHOWN.items() if k in budgets})
     context = SavingsContext(runs, budgets, plans)
