@@ -62,7 +62,11 @@ def test_the_saving_is_the_smallest_fraction_within_seed_noise_of_the_best_basel
     # C/2 ends at 5.03 <= 5.10 + 0.02; C/4 at 5.08 too: both match, C/4 is the smallest trained
     found = measured_saving(runs, 5.01, 5.10, 0.02)
     assert found["measured_saving"] == pytest.approx(4.0) and found["saving_is_lower_bound"]
-    assert measured_saving(runs, 5.01, 5.04, 0.02)["measured_saving"] == pytest.approx(2.0)
+    assert found["measured_saving_interpolated"] == pytest.approx(4.0)
+    # 5.04 + 0.02 = 5.06 lies between C/2 (5.03) and C/4 (5.08), 3/5 of the way in log C: saving 2^(1.6)
+    between = measured_saving(runs, 5.01, 5.04, 0.02)
+    assert between["measured_saving"] == pytest.approx(2.0)
+    assert between["measured_saving_interpolated"] == pytest.approx(2 ** 1.6)
     assert math.isnan(measured_saving(runs, 5.01, 4.90, 0.02)["measured_saving"])
 
 

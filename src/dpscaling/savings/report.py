@@ -13,7 +13,8 @@ corpus and one sampler, so their spreads estimate the same noise).
 
 **Measured saving.** The smallest trained fraction f of C (1 included) at which the answer re-optimised for
 f·C ends within the seed noise of the best baseline's measured loss, or below it: a saving of 1/f (a lower
-bound when even the smallest fraction matches). Beside it the law's predicted saving
+bound when even the smallest fraction matches); and, between the trained fractions, where the measured curve
+(linear in log C) crosses that level. Beside it the law's predicted saving
 (:meth:`dpscaling.savings.plan._Planner.predicted_saving`).
 
 **Regret.** The answer's mean measured loss minus the lowest among it and its neighbours; within the seed
@@ -60,6 +61,7 @@ SHOWN = {
     "answer_heldout": "answer", "seed_spread": "seed spread", "best_baseline": "best baseline",
     "best_baseline_heldout": "its loss", "answer_vs_best_baseline": "answer − baseline",
     "predicted_answer_vs_best_baseline": "predicted", "measured_saving": "saving", "saving_is_lower_bound": "≥",
+    "measured_saving_interpolated": "interpolated",
     "predicted_saving": "predicted saving", "best_neighbour": "best neighbour", "regret": "regret",
     "regret_within_noise": "within noise", "calibrated_coverage": "calibrated coverage",
     "calibrated_mean_half_width": "mean half-width"}
@@ -176,8 +178,16 @@ def measured_saving(runs: pd.DataFrame, answer: float, baseline: float, noise: f
         return {"measured_saving": math.nan, "saving_is_lower_bound": False,
                 "saving_note": "the answer at C does not match the best baseline"}
     smallest = min(matching)
+    # between trained fractions: where the measured curve, linear in log C, crosses the baseline's level
+    crossing = smallest
+    below = [p for p in points if p[0] < smallest]
+    if below:
+        (f_low, l_low), l_at = below[0], dict(points)[smallest]
+        level = baseline + tolerance
+        share = (level - l_at) / (l_low - l_at) if l_low != l_at else 0.0
+        crossing = math.exp(math.log(smallest) + min(max(share, 0.0), 1.0) * (math.log(f_low) - math.log(smallest)))
     return {"measured_saving": 1.0 / smallest, "saving_is_lower_bound": bool(smallest == points[-1][0]),
-            "fractions_trained": len(points)}
+            "measured_saving_interpolated": 1.0 / crossing, "fractions_trained": len(points)}
 
 
 def report(plans: Sequence[Mapping[str, Any]], curves: Mapping[tuple[str, str], pd.DataFrame],
