@@ -12,7 +12,8 @@ import pytest
 
 from dpscaling.errors import UserError
 from dpscaling.savings.plan import (
-    ANSWER, BASELINE, COMPUTE_TOLERANCE, FRACTION, NEIGHBOUR, SavingsSettings, compute_of, spend)
+    ANSWER, BASELINE, COMPUTE_TOLERANCE, FRACTION, NEIGHBOUR, SavingsSettings, spend)
+from dpscaling.law.queries import compute_cost
 from dpscaling.savings.report import budget_row, measured_saving, recomputed_epsilon, seed_noise
 
 BLOCK = {"budgets": [{"epsilon": 4.0, "data_budget": 20_000, "compute": 3e12}], "fractions": [0.5],
@@ -27,7 +28,7 @@ def test_spend_matches_the_compute_in_whole_microbatches(model_size, steps) -> N
     compute = 2e12
     batch, trained = spend(compute, model_size, 64, 8, 75_000, steps=steps)
     assert batch % 8 == 0 and 8 <= batch <= 75_000
-    assert compute_of(model_size, batch, trained, 64) == pytest.approx(compute, rel=COMPUTE_TOLERANCE)
+    assert compute_cost(model_size, batch, trained, 64) == pytest.approx(compute, rel=COMPUTE_TOLERANCE)
     again, _ = spend(compute, model_size, 64, 8, 75_000, batch=batch)
     assert again == batch
 

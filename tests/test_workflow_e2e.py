@@ -347,7 +347,8 @@ def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_priva
 
 def test_a_savings_plan_spends_the_answer_s_compute_in_every_kind_of_run(smoke_run: Path) -> None:
     import dpscaling
-    from dpscaling.savings.plan import SavingsSettings, compute_of, plan_savings
+    from dpscaling.law.queries import compute_cost
+    from dpscaling.savings.plan import SavingsSettings, plan_savings
 
     block = {"budgets": [{"epsilon": 16.0, "data_budget": 1000, "compute": 1e11}], "fractions": [0.5],
              "seeds": [0, 3], "neighbours": ["model_x", "model_div", "batch_x", "batch_div"],
@@ -366,7 +367,7 @@ def test_a_savings_plan_spends_the_answer_s_compute_in_every_kind_of_run(smoke_r
         if "skipped" in run:  # said why, and only a neighbour the family's shapes cannot reach
             assert role.startswith("model_") and "shape" in run["skipped"]
             continue
-        assert compute_of(run["model_shape"]["param_count"], run["batch_size"], run["iterations"],
+        assert compute_cost(run["model_shape"]["param_count"], run["batch_size"], run["iterations"],
                           run["seq_len"]) == pytest.approx(run["compute"], rel=1e-12)
         if run["kind"] != "fraction":
             assert run["compute"] == pytest.approx(plan["answer_compute"], rel=0.01), role

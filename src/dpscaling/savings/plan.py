@@ -29,6 +29,7 @@ from typing import Any
 
 from dpscaling.errors import UserError
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY
+from dpscaling.law.queries import compute_cost
 from dpscaling.law.runnable import ModelShape, whole_batch, whole_steps
 from dpscaling.private_model import Budget, budgets as read_budgets
 
@@ -135,14 +136,10 @@ def spend(compute: float, model_size: float, seq_len: int, microbatch: int, unit
                          for k in range(-BATCH_SEARCH, BATCH_SEARCH + 1)}, key=lambda b: abs(b - first))
 
     def error(b: int) -> float:
-        return abs(6.0 * model_size * b * seq_len * whole_steps(compute, model_size, b, seq_len) / compute - 1)
+        return abs(float(compute_cost(model_size, b, whole_steps(compute, model_size, b, seq_len), seq_len)) / compute - 1)
 
     chosen = first if error(first) <= COMPUTE_TOLERANCE else min(candidates, key=error)
     return chosen, whole_steps(compute, model_size, chosen, seq_len)
-
-
-def compute_of(model_size: float, batch: int, steps: int, seq_len: int) -> float:
-    return 6.0 * float(model_size) * batch * seq_len * steps
 
 
 # ------------------------------------------------------------------------------------------------ planning

@@ -35,7 +35,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from dpscaling.savings.plan import ANSWER, BASELINE, FRACTION, NEIGHBOUR
@@ -236,9 +235,3 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
     render(SAVINGS.name, context, savings_stem)
     return budgets
 
-
-def predicted_curve(plan: Mapping[str, Any]) -> np.ndarray:
-    """(fraction, predicted loss) of the answer and its re-optimised fractions, highest fraction first."""
-    points = [(float(run.get("fraction", 1.0)), float(run["predicted_loss"])) for run in plan["runs"].values()
-              if run.get("kind") in (ANSWER, FRACTION) and "skipped" not in run]
-    return np.array(sorted(set(points), key=lambda p: -p[0]))
