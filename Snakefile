@@ -17,6 +17,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/accounting.smk"
 include: "workflow/rules/fit.smk"
+include: "workflow/rules/explorer.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/audit.smk"
@@ -44,6 +45,7 @@ localrules:
     private_model,
     savings,
     bundle,
+    explorer,
 
 
 rule all:
@@ -58,3 +60,4 @@ rule all:
         rules.findings.input,
         rules.validate.input,
         rules.bundle.input,
+        rules.explorer.input,

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dpscaling.commands.params",
     "dpscaling.commands.accounting",
     "dpscaling.commands.law",
+    "dpscaling.commands.explore",
     "dpscaling.commands.floor",
 )
 

@@ -207,6 +207,7 @@ rule tables:
 rule report_html:
     input:
         rules.figures.input,
+        rules.explorer_page.output,
         rules.tables.input,
         rules.findings_table.output,
         SEQ_LEN_FINDING,
@@ -223,7 +224,7 @@ rule report_html:
         snakefile=workflow.main_snakefile,
         config=config,
         # The targets whose outputs the report shows.
-        targets=["figures", "tables", "findings", "validate", "run_config"],
+        targets=["figures", "tables", "findings", "validate", "explorer", "run_config"],
     script:
         "../scripts/report.py"
 

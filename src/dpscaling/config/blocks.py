@@ -461,6 +461,17 @@ class SavingsBlock(Block):
     evaluation: Evaluation
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExplorerBlock(Block):
+    """Rule ``explorer``: the grid of budgets the explorer page answers (:mod:`dpscaling.explorer`)."""
+
+    NAME: ClassVar[str] = "explorer"
+    epsilons: tuple[float, ...]
+    data_budgets: tuple[float, ...] | None
+    compute_range: tuple[float, ...] | None
+    compute_steps_per_octave: int
+
+
 # ------------------------------------------------------------------------------------------- the run
 
 
@@ -471,7 +482,7 @@ class RunConfig(Block):
     NESTED: ClassVar[Mapping[str, type[Block]]] = {
         "data": DataBlock, "models": ModelsBlock, "training": TrainingBlock, "accounting": AccountingBlock,
         "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock,
-        "savings": SavingsBlock}
+        "savings": SavingsBlock, "explorer": ExplorerBlock}
     run_name: str
     host_threads: int
     compilation_cache: str | None
@@ -486,6 +497,7 @@ class RunConfig(Block):
     audit: AuditBlock
     private_model: PrivateModelBlock
     savings: SavingsBlock
+    explorer: ExplorerBlock
 
     @property
     def root(self) -> str:

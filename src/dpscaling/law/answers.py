@@ -61,6 +61,9 @@ SATURATION_OCTAVES = 40
 SATURATION_CHUNK_OCTAVES = 8
 # The search's best candidates made runnable, in order, until one stays inside the law's range.
 RUNNABLE_CANDIDATES = 8
+SKIPPED_OPTIMUM_INTERVAL = "not computed (optimum_interval=False)"
+# Per-budget optima a law remembers across queries (:meth:`ScalingLaw._remembered_optima`) before forgetting them.
+OPTIMA_REMEMBERED = 100_000
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class Answer:
     per_length: list[dict[str, Any]] | None = None
     lengths_without_answer: dict[int, str] = field(default_factory=dict)
     inference: InferenceAware | None = None
+    # With allow_extrapolation: why the same query without it is refused ("" when it is answered).
+    refusal: str = ""
 
     @property
     def predicted_loss(self) -> float:
@@ -230,6 +235,8 @@ class Answer:
             document["lengths_without_answer"] = {str(k): v for k, v in self.lengths_without_answer.items()}
         if self.inference is not None:
             document["inference_aware"] = _inference_json(self.inference)
+        if self.query["allow_extrapolation"]:
+            document["refused_without_allow_extrapolation"] = self.refusal or None
         return document
 
 
@@ -271,6 +278,7 @@ class ScalingLaw:
         self.bundle = bundle
         self._accounting = accounting  # the authors' accounting tables given by the caller
         self._sources: dict[float | None, SigmaSource] = {}
+        self._optima: dict[tuple, pd.Series | None] = {}  # per-budget optima of saturation scans
 
     @property
     def ranges(self) -> ValidatedRanges:
@@ -319,13 +327,16 @@ class ScalingLaw:
               tolerance: float | None = None, model_size_range: tuple[float, float] | None = None,
               physical_batch_correction: bool | PhysicalBatchCorrection = False,
               allow_extrapolation: bool = False, inference_tokens: float | None = None,
-              microbatch_size: int | None = None, progress: Callable[[str], None] | None = None) -> Answer:
+              microbatch_size: int | None = None, optimum_interval: bool = True,
+              progress: Callable[[str], None] | None = None) -> Answer:
         """The compute-optimal configuration for compute ``compute`` FLOPs, privacy budget (``epsilon``,
         ``delta``) and a data budget of ``users`` privacy units or ``tokens`` tokens (one sequence per unit).
 
         Raises :class:`~dpscaling.law.range_checks.ExtrapolationRefused` when the optimum's T lies beyond
         the extrapolation the law's validation measured (unless ``allow_extrapolation``), and UserError for
-        a budget the law cannot answer at all.
+        a budget the law cannot answer at all. ``optimum_interval=False`` skips the spread of the bootstrap
+        replicates' own optima (``optimum_interval``, the slowest part of an answer; a sweep of many
+        budgets leaves it out); the answer's loss, intervals and flags do not depend on it.
         """
         if not (compute > 0 and epsilon > 0):
             raise UserError(f"--compute and --epsilon must be positive, got {compute!r} and {epsilon!r}")
@@ -342,7 +353,8 @@ class ScalingLaw:
         if lengths is not None and (seq_len is None or float(seq_len) != self.seq_len or
                                     self.seq_len not in lengths.across.lengths):
             return self._query_across_lengths(compute, epsilon, data, seq_len, tolerance, source, correction,
-                                              allow_extrapolation, microbatch_size, model_size_range)
+                                              allow_extrapolation, microbatch_size, model_size_range,
+                                              optimum_interval)
         if seq_len is not None and float(seq_len) != self.seq_len:
             raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
         surface = self._surface(self.seq_len)
@@ -350,9 +362,11 @@ class ScalingLaw:
         sizes = model_size_grid(*(model_size_range or surface.model_size_range))
         answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
                                  surface.iteration_bounds, tolerance, correction=correction)
+        self._remember_optimum(answer, compute, epsilon, units, surface, sizes, source, correction)
         self._refuse_beyond_validation(answer, compute, epsilon, units, surface, sizes, source, tolerance,
                                        correction, allow_extrapolation)
-        interval_bands, note = self._optimum_interval(compute, epsilon, units, surface, sizes, source, correction)
+        interval_bands, note = (self._optimum_interval(compute, epsilon, units, surface, sizes, source, correction)
+                                if optimum_interval else (None, SKIPPED_OPTIMUM_INTERVAL))
         inference = None
         if inference_tokens is not None:
             inference = inference_aware(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
@@ -363,7 +377,8 @@ class ScalingLaw:
                             inference=inference)
 
     def _query_across_lengths(self, compute, epsilon, data: DataBudget, seq_len, tolerance, source, correction,
-                              allow_extrapolation, microbatch_size, model_size_range) -> Answer:
+                              allow_extrapolation, microbatch_size, model_size_range,
+                              optimum_interval: bool = True) -> Answer:
         """The best (M, S, B, T) over the bundle's lengths (or at ``seq_len``, interpolated in log S)."""
         lengths = self.bundle.lengths
         if correction is not None:
@@ -381,7 +396,9 @@ class ScalingLaw:
         self._refuse_beyond_validation(found.answer, compute, epsilon, units, surface, sizes, source, tolerance,
                                        None, allow_extrapolation)
         bands, note = None, lengths.note
-        if lengths.replicates:
+        if not optimum_interval:
+            note = SKIPPED_OPTIMUM_INTERVAL
+        elif lengths.replicates:
             chosen = None if seq_len is None else [seq_len]
             row = length_tradeoff(lengths.across, source.sigma, np.array([compute]), epsilon, data,
                                   DEFAULT_BATCH_SIZES, lengths.replicates, lengths=chosen).iloc[0]
@@ -489,10 +506,39 @@ class ScalingLaw:
         while start <= deepest:
             stop = min(deepest, start + SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE)
             budgets = compute * 2.0 ** (-np.arange(start, stop + 1) / SATURATION_STEPS_PER_OCTAVE)
-            yield budgets, best_loss_per_compute(budgets, epsilon, units, surface.loss, source.sigma,
-                                                 surface.seq_len, sizes, surface.iteration_bounds,
-                                                 correction=correction)
+            yield budgets, self._remembered_optima(budgets, epsilon, units, surface, sizes, source, correction)
             start = stop + 1
+
+    def _scan_key(self, budget: float, epsilon, units, surface: _Surface, sizes, source, correction) -> tuple:
+        return ((float(epsilon), float(units), surface.seq_len, hash(sizes.tobytes()), id(source), id(correction)),
+                float(f"{budget:.12g}"))
+
+    def _remember_optimum(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, sizes, source,
+                          correction) -> None:
+        """The search's optimum is the saturation scan's row at its own budget (the same candidates)."""
+        self._optima[self._scan_key(compute, epsilon, units, surface, sizes, source, correction)] = (
+            answer.optimum.copy())
+
+    def _remembered_optima(self, budgets: np.ndarray, epsilon, units, surface: _Surface, sizes, source,
+                           correction) -> pd.DataFrame:
+        """:func:`best_loss_per_compute` at ``budgets``, each budget's row computed once per law: queries on a
+        lattice of budgets a factor 2^(1/2) apart (a sweep, :mod:`dpscaling.explorer`) share their saturation
+        scans. Budgets are matched to 12 significant digits (the same budget reached by different products)."""
+        keys = [self._scan_key(budget, epsilon, units, surface, sizes, source, correction) for budget in budgets]
+        missing = [budget for budget, key in zip(budgets, keys) if key not in self._optima]
+        if missing:
+            if len(self._optima) > OPTIMA_REMEMBERED:
+                self._optima.clear()
+            found = best_loss_per_compute(np.array(missing), epsilon, units, surface.loss, source.sigma,
+                                          surface.seq_len, sizes, surface.iteration_bounds, correction=correction)
+            rows = {float(f"{row[COMPUTE]:.12g}"): row for _, row in found.iterrows()}
+            for budget in missing:
+                key = self._scan_key(budget, epsilon, units, surface, sizes, source, correction)
+                self._optima[key] = rows.get(key[1])
+        rows = [self._optima[key] for key in keys if self._optima[key] is not None]
+        if not rows:
+            return pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY])
+        return pd.DataFrame(rows).reset_index(drop=True).infer_objects()
 
     def _optimum_interval(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
         """The seed-only 90% band of the optimum (each replicate's own optimum), or why there is none."""
@@ -616,10 +662,12 @@ class ScalingLaw:
                  "privacy_unit": data.privacy_unit, "users": data.users, "tokens": data.tokens,
                  "data_budget_units": float(units), "seq_len": surface.seq_len, "tolerance": float(tolerance),
                  "allow_extrapolation": bool(allow_extrapolation)}
+        refused = refusal(iteration_flags(optimum.iterations, self.ranges, allow_extrapolation=False))
         return Answer(query, runnable, optimum, answer.ranges(), len(answer.near_optimal), answer.candidates,
                       answer.unanswered, bands, note, surface.calibration, surface.calibration_note, tuple(flags),
                       saturation, source.description, source.sampling, self.bundle.loss_units,
-                      self.bundle.provenance, correction, per_length, lengths_without_answer or {}, inference)
+                      self.bundle.provenance, correction, per_length, lengths_without_answer or {}, inference,
+                      refused.message if refused is not None else "")
 
     # ------------------------------------------------------------------------------------------ evaluate
 
