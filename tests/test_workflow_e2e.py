@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import re
 from pathlib import Path
@@ -225,6 +227,13 @@ def test_report_has_every_figure_and_table(smoke_run: Path) -> None:
     for stem in ("table-models", "tab-throughput", "table-inflection_points", "findings", "validation"):
         assert f"{stem}.csv" in html
     assert "predicted_vs_measured.pdf" in html
+    assert "explorer.html" in html
+    page = (smoke_run / "explorer.html").read_text()
+    payload = re.search(r'id="explorer-data" type="application/octet-stream">(.*?)</script>', page, re.S).group(1)
+    explorer = json.loads(gzip.decompress(base64.b64decode(payload)))
+    axes = explorer["axes"]
+    assert (axes["epsilon"], axes["data"]) == ([4.0, 16.0], [300.0, 1000.0])
+    assert len(explorer["nodes"]) == 4 * len(axes["compute"]) and any("none" not in n for n in explorer["nodes"])
     assert "run_name: smoke" in (smoke_run / "config.yaml").read_text()
 
 

@@ -13,9 +13,9 @@ rule explorer_page:
         ),
     log:
         f"{RESULTS}/logs/explorer.log",
-    threads: 2
     conda:
         "../envs/dpscaling.yaml"
+    threads: 2
     resources:
         mem_mb=4000,
         runtime=60,
