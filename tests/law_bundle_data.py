@@ -63,3 +63,20 @@ def write_run_bundle(run: Path, out: Path) -> Bundle:
                         sigma_table=run / "accounting" / "sigma_table.parquet", bootstrap=law / "bootstrap",
                         calibration=run / "validate" / "calibration.json",
                         correction=law / "physical_batch" / "correction.json")
+
+
+def write_two_length_bundle(run: Path, out: Path) -> Bundle:
+    """The run's bundle with a second length: the same synthetic curves fitted at S = 256 beside the run's
+    S = 128 (no replicates at 256): a law across two lengths, for the wiring of length and privacy unit."""
+    from dpscaling.law.sequence_length import write_lengths
+
+    results = seeded_results(steps=2000, log_every=50, learning_rates=(2.0**-7,))
+    settings = LawSettings.create(False, warmup_steps=100)
+    longer = run / "law" / "fit-256"
+    fit_law(results, settings, seq_len=256, physical_batch=32, sigma_table=run / "accounting" / "sigma_table.parquet",
+            sampling="min").save(longer)
+    write_lengths(run / "law" / "lengths", {128: run / "law" / "fit", 256: longer})
+    law = run / "law"
+    return write_bundle(out, law / "fit", provenance=shapes_provenance(),
+                        sigma_table=run / "accounting" / "sigma_table.parquet", bootstrap=law / "bootstrap",
+                        calibration=run / "validate" / "calibration.json", lengths=law / "lengths")

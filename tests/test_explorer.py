@@ -26,7 +26,7 @@ from dpscaling.errors import UserError
 from dpscaling.explorer import default_grid, write_explorer
 from dpscaling.explorer.sweep import RELATIVE_TOLERANCE, compute_axis, node_record
 from dpscaling.law.answers import load_law
-from law_bundle_data import write_run, write_run_bundle
+from law_bundle_data import write_run, write_run_bundle, write_two_length_bundle
 
 EPSILONS, DATA = (2.0, 8.0, 32.0), (1e4, 1e5)
 # Eight budgets a factor 2 apart, 2^41 … 2^48 FLOPs: answered inside and beyond the validated range.
@@ -46,6 +46,18 @@ def explorer(tmp_path_factory):
     summary = write_explorer(law, bundle, root / "explorer.html", grid, workers=1)
     return {"bundle": bundle, "page": root / "explorer.html", "grid": grid, "summary": summary,
             "document": _document(root / "explorer.html")}
+
+
+@pytest.fixture(scope="module")
+def two_lengths(tmp_path_factory):
+    """A law across S = 128 and 256: the page adds the length and the privacy unit to its grid."""
+    root = tmp_path_factory.mktemp("explorer-lengths")
+    bundle = root / "bundle"
+    write_two_length_bundle(write_run(root / "run"), bundle)
+    law = load_law(bundle)
+    grid = default_grid(law, epsilons=[8.0], data=[1e5], compute_range=(2.0**42, 2.0**45))
+    write_explorer(law, bundle, root / "explorer.html", grid, workers=1)
+    return {"bundle": bundle, "page": root / "explorer.html", "grid": grid}
 
 
 def _document(page: Path) -> dict:
@@ -141,7 +153,11 @@ def _open(browser, page_path: Path):
 
 
 def _move(page, axis: str, index: int) -> None:
-    page.locator(f"#{axis}").fill(str(index))  # the range input, as a person drags it
+    control = page.locator(f"#{axis}")
+    if control.evaluate("element => element.tagName") == "SELECT":
+        control.select_option(str(index))
+    else:
+        control.fill(str(index))  # the range input, as a person drags it
 
 
 def _shown(page) -> dict:
@@ -185,22 +201,48 @@ def test_at_random_budgets_the_page_shows_what_dpscaling_query_answers(explorer,
     for e, d, c in points:
         for axis, index in (("epsilon", e), ("data", d), ("compute", c)):
             _move(page, axis, index)
-        shown = _shown(page)
-        command = shown["command"].split()
-        assert command[0] == "dpscaling" and command[-1] == "--json"
-        result = subprocess.run([*CLI, *command[1:]], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-        cli = json.loads(result.stdout)
+        agreed = _cli_agrees(page)
+        shown, command, cli = agreed["shown"], agreed["command"], agreed["cli"]
         assert cli["query"]["compute"] == grid.computes[c] and cli["query"]["epsilon"] == grid.epsilons[e]
-        assert (int(shown["M"]), int(shown["B"]), int(shown["T"])) == (
-            cli["model_size"], cli["batch_size"], cli["iterations"])
-        assert math.isclose(float(shown["loss"]), cli["predicted_loss"], rel_tol=RELATIVE_TOLERANCE)
         assert shown["loss_text"] == f"{cli['predicted_loss']:.4f}"
         for flag in cli["flags"]:
             assert flag["code"] in shown["flags"]
         # Beyond the validated range the page warns, and the command it shows carries the flag that answers.
         assert shown["refusal"] == ("--allow-extrapolation" in command) == bool(
             cli.get("refused_without_allow_extrapolation"))
+    assert seen["errors"] == []
+
+
+def _cli_agrees(page) -> dict:
+    """The page's answer against its own command run by ``dpscaling query``."""
+    shown = _shown(page)
+    command = shown["command"].split()
+    assert command[0] == "dpscaling" and command[-1] == "--json"
+    result = subprocess.run([*CLI, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    cli = json.loads(result.stdout)
+    assert (int(shown["M"]), int(shown["B"]), int(shown["T"])) == (
+        cli["model_size"], cli["batch_size"], cli["iterations"])
+    assert math.isclose(float(shown["loss"]), cli["predicted_loss"], rel_tol=RELATIVE_TOLERANCE)
+    return {"command": command, "cli": cli, "shown": shown}
+
+
+def test_a_law_across_lengths_adds_the_length_and_the_privacy_unit(two_lengths, browser) -> None:
+    grid = two_lengths["grid"]
+    assert grid.seq_lens == (None, 128, 256) and grid.privacy_units == ("user", "sequence")
+    document = _document(two_lengths["page"])
+    assert len(document["nodes"]) == 2 * 3 * 4
+    page, seen = _open(browser, two_lengths["page"])
+    _move(page, "compute", 2)
+    best = _cli_agrees(page)
+    assert "--seq-len" not in best["command"] and "--users" in best["command"]
+    _move(page, "privacy_unit", 1)
+    _move(page, "seq_len", 2)
+    fixed = _cli_agrees(page)
+    # One sequence per unit: the tokens of N sequences at the law's S = 128, divided by S = 256 here.
+    assert fixed["command"][fixed["command"].index("--tokens") + 1] == str(int(1e5 * 128))
+    assert fixed["cli"]["seq_len"] == 256 and fixed["cli"]["query"]["data_budget_units"] == 1e5 * 128 / 256
+    assert "sequences of S = 256" in page.inner_text("#answer-units")
     assert seen["errors"] == []
 
 

@@ -62,8 +62,7 @@ def page_data(law: ScalingLaw, bundle_argument: str, grid: ExplorerGrid, nodes: 
     single = grid.seq_lens == (None,)
     return {
         "format": "dpscaling-explorer", "format_version": 1, "axes": grid.to_json(), "nodes": nodes,
-        "data_label": "data budget N (privacy units)" if single else "data budget (users, or tokens per sequence unit)",
-        "bundle_argument": bundle_argument, "multiple_lengths": not single,
+        "bundle_argument": bundle_argument, "multiple_lengths": not single, "primary_seq_len": fitted.seq_len,
         "law": {"summary": (f"{provenance.get('family', 'law')} law at S = {fitted.seq_len}, "
                             f"{provenance.get('mode', 'paper')} mode, run {provenance.get('run_name', '?')}; "
                             f"models {models or ', '.join(sorted(set(fitted.grid['Model'])))}; "
@@ -78,8 +77,10 @@ def page_data(law: ScalingLaw, bundle_argument: str, grid: ExplorerGrid, nodes: 
         "provenance": (f"Written by dpscaling explore from {bundle_argument} (law created {provenance.get('created', '?')}, "
                        f"config sha256 {str(provenance.get('config_sha256', '?'))[:12]}) in {seconds:.0f} s."),
         "loss_note": ("Lines: the runnable answer's predicted loss per budget at this N, the band its calibrated 90% "
-                      "interval; two other ε for comparison; dashed: the law without privacy (σ̄ = 0, B = the law's "
-                      "physical batch, best up to each budget)."),
+                      "interval, thin where `dpscaling query` refuses the budget without --allow-extrapolation; two "
+                      f"other ε for comparison; black dashed (at S = {fitted.seq_len}): the law without privacy "
+                      "(σ̄ = 0) at the law's physical batch, the best up to each budget: the paper's non-private "
+                      "reproduction, which a fixed batch stops from spending large budgets."),
         "nonprivate": {"loss": running} if fitted is not None else None,
         "start": start_node(grid, nodes),
         "tolerance": {"relative": RELATIVE_TOLERANCE, "digits": SIGNIFICANT_DIGITS},

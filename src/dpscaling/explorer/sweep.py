@@ -141,12 +141,18 @@ def node_record(answer: Answer) -> dict[str, Any]:
     }
 
 
+def data_budget(unit: str, data: float, seq_len: int) -> dict[str, float]:
+    """The query's data budget for ``data`` privacy units: N users, or (one sequence per unit) the tokens of N
+    sequences at the law's own length ``seq_len``, which every length then divides by its S."""
+    return {"users": data} if unit == "user" else {"tokens": data * seq_len}
+
+
 def _column(task: tuple[str, int | None, float, float, tuple[float, ...], str]) -> list[dict[str, Any]]:
     """One (privacy unit, S, ε, data) column of nodes, smallest budget first (its saturation scans reuse the
     smaller budgets'), from this process's law."""
     unit, seq_len, epsilon, data, computes, _ = task
     law = _worker_law(task[5])
-    budget = {"users": data} if unit == "user" else {"tokens": data}
+    budget = data_budget(unit, data, law.seq_len)
     records = []
     for compute in computes:
         try:

@@ -23,9 +23,14 @@
     return sci(value);
   };
   const labels = {
-    epsilon: "privacy budget ε", data: data.data_label, compute: "compute C (FLOPs)",
+    epsilon: "privacy budget ε", data: "data budget N (privacy units)", compute: "compute C (FLOPs)",
     seq_len: "sequence length S", privacy_unit: "privacy unit",
   };
+  const unitOf = (at) => axes.privacy_unit[at.privacy_unit];
+  // The query's data budget: N users, or the tokens of N sequences at the law's own length.
+  const budgetOf = (at) => (unitOf(at) === "user"
+    ? { flag: "--users", arg: "users", value: axes.data[at.data] }
+    : { flag: "--tokens", arg: "tokens", value: axes.data[at.data] * data.primary_seq_len });
 
   function nodeIndex(at) {
     let index = 0;
@@ -43,15 +48,22 @@
   for (const name of ["privacy_unit", "seq_len", "epsilon", "data", "compute"]) {
     if (axes[name].length < 2 && (name === "privacy_unit" || name === "seq_len")) continue;
     const label = document.createElement("label");
+    label.id = `${name}-label`;
     label.textContent = labels[name];
     label.htmlFor = name;
-    const slider = document.createElement("input");
-    Object.assign(slider, { type: "range", id: name, min: 0, max: axes[name].length - 1, step: 1 });
+    const numeric = name === "epsilon" || name === "data" || name === "compute";
+    // Numeric axes are log-spaced sliders; the length and the privacy unit are choices.
+    const slider = document.createElement(numeric ? "input" : "select");
+    if (numeric) {
+      Object.assign(slider, { type: "range", id: name, min: 0, max: axes[name].length - 1, step: 1 });
+    } else {
+      slider.id = name;
+      axes[name].forEach((value, i) => slider.append(new Option(axisValue(name, value), String(i))));
+    }
     const value = document.createElement("span");
     value.className = "grid-value";
     value.id = `${name}-shown`;
     const entry = document.createElement("input");
-    const numeric = name === "epsilon" || name === "data" || name === "compute";
     Object.assign(entry, { type: numeric ? "number" : "text", id: `${name}-value`, step: "any", min: 0 });
     entry.title = "type any value: the page answers at the nearest grid point";
     if (!numeric) entry.hidden = true;
@@ -59,7 +71,9 @@
     sliders[name] = slider;
     typed[name] = entry;
     shown[name] = value;
-    slider.addEventListener("input", () => { state[name] = Number(slider.value); snapped.textContent = ""; update(); });
+    slider.addEventListener(numeric ? "input" : "change", () => {
+      state[name] = Number(slider.value); snapped.textContent = ""; update();
+    });
     entry.addEventListener("change", () => snap(name, Number(entry.value)));
   }
 
@@ -87,20 +101,20 @@
   const text = (id, value) => { const el = document.getElementById(id); el.textContent = value; return el; };
 
   function commandFor(at) {
-    const unit = axes.privacy_unit[at.privacy_unit];
-    const amount = axes.data[at.data];
+    const unit = unitOf(at);
+    const budget = budgetOf(at);
     const node = nodeAt(at);
     // Budgets in full (the shortest text that reads back as the same number): the command answers at
     // exactly this grid point.
     const parts = [`dpscaling query --law ${data.bundle_argument}`, `--compute ${String(axes.compute[at.compute])}`,
-      `--epsilon ${axes.epsilon[at.epsilon]}`, unit === "user" ? `--users ${amount}` : `--tokens ${amount}`];
+      `--epsilon ${axes.epsilon[at.epsilon]}`, `${budget.flag} ${String(budget.value)}`];
     if (data.multiple_lengths) parts.push(`--privacy-unit ${unit}`);
     const seqLen = axes.seq_len[at.seq_len];
     if (seqLen !== null) parts.push(`--seq-len ${seqLen}`);
     const extrapolating = node && node.refusal;
     if (extrapolating) parts.push("--allow-extrapolation");
     const args = [`compute=${String(axes.compute[at.compute])}`, `epsilon=${axes.epsilon[at.epsilon]}`,
-      unit === "user" ? `users=${amount}` : `tokens=${amount}`];
+      `${budget.arg}=${String(budget.value)}`];
     if (data.multiple_lengths) args.push(`privacy_unit="${unit}"`);
     if (seqLen !== null) args.push(`seq_len=${seqLen}`);
     if (extrapolating) args.push("allow_extrapolation=True");
@@ -147,6 +161,9 @@
     text("answer-tpp", sig(node.tpp, 3));
     text("answer-lr", node.lr === null ? "–" : sig(node.lr, 3));
     text("answer-C", `${sci(node.C)} FLOPs`);
+    text("answer-S", `${node.S}` + (data.multiple_lengths ? "" : " (the law's only length)"));
+    text("answer-units", unitOf(state) === "user" ? `${sig(node.units, 6)} users`
+      : `${sig(node.units, 6)} sequences of S = ${node.S} (${sci(budgetOf(state).value)} tokens)`);
     text("answer-seed", node.seed ? `[${node.seed[0].toFixed(4)}, ${node.seed[1].toFixed(4)}]` : "–");
     if (node.flags.length === 0) {
       const li = document.createElement("li");
@@ -224,17 +241,23 @@
     const here = axes.epsilon[state.epsilon];
     const marker = axes.compute.map((c, i) => (i === state.compute ? nodeAt(at)?.loss ?? null : null));
     const lossSeries = [
-      { label: `ε = ${here} (answer)`, stroke: palette[0], width: 2 },
+      { label: `ε = ${here} (answer)`, stroke: palette[0], width: 2.5 },
       { label: "90% calibrated, high", stroke: "rgba(31,119,180,0.35)", width: 1 },
       { label: "90% calibrated, low", stroke: "rgba(31,119,180,0.35)", width: 1 },
+      { label: "beyond the validated range", stroke: palette[0], width: 1, dash: [2, 3] },
     ];
-    const lossValues = [column(at, "loss"), column(at, (n) => (n.ci ? n.ci[1] : null)),
-      column(at, (n) => (n.ci ? n.ci[0] : null))];
+    const answers = column(at, (n) => n);
+    // The line is solid where `dpscaling query` answers, dotted (and joined to it) where it refuses.
+    const inside = answers.map((n) => (n && !n.refusal ? n.loss : null));
+    const beyond = answers.map((n, i) => (n && (n.refusal || (answers[i + 1] && answers[i + 1].refusal)) ? n.loss : null));
+    const lossValues = [inside, column(at, (n) => (n.ci ? n.ci[1] : null)),
+      column(at, (n) => (n.ci ? n.ci[0] : null)), beyond];
     comparisonEpsilons().forEach((index, k) => {
       lossSeries.push({ label: `ε = ${axes.epsilon[index]}`, stroke: palette[k + 1], width: 1.5 });
       lossValues.push(column({ ...at, epsilon: index }, "loss"));
     });
-    if (data.nonprivate && axes.seq_len[state.seq_len] === null) {
+    const seqLen = axes.seq_len[state.seq_len];
+    if (data.nonprivate && (!data.multiple_lengths || seqLen === data.primary_seq_len)) {
       lossSeries.push({ label: "non-private (σ̄ = 0)", stroke: "#000", width: 1.5, dash: [6, 4] });
       lossValues.push(data.nonprivate.loss);
     }
@@ -257,6 +280,10 @@
 
   // ------------------------------------------------------------------ one update
   function update() {
+    if (shown.privacy_unit) {
+      document.getElementById("data-label").textContent = unitOf(state) === "user"
+        ? "data budget N (users)" : `data budget N (sequences of S = ${data.primary_seq_len}; N·S tokens)`;
+    }
     for (const name of Object.keys(sliders)) {
       sliders[name].value = state[name];
       shown[name].textContent = axisValue(name, axes[name][state[name]]);
