@@ -162,7 +162,8 @@
     text("answer-lr", node.lr === null ? "–" : sig(node.lr, 3));
     text("answer-C", `${sci(node.C)} FLOPs`);
     text("answer-S", `${node.S}` + (data.multiple_lengths ? "" : " (the law's only length)"));
-    text("answer-units", unitOf(state) === "user" ? `${sig(node.units, 6)} users`
+    text("answer-units", !data.multiple_lengths ? `${sig(node.units, 6)} privacy units`
+      : unitOf(state) === "user" ? `${sig(node.units, 6)} users`
       : `${sig(node.units, 6)} sequences of S = ${node.S} (${sci(budgetOf(state).value)} tokens)`);
     text("answer-seed", node.seed ? `[${node.seed[0].toFixed(4)}, ${node.seed[1].toFixed(4)}]` : "–");
     if (node.flags.length === 0) {
