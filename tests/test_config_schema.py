@@ -176,13 +176,14 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     """Snakemake reruns a job whose params change: the late keys (Adam's b1, b2, eps, allow_repeats, the
     private-training keys, delta) at their defaults must give the training param of a config without them
     (same repr, the config's key order), a changed value must change it."""
-    from dpscaling.config.blocks import GRID_ONLY_TRAINING_KEYS, LATE_TRAINING_KEYS
     from dpscaling.workflow import ablation_training, training_params
 
     config = validated(load("config.yaml"))
-    # repeat_seeds / repeat_points choose which jobs exist, never a job's param.
+    # The keys the default's finished jobs were written without: the late keys, and repeat_seeds /
+    # repeat_points / seq_lens, which choose which jobs exist, never a job's param.
+    late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant")
     before = {key: value for key, value in config["training"].items()
-              if key not in LATE_TRAINING_KEYS and key not in GRID_ONLY_TRAINING_KEYS}
+              if key not in late and key not in ("repeat_seeds", "repeat_points", "seq_lens")}
     assert repr(training_params(config)) == repr(before)
     explicit = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "adam_eps": 1.0e-8}})
     assert repr(training_params(explicit)) == repr(before)
@@ -199,6 +200,80 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
         block, leaf = key.split(".")
         assert getattr(TrainConfig(), name) == schema[block]["properties"][leaf]["default"], name
     assert "does not state" in schema["training"]["properties"]["adam_eps"]["description"]
+
+
+TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "physical_batch": 48,
+                    "seq_lens": [64, 128], "repeat_seeds": [7], "repeat_points": [], "adam_b1": 0.5, "adam_b2": 0.5,
+                    "adam_eps": 1.0e-4, "allow_repeats": True, "sampling": "poisson", "truncated_batch_size": 40,
+                    "accountant": "deterministic", "decay_factor": 3.0, "mask_rate": 0.3, "clip_norm": 0.5,
+                    "clipping": "ghost", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
+                    "log_every": 3, "checkpoint_every": 41, "microbatch_size": 4}
+
+
+def _reached(key: str) -> dict[str, bool]:
+    """Which jobs' params a change of training.``key`` reaches: grid, private, ablation."""
+    from dpscaling.private_model import private_training
+    from dpscaling.workflow import ablation_training, training_params
+
+    base = load("config.yaml")
+    before = validated(base)
+    after = validated({**base, "training": {**base["training"], key: TRAINING_CHANGES[key]}})
+    return {"grid": training_params(before) != training_params(after),
+            "private": private_training(before["training"]) != private_training(after["training"]),
+            "ablation": ablation_training(before, 8) != ablation_training(after, 8)}
+
+
+def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -> None:
+    from dataclasses import fields
+
+    from dpscaling.config.blocks import ROLES, TrainingBlock
+
+    names = {f.name for f in fields(TrainingBlock)} - {"keys"}
+    assert names == set(TRAINING_CHANGES)
+    for f in fields(TrainingBlock):
+        assert set(f.metadata.get("roles", ())) <= set(ROLES), f.name
+
+
+@pytest.mark.parametrize("key", ["seq_lens", "repeat_seeds", "repeat_points"])
+def test_a_key_that_selects_jobs_reaches_no_job(key) -> None:
+    assert _reached(key) == {"grid": False, "private": False, "ablation": False}
+
+
+@pytest.mark.parametrize("key", ["noise_batch_ratios", "learning_rates", "physical_batch"])
+def test_a_grid_axis_reaches_the_grid_jobs_only(key) -> None:
+    assert _reached(key) == {"grid": True, "private": False, "ablation": False}
+
+
+@pytest.mark.parametrize("key", ["adam_b1", "adam_b2", "adam_eps", "allow_repeats"])
+def test_a_late_key_changed_reaches_every_job(key) -> None:
+    assert _reached(key) == {"grid": True, "private": True, "ablation": True}
+
+
+@pytest.mark.parametrize("key", ["sampling", "truncated_batch_size", "accountant"])
+def test_a_private_training_key_never_reaches_the_ablation(key) -> None:
+    assert _reached(key) == {"grid": True, "private": True, "ablation": False}
+
+
+@pytest.mark.parametrize("key", ["decay_factor", "mask_rate", "clip_norm", "clipping"])
+def test_a_key_shared_with_the_ablation_reaches_every_job(key) -> None:
+    assert _reached(key) == {"grid": True, "private": True, "ablation": True}
+
+
+@pytest.mark.parametrize("key", ["seed", "steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every",
+                                 "microbatch_size"])
+def test_a_key_without_a_role_reaches_the_grid_and_private_jobs_not_the_ablation(key) -> None:
+    """The ablation has its own horizon, logging, microbatch and seeds (its block's fields)."""
+    assert _reached(key) == {"grid": True, "private": True, "ablation": False}
+
+
+def test_the_ablation_s_own_fields_are_its_horizon_and_logging() -> None:
+    from dpscaling.workflow import ablation_training
+
+    base = load("config.yaml")
+    config = validated({**base, "ablation_batch": {**base.get("ablation_batch", {}), "steps": 77, "log_every": 7}})
+    params = ablation_training(config, 8)
+    assert (params["steps"], params["log_every"]) == (77, 7)
+    assert list(params)[:4] == ["decay_factor", "clip_norm", "clipping", "mask_rate"]  # the order jobs were written in
 
 
 def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypatch) -> None:

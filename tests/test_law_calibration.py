@@ -16,7 +16,7 @@ from dpscaling.law import LawSettings
 from dpscaling.law.calibration import (
     ANSWERED, CALIBRATED_COVERAGE, CALIBRATED_WIDTH, DISTANCE_METHOD, HALF_WIDTH, IN_POOL, METHOD, POINTS,
     SEED_COVERAGE, SEED_WIDTH, SET, Calibration, calibrated_interval, calibration_file, conformal_quantile, coverage,
-    half_width, interval_scale, load_calibration, measured_as_law, write_calibration)
+    half_width_and_level, interval_scale, load_calibration, measured_as_law, write_calibration)
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.distance import DistanceScale, MeasuredPoints
 from dpscaling.law.validation import (
@@ -40,17 +40,17 @@ def test_the_finite_sample_correction_counts_sets_not_points() -> None:
     assert conformal_quantile(nine, 0.85) == 9
     assert conformal_quantile(nine, 0.8) == 8
     assert conformal_quantile(nine, 0.9) == 9  # K / (K + 1) = 0.9 exactly: the largest score
-    # Fewer sets than 90% needs (K / (K + 1) < 0.9): no finite quantile; half_width then says what it can guarantee.
+    # Fewer sets than 90% needs (K / (K + 1) < 0.9): no finite quantile; half_width_and_level then says what it can guarantee.
     five = nine[:5]
     assert conformal_quantile(five, 0.9) == math.inf
-    assert half_width(five, 0.9) == (5.0, pytest.approx(5 / 6))
-    assert half_width(nine, 0.9) == (9.0, 0.9)
+    assert half_width_and_level(five, 0.9) == (5.0, pytest.approx(5 / 6))
+    assert half_width_and_level(nine, 0.9) == (9.0, 0.9)
 
 
 def test_nan_scores_and_empty_sets_are_dropped() -> None:
     # K = 2 (F: 1/3 at 1.0); were the NaN-only and empty sets counted, K = 4 and 1.0 would reach only 1/5.
     assert conformal_quantile([[1.0, np.nan], [], [np.nan], [2.0]], 0.3) == 1.0
-    assert math.isnan(half_width([[], [np.nan]])[0])
+    assert math.isnan(half_width_and_level([[], [np.nan]])[0])
     with pytest.raises(UserError, match="level"):
         conformal_quantile([[1.0]], 1.0)
 

@@ -13,10 +13,10 @@ import pytest
 from dpscaling.commands import params as params_command
 from dpscaling.errors import UserError
 from dpscaling.models.bert import BertMlm, count_params
-from dpscaling.models.family import FAMILY, PAPER_PARAMS, bert_config
+from dpscaling.models.family import BERT_PRESETS, PAPER_PARAMS, bert_config
 
 
-@pytest.mark.parametrize("name", list(FAMILY))
+@pytest.mark.parametrize("name", list(BERT_PRESETS))
 def test_family_param_counts_within_3_percent_of_paper(name):
     counts = count_params(bert_config(name))
     assert abs(counts.total / PAPER_PARAMS[name] - 1) < 0.03, counts

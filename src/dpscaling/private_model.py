@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from dpscaling.config.blocks import GRID_ONLY_TRAINING_KEYS
+from dpscaling.config.blocks import TrainingBlock
 from dpscaling.errors import UserError
 from dpscaling.grid import canonical
 from dpscaling.law.columns import (
@@ -260,14 +260,9 @@ def corrected_loss(law, correction: PhysicalBatchCorrection | None, model_size: 
     return float(loss[0])
 
 
-# The training block's keys that choose the grid's jobs, not how a private run trains: left out of
-# the private jobs' params, so a change to the grid retrains no private run.
-GRID_KEYS = ("noise_batch_ratios", "learning_rates", "physical_batch", *GRID_ONLY_TRAINING_KEYS)
-
-
 def private_training(training: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``training`` block as a private job's param (the grid-only keys removed)."""
-    return {key: value for key, value in training.items() if key not in GRID_KEYS}
+    """The ``training`` block as a private job's param (:meth:`TrainingBlock.private_params`)."""
+    return TrainingBlock.private_params(training)
 
 
 def plan_job_config(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],

@@ -180,55 +180,98 @@ class GridPoint(Block):
     learning_rate: float
 
 
-# Training keys added after runs existed: at the schema's default they are left out of a training job's
-# param, so adding them retrained nothing; a changed value is a changed param, and Snakemake reruns the
-# job. ("delta" is accounting.delta, handed to each job.)
-LATE_TRAINING_KEYS = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size",
-                      "accountant", "delta")
-# Keys that choose which training jobs exist, not how one trains: never a job's param.
-GRID_ONLY_TRAINING_KEYS = ("repeat_seeds", "repeat_points", "seq_lens")
-# The private-training keys: the physical-batch ablation always runs the study's shuffled sampler.
-PRIVATE_TRAINING_KEYS = ("sampling", "truncated_batch_size", "accountant")
+# ------------------------------------------------------------------ what each training field reaches
+#
+# Each field of the ``training`` block declares its roles (``role(...)`` below); every job's ``training``
+# param is derived from them: the main grid's (:meth:`TrainingBlock.job_params`), the private runs'
+# (:meth:`TrainingBlock.private_params`) and the physical-batch ablation's (:meth:`AblationBlock.training`).
+# A field without a role is a parameter of every grid and private job. Snakemake reruns a job whose params
+# change, so a new field must say where it goes: see each role.
+
+# Chooses which jobs exist, not how one trains (repeats, lengths): never a job's param.
+SELECTS_JOBS = "selects_jobs"
+# An axis (or fixed setting) of the main grid: a grid job's param, never a private run's (a private run has
+# its own B and σ̄), so a change to the grid retrains no private run.
+GRID_AXIS = "grid_axis"
+# Added after results existed: a param only where it differs from the schema's default, so adding it
+# retrained nothing; a changed value is a changed param.
+LATE = "late"
+# How a private run is sampled and accounted: never in the ablation's params (it runs the study's sampler).
+PRIVATE_RUNS = "private_runs"
+# Shared with the physical-batch ablation: its jobs read it from this block.
+ABLATION_SHARED = "ablation_shared"
+# (The ablation_batch block's fields) the ablation job's own training setting: its horizon and logging.
+ABLATION_OWN = "ablation_own"
+ROLES = (SELECTS_JOBS, GRID_AXIS, LATE, PRIVATE_RUNS, ABLATION_SHARED, ABLATION_OWN)
+# The one job param that is not a training field: accounting.delta, handed to each job, a late key.
+LATE_EXTRA = {"delta": "accounting.delta"}
+
+
+def role(*roles: str, position: int | None = None) -> Any:
+    """A field of a block with these roles (:data:`ROLES`); ``position`` orders it among the fields of its
+    role where a param was first written in another order than the block's (Snakemake compares a param's
+    ``repr``, key order included)."""
+    unknown = set(roles) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown role(s) {sorted(unknown)}; accepted: {list(ROLES)}")
+    return field(metadata={"roles": frozenset(roles), "position": position})
+
+
+def fields_with(block: type[Block], wanted: str) -> tuple[str, ...]:
+    """The names of ``block``'s fields that declare role ``wanted``, by position, else declaration order."""
+    found = [(f.metadata.get("position"), index, f.name) for index, f in enumerate(dataclasses.fields(block))
+             if wanted in f.metadata.get("roles", ())]
+    return tuple(name for _, _, name in sorted(found, key=lambda x: (x[0] is None, x[0] or 0, x[1])))
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingBlock(Block):
     NAME: ClassVar[str] = "training"
     NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": GridPoint}
-    noise_batch_ratios: tuple[float, ...]
-    learning_rates: tuple[float, ...]
-    seq_lens: tuple[int, ...] | None
-    physical_batch: int
+    noise_batch_ratios: tuple[float, ...] = role(GRID_AXIS)
+    learning_rates: tuple[float, ...] = role(GRID_AXIS)
+    seq_lens: tuple[int, ...] | None = role(SELECTS_JOBS)
+    physical_batch: int = role(GRID_AXIS)
     seed: int
-    repeat_seeds: tuple[int, ...]
-    repeat_points: tuple[GridPoint, ...]
+    repeat_seeds: tuple[int, ...] = role(SELECTS_JOBS)
+    repeat_points: tuple[GridPoint, ...] = role(SELECTS_JOBS)
     steps: int
     warmup_steps: int
     decay_steps: int
-    decay_factor: float
+    decay_factor: float = role(ABLATION_SHARED, position=0)
     log_every: int
     checkpoint_every: int
-    mask_rate: float
-    clip_norm: float
+    mask_rate: float = role(ABLATION_SHARED, position=3)
+    clip_norm: float = role(ABLATION_SHARED, position=1)
     microbatch_size: int | None
-    adam_b1: float
-    adam_b2: float
-    adam_eps: float
-    allow_repeats: bool
-    clipping: str
-    sampling: str
-    truncated_batch_size: int | None
-    accountant: str | None
+    adam_b1: float = role(LATE)
+    adam_b2: float = role(LATE)
+    adam_eps: float = role(LATE)
+    allow_repeats: bool = role(LATE)
+    clipping: str = role(ABLATION_SHARED, position=2)
+    sampling: str = role(LATE, PRIVATE_RUNS)
+    truncated_batch_size: int | None = role(LATE, PRIVATE_RUNS)
+    accountant: str | None = role(LATE, PRIVATE_RUNS)
 
     def job_params(self, delta: float) -> dict[str, Any]:
-        """The block (plus ``delta``) as a training job's param: the late keys only where they differ from
-        the schema's default, the grid-only keys never (:data:`LATE_TRAINING_KEYS`)."""
+        """The block (plus ``delta``) as a main-grid job's param, in the config's key order: the
+        :data:`LATE` keys only where they differ from the schema's default, the :data:`SELECTS_JOBS` keys
+        never."""
         from dpscaling.config.schema import default
 
         values = {**self.to_mapping(), "delta": delta}
-        late = {key: default("accounting.delta" if key == "delta" else f"training.{key}") for key in LATE_TRAINING_KEYS}
+        late = {key: default(f"training.{key}") for key in fields_with(TrainingBlock, LATE)}
+        late.update({key: default(where) for key, where in LATE_EXTRA.items()})
+        never = fields_with(TrainingBlock, SELECTS_JOBS)
         return {key: value for key, value in values.items()
-                if not (key in late and value == late[key]) and key not in GRID_ONLY_TRAINING_KEYS}
+                if not (key in late and value == late[key]) and key not in never}
+
+    @staticmethod
+    def private_params(training: Mapping[str, Any]) -> dict[str, Any]:
+        """The config's ``training`` mapping as a private run's param: without the :data:`GRID_AXIS` and
+        :data:`SELECTS_JOBS` keys."""
+        grid = set(fields_with(TrainingBlock, GRID_AXIS)) | set(fields_with(TrainingBlock, SELECTS_JOBS))
+        return {key: value for key, value in training.items() if key not in grid}
 
 
 # ------------------------------------------------------------------------------------------ accounting
@@ -358,12 +401,6 @@ class Evaluation(Block):
     seed: int
 
 
-# What an ablation job takes from the ablation_batch block; the rest comes from `training`.
-ABLATION_TRAINING_KEYS = ("steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every")
-# What it reads from the `training` block (so a change to the main grid retrains no ablation job).
-ABLATION_SHARED_TRAINING_KEYS = ("decay_factor", "clip_norm", "clipping", "mask_rate")
-
-
 @dataclass(frozen=True, kw_only=True)
 class AblationBlock(Block):
     NAME: ClassVar[str] = "ablation_batch"
@@ -373,26 +410,29 @@ class AblationBlock(Block):
     physical_batches: tuple[int, ...]
     seeds: tuple[int, ...]
     learning_rate: float
-    steps: int
-    warmup_steps: int
-    decay_steps: int
-    log_every: int
-    checkpoint_every: int
+    steps: int = role(ABLATION_OWN)
+    warmup_steps: int = role(ABLATION_OWN)
+    decay_steps: int = role(ABLATION_OWN)
+    log_every: int = role(ABLATION_OWN)
+    checkpoint_every: int = role(ABLATION_OWN)
     microbatch_size: int | None
     sweep: Sweep
     evaluation: Evaluation
 
     def training(self, training: TrainingBlock, batch: int) -> dict[str, Any]:
-        """The ``training`` param of an ablation job at physical batch ``batch``: the ablation's horizon,
-        logging and microbatch, the training block's optimiser, clipping and masking settings; never the
-        private-training keys (the ablation runs the study's sampler)."""
+        """The ``training`` param of an ablation job at physical batch ``batch``: the ablation's own
+        horizon and logging (:data:`ABLATION_OWN`) and microbatch, the training block's
+        :data:`ABLATION_SHARED` settings and its :data:`LATE` ones where not at their default; never the
+        :data:`PRIVATE_RUNS` keys (the ablation runs the study's sampler)."""
         shared = training.to_mapping()
         micro = self.microbatch_size
+        late = set(fields_with(TrainingBlock, LATE)) | set(LATE_EXTRA)
+        private = fields_with(TrainingBlock, PRIVATE_RUNS)
         return {
-            **{key: shared[key] for key in ABLATION_SHARED_TRAINING_KEYS},
+            **{key: shared[key] for key in fields_with(TrainingBlock, ABLATION_SHARED)},
             **{key: value for key, value in training.job_params(_default_delta()).items()
-               if key in LATE_TRAINING_KEYS and key not in PRIVATE_TRAINING_KEYS},
-            **{key: getattr(self, key) for key in ABLATION_TRAINING_KEYS},
+               if key in late and key not in private},
+            **{key: getattr(self, key) for key in fields_with(AblationBlock, ABLATION_OWN)},
             "microbatch_size": None if micro is None or micro >= batch else micro,
             "physical_batch": int(batch),
         }

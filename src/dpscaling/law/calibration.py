@@ -143,7 +143,7 @@ def guaranteed_level(sets: int, level: float = LEVEL) -> float:
     return min(level, sets / (sets + 1))
 
 
-def half_width(scores: Sequence[ArrayLike], level: float = LEVEL) -> tuple[float, float]:
+def half_width_and_level(scores: Sequence[ArrayLike], level: float = LEVEL) -> tuple[float, float]:
     """(q, the level it guarantees) from the calibration sets' ``scores``; q is NaN without any set."""
     count = sum(bool(np.isfinite(np.asarray(s, float)).any()) for s in scores)
     if not count:
@@ -294,12 +294,12 @@ def coverage(points: pd.DataFrame, modes: Mapping[str, LawSettings], level: floa
         groups = {name: group for name, group in scored[scored[MODE] == mode].groupby(HELD_OUT, sort=False)}
         answered = {name: group.dropna(subset=["_score"]) for name, group in groups.items()}
         pool = [name for name, group in answered.items() if len(group)]
-        q_pool, attained = half_width([answered[name]["_score"].to_numpy() for name in pool], level)
+        q_pool, attained = half_width_and_level([answered[name]["_score"].to_numpy() for name in pool], level)
         checks, widths = [], []
         for name, group in groups.items():
             pooled = name in pool
             others = [answered[other]["_score"].to_numpy() for other in pool if other != name]
-            q = half_width(others, level)[0] if pooled else q_pool
+            q = half_width_and_level(others, level)[0] if pooled else q_pool
             scores = answered[name]["_score"].to_numpy()
             calibrated = _share(scores <= q) if math.isfinite(q) else math.nan
             calibrated_width = _mean(q * answered[name]["_scale"].to_numpy()) if math.isfinite(q) else math.nan

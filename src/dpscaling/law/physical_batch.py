@@ -6,15 +6,15 @@ Documented in docs/fit.md, "The physical-batch correction".
 The paper's law reads the loss off (M, T, σ̄) alone (§3.1): the noise-batch ratio σ̄ = σ/B is the only
 way the batch enters. That holds where the DP noise dominates the update. Each clipped per-example
 gradient has norm at most 1 (normalized clipping), so the clipped mean of B examples carries sampling
-noise of variance at most 1/B, beside the DP noise's σ̄²·d over d parameters. The grid trains every
+noise of variance at most 1/B, beside the DP noise's σ̄²·M over the model's M parameters. The grid trains every
 curve at one physical batch B_g; a configuration trained at B ≠ B_g has a different sampling share.
-Where σ̄²·d is not large against 1/B_g (here σ̄ ≤ 2^-10 at d ≈ 5e4, B_g = 32), the law's curve is
+Where σ̄²·M is not large against 1/B_g (here σ̄ ≤ 2^-10 at M ≈ 5e4, B_g = 32), the law's curve is
 biased for it: a larger batch sees more data per step and ends lower.
 
 The correction subtracts a shift that is one parameter λ times the log-ratio of the two batches'
 total noise, in units of the DP noise:
 
-    Δ(B) = λ · ln[(1 + r(B_g)) / (1 + r(B))],   r(B) = 1 / (B · σ̄² · d),
+    Δ(B) = λ · ln[(1 + r(B_g)) / (1 + r(B))],   r(B) = 1 / (B · σ̄² · M),
 
 so Δ(B_g) = 0, Δ → 0 as the DP noise dominates (r → 0), and Δ → λ·ln(B/B_g) without DP noise (the
 non-private gain of a larger batch at a fixed number of steps). λ is fitted by least squares (Δ is

@@ -227,7 +227,7 @@ class DataBudget:
         return f"privacy unit: one user; N = {self.users:.3g} users at every S"
 
 
-def length_candidates(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.ndarray, epsilon: float,
+def configurations_across_lengths(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.ndarray, epsilon: float,
                       data: DataBudget, batch_sizes: np.ndarray, *, lengths: Sequence[float] | None = None,
                       model_size_count: int = 100) -> pd.DataFrame:
     """Every constant-compute configuration (C, M, S, B, T) of ``budgets`` at each candidate length (default:
@@ -274,7 +274,7 @@ def length_tradeoff(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.nda
     over them (the seed-only interval, :mod:`dpscaling.law.bootstrap`). Budgets no length answers are absent;
     ``attrs`` counts them and the unanswered candidates by reason."""
     lengths = candidate_lengths(law.lengths) if lengths is None else lengths
-    candidates = length_candidates(law, sigma, budgets, epsilon, data, batch_sizes, lengths=lengths,
+    candidates = configurations_across_lengths(law, sigma, budgets, epsilon, data, batch_sizes, lengths=lengths,
                                    model_size_count=model_size_count)
     unanswered = reason_counts(candidates[REASON].to_numpy()) if len(candidates) else {}
     answered = candidates.dropna(subset=[CROSS_ENTROPY]) if len(candidates) else candidates

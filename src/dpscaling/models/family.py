@@ -34,7 +34,7 @@ from dpscaling.errors import UserError
 from dpscaling.models.shapes import (
     BERT_MAX_POSITIONS, BERT_VOCAB_SIZE, GPT2_MAX_POSITIONS, GPT2_VOCAB_SIZE, BertConfig, DecoderConfig, ParamCount)
 
-__all__ = ["BERT", "BERT_MAX_POSITIONS", "BERT_VOCAB_SIZE", "DECODER", "FAMILIES", "FAMILY", "GPT2_VOCAB_SIZE",
+__all__ = ["BERT", "BERT_PRESETS", "BERT_MAX_POSITIONS", "BERT_VOCAB_SIZE", "DECODER", "FAMILIES", "GPT2_VOCAB_SIZE",
            "PAPER_PARAMS", "PRESETS", "BertConfig", "DecoderConfig", "Family", "ParamCount", "bert_config",
            "configured_model", "family_named", "family_of"]
 
@@ -106,7 +106,7 @@ class Family:
 
 
 # Paper Table 1: (layers, heads, hidden).
-FAMILY: dict[str, tuple[int, int, int]] = {
+BERT_PRESETS: dict[str, tuple[int, int, int]] = {
     "BertTiny": (2, 2, 128),
     "BertMini": (4, 4, 256),
     "BertSmall": (4, 4, 512),
@@ -127,7 +127,7 @@ PAPER_PARAMS: dict[str, float] = {
     "BertMega": 729e6,
 }
 
-BERT = Family(name="bert", presets=FAMILY, shape=BertConfig, module="dpscaling.models.bert:BertMlm",
+BERT = Family(name="bert", presets=BERT_PRESETS, shape=BertConfig, module="dpscaling.models.bert:BertMlm",
               objective="masked_lm", max_positions=BERT_MAX_POSITIONS, vocab_size=BERT_VOCAB_SIZE,
               trained_rows=("max_positions", "type_vocab_size"), throughput="paper_table")
 

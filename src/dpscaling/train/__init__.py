@@ -1,4 +1,5 @@
-"""BERT MLM pretraining with DP-Adam (paper §3.2): config, step, loop."""
+"""Training with DP-Adam (paper §3.2), for every model family (BERT masked LM, causal decoders): config,
+step, loop."""
 
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.loop import RunSummary, run_training
