@@ -234,36 +234,30 @@ def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -
         assert set(f.metadata.get("roles", ())) <= set(ROLES), f.name
 
 
-@pytest.mark.parametrize("key", ["seq_lens", "repeat_seeds", "repeat_points"])
-def test_a_key_that_selects_jobs_reaches_no_job(key) -> None:
-    assert _reached(key) == {"grid": False, "private": False, "ablation": False}
+# Per role (dpscaling.config.blocks): its training keys, and which jobs' params a change of one reaches.
+ROLE_REACH = {
+    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points"), (False, False, False)),
+    "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
+    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats"), (True, True, True)),
+    "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),
+    "ablation_shared": (("decay_factor", "mask_rate", "clip_norm", "clipping"), (True, True, True)),
+    # No role: the grid's and the private runs'; the ablation has its own horizon, logging, microbatch, seeds.
+    "none": (("seed", "steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every", "microbatch_size"),
+             (True, True, False)),
+}
 
 
-@pytest.mark.parametrize("key", ["noise_batch_ratios", "learning_rates", "physical_batch"])
-def test_a_grid_axis_reaches_the_grid_jobs_only(key) -> None:
-    assert _reached(key) == {"grid": True, "private": False, "ablation": False}
+@pytest.mark.parametrize("role", list(ROLE_REACH))
+def test_each_role_reaches_its_jobs(role) -> None:
+    from dpscaling.config.blocks import TrainingBlock, fields_with
 
-
-@pytest.mark.parametrize("key", ["adam_b1", "adam_b2", "adam_eps", "allow_repeats"])
-def test_a_late_key_changed_reaches_every_job(key) -> None:
-    assert _reached(key) == {"grid": True, "private": True, "ablation": True}
-
-
-@pytest.mark.parametrize("key", ["sampling", "truncated_batch_size", "accountant"])
-def test_a_private_training_key_never_reaches_the_ablation(key) -> None:
-    assert _reached(key) == {"grid": True, "private": True, "ablation": False}
-
-
-@pytest.mark.parametrize("key", ["decay_factor", "mask_rate", "clip_norm", "clipping"])
-def test_a_key_shared_with_the_ablation_reaches_every_job(key) -> None:
-    assert _reached(key) == {"grid": True, "private": True, "ablation": True}
-
-
-@pytest.mark.parametrize("key", ["seed", "steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every",
-                                 "microbatch_size"])
-def test_a_key_without_a_role_reaches_the_grid_and_private_jobs_not_the_ablation(key) -> None:
-    """The ablation has its own horizon, logging, microbatch and seeds (its block's fields)."""
-    assert _reached(key) == {"grid": True, "private": True, "ablation": False}
+    keys, (grid, private, ablation) = ROLE_REACH[role]
+    declared = ({f for r in ROLE_REACH if r != "none" for f in fields_with(TrainingBlock, r)} if role == "none"
+                else set(fields_with(TrainingBlock, role)))
+    # The private-training keys are late keys too (added after results existed).
+    assert (declared & set(keys) == set()) if role == "none" else (set(keys) <= declared), declared
+    for key in keys:
+        assert _reached(key) == {"grid": grid, "private": private, "ablation": ablation}, key
 
 
 def test_the_ablation_s_own_fields_are_its_horizon_and_logging() -> None:
