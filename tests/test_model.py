@@ -190,3 +190,28 @@ def test_model_param_reruns_custom_jobs_and_outdated_checkpoints_are_discarded(t
         (tmp_path / name).mkdir()
         (tmp_path / name / CONFIG_FILE).write_text(json.dumps(saved))
         assert not discard_outdated_checkpoints(tmp_path / name, config) and (tmp_path / name).exists()
+
+
+def test_one_check_says_whether_a_checkpoint_belongs_to_this_run(tmp_path):
+    """The loop refuses a checkpoint of another configuration; a private budget's other plan is removed."""
+    from dpscaling.errors import UserError
+    from dpscaling.private_model import discard_other_plans_checkpoint
+    from dpscaling.train.checkpoint import CONFIG_FILE, config_differences
+    from dpscaling.train.config import job_train_config
+    from dpscaling.train.loop import _check_same_config
+
+    config = job_train_config("BertTiny", TRAINING, _grid_point("BertTiny"), 64)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert config_differences(empty, config) is None
+    _check_same_config(empty, config, writer=True)  # the first writer records its config
+    assert config_differences(empty, config) == [] and (empty / CONFIG_FILE).is_file()
+    other = {**json.loads((empty / CONFIG_FILE).read_text()), "learning_rate": 0.5, "steps": 3}
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    (changed / CONFIG_FILE).write_text(json.dumps(other))
+    assert config_differences(changed, config) == ["learning_rate", "steps"]
+    with pytest.raises(UserError, match=r"differs in \['learning_rate', 'steps'\]"):
+        _check_same_config(changed, config, writer=True)
+    assert not discard_other_plans_checkpoint(empty, config) and empty.exists()
+    assert discard_other_plans_checkpoint(changed, config) and not changed.exists()

@@ -368,13 +368,11 @@ def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], tra
 def discard_other_plans_checkpoint(checkpoint_dir: str | os.PathLike[str], config: TrainConfig) -> bool:
     """Remove a budget's checkpoint written for another plan (the law or the budget changed): that run
     is obsolete, and its directory holds a secret key. A checkpoint of this plan is kept and resumed."""
-    import json
     import shutil
 
-    from dpscaling.train.checkpoint import CONFIG_FILE
+    from dpscaling.train.checkpoint import config_differences
 
-    path = Path(checkpoint_dir) / CONFIG_FILE
-    if not path.is_file() or json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(config.to_dict())):
+    if not config_differences(checkpoint_dir, config):  # none recorded, or this plan's
         return False
     shutil.rmtree(checkpoint_dir)
     return True

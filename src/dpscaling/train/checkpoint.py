@@ -162,6 +162,27 @@ def restore_verified_read_only(manager: ocp.CheckpointManager, template: Any, wh
     return Restored(step, state, list(record["curve"]), ())
 
 
+def config_record(config: TrainConfig) -> dict[str, Any]:
+    """``config`` as its checkpoint records it (``config.json``: JSON types, so a read-back compares equal)."""
+    return json.loads(json.dumps(config.to_dict(), sort_keys=True))
+
+
+def recorded_config(checkpoint_dir: str | Path) -> dict[str, Any] | None:
+    """The config a checkpoint directory was written for, or None when it records none."""
+    path = Path(checkpoint_dir) / CONFIG_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def config_differences(checkpoint_dir: str | Path, config: TrainConfig) -> list[str] | None:
+    """The keys in which the checkpoint's recorded config differs from ``config`` ([] when it is the same),
+    or None when the directory records no config: the one check of "this checkpoint belongs to this run"."""
+    found = recorded_config(checkpoint_dir)
+    if found is None:
+        return None
+    wanted = config_record(config)
+    return sorted(key for key in set(found) | set(wanted) if found.get(key) != wanted.get(key))
+
+
 def discard_outdated_checkpoints(checkpoint_dir: str | Path, config: TrainConfig) -> bool:
     """Remove ``checkpoint_dir`` when it was written for the same run with the embedding rows custom models had
     before they trained only their own rows (BERT's 512 positions and 2 token types, now
@@ -169,11 +190,10 @@ def discard_outdated_checkpoints(checkpoint_dir: str | Path, config: TrainConfig
     such a run retrains from scratch. Any other difference is left to the training loop, which refuses it."""
     import shutil
 
-    path = Path(checkpoint_dir) / CONFIG_FILE
-    if config.model != "custom" or not path.is_file():
+    found = recorded_config(checkpoint_dir)
+    if config.model != "custom" or found is None:
         return False
-    found = json.loads(path.read_text(encoding="utf-8"))
-    wanted = json.loads(json.dumps(config.to_dict()))
+    wanted = config_record(config)
     old_overrides = {k: v for k, v in wanted["model_overrides"].items() if k != "type_vocab_size"}
     old = {**wanted, "max_positions": max(BERT_MAX_POSITIONS, wanted["max_positions"]),
            "model_overrides": old_overrides}

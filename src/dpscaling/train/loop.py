@@ -21,7 +21,6 @@ entropy, stored only in the checkpointed state, and never logged or written to t
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import time
@@ -44,6 +43,8 @@ from dpscaling.train.checkpoint import (
     CONFIG_FILE,
     PARTIAL_METRICS,
     STATE_DIR,
+    config_differences,
+    config_record,
     open_manager,
     restore_latest_verified,
     save_checkpoint,
@@ -329,18 +330,14 @@ def _privacy_columns(privacy: RunPrivacy) -> dict[str, Any]:
 
 def _check_same_config(checkpoint_dir: Path, config: TrainConfig, writer: bool) -> None:
     """Refuse to resume a checkpoint written for a different configuration."""
-    path = checkpoint_dir / CONFIG_FILE
-    wanted = json.loads(json.dumps(config.to_dict(), sort_keys=True))
-    if path.exists():
-        found = json.loads(path.read_text(encoding="utf-8"))
-        if found != wanted:
-            changed = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
-            raise UserError(
-                f"checkpoint {str(checkpoint_dir)!r} was written for a different configuration "
-                f"(differs in {changed}); delete it to start over"
-            )
-    elif writer:
-        write_json_atomic(path, wanted)
+    changed = config_differences(checkpoint_dir, config)
+    if changed:
+        raise UserError(
+            f"checkpoint {str(checkpoint_dir)!r} was written for a different configuration "
+            f"(differs in {changed}); delete it to start over"
+        )
+    if changed is None and writer:
+        write_json_atomic(checkpoint_dir / CONFIG_FILE, config_record(config))
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
