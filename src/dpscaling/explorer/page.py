@@ -34,10 +34,9 @@ def start_node(grid: ExplorerGrid, nodes: list[dict[str, Any]]) -> dict[str, int
     validated range, and its largest such budget (the first node otherwise)."""
     epsilon = min(range(len(grid.epsilons)), key=lambda i: abs(math.log(grid.epsilons[i] / PREFERRED_START_EPSILON)))
     count = len(grid.computes)
-    per_data = len(grid.computes)
     answered: dict[int, list[int]] = {}
     for d in range(len(grid.data)):
-        base = (epsilon * len(grid.data) + d) * per_data
+        base = (epsilon * len(grid.data) + d) * count  # the first unit and length: the grid's first nodes
         good = [c for c in range(count) if "none" not in nodes[base + c] and not nodes[base + c]["refusal"]]
         if good:
             answered[d] = good
@@ -81,7 +80,7 @@ def page_data(law: ScalingLaw, bundle_argument: str, grid: ExplorerGrid, nodes: 
                       f"other ε for comparison; black dashed (at S = {fitted.seq_len}): the law without privacy "
                       "(σ̄ = 0) at the law's physical batch, the best up to each budget: the paper's non-private "
                       "reproduction, which a fixed batch stops from spending large budgets."),
-        "nonprivate": {"loss": running} if fitted is not None else None,
+        "nonprivate": {"loss": running},
         "start": start_node(grid, nodes),
         "tolerance": {"relative": RELATIVE_TOLERANCE, "digits": SIGNIFICANT_DIGITS},
     }
