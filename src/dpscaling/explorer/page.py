@@ -53,11 +53,6 @@ def page_data(law: ScalingLaw, bundle_argument: str, grid: ExplorerGrid, nodes: 
     provenance, fitted = law.bundle.provenance, law.bundle.law
     models = ", ".join(f"{name} ({shape['param_count']:,})" for name, shape in (provenance.get("models") or {}).items())
     answered = sum("none" not in node for node in nodes)
-    nonprivate = nonprivate_curve(law, grid.computes)
-    running, best = [], math.inf
-    for value in nonprivate["loss"]:  # a larger budget can always be spent like a smaller one
-        best = min(best, value) if value is not None else best
-        running.append(None if math.isinf(best) else best)
     single = grid.seq_lens == (None,)
     return {
         "format": "dpscaling-explorer", "format_version": 1, "axes": grid.to_json(), "nodes": nodes,
@@ -80,7 +75,7 @@ def page_data(law: ScalingLaw, bundle_argument: str, grid: ExplorerGrid, nodes: 
                       f"other ε for comparison; black dashed (at S = {fitted.seq_len}): the law without privacy "
                       "(σ̄ = 0) at the law's physical batch, the best up to each budget: the paper's non-private "
                       "reproduction, which a fixed batch stops from spending large budgets."),
-        "nonprivate": {"loss": running},
+        "nonprivate": {"loss": nonprivate_curve(law, grid.computes)},
         "start": start_node(grid, nodes),
         "tolerance": {"relative": RELATIVE_TOLERANCE, "digits": SIGNIFICANT_DIGITS},
     }

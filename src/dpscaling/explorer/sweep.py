@@ -150,8 +150,8 @@ def data_budget(unit: str, data: float, seq_len: int) -> dict[str, float]:
 def _column(task: tuple[str, int | None, float, float, tuple[float, ...], str]) -> list[dict[str, Any]]:
     """One (privacy unit, S, ε, data) column of nodes, smallest budget first (its saturation scans reuse the
     smaller budgets'), from this process's law."""
-    unit, seq_len, epsilon, data, computes, _ = task
-    law = _worker_law(task[5])
+    unit, seq_len, epsilon, data, computes, bundle = task
+    law = _worker_law(bundle)
     budget = data_budget(unit, data, law.seq_len)
     records = []
     for compute in computes:
@@ -186,16 +186,18 @@ def sweep(bundle: str | os.PathLike[str], grid: ExplorerGrid, workers: int = 1) 
     return [record for column in columns for record in column]
 
 
-def nonprivate_curve(law: ScalingLaw, computes: Sequence[float]) -> dict[str, list[float | None]]:
-    """The law without privacy (σ̄ = 0) at its own S: the best loss per budget, B the law's physical batch
-    (the paper's non-private reproduction: a law measured at one batch says nothing about another B)."""
+def nonprivate_curve(law: ScalingLaw, computes: Sequence[float]) -> list[float | None]:
+    """The law without privacy (σ̄ = 0) at its own S, B the law's physical batch (the paper's non-private
+    reproduction: a law measured at one batch says nothing about another B): per budget, the best loss up to
+    it (a larger budget can always be spent like a smaller one); None below the first answered budget."""
     fitted = law.bundle.law
     sizes = model_size_grid(*fitted.model_size_range())
     best = best_loss_per_compute(np.asarray(computes, float), math.inf, 1e300, fitted.loss,
                                  lambda epsilon, steps, rate: np.zeros(len(steps)), fitted.seq_len, sizes,
                                  fitted.iteration_bounds(), batch_sizes=np.array([float(fitted.physical_batch)]))
-    by_budget = {float(row[COMPUTE]): row for _, row in best.iterrows()}
-    rows = [by_budget.get(float(c)) for c in computes]
-    return {"loss": [None if row is None else _round(float(row[CROSS_ENTROPY])) for row in rows],
-            "M": [None if row is None else _round(float(row[MODEL_SIZE])) for row in rows],
-            "T": [None if row is None else _round(float(row[ITERATIONS])) for row in rows]}
+    by_budget = dict(zip(best[COMPUTE].astype(float), best[CROSS_ENTROPY].astype(float)))
+    running, lowest = [], math.inf
+    for compute in computes:
+        lowest = min(lowest, by_budget.get(float(compute), math.inf))
+        running.append(_round(lowest))  # None while nothing is answered (inf)
+    return running

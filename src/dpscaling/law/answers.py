@@ -509,32 +509,37 @@ class ScalingLaw:
             yield budgets, self._remembered_optima(budgets, epsilon, units, surface, sizes, source, correction)
             start = stop + 1
 
-    def _scan_key(self, budget: float, epsilon, units, surface: _Surface, sizes, source, correction) -> tuple:
-        return ((float(epsilon), float(units), surface.seq_len, hash(sizes.tobytes()), id(source), id(correction)),
-                float(f"{budget:.12g}"))
+    @staticmethod
+    def _scan(epsilon, units, surface: _Surface, sizes, source, correction) -> tuple:
+        """What a saturation scan's optima depend on besides the budget."""
+        return float(epsilon), float(units), surface.seq_len, hash(sizes.tobytes()), id(source), id(correction)
+
+    @staticmethod
+    def _budget_key(budget: float) -> float:
+        return float(f"{budget:.12g}")
 
     def _remember_optimum(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, sizes, source,
                           correction) -> None:
         """The search's optimum is the saturation scan's row at its own budget (the same candidates)."""
-        self._optima[self._scan_key(compute, epsilon, units, surface, sizes, source, correction)] = (
-            answer.optimum.copy())
+        scan = self._scan(epsilon, units, surface, sizes, source, correction)
+        self._optima[(scan, self._budget_key(compute))] = answer.optimum.copy()
 
     def _remembered_optima(self, budgets: np.ndarray, epsilon, units, surface: _Surface, sizes, source,
                            correction) -> pd.DataFrame:
         """:func:`best_loss_per_compute` at ``budgets``, each budget's row computed once per law: queries on a
         lattice of budgets a factor 2^(1/2) apart (a sweep, :mod:`dpscaling.explorer`) share their saturation
         scans. Budgets are matched to 12 significant digits (the same budget reached by different products)."""
-        keys = [self._scan_key(budget, epsilon, units, surface, sizes, source, correction) for budget in budgets]
+        scan = self._scan(epsilon, units, surface, sizes, source, correction)
+        keys = [(scan, self._budget_key(budget)) for budget in budgets]
         missing = [budget for budget, key in zip(budgets, keys) if key not in self._optima]
         if missing:
             if len(self._optima) > OPTIMA_REMEMBERED:
                 self._optima.clear()
             found = best_loss_per_compute(np.array(missing), epsilon, units, surface.loss, source.sigma,
                                           surface.seq_len, sizes, surface.iteration_bounds, correction=correction)
-            rows = {float(f"{row[COMPUTE]:.12g}"): row for _, row in found.iterrows()}
+            rows = {self._budget_key(row[COMPUTE]): row for _, row in found.iterrows()}
             for budget in missing:
-                key = self._scan_key(budget, epsilon, units, surface, sizes, source, correction)
-                self._optima[key] = rows.get(key[1])
+                self._optima[(scan, self._budget_key(budget))] = rows.get(self._budget_key(budget))
         rows = [self._optima[key] for key in keys if self._optima[key] is not None]
         if not rows:
             return pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY])
