@@ -38,6 +38,7 @@ import pandas as pd
 from dpscaling.accounting.matched import account_run
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path, write_json_atomic
+from dpscaling.samplers import POISSON
 from dpscaling.streams import Stream
 
 # Canary gradients are this many times the clip norm, so clipping always acts on them.
@@ -132,7 +133,7 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
     included = rng.random(settings.n_canaries) < 0.5
     n_in = int(included.sum())
     # L priced as a private training run's is (dpscaling.accounting.truncation).
-    privacy = account_run("poisson", None, dataset_size=n_in,
+    privacy = account_run(POISSON.name, None, dataset_size=n_in,
                           expected_batch_size=settings.expected_batch_size, steps=settings.steps,
                           delta=settings.delta, target_epsilon=settings.epsilon,
                           multiple=settings.microbatch_size)

@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dpscaling.samplers import POISSON, SHUFFLE, sampler_named
+
 if TYPE_CHECKING:
     from dpscaling.config.blocks import RunConfig
 
@@ -252,11 +254,11 @@ def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, A
 def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = None,
               seq_len: int | None = None) -> Work:
     """A grid training job of ``model`` at sequence length ``seq_len`` (None = ``data.seq_len``) with the
-    ``training`` mapping (a training job's param; None = the run's ``training`` block). A ``poisson`` job runs
-    its padded batch L: the run prices L once it has its data, so an upper bound of it sizes the job."""
+    ``training`` mapping (a training job's param; None = the run's ``training`` block). A truncating sampler's
+    job runs its padded batch L: the run prices L once it has its data, so an upper bound of it sizes the job."""
     training = run.training.to_mapping() if training is None else training
     batch = int(training["physical_batch"])
-    if training.get("sampling") == "poisson":
+    if sampler_named(training.get("sampling", SHUFFLE.name), "training").truncated:
         from dpscaling.accounting.truncation import tail_truncated_batch_size
 
         batch = training.get("truncated_batch_size") or tail_truncated_batch_size(
@@ -287,7 +289,7 @@ def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None 
 def _largest_private_work(run: RunConfig) -> Work:
     """Before a plan exists (a dry run): the largest of the run's models at the grid's horizon, Poisson."""
     largest = max(run.models.names, key=lambda name: run.model_config(name).param_count().total)
-    return grid_work(run, largest, {**run.training.to_mapping(), "sampling": "poisson"})
+    return grid_work(run, largest, {**run.training.to_mapping(), "sampling": POISSON.name})
 
 
 def savings_work(run: RunConfig, plan: str | os.PathLike[str], role: str) -> Work:

@@ -46,6 +46,7 @@ from dpscaling.grid import canonical
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA)
 from dpscaling.law.runnable import best_learning_rate
+from dpscaling.samplers import POISSON, SHUFFLE
 
 if TYPE_CHECKING:  # importing the training stack pulls in JAX
     from dpscaling.law.physical_batch import PhysicalBatchCorrection
@@ -280,10 +281,10 @@ def plan_job_config(plan: Mapping[str, Any], model_param: str | Mapping[str, Any
 
 def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
                      seed: int) -> TrainConfig:
-    """The private training job of a plan: ``poisson`` sampling, σ calibrated for the budget's (ε, δ) on
+    """The private training job of a plan: truncated Poisson sampling, σ calibrated for the budget's (ε, δ) on
     exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
     budget = plan["budget"]
-    private = {"sampling": "poisson", "accountant": None, "truncated_batch_size": None, "delta": budget["delta"]}
+    private = {"sampling": POISSON.name, "accountant": None, "truncated_batch_size": None, "delta": budget["delta"]}
     config = plan_job_config(plan, model_param, training, private, int(plan["batch_size"]), 0.0, seed)
     return dataclasses.replace(config, target_epsilon=float(budget["epsilon"]))
 
@@ -310,7 +311,7 @@ def twin_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any
                     twin: str, grid_batch: int, seed: int) -> TrainConfig:
     """A plan's study twin: shuffled batches at :func:`twin_batch`, the plan's σ̄ as the study's noise on
     the mean clipped gradient, its T and learning rate, on the same N training sequences."""
-    study = {"sampling": "shuffle", "accountant": None, "truncated_batch_size": None}
+    study = {"sampling": SHUFFLE.name, "accountant": None, "truncated_batch_size": None}
     batch = twin_batch(plan, twin, grid_batch, training.get("microbatch_size"))
     return plan_job_config(plan, model_param, training, study, batch, float(plan["noise_batch_ratio"]), seed)
 

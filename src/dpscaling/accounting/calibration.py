@@ -22,7 +22,10 @@ from dpscaling.errors import UserError
 
 Sampling = Literal["poisson", "deterministic", "min"]
 Accountant = Literal["pld", "rdp"]
-SAMPLINGS: tuple[str, ...] = ("poisson", "deterministic", "min")
+# The study's accounting rules (paper §3.1), not the samplers a run trains with (dpscaling.samplers):
+# σ of amplified Poisson batches, of deterministic batches, or the lower of the two (the paper's rule).
+POISSON_BRANCH, DETERMINISTIC_BRANCH, MIN_RULE = "poisson", "deterministic", "min"
+SAMPLINGS: tuple[str, ...] = (POISSON_BRANCH, DETERMINISTIC_BRANCH, MIN_RULE)
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
 
 # When the discretisation picked at the warm start differs from the one the
@@ -34,7 +37,7 @@ _DISCRETISATION_DRIFT = 2.0
 class Calibration:
     """A calibrated configuration: σ and which batching achieved it."""
     sigma: float
-    sampling: str  # "poisson" or "deterministic": the branch that gave σ
+    sampling: str  # POISSON_BRANCH or DETERMINISTIC_BRANCH: the branch that gave σ
     epsilon: float
     delta: float
     q: float
@@ -122,10 +125,10 @@ def calibrate(epsilon: float, q: float, steps: int, delta: float = DEFAULT_DELTA
     _check_choice(sampling, SAMPLINGS, "sampling")
     _check_choice(accountant, ACCOUNTANTS, "accountant")
     candidates: dict[str, float] = {}
-    if sampling in ("deterministic", "min"):
-        candidates["deterministic"] = gaussian.sigma_deterministic(epsilon, delta, q, steps)
-    if sampling in ("poisson", "min"):
-        candidates["poisson"] = calibrate_poisson(epsilon, q, steps, delta, accountant,
+    if sampling in (DETERMINISTIC_BRANCH, MIN_RULE):
+        candidates[DETERMINISTIC_BRANCH] = gaussian.sigma_deterministic(epsilon, delta, q, steps)
+    if sampling in (POISSON_BRANCH, MIN_RULE):
+        candidates[POISSON_BRANCH] = calibrate_poisson(epsilon, q, steps, delta, accountant,
                                                   relative_tolerance, max_points)
     branch = min(candidates, key=candidates.__getitem__)
     return Calibration(candidates[branch], branch, epsilon, delta, q, steps)
@@ -145,8 +148,8 @@ def epsilon_spent(sigma: float, q: float, steps: int, delta: float = DEFAULT_DEL
     _check_choice(sampling, SAMPLINGS, "sampling")
     _check_choice(accountant, ACCOUNTANTS, "accountant")
     values = []
-    if sampling in ("deterministic", "min"):
+    if sampling in (DETERMINISTIC_BRANCH, MIN_RULE):
         values.append(gaussian.epsilon_deterministic(sigma, delta, q, steps))
-    if sampling in ("poisson", "min"):
+    if sampling in (POISSON_BRANCH, MIN_RULE):
         values.append(poisson_epsilon(sigma, q, steps, delta, accountant))
     return min(values)

@@ -4,6 +4,8 @@ The study's accounting (paper §3.1, "Decoupling Noise Calibration") prices hypo
 Poisson batches after the fact. A run that claims a guarantee must instead be accounted
 for the sampler it ran:
 
+Each sampler's record (:mod:`dpscaling.samplers`) names its accountant:
+
 * ``shuffle`` (:class:`dpscaling.train.data.BatchSampler`) → ``deterministic``: fixed
   batches without amplification; an example taking part in k steps is k compositions of a
   sensitivity-1 Gaussian with noise σ on the sum, i.e. one Gaussian with noise σ/√k
@@ -30,9 +32,10 @@ from dpscaling.accounting import gaussian
 from dpscaling.accounting.truncation import truncated_poisson_run
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
+from dpscaling.samplers import SAMPLERS, Sampler, sampler_named, shuffle_max_participations
 
-# The accountant that describes each sampler, and what each accountant assumes.
-MATCHED_ACCOUNTANT: dict[str, str] = {"shuffle": "deterministic", "poisson": "truncated_poisson"}
+# The accountant that describes each sampler (its registry record), and what each accountant assumes.
+MATCHED_ACCOUNTANT: dict[str, str] = {name: sampler.accountant for name, sampler in SAMPLERS.items()}
 ACCOUNTANT_ASSUMES: dict[str, str] = {
     "deterministic": "fixed (shuffled) batches, each example in at most k steps, no amplification",
     "truncated_poisson": "truncated Poisson sampling (jax-privacy truncated_dpsgd_event, PLD)",
@@ -46,9 +49,7 @@ def matched_accountant(sampling: str, accountant: str | None = None, block: str 
 
     ``block`` names the keys in messages (``train`` for a TrainConfig, ``training`` in a config).
     """
-    if sampling not in MATCHED_ACCOUNTANT:
-        raise UserError(f"{block}.sampling: must be one of {tuple(MATCHED_ACCOUNTANT)}, got {sampling!r}")
-    wanted = MATCHED_ACCOUNTANT[sampling]
+    wanted = sampler_named(sampling, block).accountant
     if accountant is None or accountant == wanted:
         return wanted
     if accountant not in ACCOUNTANT_ASSUMES:
@@ -60,19 +61,11 @@ def matched_accountant(sampling: str, accountant: str | None = None, block: str 
     )
 
 
-def shuffle_max_participations(n_rows: int, batch_size: int, steps: int) -> int:
-    """Most steps any example takes part in under the shuffled sampler (per-epoch permutations,
-    remainder dropped): one per epoch started, ⌈T / ⌊N/B⌋⌉."""
-    if n_rows < batch_size:
-        raise UserError(f"train.batch_size: {batch_size} exceeds the {n_rows} training sequences")
-    return math.ceil(steps / (n_rows // batch_size))
-
-
 @dataclass(frozen=True)
 class RunPrivacy:
     """The guarantee of one run, with every parameter needed to recompute it."""
 
-    sampler: str  # "shuffle" | "poisson"
+    sampler: str  # a name in dpscaling.samplers.SAMPLERS
     accountant: str  # "deterministic" | "truncated_poisson"
     epsilon: float  # inf when σ = 0
     delta: float
@@ -103,33 +96,52 @@ def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
     """Calibrate σ for ``target_epsilon`` (if given) or account ε for ``noise_batch_ratio``,
     with the accountant that matches ``sampling`` (refusing a mismatched ``accountant``).
 
-    ``poisson`` runs are truncated at ``truncated_batch_size``; None chooses it by its privacy
-    price, a multiple of ``multiple`` (:func:`dpscaling.accounting.truncation.truncated_poisson_run`).
+    Truncating samplers run at ``truncated_batch_size``; None chooses it by its privacy price, a
+    multiple of ``multiple`` (:func:`dpscaling.accounting.truncation.truncated_poisson_run`).
     """
+    sampler = sampler_named(sampling)
     accountant = matched_accountant(sampling, accountant)
     delta = check_delta(delta)
-    participations = shuffle_max_participations(dataset_size, expected_batch_size, steps)
-    q = expected_batch_size / dataset_size
+    shuffle_max_participations(dataset_size, expected_batch_size, steps)  # refuses B > N
     epsilon = None if target_epsilon is None else check_epsilon(target_epsilon)
-    common = dict(sampler=sampling, accountant=accountant, delta=delta, sampling_probability=q, steps=steps,
+    common = dict(sampler=sampling, accountant=accountant, delta=delta,
+                  sampling_probability=expected_batch_size / dataset_size, steps=steps,
                   dataset_size=dataset_size, expected_batch_size=expected_batch_size,
                   calibrated=epsilon is not None)
-    if sampling == "poisson":
-        run = truncated_poisson_run(
-            q=q, steps=steps, dataset_size=dataset_size, delta=delta, multiple=multiple,
-            truncated_batch_size=truncated_batch_size, target_epsilon=epsilon,
-            sigma=None if epsilon is not None else noise_batch_ratio * expected_batch_size)
-        price = run.price
-        return RunPrivacy(
-            **common, epsilon=run.epsilon, sigma=run.sigma, noise_batch_ratio=run.sigma / expected_batch_size,
-            truncated_batch_size=price.truncated_batch_size, max_participations=None,
-            truncation_priced=run.truncation_priced, truncation_probability=price.truncation_probability,
-            padding_share=price.padding_share, untruncated_epsilon=price.untruncated_epsilon,
-            untruncated_sigma=run.untruncated_sigma)
+    return _ACCOUNTED_BY[accountant](sampler, common, epsilon=epsilon, noise_batch_ratio=noise_batch_ratio,
+                                     truncated_batch_size=truncated_batch_size, multiple=multiple)
+
+
+def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None,
+                       noise_batch_ratio: float, truncated_batch_size: int | None, multiple: int) -> RunPrivacy:
+    """jax-privacy's truncated DP-SGD event at L (priced unless given), composed by PLD."""
+    batch = common["expected_batch_size"]
+    run = truncated_poisson_run(
+        q=common["sampling_probability"], steps=common["steps"], dataset_size=common["dataset_size"],
+        delta=common["delta"], multiple=multiple, truncated_batch_size=truncated_batch_size, target_epsilon=epsilon,
+        sigma=None if epsilon is not None else noise_batch_ratio * batch)
+    price = run.price
+    return RunPrivacy(
+        **common, epsilon=run.epsilon, sigma=run.sigma, noise_batch_ratio=run.sigma / batch,
+        truncated_batch_size=price.truncated_batch_size, max_participations=None,
+        truncation_priced=run.truncation_priced, truncation_probability=price.truncation_probability,
+        padding_share=price.padding_share, untruncated_epsilon=price.untruncated_epsilon,
+        untruncated_sigma=run.untruncated_sigma)
+
+
+def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None, noise_batch_ratio: float,
+                   truncated_batch_size: int | None, multiple: int) -> RunPrivacy:
+    """k compositions of the Gaussian mechanism, k = the sampler's participation bound."""
+    batch, delta = common["expected_batch_size"], common["delta"]
+    participations = sampler.participation_bound(common["dataset_size"], batch, common["steps"])
     if epsilon is not None:
         sigma = math.sqrt(participations) * gaussian.analytic_gaussian_sigma(epsilon, delta)
     else:
-        sigma = noise_batch_ratio * expected_batch_size
+        sigma = noise_batch_ratio * batch
     spent = math.inf if sigma == 0 else gaussian.gaussian_epsilon(sigma / math.sqrt(participations), delta)
-    return RunPrivacy(**common, epsilon=spent, sigma=sigma, noise_batch_ratio=sigma / expected_batch_size,
+    return RunPrivacy(**common, epsilon=spent, sigma=sigma, noise_batch_ratio=sigma / batch,
                       truncated_batch_size=None, max_participations=participations)
+
+
+# How a run is accounted, by the accountant its sampler names.
+_ACCOUNTED_BY = {"deterministic": _deterministic, "truncated_poisson": _truncated_poisson}

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.accounting import gaussian, interpolation, sweep
-from dpscaling.accounting.calibration import SAMPLINGS
+from dpscaling.accounting.calibration import DETERMINISTIC_BRANCH, POISSON_BRANCH, SAMPLINGS
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import AccountingRefused
 from dpscaling.errors import UserError
@@ -233,9 +233,9 @@ class SigmaTable:
             raise UserError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
         if on_missing not in ("raise", "nan"):
             raise UserError(f"on_missing must be raise or nan, got {on_missing!r}")
-        if sampling == "deterministic":
+        if sampling == DETERMINISTIC_BRANCH:
             return self.deterministic(epsilon, steps, q)
-        if sampling == "poisson":
+        if sampling == POISSON_BRANCH:
             return self.poisson(epsilon, steps, q, on_missing)
         # Where the Poisson branch alone is refused for near-steps it exceeds the
         # deterministic σ by ≥ 10% (more than its error), so the min rule is exact there.

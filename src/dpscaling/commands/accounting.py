@@ -81,7 +81,7 @@ def _run_vulnerability(args: argparse.Namespace) -> int:
         raise UserError("give exactly one of --epsilon (calibrate first) or --sigma")
     if args.sigma is not None:
         sigma = _positive_number("--sigma", args.sigma)
-        branch = "poisson" if args.sampling == "min" else args.sampling
+        branch = calibration.POISSON_BRANCH if args.sampling == calibration.MIN_RULE else args.sampling
         epsilon = calibration.epsilon_spent(sigma, q, steps, delta, branch)
     else:
         epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)

@@ -20,6 +20,7 @@ from dpscaling.data.epochs import check_one_epoch
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED
 from dpscaling.models.family import PRESETS
+from dpscaling.samplers import sampler_named, truncating_samplers
 
 VENDORED_CORPUS = "resources/corpus/core.txt.xz"
 VENDORED_VOCAB = "resources/vocab/{name}/vocab.txt"
@@ -60,14 +61,15 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
         raise UserError(
             f"training.warmup_steps: {training.warmup_steps} must be below training.steps ({training.steps})")
     micro, truncated = training.microbatch_size, training.truncated_batch_size
-    if training.sampling == "poisson":
+    if sampler_named(training.sampling, "training").truncated:
         if truncated is not None and truncated < training.physical_batch:
             raise UserError(f"training.truncated_batch_size: {truncated} is below the expected batch "
                             f"training.physical_batch ({training.physical_batch})")
         if micro is not None and truncated is not None and truncated % micro:
             raise UserError(f"training.microbatch_size: {micro} must divide training.truncated_batch_size ({truncated})")
     elif truncated is not None:
-        raise UserError("training.truncated_batch_size: only used with training.sampling 'poisson'")
+        raise UserError("training.truncated_batch_size: only used with training.sampling "
+                        + " or ".join(repr(name) for name in truncating_samplers()))
     elif micro is not None and training.physical_batch % micro:
         raise UserError(f"training.microbatch_size: {micro} must divide training.physical_batch "
                         f"({training.physical_batch})")

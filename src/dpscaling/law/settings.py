@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dpscaling.accounting.calibration import MIN_RULE, POISSON_BRANCH
 from dpscaling.errors import UserError
 
 PAPER_HORIZON = 128_000
@@ -74,7 +75,7 @@ class LawSettings:
     def table_sampling(self) -> str:
         """The sampling rule σ from the authors' accounting tables prices under :attr:`accounting_rule`:
         Poisson-amplified only (the authors' code) or the lower of both (the paper)."""
-        return "poisson" if self.accounting_rule == "amplified" else "min"
+        return POISSON_BRANCH if self.accounting_rule == "amplified" else MIN_RULE
 
     @classmethod
     def reference(cls, **overrides: Any) -> "LawSettings":

@@ -14,7 +14,7 @@ from dpscaling.config.schema import default as schema_default
 from dpscaling.dp import CLIPPING_METHODS
 from dpscaling.errors import UserError
 from dpscaling.models.family import BERT_MAX_POSITIONS, PRESETS, Family, ModelConfig, family_named
-from dpscaling.train.sampling import SAMPLINGS
+from dpscaling.samplers import SAMPLERS, Sampler, sampler_named
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
 # clips), only for benchmarks and ablations.
@@ -81,8 +81,8 @@ class TrainConfig:
     # workflow sets False unless training.allow_repeats (dpscaling.data.epochs). A policy, not part
     # of what determines the curve: left out of to_dict, so checkpoints compare as before.
     allow_repeats: bool = True
-    # Batch selection (dpscaling.train.sampling): "shuffle" = the study's shuffled epochs, seeded;
-    # "poisson" = truncated Poisson at the static shape truncated_batch_size, batch_size is then
+    # Batch selection, a name in dpscaling.samplers: shuffle = the study's shuffled epochs, seeded;
+    # poisson = truncated Poisson at the static shape truncated_batch_size, batch_size is then
     # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
     sampling: str = _default("sampling")
     # poisson's physical batch L; None = chosen by its privacy price when the run is accounted
@@ -103,17 +103,17 @@ class TrainConfig:
         need(self.noise_batch_ratio >= 0, "noise_batch_ratio", "must be >= 0")
         need(self.learning_rate > 0, "learning_rate", "must be > 0")
         need(self.batch_size >= 1, "batch_size", "must be >= 1")
-        need(self.sampling in SAMPLINGS, "sampling", f"must be one of {SAMPLINGS}")
+        need(self.sampling in SAMPLERS, "sampling", f"must be one of {tuple(SAMPLERS)}")
         need(
             self.truncated_batch_size is None
-            or (self.sampling == "poisson" and self.truncated_batch_size >= self.batch_size),
+            or (self.sampler.truncated and self.truncated_batch_size >= self.batch_size),
             "truncated_batch_size",
-            f"is poisson's physical batch: must be >= batch_size={self.batch_size}",
+            f"is a truncating sampler's physical batch: must be >= batch_size={self.batch_size}",
         )
         need(
-            self.sampling == "shuffle" or self.clipping != "none",
+            not self.sampler.private or self.clipping != "none",
             "clipping",
-            "poisson (private) training must clip",
+            f"{self.sampling} (private) training must clip",
         )
         need(
             self.target_epsilon is None or self.noise_batch_ratio == 0,
@@ -158,19 +158,23 @@ class TrainConfig:
         return self.model_name or self.model
 
     @property
+    def sampler(self) -> Sampler:
+        """The batch sampler's record (:mod:`dpscaling.samplers`)."""
+        return sampler_named(self.sampling)
+
+    @property
     def truncation_resolved(self) -> bool:
-        """Whether the physical batch is known: always for shuffle; for poisson once L is set (by
+        """Whether the physical batch is known: always for B; for a truncated L once it is set (by
         the user, or by the run's accountant pricing it: :func:`dpscaling.train.loop.run_training`)."""
-        return self.sampling == "shuffle" or self.truncated_batch_size is not None
+        return self.sampler.physical_batch(self.batch_size, self.truncated_batch_size) is not None
 
     @property
     def physical_batch_size(self) -> int:
-        """Examples per step as computed: B (shuffle), or the padded Poisson batch L."""
-        if self.sampling == "shuffle":
-            return self.batch_size
-        if self.truncated_batch_size is None:
+        """Examples per step as computed: B, or a truncating sampler's padded batch L."""
+        size = self.sampler.physical_batch(self.batch_size, self.truncated_batch_size)
+        if size is None:
             raise ValueError("train.truncated_batch_size: not priced yet (the run's accountant chooses it)")
-        return self.truncated_batch_size
+        return size
 
     @property
     def microbatch(self) -> int:

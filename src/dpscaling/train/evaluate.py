@@ -83,7 +83,7 @@ def restore_params(checkpoint_dir: str | Path, model, objective: Objective, conf
 
     def layout():
         state = init_state(model, objective, optimizer, config, seq_len)
-        if config.sampling == "poisson":  # a private run's state holds its secret key (never read here)
+        if config.sampler.private:  # a private run's state holds its secret key (never read here)
             state = state._replace(opt_state=replace_noise_key(state.opt_state, jnp.zeros(2, jnp.uint32)))
         return state
 

@@ -53,7 +53,7 @@ from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
 from dpscaling.train.metrics import code_version, write_metrics
 from dpscaling.train.objectives import run_objective
-from dpscaling.train.sampling import StepBatches, secret_key
+from dpscaling.train.sampling import secret_key
 from dpscaling.train.step import init_key, init_state, make_optimizer, make_train_step, step_hyperparams
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def _train(
 
     curve: list[dict[str, Any]] = []
     start_step = 0
-    if config.sampling == "poisson":  # a slot for the secret key, so a restore fills it
+    if config.sampler.private:  # a slot for the secret key, so a restore fills it
         state = _with_noise_key(state, np.zeros(2, np.uint32), parallel)
     # Only a state proven to be the one saved is trained on (corrupted checkpoints are discarded).
     restored = restore_latest_verified(manager, state)
@@ -168,10 +168,9 @@ def _train(
         start_step, state, curve = restored.step, restored.state, restored.curve
         logger.info("resuming from verified step %d (%d logged intervals)", start_step, len(curve))
     key = None
-    if config.sampling == "poisson":
+    if config.sampler.private:
         state, key = _private_key(state, fresh=not start_step, parallel=parallel)
-    batches = StepBatches(
-        config.sampling,
+    batches = config.sampler.batch_source()(
         rows,
         meta.pad_id,
         config.batch_size,

@@ -1,15 +1,17 @@
 """Which examples form each step's batch: the study's shuffled batches, or truncated Poisson
 sampling at a static shape for private training (paper §3.1 decouples accounting from the
-physical batch; private training samples for real, docs/private-training.md).
+physical batch; private training samples for real, docs/private-training.md). Each sampler of the
+registry (:mod:`dpscaling.samplers`) names its step-batch source here.
 
-``shuffle`` (the study mode of the paper's grid) is :class:`dpscaling.train.data.BatchSampler`:
+``shuffle`` (the study mode of the paper's grid, :class:`ShuffledStepBatches`) is
+:class:`dpscaling.train.data.BatchSampler`:
 per-epoch permutations, batches never straddle epochs, the epoch's remainder is dropped. An
 example therefore takes part in up to ⌈T / ⌊N/B⌋⌉ steps
-(:func:`dpscaling.accounting.matched.shuffle_max_participations`),
+(:func:`dpscaling.samplers.shuffle_max_participations`),
 which can exceed ⌈q·T⌉ (N = 1000, B = 300, T = 10: 4 against 3); the matched accountant
 (:mod:`dpscaling.accounting.matched`) uses this true maximum.
 
-``poisson`` is jax-privacy's ``CyclicPoissonSampling`` (cycle length 1, so every example is
+``poisson`` (:class:`PoissonStepBatches`) is jax-privacy's ``CyclicPoissonSampling`` (cycle length 1, so every example is
 eligible at every step; ``PartitionType.INDEPENDENT``, the partition compatible with add/remove
 adjacency) with ``truncated_batch_size`` = the physical batch L (chosen by its privacy price,
 :mod:`dpscaling.accounting.truncation`): each example joins a step's
@@ -38,7 +40,6 @@ from dpscaling.errors import UserError
 from dpscaling.streams import Stream
 from dpscaling.train.data import BatchSampler
 
-SAMPLINGS: tuple[str, ...] = ("shuffle", "poisson")
 PADDING_INDEX = -1
 
 
@@ -85,37 +86,44 @@ class PoissonBatches:
         return padded
 
 
-class StepBatches:
-    """The inputs of every step: ``tokens`` (and, for Poisson, ``example_weights``) as global
-    arrays laid out by ``parallel``; a pure function of (seed or secret, step)."""
+class ShuffledStepBatches:
+    """The study's step inputs: ``tokens`` of the seeded shuffled batch, laid out by ``parallel``; a
+    pure function of (seed, step). ``key`` is unused (the study's batches are not secret)."""
 
-    def __init__(self, sampling: str, rows: np.ndarray, pad_id: int, batch_size: int,
-                 physical_batch_size: int, seed: int, key: np.ndarray | None = None):
-        self.sampling = sampling
-        if sampling == "shuffle":
-            self._rows = rows
-            self._shuffle = BatchSampler(len(rows), batch_size, seed)
-        elif sampling == "poisson":
-            if key is None:
-                raise ValueError("poisson batches need the run's secret key")
-            # One extra row of [PAD] tokens, not derived from any example, for the padding slots.
-            self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
-            self._weights = np.ones(len(rows) + 1, np.float32)
-            self._weights[-1] = 0.0
-            self._poisson = PoissonBatches(len(rows), batch_size, physical_batch_size, key)
-        else:
-            raise UserError(f"train.sampling: must be one of {SAMPLINGS}, got {sampling!r}")
+    def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
+                 key: np.ndarray | None = None):
+        self._rows = rows
+        self._shuffle = BatchSampler(len(rows), batch_size, seed)
+
+    def indices(self, step: int) -> np.ndarray:
+        """Row indices of the step's batch."""
+        return self._shuffle.indices(step)
+
+    def __call__(self, parallel, step: int) -> tuple:
+        """``(tokens, None)``: every example of a shuffled batch has weight 1."""
+        return parallel.global_batch(self._rows, self.indices(step)), None
+
+
+class PoissonStepBatches:
+    """A private run's step inputs: ``tokens`` and ``example_weights`` of the padded truncated Poisson
+    batch as global arrays laid out by ``parallel``; a pure function of (secret key, step)."""
+
+    def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
+                 key: np.ndarray | None = None):
+        if key is None:
+            raise ValueError("poisson batches need the run's secret key")
+        # One extra row of [PAD] tokens, not derived from any example, for the padding slots.
+        self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
+        self._weights = np.ones(len(rows) + 1, np.float32)
+        self._weights[-1] = 0.0
+        self._poisson = PoissonBatches(len(rows), batch_size, physical_batch_size, key)
 
     def indices(self, step: int) -> np.ndarray:
         """Row indices of the step's physical batch (padding slots = ``PADDING_INDEX``)."""
-        if self.sampling == "shuffle":
-            return self._shuffle.indices(step)
         return self._poisson.indices(step)
 
     def __call__(self, parallel, step: int) -> tuple:
-        """``(tokens, example_weights)`` of the step; weights are None for shuffled batches."""
+        """``(tokens, example_weights)``: padding slots read the [PAD] row with weight 0."""
         indices = self.indices(step)
-        if self.sampling == "shuffle":
-            return parallel.global_batch(self._rows, indices), None
         rows = np.where(indices == PADDING_INDEX, len(self._rows) - 1, indices)
         return parallel.global_batch(self._rows, rows), parallel.global_batch(self._weights, rows)

@@ -1,0 +1,84 @@
+"""Batch samplers: one record per way of choosing each step's examples, holding everything the rest of
+the code asks of one (paper §3.1 decouples the study's accounting from the batches it trains on; a run
+that claims a guarantee is accounted for the sampler it ran: docs/private-training.md).
+
+A :class:`Sampler` supplies its step-batch source (:mod:`dpscaling.train.sampling`, imported only when a
+run builds it), the accounting event matched to it (:mod:`dpscaling.accounting.matched`), the most steps
+one example can take part in, whether its physical batch is a truncated, padded L (and the batch size B
+then the *expected* batch), and whether it is private: its batches and noise come from a secret key
+held in the checkpoint, it must clip, and its runs carry a guarantee. Training, accounting, the config
+checks, the private runs and :mod:`dpscaling.cluster` ask the sampler; none tests which sampler it is.
+
+* ``shuffle`` — the study mode of the paper's grid: seeded per-epoch permutations, the epoch's
+  remainder dropped; accounted as deterministic batches with its true participation bound.
+* ``poisson`` — private training: jax-privacy's Poisson batch selection truncated at a static L,
+  accounted with jax-privacy's truncated DP-SGD event.
+
+This module is JAX-free on purpose: the workflow imports it to check and size jobs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dpscaling.errors import UserError
+
+__all__ = ["POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "sampler_named", "shuffle_max_participations",
+           "truncating_samplers"]
+
+
+def shuffle_max_participations(n_rows: int, batch_size: int, steps: int) -> int:
+    """Most steps any example takes part in under the shuffled sampler (per-epoch permutations,
+    remainder dropped): one per epoch started, ⌈T / ⌊N/B⌋⌉, which can exceed ⌈q·T⌉."""
+    if n_rows < batch_size:
+        raise UserError(f"train.batch_size: {batch_size} exceeds the {n_rows} training sequences")
+    return math.ceil(steps / (n_rows // batch_size))
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """Everything the code asks of one batch sampler."""
+
+    name: str  # the value of training.sampling, recorded with every run
+    batches: str  # "package.module:Class", the step-batch source a run builds (dpscaling.train.sampling)
+    accountant: str  # the accounting event that describes it (dpscaling.accounting.matched)
+    private: bool  # secret-keyed batches and noise, must clip, its runs claim a guarantee
+    truncated: bool  # the physical batch is a padded L >= B (training.truncated_batch_size); B is expected
+    # Most steps one example joins, from (N, B, T); None: unbounded (each step samples independently).
+    participation_bound: Callable[[int, int, int], int] | None
+    describes: str
+
+    def batch_source(self) -> type:
+        """The class that yields a run's step inputs (imported on demand: it needs JAX)."""
+        module, _, name = self.batches.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def physical_batch(self, batch_size: int, truncated_batch_size: int | None) -> int | None:
+        """Examples per step as computed: B, or the padded L (None while L is not priced yet)."""
+        return truncated_batch_size if self.truncated else batch_size
+
+
+SHUFFLE = Sampler(
+    name="shuffle", batches="dpscaling.train.sampling:ShuffledStepBatches", accountant="deterministic",
+    private=False, truncated=False, participation_bound=shuffle_max_participations,
+    describes="seeded per-epoch permutations (the study mode of the paper's grid)")
+POISSON = Sampler(
+    name="poisson", batches="dpscaling.train.sampling:PoissonStepBatches", accountant="truncated_poisson",
+    private=True, truncated=True, participation_bound=None,
+    describes="truncated Poisson sampling at a padded static batch L (private training)")
+SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (SHUFFLE, POISSON)}
+
+
+def sampler_named(name: str, block: str = "train") -> Sampler:
+    """The sampler called ``name``; ``block`` names the key in the message (``training`` in a config)."""
+    if name not in SAMPLERS:
+        raise UserError(f"{block}.sampling: must be one of {tuple(SAMPLERS)}, got {name!r}")
+    return SAMPLERS[name]
+
+
+def truncating_samplers() -> tuple[str, ...]:
+    """Names of the samplers that take a truncated_batch_size."""
+    return tuple(name for name, sampler in SAMPLERS.items() if sampler.truncated)

@@ -1,0 +1,69 @@
+"""The sampler registry: every sampler's record is complete and used, and no module outside the
+registry tests which sampler a run uses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpscaling.accounting.matched import _ACCOUNTED_BY, ACCOUNTANT_ASSUMES, MATCHED_ACCOUNTANT, account_run
+from dpscaling.config.schema import schema
+from dpscaling.errors import UserError
+from dpscaling.samplers import POISSON, SAMPLERS, SHUFFLE, sampler_named, shuffle_max_participations
+from dpscaling.train.data import BatchSampler
+from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "dpscaling"
+
+
+def test_schema_offers_exactly_the_registered_samplers() -> None:
+    sampling = schema()["properties"]["training"]["properties"]["sampling"]
+    assert sampling["enum"] == list(SAMPLERS)
+    assert sampling["default"] in SAMPLERS
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS.values(), ids=list(SAMPLERS))
+def test_each_sampler_names_an_accountant_that_accounts_it(sampler) -> None:
+    assert sampler.accountant in ACCOUNTANT_ASSUMES and sampler.accountant in _ACCOUNTED_BY
+    assert MATCHED_ACCOUNTANT[sampler.name] == sampler.accountant
+    privacy = account_run(sampler.name, None, dataset_size=200, expected_batch_size=20, steps=30, delta=1e-5,
+                          target_epsilon=4.0)
+    assert privacy.accountant == sampler.accountant and privacy.epsilon == pytest.approx(4.0, rel=0.05)
+    # A bounded sampler's bound is what its accountant composes; an unbounded one is truncated at L.
+    bounded = sampler.participation_bound is not None
+    assert (privacy.max_participations is not None) == bounded
+    assert (privacy.truncated_batch_size is not None) == sampler.truncated
+
+
+def test_batch_sources_draw_the_samplers_batches() -> None:
+    rows = np.arange(40 * 3, dtype=np.int32).reshape(40, 3)
+    shuffled = SHUFFLE.batch_source()(rows, 0, 8, 8, 5)
+    assert np.array_equal(shuffled.indices(3), BatchSampler(40, 8, 5).indices(3))
+    key = np.array([1, 2], np.uint32)
+    poisson = POISSON.batch_source()(rows, 0, 8, 16, 5, key)
+    assert np.array_equal(poisson.indices(3), PoissonBatches(40, 8, 16, key).indices(3))
+    assert len(poisson.indices(3)) == 16 and PADDING_INDEX in poisson.indices(3)
+    with pytest.raises(ValueError, match="secret key"):
+        POISSON.batch_source()(rows, 0, 8, 16, 5)
+
+
+def test_records_say_what_each_sampler_is() -> None:
+    assert not SHUFFLE.private and not SHUFFLE.truncated
+    assert POISSON.private and POISSON.truncated
+    assert SHUFFLE.participation_bound(1000, 300, 10) == 4 == shuffle_max_participations(1000, 300, 10)
+    assert SHUFFLE.physical_batch(8, None) == 8 and POISSON.physical_batch(8, None) is None
+    with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'poisson'\), got 'x'"):
+        sampler_named("x", "training")
+
+
+def test_no_module_outside_the_registry_compares_sampler_names() -> None:
+    names = "|".join(SAMPLERS)
+    comparison = re.compile(rf"""(==|!=|\bin)\s*\(?[^)\n]*["']({names})["']""")
+    found = [f"{path.relative_to(SRC)}:{number}: {line.strip()}"
+             for path in sorted(SRC.rglob("*.py")) if path.name != "samplers.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if comparison.search(line)]
+    assert not found, "sampler names compared outside dpscaling.samplers:\n" + "\n".join(found)
