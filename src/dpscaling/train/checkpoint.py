@@ -11,9 +11,11 @@ then a fresh start: storage corruption can cost recomputation, never a wrong cur
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,7 @@ def save_checkpoint(
     """Save ``state`` with its curve and digest as checkpoint ``step``, and wait for the commit."""
     record = {"step": int(step), DIGEST: state_digest(state), "curve": curve}
     try:
+        _check_room(Path(manager.directory), state)
         manager.save(
             step,
             args=ocp.args.Composite(
@@ -94,6 +97,16 @@ def save_checkpoint(
     except Exception as error:  # orbax wraps a full disk in a ValueError: make it one clear line
         raise_if_storage_full_or_read_only(error, f"cannot save checkpoint step {step} in {manager.directory}")
         raise
+
+
+def _check_room(directory: Path, state: Any) -> None:
+    """Refuse a save the file system has no room for before orbax starts writing: orbax's own failure
+    on a full disk leaves write callbacks to an event loop it has closed. Room = the state's array
+    bytes, uncompressed (a checkpoint is never larger)."""
+    needed = sum(leaf.nbytes for leaf in jax.tree.leaves(state))
+    existing = next(path for path in (directory, *directory.parents) if path.exists())
+    if shutil.disk_usage(existing).free < needed:
+        raise OSError(errno.ENOSPC, f"{needed} bytes needed, {shutil.disk_usage(existing).free} free")
 
 
 def _restore_step(manager: ocp.CheckpointManager, step: int, template: Any) -> tuple[Any, dict]:
