@@ -12,6 +12,8 @@ import base64
 import gzip
 import json
 import math
+import contextlib
+import io
 import os
 import re
 import shutil
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dpscaling.cli import main as cli_main
 from dpscaling.errors import UserError
 from dpscaling.explorer import default_grid, write_explorer
 from dpscaling.explorer.sweep import RELATIVE_TOLERANCE, compute_axis, node_record
@@ -218,9 +221,13 @@ def _cli_agrees(page) -> dict:
     shown = _shown(page)
     command = shown["command"].split()
     assert command[0] == "dpscaling" and command[-1] == "--json"
-    result = subprocess.run([*CLI, *command[1:]], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    cli = json.loads(result.stdout)
+    # In process (the CLI's own main, without a fresh interpreter per budget); the refusal test below
+    # runs the command as a subprocess.
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        returncode = cli_main(command[1:])
+    assert returncode == 0, stderr.getvalue()
+    cli = json.loads(stdout.getvalue())
     assert (int(shown["M"]), int(shown["B"]), int(shown["T"])) == (
         cli["model_size"], cli["batch_size"], cli["iterations"])
     assert math.isclose(float(shown["loss"]), cli["predicted_loss"], rel_tol=RELATIVE_TOLERANCE)
