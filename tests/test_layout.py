@@ -1,4 +1,4 @@
-"""The per-length results layout and the move of a one-length results directory into it (dpscaling.layout)."""
+"""The per-length results layout and the move of a one-length results directory into it (dpscaling.layout, dpscaling.layout_migration)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpscaling.layout import _keys, legacy_moves, migrate_one_length_layout, path_mapper, Move
+from dpscaling.layout_migration import _keys, legacy_moves, migrate_one_length_layout, path_mapper, Move
 
 RUN = "model=BertNano/batch=8/seed=0/nbr=0.25/lr=0.5"
 OTHER = "model=BertMicro/batch=8/seed=0/nbr=0/lr=0.5"

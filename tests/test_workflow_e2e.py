@@ -91,7 +91,7 @@ def test_results_of_the_one_length_layout_are_moved_not_retrained(smoke_run: Pat
     by the next run, which then has nothing to do: no run is retrained, no analysis redone."""
     import os
 
-    from dpscaling.layout import Move, move_snakemake_records
+    from dpscaling.layout_migration import Move, move_snakemake_records
 
     workdir, root = smoke_run.parent.parent, "results/smoke"
     moves = [Move(f"{root}/{tree}/seq=64/{path.name}", f"{root}/{tree}/{path.name}")

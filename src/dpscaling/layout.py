@@ -1,209 +1,123 @@
-"""Where a run's per-length outputs live, and the move of a results directory written before lengths.
+"""Where the workflow's outputs live in a results directory (``results/<run>/``), all paths relative to it.
 
-Documented in docs/failure-modes.md, "Results written before sequence length was an axis".
+Documented in docs/cluster.md, "Reruns after an upgrade" (README.md, "Where results land": the tree).
 
-A grid point's curve is ``runs/seq=S/model=…/batch=…/seed=…/nbr=…/lr=…/metrics.parquet`` and its data
-``data/packed/seq=S/``: one set of packed shards and runs per length of ``training.seq_lens``
-(:mod:`dpscaling.grid`). Results directories written before that had one length and no ``seq=`` level:
-``runs/model=…``, ``checkpoints/model=…``, ``logs/train/model=….log``, ``data/packed/{meta.json,train,heldout}``.
+**Runs.** A training run's id is one ``name=value`` level per run axis (:data:`RUN_AXES`):
+``seq=S/model=…/batch=…/seed=…/nbr=…/lr=…``. Its curve is ``runs/<id>/metrics.parquet``, its checkpoints
+``checkpoints/<id>/`` and its log ``logs/train/<id>.log`` (:func:`run_paths`); the physical-batch ablation's
+runs, at ``data.seq_len``, carry no length and live under ``ablation/``. An axis added after results exist
+declares a default: its level is left out of the id unless the run's grid takes another value on it
+(:func:`run_id`), so a new axis at its default moves and retrains nothing. The workflow builds its
+templates from the axes when it loads (workflow/rules/common.smk): Snakemake wildcards cannot be optional.
 
-:func:`migrate_one_length_layout` moves such a directory into the per-length layout, so that its finished
-runs stay finished: each run goes under the length its own curve records (``seq_len``), a run without a
-curve yet (its checkpoints only) under the length of the old packed data. Files are renamed, never rewritten,
-so their modification times, and with them Snakemake's view of what is up to date, are kept. Snakemake's
-records of the moved outputs (params, inputs, logs, and which jobs were left incomplete) are moved with them
-(its default file store under ``.snakemake/``), so a later change of a training key still reruns those jobs,
-and the analysis jobs that read them see the same inputs as before.
+**Data.** One set of packed shards per length: ``data/packed/seq=S/`` (:data:`PACKED`).
+
+**The law.** The primary length's law directory ``law/`` holds the curves it is fitted on
+(``results.parquet``), the fitted law (``fit/``) and its bootstrap replicates (``bootstrap/``); each other
+length's is ``law/lengths/seq=S/`` (:data:`LENGTH_LAW`), the same inside. The held-out calibration is
+``validate/calibration.json`` and the physical-batch correction ``law/physical_batch/correction.json``.
+:func:`bootstrap_beside` and :func:`calibration_beside` say where those are for a fitted law directory:
+the defaults of ``dpscaling query --law <run>/law/fit``.
+
+Results written before sequence length was an axis are moved into this layout once by
+:mod:`dpscaling.layout_migration`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from base64 import urlsafe_b64decode
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpscaling.grid import canonical
-
-# The grid's run id (paths under runs/, checkpoints/, logs/train/), and the same without a length: the
-# physical-batch ablation's runs, at data.seq_len, keep it.
-RUN_ID = "seq={seq}/model={model}/batch={batch}/seed={seed}/nbr={nbr}/lr={lr}"
-ONE_LENGTH_RUN_ID = "model={model}/batch={batch}/seed={seed}/nbr={nbr}/lr={lr}"
-PACKED = "data/packed/seq={seq}"
-PACKED_FILES = ("meta.json", "train", "heldout")
-PACK_LOG = "logs/data/pack_sequences/seq={seq}.log"
-LEGACY_PACK_LOG = "logs/data/pack_sequences.log"
-# A run directory of the one-length layout, relative to runs/ or checkpoints/ (the log adds ".log").
-_LEGACY_RUN_GLOB = "model=*/batch=*/seed=*/nbr=*/lr=*"
-_RUN_TREES = ("runs", "checkpoints")
-
-
-def length_part(seq_len: int) -> str:
-    return f"seq={canonical(int(seq_len))}"
+from dpscaling.grid import alternation
 
 
 @dataclass(frozen=True)
-class Move:
-    """One path of the old layout and where it goes (both relative to the working directory)."""
+class Axis:
+    """One level of a run's id, ``name={wildcard}``. ``default``: for an axis added after results exist,
+    the value at which the level is left out (None: always there)."""
 
-    old: str
-    new: str
+    name: str
+    wildcard: str
+    default: str | None = None
 
+    @property
+    def level(self) -> str:
+        return f"{self.name}={{{self.wildcard}}}"
 
-def legacy_moves(root: str | os.PathLike[str], default_seq_len: int) -> list[Move]:
-    """The moves that bring ``root`` (``results/<run>``) from the one-length layout into the per-length one;
-    [] when it has nothing of the old layout. ``default_seq_len``: the length of a run whose curve and data
-    say none (the config's ``data.seq_len``)."""
-    root = Path(root)
-    moves: list[Move] = []
-    packed = root / "data" / "packed"
-    data_seq_len = _recorded_seq_len(packed / "meta.json") or int(default_seq_len)
-    if (packed / "meta.json").is_file():
-        target = root / PACKED.format(seq=canonical(data_seq_len))
-        moves += [Move(str(packed / name), str(target / name)) for name in PACKED_FILES if (packed / name).exists()]
-        if (root / LEGACY_PACK_LOG).is_file():
-            moves.append(Move(str(root / LEGACY_PACK_LOG), str(root / PACK_LOG.format(seq=canonical(data_seq_len)))))
-    runs = {path.relative_to(root / tree) for tree in _RUN_TREES for path in (root / tree).glob(_LEGACY_RUN_GLOB)
-            if path.is_dir()}
-    runs |= {path.relative_to(root / "logs" / "train").with_suffix("")
-             for path in (root / "logs" / "train").glob(_LEGACY_RUN_GLOB + ".log")}
-    for run in sorted(runs):
-        seq = length_part(_recorded_seq_len(root / "runs" / run / "metrics.parquet") or data_seq_len)
-        for tree in _RUN_TREES:
-            if (root / tree / run).is_dir():
-                moves.append(Move(str(root / tree / run), str(root / tree / seq / run)))
-        log = root / "logs" / "train" / f"{run}.log"
-        if log.is_file():
-            moves.append(Move(str(log), str(root / "logs" / "train" / seq / f"{run}.log")))
-    return moves
+    def set_off_default(self, points: Iterable[Mapping[str, str]]) -> bool:
+        """Whether one of ``points`` (run wildcards; an absent key is the default) takes another value."""
+        return any(point.get(self.wildcard, self.default) != self.default for point in points)
 
 
-def _recorded_seq_len(path: Path) -> int | None:
-    """The sequence length a packed-data manifest or a training curve records (None: no such file or field)."""
-    if not path.is_file():
-        return None
-    if path.suffix == ".json":
-        return int(json.loads(path.read_text(encoding="utf-8"))["seq_len"])
-    import pyarrow.parquet as pq
+# The sequence length, first in a grid run's id; the ablation's runs leave it out.
+LENGTH = Axis("seq", "seq")
+# The run axes in path order (dpscaling.grid.TrainPoint.wildcards gives a run's values).
+RUN_AXES: tuple[Axis, ...] = (LENGTH, Axis("model", "model"), Axis("batch", "batch"), Axis("seed", "seed"),
+                              Axis("nbr", "nbr"), Axis("lr", "lr"))
+ONE_LENGTH_AXES: tuple[Axis, ...] = tuple(axis for axis in RUN_AXES if axis != LENGTH)
 
-    try:
-        column = pq.read_table(path, columns=["seq_len"]).column("seq_len")
-    except (KeyError, OSError, ValueError):  # an old curve without the column, or an unreadable file
-        return None
-    return int(column[0].as_py()) if len(column) else None
+PACKED = "data/packed/seq={seq}"
+PACK_LOG = "logs/data/pack_sequences/seq={seq}.log"
+RUNS, CHECKPOINTS, LOGS, TRAIN = "runs", "checkpoints", "logs", "train"
+ABLATION = "ablation/"
 
-
-@dataclass
-class Migration:
-    """What :func:`migrate_one_length_layout` did: the paths moved, those left because their new place was
-    taken, and how many Snakemake records it carried over."""
-
-    moved: list[Move]
-    conflicts: list[Move]
-    records: int
-
-    def summary(self) -> str:
-        runs = sum(1 for move in self.moved if "/runs/" in move.old)
-        text = (f"moved {len(self.moved)} paths of the one-length layout into the per-length layout "
-                f"({runs} runs, their checkpoints, logs and packed data; {self.records} Snakemake records)")
-        if self.conflicts:
-            text += (f"; left {len(self.conflicts)} in place whose new path already exists, e.g. "
-                     f"{self.conflicts[0].old} (remove one of the two)")
-        return text
+PRIMARY_LAW = "law"
+LENGTH_LAW = "law/lengths/seq={seq}"
+# Inside a law directory (PRIMARY_LAW or LENGTH_LAW).
+CURVES, FIT, BOOTSTRAP = "results.parquet", "fit", "bootstrap"
+REPLICATES = f"{BOOTSTRAP}/replicates.parquet"
+BOOTSTRAP_CHUNK = f"{BOOTSTRAP}/chunks/chunk{{chunk}}.parquet"
+LAW_ACROSS_LENGTHS = "law/lengths/lengths.json"
+CALIBRATION = "validate/calibration.json"
+CORRECTION = "law/physical_batch/correction.json"
+CORRECTION_PAIRS = "law/physical_batch/pairs.csv"
 
 
-def migrate_one_length_layout(root: str | os.PathLike[str], default_seq_len: int,
-                              metadata: str | os.PathLike[str] = ".snakemake",
-                              moves: list[Move] | None = None) -> Migration | None:
-    """Move ``root`` from the one-length layout into the per-length one (module docstring); None when there is
-    nothing to move. ``metadata``: Snakemake's directory of the working directory, whose records of moved
-    outputs are moved with them (absent: nothing to carry). ``moves``: :func:`legacy_moves` already computed
-    for ``root`` (None: computed here)."""
-    moves = legacy_moves(root, default_seq_len) if moves is None else moves
-    if not moves:
-        return None
-    moved, conflicts = [], []
-    for move in moves:
-        old, new = Path(move.old), Path(move.new)
-        if new.exists():
-            conflicts.append(move)
-            continue
-        new.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(old, new)  # a rename: contents and modification times as they were
-        moved.append(move)
-    for tree in (*_RUN_TREES, "logs/train"):
-        for top in (Path(root) / tree).glob("model=*"):
-            _remove_empty_directories(top)
-    records = move_snakemake_records(Path(metadata), moved) if moved else 0
-    return Migration(moved, conflicts, records)
+def run_id(axes: Sequence[Axis] = RUN_AXES, points: Iterable[Mapping[str, str]] = ()) -> str:
+    """The run id's template: each axis's level in order, an axis with a default only where one of
+    ``points`` (the wildcards of the runs it names) is off that default."""
+    points = list(points)
+    return "/".join(axis.level for axis in axes if axis.default is None or axis.set_off_default(points))
 
 
-def _remove_empty_directories(top: Path) -> None:
-    """``top`` and the directories under it that the moves left empty (deepest first)."""
-    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
-        if not os.listdir(directory):
-            os.rmdir(directory)
+def run_constraints(axes: Sequence[Axis], points: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Each axis's wildcard constraint: exactly the values ``points`` take on it."""
+    points = list(points)
+    return {axis.wildcard: alternation(point[axis.wildcard] for point in points if axis.wildcard in point)
+            for axis in axes}
 
 
-def path_mapper(moves: Iterable[Move]) -> Callable[[str], str]:
-    """A function that rewrites every moved path inside a string (an output key, an input, a param's repr):
-    a moved path followed by the end, a ``/`` or a quote becomes its new path."""
-    table = {move.old: move.new for move in moves}
-    if not table:
-        return lambda text: text
-    pattern = re.compile("(" + "|".join(re.escape(old) for old in sorted(table, key=len, reverse=True))
-                         + r")(?=$|/|'|\")")
-    return lambda text: pattern.sub(lambda match: table[match.group(1)], text)
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one kind of training run writes (templates over its id's wildcards)."""
+
+    curve: str
+    checkpoints: str
+    log: str
 
 
-def move_snakemake_records(metadata: Path, moves: Iterable[Move]) -> int:
-    """Carry Snakemake's records over to the moved paths (its default file store, ``metadata``): a moved
-    output's record goes to the new path's key, every record's inputs, logs and params name the new paths,
-    and an incomplete mark (a job that was interrupted) moves with its output. Returns the records written."""
-    if not (metadata / "metadata").is_dir():
-        return 0
-    from snakemake.persistence.file import FilePersistence
-
-    store = FilePersistence(path=metadata.resolve())
-    rename = path_mapper(moves)
-    incomplete = _keys(metadata / "incomplete")
-    written = 0
-    for key in _keys(metadata / "metadata"):
-        record = store._read_record(key)  # noqa: SLF001 - the store's own reader: its format, its version
-        if record is None:
-            continue
-        new_key = rename(key)
-        changed = {field: [rename(str(value)) for value in values]
-                   for field in ("input", "log", "params") if (values := getattr(record, field)) is not None}
-        if new_key == key and all(changed[field] == getattr(record, field) for field in changed):
-            continue
-        for field, values in changed.items():
-            setattr(record, field, values)
-        store._write_record(new_key, record)  # noqa: SLF001
-        if new_key != key:
-            store._delete_record(key)  # noqa: SLF001
-            if key in incomplete:
-                store._mark_incomplete(new_key, None)  # noqa: SLF001
-                store._unmark_incomplete(key)  # noqa: SLF001
-        written += 1
-    return written
+def run_paths(run: str, prefix: str = "") -> RunPaths:
+    """The curve, checkpoint directory and log of the runs with id template ``run``; ``prefix``
+    (:data:`ABLATION`) puts them in a tree of their own."""
+    return RunPaths(curve=f"{prefix}{RUNS}/{run}/metrics.parquet", checkpoints=f"{prefix}{CHECKPOINTS}/{run}",
+                    log=f"{LOGS}/{prefix}{TRAIN}/{run}.log")
 
 
-def _keys(directory: Path) -> set[str]:
-    """The keys (output paths) of a Snakemake file store's records: each file's path under ``directory`` is
-    the key's URL-safe base64, split into ``@``-prefixed directories where it is longer than a file name."""
-    if not directory.is_dir():
-        return set()
-    keys = set()
-    for path in directory.rglob("*"):
-        if path.is_file():
-            parts = path.relative_to(directory).parts
-            encoded = "".join(part.removeprefix("@") for part in parts[:-1]) + parts[-1]
-            try:
-                keys.add(urlsafe_b64decode(encoded).decode())
-            except (ValueError, UnicodeDecodeError):  # not a record (e.g. an editor's file)
-                continue
-    return keys
+def bootstrap_beside(law_directory: str | os.PathLike[str]) -> Path:
+    """The bootstrap replicates' directory of the fitted law ``<law>/fit``: ``<law>/bootstrap``."""
+    return Path(law_directory).resolve().parent / BOOTSTRAP
+
+
+def calibration_beside(law_directory: str | os.PathLike[str]) -> Path:
+    """The calibration of the fitted law ``<run>/law/fit``: ``<run>/validate/calibration.json``."""
+    return Path(law_directory).resolve().parent.parent / CALIBRATION
+
+
+def length_replicates(lengths: str | os.PathLike[str]) -> dict[int, Path]:
+    """Each length's bootstrap directory, beside its fitted law, for the laws ``lengths``/lengths.json lists
+    (``law/lengths``)."""
+    from dpscaling.law.sequence_length import law_directories
+
+    return {length: bootstrap_beside(directory) for length, directory in law_directories(lengths).items()}

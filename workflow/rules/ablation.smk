@@ -10,7 +10,7 @@ from dpscaling.tables import batch_gap, physical_batch
 # ablation_batch, never part of `all` or `figures`. Its jobs live under
 # results/<run>/ablation/, apart from the main grid's (other steps, batches and seeds).
 ABLATION = config["ablation_batch"]
-ABLATION_RUN = f"{RESULTS}/ablation/runs/{ONE_LENGTH_RUN}/metrics.parquet"
+ABLATION_RUN = f"{RESULTS}/{ABLATION_RUN_PATHS.curve}"
 ABLATION_EVALUATION = f"{RESULTS}/ablation/evaluations/{ONE_LENGTH_RUN}.json"
 # The runs drawn by the figures; the evaluated runs are among them when the sweep's
 # learning rates include the ablation's (as in the paper).
@@ -37,13 +37,13 @@ use rule train_run as ablation_run with:
     output:
         ABLATION_RUN,
     log:
-        f"{RESULTS}/logs/ablation/train/{ONE_LENGTH_RUN}.log",
+        f"{RESULTS}/{ABLATION_RUN_PATHS.log}",
     resources:
         **job_resources(CFG, ablation_job),
     params:
         model=lambda wildcards: model_param(CFG, wildcards.model),
         training=lambda wildcards: ablation_training(CFG, int(wildcards.batch)),
-        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{ONE_LENGTH_RUN}".format(
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/{ABLATION_RUN_PATHS.checkpoints}".format(
             **wildcards
         ),
 
@@ -82,7 +82,7 @@ rule ablation_evaluate:
     resources:
         **job_resources(CFG, ablation_scoring_job),
     params:
-        checkpoint_dir=lambda wildcards: f"{RESULTS}/ablation/checkpoints/{ONE_LENGTH_RUN}".format(
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/{ABLATION_RUN_PATHS.checkpoints}".format(
             **wildcards
         ),
         evaluation=ABLATION["evaluation"],

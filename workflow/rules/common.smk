@@ -39,14 +39,8 @@ from dpscaling.grid import (
 )
 from dpscaling.io import lock_results
 from dpscaling.savings.plan import trained_roles
-from dpscaling.layout import (
-    ONE_LENGTH_RUN_ID,
-    PACK_LOG,
-    PACKED,
-    RUN_ID,
-    legacy_moves,
-    migrate_one_length_layout,
-)
+from dpscaling import layout
+from dpscaling.layout_migration import legacy_moves, migrate_one_length_layout
 from dpscaling.workflow import (
     ablation_training,
     accounting_chunks,
@@ -126,17 +120,21 @@ POINTS = GRID + ABLATION_GRID + CORRECTION_GRID
 
 
 wildcard_constraints:
-    seq=alternation(SEQ_LENS),
-    model=alternation(point.model for point in POINTS),
-    batch=alternation(point.batch for point in POINTS),
-    seed=alternation(point.seed for point in POINTS),
-    nbr=alternation(point.noise_batch_ratio for point in POINTS),
-    lr=alternation(point.learning_rate for point in POINTS),
+    **layout.run_constraints(layout.RUN_AXES, [point.wildcards for point in POINTS]),
 
 
-# A grid run's id (dpscaling.layout): its length, then its grid point; the ablation's runs carry no length.
-RUN = RUN_ID
-ONE_LENGTH_RUN = ONE_LENGTH_RUN_ID
+# A run's id (dpscaling.layout), built from the run axes when the workflow loads: a grid run's length,
+# then its grid point; the ablation's runs carry no length. An axis with a default adds its level only
+# when the runs take another value on it, so the paths of runs trained before it stay.
+RUN = layout.run_id(
+    layout.RUN_AXES, [point.wildcards for point in GRID + CORRECTION_GRID]
+)
+ONE_LENGTH_RUN = layout.run_id(
+    layout.ONE_LENGTH_AXES, [point.wildcards for point in ABLATION_GRID]
+)
+# Where a grid run and an ablation run write: curve, checkpoints and log.
+RUN_PATHS = layout.run_paths(RUN)
+ABLATION_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.ABLATION)
 
 
 def run_outputs(pattern, points=GRID):

@@ -48,11 +48,11 @@ rule pack_sequences:
         documents=rules.prepare_documents.output[0],
         vocab=VOCAB,
     output:
-        meta=f"{RESULTS}/{PACKED}/meta.json",
-        train=directory(f"{RESULTS}/{PACKED}/train"),
-        heldout=directory(f"{RESULTS}/{PACKED}/heldout"),
+        meta=f"{RESULTS}/{layout.PACKED}/meta.json",
+        train=directory(f"{RESULTS}/{layout.PACKED}/train"),
+        heldout=directory(f"{RESULTS}/{layout.PACKED}/heldout"),
     log:
-        f"{RESULTS}/{PACK_LOG}",
+        f"{RESULTS}/{layout.PACK_LOG}",
     conda:
         "../envs/dpscaling.yaml"
     threads: 2

@@ -13,7 +13,7 @@ FIGURE_FILES = ["pdf", "png", "csv"]
 RUN_METRICS = (
     []
     if config["results_csv"]
-    else run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet", PRIMARY_GRID)
+    else run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", PRIMARY_GRID)
 )
 
 

@@ -2,24 +2,24 @@ from dpscaling.law import calibration, heldout_length, validation
 
 # The law is fitted to our training curves, or to a results.csv in the authors' analysis code's
 # format when config results_csv is set (docs/results-format.md).
-FIT_RESULTS = config["results_csv"] or f"{RESULTS}/law/results.parquet"
+# The primary length's law directory (dpscaling.layout): its curves, fit and bootstrap replicates.
+LAW_DIR = f"{RESULTS}/{layout.PRIMARY_LAW}"
+FIT_RESULTS = config["results_csv"] or f"{LAW_DIR}/{layout.CURVES}"
 # Bootstrap replicates of the law (docs/fit.md "Intervals"): one job per chunk, planned only when the
 # run trains repeated seeds (training.repeat_seeds x training.repeat_points) and fit.bootstrap.replicates > 0.
 BOOTSTRAP_CHUNKS = bootstrap_chunks(CFG)
-BOOTSTRAP = [f"{RESULTS}/law/bootstrap/replicates.parquet"] if BOOTSTRAP_CHUNKS else []
+BOOTSTRAP = [f"{LAW_DIR}/{layout.REPLICATES}"] if BOOTSTRAP_CHUNKS else []
 # The physical-batch correction's file when it is enabled (an extension; docs/fit.md).
-CORRECTION = (
-    [f"{RESULTS}/law/physical_batch/correction.json"] if CORRECTION_GRID else []
-)
+CORRECTION = [f"{RESULTS}/{layout.CORRECTION}"] if CORRECTION_GRID else []
 
 
 rule collect_curves:
     input:
         # The primary length's curves only: the `train` target also lists the other lengths' and the run's
         # config.yaml, which is no curve.
-        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet", PRIMARY_GRID),
+        run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", PRIMARY_GRID),
     output:
-        f"{RESULTS}/law/results.parquet",
+        f"{LAW_DIR}/{layout.CURVES}",
     log:
         f"{RESULTS}/logs/fit/collect_curves.log",
     conda:
@@ -35,7 +35,7 @@ rule fit_law:
     input:
         results=FIT_RESULTS,
     output:
-        directory(f"{RESULTS}/law/fit"),
+        directory(f"{LAW_DIR}/{layout.FIT}"),
     log:
         f"{RESULTS}/logs/fit/fit_law.log",
     conda:
@@ -61,7 +61,7 @@ rule bootstrap_chunk:
     input:
         results=FIT_RESULTS,
     output:
-        f"{RESULTS}/law/bootstrap/chunks/chunk{{chunk}}.parquet",
+        f"{LAW_DIR}/{layout.BOOTSTRAP_CHUNK}",
     log:
         f"{RESULTS}/logs/fit/bootstrap_chunk{{chunk}}.log",
     wildcard_constraints:
@@ -85,7 +85,7 @@ rule bootstrap:
     input:
         expand(rules.bootstrap_chunk.output[0], chunk=BOOTSTRAP_CHUNKS),
     output:
-        f"{RESULTS}/law/bootstrap/replicates.parquet",
+        f"{LAW_DIR}/{layout.REPLICATES}",
     log:
         f"{RESULTS}/logs/fit/bootstrap.log",
     conda:
@@ -101,10 +101,10 @@ rule bootstrap:
 # for the physical batch, fitted on the pairs of runs at the grid's batch and a larger one (docs/fit.md).
 rule physical_batch_correction:
     input:
-        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet", CORRECTION_GRID),
+        run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", CORRECTION_GRID),
     output:
-        correction=f"{RESULTS}/law/physical_batch/correction.json",
-        pairs=f"{RESULTS}/law/physical_batch/pairs.csv",
+        correction=f"{RESULTS}/{layout.CORRECTION}",
+        pairs=f"{RESULTS}/{layout.CORRECTION_PAIRS}",
     log:
         f"{RESULTS}/logs/fit/physical_batch_correction.log",
     conda:
@@ -121,17 +121,17 @@ rule physical_batch_correction:
 
 # Not in the paper (training.seq_lens with more than one length; docs/fit.md "Sequence length"): each
 # other length's curves, law and bootstrap under law/lengths/seq=S/, as the primary length's under law/.
-LENGTH_LAW = f"{RESULTS}/law/lengths/seq={{seq}}"
+LENGTH_LAW = f"{RESULTS}/{layout.LENGTH_LAW}"
 
 
 use rule collect_curves as collect_curves_at_length with:
     input:
         lambda wildcards: run_outputs(
-            f"{RESULTS}/runs/{RUN}/metrics.parquet",
+            f"{RESULTS}/{RUN_PATHS.curve}",
             points_at_length(GRID, int(wildcards.seq)),
         ),
     output:
-        f"{LENGTH_LAW}/results.parquet",
+        f"{LENGTH_LAW}/{layout.CURVES}",
     log:
         f"{RESULTS}/logs/fit/seq={{seq}}/collect_curves.log",
 
@@ -140,7 +140,7 @@ use rule fit_law as fit_law_at_length with:
     input:
         results=rules.collect_curves_at_length.output[0],
     output:
-        directory(f"{LENGTH_LAW}/fit"),
+        directory(f"{LENGTH_LAW}/{layout.FIT}"),
     log:
         f"{RESULTS}/logs/fit/seq={{seq}}/fit_law.log",
 
@@ -149,7 +149,7 @@ use rule bootstrap_chunk as bootstrap_chunk_at_length with:
     input:
         results=rules.collect_curves_at_length.output[0],
     output:
-        f"{LENGTH_LAW}/bootstrap/chunks/chunk{{chunk}}.parquet",
+        f"{LENGTH_LAW}/{layout.BOOTSTRAP_CHUNK}",
     log:
         f"{RESULTS}/logs/fit/seq={{seq}}/bootstrap_chunk{{chunk}}.log",
 
@@ -162,7 +162,7 @@ use rule bootstrap as bootstrap_at_length with:
             allow_missing=True,
         ),
     output:
-        f"{LENGTH_LAW}/bootstrap/replicates.parquet",
+        f"{LENGTH_LAW}/{layout.REPLICATES}",
     log:
         f"{RESULTS}/logs/fit/seq={{seq}}/bootstrap.log",
 
@@ -181,7 +181,9 @@ LENGTH_BOOTSTRAPS = (
     if BOOTSTRAP
     else []
 )
-LAW_ACROSS_LENGTHS = [f"{RESULTS}/law/lengths/lengths.json"] if OTHER_SEQ_LENS else []
+LAW_ACROSS_LENGTHS = (
+    [f"{RESULTS}/{layout.LAW_ACROSS_LENGTHS}"] if OTHER_SEQ_LENS else []
+)
 
 
 rule law_across_lengths:
@@ -189,7 +191,7 @@ rule law_across_lengths:
         laws=list(LENGTH_LAWS.values()),
         bootstrap=LENGTH_BOOTSTRAPS,
     output:
-        f"{RESULTS}/law/lengths/lengths.json",
+        f"{RESULTS}/{layout.LAW_ACROSS_LENGTHS}",
     log:
         f"{RESULTS}/logs/fit/law_across_lengths.log",
     localrule: True
@@ -238,7 +240,7 @@ rule validate_law:
         coverage_md=f"{RESULTS}/validate/coverage.md",
         coverage_tex=f"{RESULTS}/validate/coverage.tex",
         # `dpscaling query --law <run>/law/fit` finds it and prints the calibrated interval.
-        calibration=f"{RESULTS}/validate/calibration.json",
+        calibration=f"{RESULTS}/{layout.CALIBRATION}",
     log:
         f"{RESULTS}/logs/fit/validate.log",
     conda:

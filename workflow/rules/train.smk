@@ -3,9 +3,9 @@ rule train_run:
         meta=rules.pack_sequences.output.meta,
         train=rules.pack_sequences.output.train,
     output:
-        f"{RESULTS}/runs/{RUN}/metrics.parquet",
+        f"{RESULTS}/{RUN_PATHS.curve}",
     log:
-        f"{RESULTS}/logs/train/{RUN}.log",
+        f"{RESULTS}/{RUN_PATHS.log}",
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
@@ -19,7 +19,7 @@ rule train_run:
         # Keys added later (Adam's b1, b2, eps; allow_repeats; sampling, truncated_batch_size,
         # accountant, delta) only when not at their defaults.
         training=training_params(CFG),
-        checkpoint_dir=lambda wildcards: f"{RESULTS}/checkpoints/{RUN}".format(
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/{RUN_PATHS.checkpoints}".format(
             **wildcards
         ),
     script:
@@ -28,5 +28,5 @@ rule train_run:
 
 rule train:
     input:
-        run_outputs(f"{RESULTS}/runs/{RUN}/metrics.parquet"),
+        run_outputs(f"{RESULTS}/{RUN_PATHS.curve}"),
         RUN_CONFIG,

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 from dpscaling.law.bundle import data_provenance, write_bundle
+from dpscaling.layout import length_replicates
 from dpscaling.logs import log_to_file
 
 
@@ -14,6 +15,7 @@ def first(files):
 with log_to_file(snakemake.log[0]) as log:
     given = snakemake.input
     lengths = first(given.lengths)
+    lengths = Path(lengths).parent if lengths else None
     bundle = write_bundle(
         snakemake.output[0],
         given.law,
@@ -22,6 +24,7 @@ with log_to_file(snakemake.log[0]) as log:
         bootstrap=first(given.bootstrap),
         calibration=given.calibration,
         correction=first(given.correction),
-        lengths=Path(lengths).parent if lengths else None,
+        lengths=lengths,
+        length_replicates=length_replicates(lengths) if lengths else None,
     )
     log.info("law bundle %s: %s", snakemake.output[0], bundle.contents())

@@ -1,12 +1,15 @@
-from dpscaling.law.physical_batch import correction_from_files
+from dpscaling.io import atomic_path, write_json_atomic
+from dpscaling.law.collect import read_curve
+from dpscaling.law.physical_batch import correction_from_curves
 from dpscaling.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
-    correction = correction_from_files(
-        list(snakemake.input),
+    pairs, correction = correction_from_curves(
+        [read_curve(path) for path in snakemake.input],
         snakemake.params.grid_batch,
         snakemake.params.warmup_steps,
-        snakemake.output.correction,
-        snakemake.output.pairs,
     )
+    with atomic_path(snakemake.output.pairs) as tmp:
+        pairs.to_csv(tmp, index=False)
+    write_json_atomic(snakemake.output.correction, correction.to_json())
     log.info("physical-batch correction: %s", correction)

@@ -28,6 +28,7 @@ from dpscaling.law.collect import RESULTS_FORMATS
 from dpscaling.law.pipeline import fit_from_files
 from dpscaling.law.queries import SATURATION_TOLERANCE, model_size_grid, saturating_table
 from dpscaling.law.sequence_length import PRIVACY_UNITS
+from dpscaling.layout import length_replicates
 from dpscaling.law.settings import ASYMPTOTE_CHOICES
 
 TABLE2_DATA_BUDGETS = [1e5, 1e6, 1e7, 1e8, 1e9]
@@ -483,7 +484,8 @@ def run_law_bundle(args: argparse.Namespace) -> int:
     sigma_table = args.sigma_table or (pointer["path"] if pointer and Path(pointer["path"]).is_file() else None)
     bundle = write_bundle(args.out, args.law, sigma_table=sigma_table, bootstrap=args.bootstrap,
                           calibration=args.calibration, correction=args.physical_batch_correction,
-                          lengths=args.lengths)
+                          lengths=args.lengths,
+                          length_replicates=length_replicates(args.lengths) if args.lengths else None)
     emit({"bundle": str(args.out), **bundle.contents()}, args.json)
     return 0
 

@@ -20,12 +20,13 @@ from dpscaling.data.floor import load_floor
 from dpscaling.errors import UserError
 from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.law import read_law
+from dpscaling.layout import length_replicates
 from dpscaling.law.artifact import Law
 from dpscaling.law.bootstrap import INTERVAL_NOTE, NO_REPEATS, Replicates, load_replicates, optimum_intervals
 from dpscaling.law.columns import COMPUTE, DATA_BUDGET, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET
 from dpscaling.law.noise import SigmaFunction
 from dpscaling.law.sequence_length import (
-    LawAcrossLengths, law_directories, load_law_across_lengths, replicate_laws)
+    LawAcrossLengths, load_law_across_lengths, replicate_laws)
 from dpscaling.law.queries import (
     DEFAULT_BATCH_SIZES, ComputeOptimal, best_loss_per_compute, compute_optimal, constant_compute_configurations,
     evaluate_configurations, model_size_grid, near_optimal_per_compute)
@@ -77,7 +78,7 @@ class LengthsContext:
 def load_lengths(directory: str | Path) -> LengthsContext:
     """The law across lengths listed in ``directory``/lengths.json, with every length's replicates."""
     across, laws = load_law_across_lengths(directory)
-    replicates, note = replicate_laws(laws, law_directories(directory))
+    replicates, note = replicate_laws(laws, length_replicates(directory))
     return LengthsContext(across, replicates, note)
 
 

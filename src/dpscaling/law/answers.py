@@ -30,8 +30,9 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.errors import UserError
-from dpscaling.law.bootstrap import Replicates, band, interval, optimum_intervals
-from dpscaling.law.bundle import Bundle, load_bundle
+from dpscaling.law.bootstrap import Replicates, band, interval, optimum_intervals, replicate_files
+from dpscaling import layout
+from dpscaling.law.bundle import Bundle, is_bundle, load_bundle
 from dpscaling.law.calibration import Calibration, calibrated_interval
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
@@ -51,7 +52,7 @@ from dpscaling.law.runnable import (
     ModelShape, best_learning_rate, exact_sigma, nearest_measured, nearest_shape, train_config, whole_batch,
     whole_steps)
 from dpscaling.law.sequence_length import (
-    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff)
+    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, is_law_across_lengths, length_tradeoff)
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
 # Budgets of the saturation scan: C·2^(-k/2) down to the law's smallest budget (at most 40 octaves), in
@@ -705,6 +706,20 @@ class ScalingLaw:
         return evaluated
 
 
+def workflow_files(directory: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None,
+                   calibration: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The files a law directory that is not a bundle is read with (:func:`bundle_from_law`): those given,
+    else those of them the workflow wrote beside it (:mod:`dpscaling.layout`), when present."""
+    if is_law_across_lengths(directory):
+        return {"bootstrap": bootstrap, "calibration": calibration,
+                "length_replicates": layout.length_replicates(directory)}
+    if bootstrap is None and replicate_files(beside := layout.bootstrap_beside(directory)):
+        bootstrap = beside
+    if calibration is None and (found := layout.calibration_beside(directory)).is_file():
+        calibration = found
+    return {"bootstrap": bootstrap, "calibration": calibration}
+
+
 def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None = None,
              calibration: str | os.PathLike[str] | None = None,
              physical_batch_correction: str | os.PathLike[str] | None = None,
@@ -712,8 +727,12 @@ def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] 
              accounting_unamplified: str | os.PathLike[str] | None = None) -> ScalingLaw:
     """A law to query: a bundle directory (``results/<run>/law/bundle``, everything inside), or a law
     directory of ``dpscaling fit`` with the files given here (bootstrap replicates, calibration.json, a
-    physical-batch correction, the authors' accounting CSVs)."""
-    bundle = load_bundle(path, bootstrap=bootstrap, calibration=calibration, correction=physical_batch_correction)
+    physical-batch correction, the authors' accounting CSVs); a workflow's law directory (``law/fit``,
+    ``law/lengths``) is read with the files the workflow writes beside it unless they are given."""
+    files = {"bootstrap": bootstrap, "calibration": calibration}
+    if not is_bundle(path):
+        files = workflow_files(path, **files)
+    bundle = load_bundle(path, **files, correction=physical_batch_correction)
     tables = tuple(read_accounting_csv(existing_file(csv, flag)) if csv is not None else None
                    for csv, flag in ((accounting_amplified, "--accounting-amplified"),
                                      (accounting_unamplified, "--accounting-unamplified")))

@@ -48,7 +48,6 @@ QUANTILES = (0.05, 0.95)
 LOSS_LOW, LOSS_HIGH = "Cross Entropy 5%", "Cross Entropy 95%"
 NO_REPEATS = "no interval: no repeated seeds"
 BOOTSTRAP_OFF = "no interval: bootstrap off (fit.bootstrap.replicates = 0)"
-DIRECTORY = "bootstrap"
 
 
 def residual_curves(results: pd.DataFrame) -> list[pd.Series]:
@@ -155,9 +154,10 @@ def interval(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]
     return low, high
 
 
-def bootstrap_directory(law_directory: str | os.PathLike[str]) -> Path:
-    """Where the workflow writes a law's replicates: ``<run>/law/bootstrap`` next to ``<run>/law/fit``."""
-    return Path(law_directory).resolve().parent / DIRECTORY
+def replicate_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The replicate files at ``path``: the file itself, or a directory's Parquet files (none: [])."""
+    path = Path(path)
+    return [path] if path.is_file() else sorted(path.glob("*.parquet")) if path.is_dir() else []
 
 
 def load_replicates(directory: str | os.PathLike[str], settings: LawSettings) -> Replicates | None:
@@ -165,8 +165,7 @@ def load_replicates(directory: str | os.PathLike[str], settings: LawSettings) ->
 
     Raises UserError when they were fitted in the other mode (paper vs reference-compatible).
     """
-    path = Path(directory)
-    files = [path] if path.is_file() else sorted(path.glob("*.parquet")) if path.is_dir() else []
+    files = replicate_files(directory)
     if not files:
         return None
     table = pd.concat([pd.read_parquet(path) for path in files], ignore_index=True)

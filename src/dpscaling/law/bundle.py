@@ -25,7 +25,7 @@ factor the held-out horizon set validated (1/2 of every curve predicts the rest:
 calibration) and the calibrated interval's region.
 
 A law directory that is not a bundle (``dpscaling fit --out``) is read by :func:`bundle_from_law` into
-the same object, with the files given next to it.
+the same object, with the files its caller gives (a workflow's, beside the law: :mod:`dpscaling.layout`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import datetime
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,8 @@ import pandas as pd
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
 from dpscaling.law.artifact import Law, read_law
-from dpscaling.law.bootstrap import Replicates, bootstrap_directory, load_replicates
-from dpscaling.law.calibration import Calibration, calibration_file, load_calibration
+from dpscaling.law.bootstrap import Replicates, load_replicates, replicate_files
+from dpscaling.law.calibration import Calibration, load_calibration
 from dpscaling.law.columns import ITERATIONS, NOISE_BATCH_RATIO, SOURCE
 from dpscaling.law.physical_batch import PhysicalBatchCorrection, load_correction
 from dpscaling.law.pipeline import existing_file, sha256
@@ -168,10 +169,12 @@ def validated_ranges(law: Law, calibration: Calibration | None,
 
 
 def _lengths(directory: Path, law: Law) -> LengthLaws:
+    """A bundle's laws across lengths, each with its replicates beside it (``seq=S/bootstrap/``)."""
     across, laws = load_law_across_lengths(directory)
     if any(other.settings.reference_compatible != law.settings.reference_compatible for other in laws.values()):
         raise UserError(f"{directory}: the laws across lengths and the main law differ in mode")
-    replicates, note = replicate_laws(laws, law_directories(directory))
+    beside = {length: path.parent / BOOTSTRAP for length, path in law_directories(directory).items()}
+    replicates, note = replicate_laws(laws, beside)
     return LengthLaws(across, laws, replicates, note)
 
 
@@ -201,24 +204,24 @@ def is_bundle(directory: str | os.PathLike[str]) -> bool:
 
 def bundle_from_law(directory: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None = None,
                     calibration: str | os.PathLike[str] | None = None,
-                    correction: str | os.PathLike[str] | None = None) -> Bundle:
+                    correction: str | os.PathLike[str] | None = None,
+                    length_replicates: Mapping[int, str | os.PathLike[str]] | None = None) -> Bundle:
     """A law directory that is not a bundle (``dpscaling fit``'s, or a workflow's ``law/fit`` or
-    ``law/lengths``) with the files given; a workflow law's replicates and calibration are also found where
-    the workflow writes them (``<run>/law/bootstrap``, ``<run>/validate/calibration.json``)."""
+    ``law/lengths``) with the files given: ``bootstrap`` (replicates: a Parquet file or a directory of
+    them), ``calibration``, ``correction``, and for a law across lengths each length's replicates file
+    (``length_replicates``; a length without one has no band)."""
     directory = Path(directory)
     lengths = None
     if is_law_across_lengths(directory):
         across, laws = load_law_across_lengths(directory)
         law = laws[across.lengths[0]]
-        replicates, note = replicate_laws(laws, law_directories(directory))
+        replicates, note = replicate_laws(laws, length_replicates or {})
         lengths = LengthLaws(across, laws, replicates, note)
-        found_calibration = None
     else:
         if not (directory / "manifest.json").is_file():
             raise UserError(f"{directory} is neither a law bundle ({BUNDLE_FILE}) nor a fitted law (manifest.json); "
                             "create one with `dpscaling fit` or `snakemake bundle`")
         law = read_law(directory)
-        found_calibration = calibration_file(directory)
     notes = {}
     replicates = None
     if bootstrap is not None:
@@ -227,15 +230,11 @@ def bundle_from_law(directory: str | os.PathLike[str], *, bootstrap: str | os.Pa
         replicates = load_replicates(bootstrap, law.settings)
         if replicates is None:
             raise UserError(f"--bootstrap {bootstrap}: no replicate files (*.parquet) in it")
-    elif lengths is None:
-        replicates = load_replicates(bootstrap_directory(directory), law.settings)
     if replicates is None and lengths is None:
         notes["bootstrap"] = "no bootstrap replicates next to the law (pass --bootstrap, or query the run's bundle)"
     found = None
     if calibration is not None:
         found = load_calibration(existing_file(calibration, "--calibration"), law.settings)
-    elif found_calibration is not None and found_calibration.is_file():
-        found = load_calibration(found_calibration, law.settings)
     if found is None:
         notes["calibration"] = ("no calibration next to the law (run `snakemake validate`, pass --calibration, or "
                                 "query the run's bundle)")
@@ -262,8 +261,7 @@ def load_bundle(directory: str | os.PathLike[str], **files: Any) -> Bundle:
 
 def _copy_replicates(source: str | os.PathLike[str], target: Path) -> None:
     """The replicates at ``source`` (a file, or a directory of chunk files) as one file ``target``."""
-    source = Path(source)
-    files = [source] if source.is_file() else sorted(source.glob("*.parquet"))
+    files = replicate_files(source)
     if not files:
         raise UserError(f"no bootstrap replicates at {source}")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -285,9 +283,11 @@ def write_bundle(out: str | os.PathLike[str], law_dir: str | os.PathLike[str], *
                  provenance: dict[str, Any] | None = None, sigma_table: str | os.PathLike[str] | None = None,
                  bootstrap: str | os.PathLike[str] | None = None, calibration: str | os.PathLike[str] | None = None,
                  correction: str | os.PathLike[str] | None = None, lengths: str | os.PathLike[str] | None = None,
+                 length_replicates: Mapping[int, str | os.PathLike[str]] | None = None,
                  horizon_fraction: float = HORIZON_FRACTION) -> Bundle:
     """Assemble the bundle at ``out`` (atomically) from a fitted law and the files beside it; ``provenance``
-    adds to what the law knows of itself (:func:`law_provenance`)."""
+    adds to what the law knows of itself (:func:`law_provenance`). ``length_replicates``: the replicates
+    file of each length's law listed in ``lengths`` (a length without one is copied without)."""
     out = Path(out)
     with atomic_path(out, directory=True) as tmp:
         table = None
@@ -311,7 +311,7 @@ def write_bundle(out: str | os.PathLike[str], law_dir: str | os.PathLike[str], *
         if correction is not None:
             shutil.copy2(correction, tmp / CORRECTION)
         if lengths is not None:
-            _copy_lengths(Path(lengths), tmp, law_dir, table)
+            _copy_lengths(Path(lengths), tmp, law_dir, table, length_replicates or {})
         record = {**law_provenance(law), **(provenance or {})}
         record.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
         record.setdefault("dpscaling_version", law.manifest()["versions"]["dpscaling"])
@@ -328,8 +328,9 @@ def _length_list(lengths: str | os.PathLike[str] | None) -> list[int]:
     return sorted(law_directories(lengths)) if lengths is not None else []
 
 
-def _copy_lengths(lengths: Path, tmp: Path, primary: str | os.PathLike[str], table: Path | None) -> None:
-    """Every length's law (and its replicates beside it) under lengths/, the primary length's as ../law."""
+def _copy_lengths(lengths: Path, tmp: Path, primary: str | os.PathLike[str], table: Path | None,
+                  replicates: Mapping[int, str | os.PathLike[str]]) -> None:
+    """Every length's law (and its ``replicates``, beside it) under lengths/, the primary length's as ../law."""
     laws: dict[int, Path] = {}
     primary = Path(primary).resolve()
     for length, directory in law_directories(lengths).items():
@@ -338,8 +339,7 @@ def _copy_lengths(lengths: Path, tmp: Path, primary: str | os.PathLike[str], tab
             continue
         target = tmp / LENGTHS / f"seq={length}" / LAW
         _copy_law(directory, target, table)
-        replicates = bootstrap_directory(directory)
-        if replicates.exists():
-            _copy_replicates(replicates, target.parent / BOOTSTRAP)
+        if length in replicates and Path(replicates[length]).exists():
+            _copy_replicates(replicates[length], target.parent / BOOTSTRAP)
         laws[length] = target
     write_lengths(tmp / LENGTHS, laws)

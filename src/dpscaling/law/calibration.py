@@ -101,7 +101,6 @@ INTERVAL_SCALES = (DISTANCE_SCALE, CONSTANT_SCALE)
 # Held-out points scored: T >= this fraction of the horizon (the steps right after the warm-up are not the
 # law's answers, and its rolling mean lags there).
 ITERATIONS_FROM_FRACTION = 0.25
-DIRECTORY, FILE = "validate", "calibration.json"
 # 2 adds the distance scale and the measured loss's window; files of version 1 (constant q) still load.
 FORMAT_VERSION = 2
 READABLE_FORMAT_VERSIONS = (1, 2)
@@ -330,12 +329,6 @@ def write_calibration(calibrations: Mapping[str, Calibration], path: str | os.Pa
                 "modes": {name: calibration.to_json() for name, calibration in calibrations.items()}}
     with atomic_path(path) as tmp:
         Path(tmp).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-
-
-def calibration_file(law_directory: str | os.PathLike[str]) -> Path:
-    """Where the workflow writes a law's calibration: ``<run>/validate/calibration.json`` for the law
-    ``<run>/law/fit``."""
-    return Path(law_directory).resolve().parent.parent / DIRECTORY / FILE
 
 
 def load_calibration(path: str | os.PathLike[str], settings: LawSettings) -> Calibration:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,13 +37,10 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.errors import UserError
-from dpscaling.io import write_json_atomic
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO)
 
 METHOD = "physical-batch correction: law - lambda * ln[(1 + r(B_grid)) / (1 + r(B))], r(B) = 1 / (B sigma-bar^2 M)"
-FILE = "correction.json"
-DIRECTORY = "physical_batch"
 GRID_LOSS, LARGE_LOSS, REGRESSOR = "Grid Batch Loss", "Large Batch Loss", "Noise Log Ratio"
 
 
@@ -101,11 +99,6 @@ def fit_correction(pairs: pd.DataFrame, grid_batch: int) -> PhysicalBatchCorrect
     return PhysicalBatchCorrection(slope, int(grid_batch), len(pairs), rms)
 
 
-def correction_path(law_directory: str | os.PathLike[str]) -> Path:
-    """Where the workflow writes a law's correction: ``<run>/law/physical_batch/correction.json``."""
-    return Path(law_directory).resolve().parent / DIRECTORY / FILE
-
-
 def load_correction(path: str | os.PathLike[str]) -> PhysicalBatchCorrection | None:
     """The correction saved at ``path``; None when there is none."""
     path = Path(path)
@@ -116,18 +109,13 @@ def load_correction(path: str | os.PathLike[str]) -> PhysicalBatchCorrection | N
                                    float(values["residual_rms"]), str(values.get("method", METHOD)))
 
 
-def correction_from_files(results: list[str], grid_batch: int, warmup_steps: float,
-                          out: str | os.PathLike[str], pairs_out: str | os.PathLike[str]) -> PhysicalBatchCorrection:
-    """Rule ``physical_batch_correction``: the paired curves' table and the fitted correction."""
-    from dpscaling.io import atomic_path
-    from dpscaling.law.collect import read_curve, tidy_training_curve
+def correction_from_curves(curves: Sequence[pd.DataFrame], grid_batch: int,
+                           warmup_steps: float) -> tuple[pd.DataFrame, PhysicalBatchCorrection]:
+    """Rule ``physical_batch_correction``: from the paired runs' training curves (as logged), the pairs'
+    table and the fitted correction."""
+    from dpscaling.law.collect import tidy_training_curve
 
-    curves = [read_curve(path) for path in results]
     table = pd.concat([tidy_training_curve(curve).assign(**{BATCH_SIZE: int(curve["batch_size"].iloc[0])})
                        for curve in curves], ignore_index=True)
     pairs = paired_losses(table, grid_batch, warmup_steps)
-    correction = fit_correction(pairs, grid_batch)
-    with atomic_path(pairs_out) as tmp:
-        pairs.to_csv(tmp, index=False)
-    write_json_atomic(out, correction.to_json())
-    return correction
+    return pairs, fit_correction(pairs, grid_batch)

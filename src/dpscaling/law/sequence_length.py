@@ -40,7 +40,7 @@ import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.law.bootstrap import (
-    ANSWERING, NO_REPEATS, QUANTILES, REPLICATE, band, bootstrap_directory, load_replicates)
+    ANSWERING, NO_REPEATS, QUANTILES, REPLICATE, band, load_replicates)
 from dpscaling.law.columns import (
     COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET, REASON)
 from dpscaling.law.interpolation import LossFunction, reason_counts
@@ -300,15 +300,15 @@ def length_tradeoff(law: LawAcrossLengths, sigma: SigmaFunction, budgets: np.nda
     return best
 
 
-def replicate_laws(laws: Mapping[int, Law], directories: Mapping[int, str | os.PathLike[str]]
+def replicate_laws(laws: Mapping[int, Law], replicates: Mapping[int, str | os.PathLike[str]]
                    ) -> tuple[list[LawAcrossLengths], str]:
     """The bootstrap replicates of a law across lengths: replicate r of every length's law (each refitted on
-    its own length's curves with its own seeds' residuals, :mod:`dpscaling.law.bootstrap`, found next to the
-    law's directory in ``directories``), paired by index, with the main laws' ranges. ([], why) when a length
-    has no replicates."""
+    its own length's curves with its own seeds' residuals, :mod:`dpscaling.law.bootstrap`, read from that
+    length's file in ``replicates``), paired by index, with the main laws' ranges. ([], why) when a length
+    has no replicates (no file)."""
     per_length = {}
     for length, law in laws.items():
-        found = load_replicates(bootstrap_directory(directories[length]), law.settings)
+        found = load_replicates(replicates[length], law.settings) if length in replicates else None
         if found is None:
             return [], f"{NO_REPEATS} at S = {length} (no bootstrap replicates next to its law)"
         per_length[length] = found.losses

@@ -1,0 +1,206 @@
+"""The move of a results directory written before sequence length was an axis into the per-length layout.
+
+Documented in docs/failure-modes.md, "Results written before sequence length was an axis".
+
+A grid point's curve is ``runs/seq=S/model=…/batch=…/seed=…/nbr=…/lr=…/metrics.parquet`` and its data
+``data/packed/seq=S/`` (:mod:`dpscaling.layout`). Results directories written before that had one length
+and no ``seq=`` level:
+``runs/model=…``, ``checkpoints/model=…``, ``logs/train/model=….log``, ``data/packed/{meta.json,train,heldout}``.
+
+:func:`migrate_one_length_layout` moves such a directory into the per-length layout, so that its finished
+runs stay finished: each run goes under the length its own curve records (``seq_len``), a run without a
+curve yet (its checkpoints only) under the length of the old packed data. Files are renamed, never rewritten,
+so their modification times, and with them Snakemake's view of what is up to date, are kept. Snakemake's
+records of the moved outputs (params, inputs, logs, and which jobs were left incomplete) are moved with them
+(its default file store under ``.snakemake/``), so a later change of a training key still reruns those jobs,
+and the analysis jobs that read them see the same inputs as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from base64 import urlsafe_b64decode
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpscaling.grid import canonical
+from dpscaling.layout import CHECKPOINTS, LENGTH, LOGS, PACK_LOG, PACKED, RUNS, TRAIN
+
+PACKED_FILES = ("meta.json", "train", "heldout")
+LEGACY_PACK_LOG = "logs/data/pack_sequences.log"
+# A run directory of the one-length layout, relative to runs/ or checkpoints/ (the log adds ".log").
+_LEGACY_RUN_GLOB = "model=*/batch=*/seed=*/nbr=*/lr=*"
+_RUN_TREES = (RUNS, CHECKPOINTS)
+_TRAIN_LOGS = f"{LOGS}/{TRAIN}"
+
+
+def length_part(seq_len: int) -> str:
+    """The length's level of a run's id: ``seq=S``."""
+    return LENGTH.level.format(**{LENGTH.wildcard: canonical(int(seq_len))})
+
+
+@dataclass(frozen=True)
+class Move:
+    """One path of the old layout and where it goes (both relative to the working directory)."""
+
+    old: str
+    new: str
+
+
+def legacy_moves(root: str | os.PathLike[str], default_seq_len: int) -> list[Move]:
+    """The moves that bring ``root`` (``results/<run>``) from the one-length layout into the per-length one;
+    [] when it has nothing of the old layout. ``default_seq_len``: the length of a run whose curve and data
+    say none (the config's ``data.seq_len``)."""
+    root = Path(root)
+    moves: list[Move] = []
+    packed = root / "data" / "packed"
+    data_seq_len = _recorded_seq_len(packed / "meta.json") or int(default_seq_len)
+    if (packed / "meta.json").is_file():
+        target = root / PACKED.format(seq=canonical(data_seq_len))
+        moves += [Move(str(packed / name), str(target / name)) for name in PACKED_FILES if (packed / name).exists()]
+        if (root / LEGACY_PACK_LOG).is_file():
+            moves.append(Move(str(root / LEGACY_PACK_LOG), str(root / PACK_LOG.format(seq=canonical(data_seq_len)))))
+    runs = {path.relative_to(root / tree) for tree in _RUN_TREES for path in (root / tree).glob(_LEGACY_RUN_GLOB)
+            if path.is_dir()}
+    runs |= {path.relative_to(root / _TRAIN_LOGS).with_suffix("")
+             for path in (root / _TRAIN_LOGS).glob(_LEGACY_RUN_GLOB + ".log")}
+    for run in sorted(runs):
+        seq = length_part(_recorded_seq_len(root / RUNS / run / "metrics.parquet") or data_seq_len)
+        for tree in _RUN_TREES:
+            if (root / tree / run).is_dir():
+                moves.append(Move(str(root / tree / run), str(root / tree / seq / run)))
+        log = root / _TRAIN_LOGS / f"{run}.log"
+        if log.is_file():
+            moves.append(Move(str(log), str(root / _TRAIN_LOGS / seq / f"{run}.log")))
+    return moves
+
+
+def _recorded_seq_len(path: Path) -> int | None:
+    """The sequence length a packed-data manifest or a training curve records (None: no such file or field)."""
+    if not path.is_file():
+        return None
+    if path.suffix == ".json":
+        return int(json.loads(path.read_text(encoding="utf-8"))["seq_len"])
+    import pyarrow.parquet as pq
+
+    try:
+        column = pq.read_table(path, columns=["seq_len"]).column("seq_len")
+    except (KeyError, OSError, ValueError):  # an old curve without the column, or an unreadable file
+        return None
+    return int(column[0].as_py()) if len(column) else None
+
+
+@dataclass
+class Migration:
+    """What :func:`migrate_one_length_layout` did: the paths moved, those left because their new place was
+    taken, and how many Snakemake records it carried over."""
+
+    moved: list[Move]
+    conflicts: list[Move]
+    records: int
+
+    def summary(self) -> str:
+        runs = sum(1 for move in self.moved if f"/{RUNS}/" in move.old)
+        text = (f"moved {len(self.moved)} paths of the one-length layout into the per-length layout "
+                f"({runs} runs, their checkpoints, logs and packed data; {self.records} Snakemake records)")
+        if self.conflicts:
+            text += (f"; left {len(self.conflicts)} in place whose new path already exists, e.g. "
+                     f"{self.conflicts[0].old} (remove one of the two)")
+        return text
+
+
+def migrate_one_length_layout(root: str | os.PathLike[str], default_seq_len: int,
+                              metadata: str | os.PathLike[str] = ".snakemake",
+                              moves: list[Move] | None = None) -> Migration | None:
+    """Move ``root`` from the one-length layout into the per-length one (module docstring); None when there is
+    nothing to move. ``metadata``: Snakemake's directory of the working directory, whose records of moved
+    outputs are moved with them (absent: nothing to carry). ``moves``: :func:`legacy_moves` already computed
+    for ``root`` (None: computed here)."""
+    moves = legacy_moves(root, default_seq_len) if moves is None else moves
+    if not moves:
+        return None
+    moved, conflicts = [], []
+    for move in moves:
+        old, new = Path(move.old), Path(move.new)
+        if new.exists():
+            conflicts.append(move)
+            continue
+        new.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(old, new)  # a rename: contents and modification times as they were
+        moved.append(move)
+    for tree in (*_RUN_TREES, _TRAIN_LOGS):
+        for top in (Path(root) / tree).glob("model=*"):
+            _remove_empty_directories(top)
+    records = move_snakemake_records(Path(metadata), moved) if moved else 0
+    return Migration(moved, conflicts, records)
+
+
+def _remove_empty_directories(top: Path) -> None:
+    """``top`` and the directories under it that the moves left empty (deepest first)."""
+    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+        if not os.listdir(directory):
+            os.rmdir(directory)
+
+
+def path_mapper(moves: Iterable[Move]) -> Callable[[str], str]:
+    """A function that rewrites every moved path inside a string (an output key, an input, a param's repr):
+    a moved path followed by the end, a ``/`` or a quote becomes its new path."""
+    table = {move.old: move.new for move in moves}
+    if not table:
+        return lambda text: text
+    pattern = re.compile("(" + "|".join(re.escape(old) for old in sorted(table, key=len, reverse=True))
+                         + r")(?=$|/|'|\")")
+    return lambda text: pattern.sub(lambda match: table[match.group(1)], text)
+
+
+def move_snakemake_records(metadata: Path, moves: Iterable[Move]) -> int:
+    """Carry Snakemake's records over to the moved paths (its default file store, ``metadata``): a moved
+    output's record goes to the new path's key, every record's inputs, logs and params name the new paths,
+    and an incomplete mark (a job that was interrupted) moves with its output. Returns the records written."""
+    if not (metadata / "metadata").is_dir():
+        return 0
+    from snakemake.persistence.file import FilePersistence
+
+    store = FilePersistence(path=metadata.resolve())
+    rename = path_mapper(moves)
+    incomplete = _keys(metadata / "incomplete")
+    written = 0
+    for key in _keys(metadata / "metadata"):
+        record = store._read_record(key)  # noqa: SLF001 - the store's own reader: its format, its version
+        if record is None:
+            continue
+        new_key = rename(key)
+        changed = {field: [rename(str(value)) for value in values]
+                   for field in ("input", "log", "params") if (values := getattr(record, field)) is not None}
+        if new_key == key and all(changed[field] == getattr(record, field) for field in changed):
+            continue
+        for field, values in changed.items():
+            setattr(record, field, values)
+        store._write_record(new_key, record)  # noqa: SLF001
+        if new_key != key:
+            store._delete_record(key)  # noqa: SLF001
+            if key in incomplete:
+                store._mark_incomplete(new_key, None)  # noqa: SLF001
+                store._unmark_incomplete(key)  # noqa: SLF001
+        written += 1
+    return written
+
+
+def _keys(directory: Path) -> set[str]:
+    """The keys (output paths) of a Snakemake file store's records: each file's path under ``directory`` is
+    the key's URL-safe base64, split into ``@``-prefixed directories where it is longer than a file name."""
+    if not directory.is_dir():
+        return set()
+    keys = set()
+    for path in directory.rglob("*"):
+        if path.is_file():
+            parts = path.relative_to(directory).parts
+            encoded = "".join(part.removeprefix("@") for part in parts[:-1]) + parts[-1]
+            try:
+                keys.add(urlsafe_b64decode(encoded).decode())
+            except (ValueError, UnicodeDecodeError):  # not a record (e.g. an editor's file)
+                continue
+    return keys
