@@ -226,7 +226,8 @@ def _reached(key: str) -> dict[str, bool]:
 def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -> None:
     from dataclasses import fields
 
-    from dpscaling.config.blocks import ROLES, TrainingBlock
+    from dpscaling.config.blocks import TrainingBlock
+    from dpscaling.config.roles import ROLES
 
     names = {f.name for f in fields(TrainingBlock)} - {"keys"}
     assert names == set(TRAINING_CHANGES)
@@ -249,7 +250,8 @@ ROLE_REACH = {
 
 @pytest.mark.parametrize("role", list(ROLE_REACH))
 def test_each_role_reaches_its_jobs(role) -> None:
-    from dpscaling.config.blocks import TrainingBlock, fields_with
+    from dpscaling.config.blocks import TrainingBlock
+    from dpscaling.config.roles import fields_with
 
     keys, (grid, private, ablation) = ROLE_REACH[role]
     declared = ({f for r in ROLE_REACH if r != "none" for f in fields_with(TrainingBlock, r)} if role == "none"
@@ -350,3 +352,24 @@ def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> N
     (packed / "meta.json").write_text(json.dumps({**meta, "seq_len": 64, "n_train": 10_000}))
     with pytest.raises(UserError, match="exceed the 10,000 training sequences"):
         check_epochs(config, corpus)
+
+
+def test_the_ablation_figures_param_holds_the_fields_that_pick_their_runs() -> None:
+    from dpscaling.workflow import ablation_figure_params
+
+    base = validated(load("config.yaml"))
+    params = ablation_figure_params(base)
+    # The key order the figures' params were first written in (Snakemake compares their repr).
+    assert list(params) == ["model", "noise_batch_ratios", "physical_batches", "seeds", "learning_rate", "sweep"]
+    horizon = validated({**base, "ablation_batch": {**base["ablation_batch"], "steps": 77}})
+    assert ablation_figure_params(horizon) == params  # the runs' horizon is their own param, not the figures'
+    seeds = validated({**base, "ablation_batch": {**base["ablation_batch"], "seeds": [5, 6]}})
+    assert ablation_figure_params(seeds)["seeds"] == [5, 6]
+
+
+def test_late_analysis_settings_are_figure_params_only_off_their_default() -> None:
+    from dpscaling.figures.settings import AnalysisSettings
+
+    assert "privacy_unit" not in AnalysisSettings().to_mapping()
+    assert AnalysisSettings(privacy_unit="user").to_mapping()["privacy_unit"] == "user"
+    assert "compute_count" in AnalysisSettings().to_mapping()  # an original setting, always there

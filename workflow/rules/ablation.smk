@@ -18,15 +18,6 @@ ABLATION_FIGURE_RUNS = sorted(
     set(ablation_curve_points(CFG)) | set(ablation_sweep_points(CFG))
 )
 ABLATION_EVALUATED = ablation_eval_points(CFG)
-# What decides which run belongs to which figure (dpscaling.figures.physical_batch).
-ABLATION_FIGURE_KEYS = (
-    "model",
-    "noise_batch_ratios",
-    "physical_batches",
-    "seeds",
-    "learning_rate",
-    "sweep",
-)
 
 
 # The training job with the ablation's horizon, logging and microbatch (the same script), at data.seq_len.
@@ -61,7 +52,7 @@ rule ablation_curves:
         mem_mb=4000,
         runtime=30,
     params:
-        ablation={key: ABLATION[key] for key in ABLATION_FIGURE_KEYS},
+        ablation=ablation_figure_params(config),
     script:
         "../scripts/ablation_curves.py"
 

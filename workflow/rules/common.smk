@@ -42,6 +42,7 @@ from dpscaling.savings.plan import trained_roles
 from dpscaling import layout
 from dpscaling.layout_migration import legacy_moves, migrate_one_length_layout
 from dpscaling.workflow import (
+    ablation_figure_params,
     ablation_training,
     accounting_chunks,
     accounting_spec,

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dpscaling.config.roles import (
+    ABLATION_OWN, ABLATION_SHARED, FIGURE_RUNS, GRID_AXIS, LATE, PRIVATE_RUNS, SELECTS_JOBS, fields_with, role)
 from dpscaling.errors import UserError
 
 
@@ -180,48 +182,8 @@ class GridPoint(Block):
     learning_rate: float
 
 
-# ------------------------------------------------------------------ what each training field reaches
-#
-# Each field of the ``training`` block declares its roles (``role(...)`` below); every job's ``training``
-# param is derived from them: the main grid's (:meth:`TrainingBlock.job_params`), the private runs'
-# (:meth:`TrainingBlock.private_params`) and the physical-batch ablation's (:meth:`AblationBlock.training`).
-# A field without a role is a parameter of every grid and private job. Snakemake reruns a job whose params
-# change, so a new field must say where it goes: see each role.
-
-# Chooses which jobs exist, not how one trains (repeats, lengths): never a job's param.
-SELECTS_JOBS = "selects_jobs"
-# An axis (or fixed setting) of the main grid: a grid job's param, never a private run's (a private run has
-# its own B and σ̄), so a change to the grid retrains no private run.
-GRID_AXIS = "grid_axis"
-# Added after results existed: a param only where it differs from the schema's default, so adding it
-# retrained nothing; a changed value is a changed param.
-LATE = "late"
-# How a private run is sampled and accounted: never in the ablation's params (it runs the study's sampler).
-PRIVATE_RUNS = "private_runs"
-# Shared with the physical-batch ablation: its jobs read it from this block.
-ABLATION_SHARED = "ablation_shared"
-# (The ablation_batch block's fields) the ablation job's own training setting: its horizon and logging.
-ABLATION_OWN = "ablation_own"
-ROLES = (SELECTS_JOBS, GRID_AXIS, LATE, PRIVATE_RUNS, ABLATION_SHARED, ABLATION_OWN)
 # The one job param that is not a training field: accounting.delta, handed to each job, a late key.
 LATE_EXTRA = {"delta": "accounting.delta"}
-
-
-def role(*roles: str, position: int | None = None) -> Any:
-    """A field of a block with these roles (:data:`ROLES`); ``position`` orders it among the fields of its
-    role where a param was first written in another order than the block's (Snakemake compares a param's
-    ``repr``, key order included)."""
-    unknown = set(roles) - set(ROLES)
-    if unknown:
-        raise ValueError(f"unknown role(s) {sorted(unknown)}; accepted: {list(ROLES)}")
-    return field(metadata={"roles": frozenset(roles), "position": position})
-
-
-def fields_with(block: type[Block], wanted: str) -> tuple[str, ...]:
-    """The names of ``block``'s fields that declare role ``wanted``, by position, else declaration order."""
-    found = [(f.metadata.get("position"), index, f.name) for index, f in enumerate(dataclasses.fields(block))
-             if wanted in f.metadata.get("roles", ())]
-    return tuple(name for _, _, name in sorted(found, key=lambda x: (x[0] is None, x[0] or 0, x[1])))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,18 +367,18 @@ class Evaluation(Block):
 class AblationBlock(Block):
     NAME: ClassVar[str] = "ablation_batch"
     NESTED: ClassVar[Mapping[str, type[Block]]] = {"sweep": Sweep, "evaluation": Evaluation}
-    model: str
-    noise_batch_ratios: tuple[float, ...]
-    physical_batches: tuple[int, ...]
-    seeds: tuple[int, ...]
-    learning_rate: float
+    model: str = role(FIGURE_RUNS)
+    noise_batch_ratios: tuple[float, ...] = role(FIGURE_RUNS)
+    physical_batches: tuple[int, ...] = role(FIGURE_RUNS)
+    seeds: tuple[int, ...] = role(FIGURE_RUNS)
+    learning_rate: float = role(FIGURE_RUNS)
     steps: int = role(ABLATION_OWN)
     warmup_steps: int = role(ABLATION_OWN)
     decay_steps: int = role(ABLATION_OWN)
     log_every: int = role(ABLATION_OWN)
     checkpoint_every: int = role(ABLATION_OWN)
     microbatch_size: int | None
-    sweep: Sweep
+    sweep: Sweep = role(FIGURE_RUNS)
     evaluation: Evaluation
 
     def training(self, training: TrainingBlock, batch: int) -> dict[str, Any]:

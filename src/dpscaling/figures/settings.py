@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from dpscaling.config.roles import LATE, fields_with, role
 from dpscaling.errors import UserError
 
 PAPER_DATA_BUDGETS = (1e6, 1e7, 1e8, 1e9)
@@ -88,11 +89,12 @@ class AnalysisSettings:
     # fig:seq_len_tradeoff and the sequence-length finding (not in the paper; runs with several
     # training.seq_lens): what one privacy unit is, the data budget in that unit (None: allocation_data_budget
     # units at the primary length, i.e. allocation_data_budget · data.seq_len tokens or allocation_data_budget
-    # users), and the privacy budgets drawn beside the non-private optimum.
-    privacy_unit: str = "sequence"
-    seq_len_tokens: float | None = None
-    seq_len_users: float | None = None
-    seq_len_privacy_budgets: tuple[float, ...] = (1.0, 8.0)
+    # users), and the privacy budgets drawn beside the non-private optimum. Added after figures existed
+    # (role LATE): in the figures' params only where not at their default.
+    privacy_unit: str = role(LATE, default="sequence")
+    seq_len_tokens: float | None = role(LATE, default=None)
+    seq_len_users: float | None = role(LATE, default=None)
+    seq_len_privacy_budgets: tuple[float, ...] = role(LATE, default=(1.0, 8.0))
 
     def __post_init__(self) -> None:
         if self.compute_count < 2:
@@ -134,11 +136,11 @@ class AnalysisSettings:
         return cls(**converted)
 
     def to_mapping(self) -> dict[str, Any]:
-        """The settings as plain data; keys added after runs existed (:data:`LATE_KEYS`) only where they differ
+        """The settings as plain data; keys added after figures existed (role ``LATE``) only where they differ
         from their default, so adding them reran no figure."""
-        values = asdict(self)
+        values, late = asdict(self), fields_with(type(self), LATE)
         defaults = {f.name: f.default for f in fields(self)}
-        return {key: value for key, value in values.items() if key not in LATE_KEYS or value != defaults[key]}
+        return {key: value for key, value in values.items() if key not in late or value != defaults[key]}
 
     def data_budget_across_lengths(self, primary_seq_len: int):
         """The :class:`~dpscaling.law.sequence_length.DataBudget` of fig:seq_len_tradeoff: ``privacy_unit`` with
@@ -151,6 +153,3 @@ class AnalysisSettings:
             return DataBudget("sequence", tokens=float(tokens))
         return DataBudget("user", users=float(self.seq_len_users or self.allocation_data_budget))
 
-
-# Added with fig:seq_len_tradeoff: left out of the figures' params at their defaults.
-LATE_KEYS = ("privacy_unit", "seq_len_tokens", "seq_len_users", "seq_len_privacy_budgets")

@@ -1,0 +1,51 @@
+"""What each field of a config block (or of a settings dataclass) reaches: its declared roles.
+
+Each field of the ``training`` block (:mod:`dpscaling.config.blocks`) declares its roles (``role(...)``);
+every job's ``training`` param is derived from them: the main grid's (``TrainingBlock.job_params``), the
+private runs' (``TrainingBlock.private_params``) and the physical-batch ablation's
+(``AblationBlock.training``). A field without a role is a parameter of every grid and private job.
+Snakemake reruns a job whose params change, so a new field must say where it goes: see each role. The
+``ablation_batch`` block and the figures' settings declare theirs the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import field
+from typing import Any
+
+
+# Chooses which jobs exist, not how one trains (repeats, lengths): never a job's param.
+SELECTS_JOBS = "selects_jobs"
+# An axis (or fixed setting) of the main grid: a grid job's param, never a private run's (a private run has
+# its own B and σ̄), so a change to the grid retrains no private run.
+GRID_AXIS = "grid_axis"
+# Added after results existed: a param only where it differs from the schema's default, so adding it
+# retrained nothing; a changed value is a changed param.
+LATE = "late"
+# How a private run is sampled and accounted: never in the ablation's params (it runs the study's sampler).
+PRIVATE_RUNS = "private_runs"
+# Shared with the physical-batch ablation: its jobs read it from this block.
+ABLATION_SHARED = "ablation_shared"
+# (The ablation_batch block's fields) the ablation job's own training setting: its horizon and logging.
+ABLATION_OWN = "ablation_own"
+# (The ablation_batch block's fields) which ablation run belongs to which figure: the ablation figures' param.
+FIGURE_RUNS = "figure_runs"
+ROLES = (SELECTS_JOBS, GRID_AXIS, LATE, PRIVATE_RUNS, ABLATION_SHARED, ABLATION_OWN, FIGURE_RUNS)
+
+
+def role(*roles: str, position: int | None = None, **default: Any) -> Any:
+    """A field of a block (or of any settings dataclass) with these roles (:data:`ROLES`); ``position``
+    orders it among the fields of its role where a param was first written in another order than the
+    block's (Snakemake compares a param's ``repr``, key order included); ``default=`` as for ``field``."""
+    unknown = set(roles) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown role(s) {sorted(unknown)}; accepted: {list(ROLES)}")
+    return field(metadata={"roles": frozenset(roles), "position": position}, **default)
+
+
+def fields_with(block: type, wanted: str) -> tuple[str, ...]:
+    """The names of ``block``'s fields that declare role ``wanted``, by position, else declaration order."""
+    found = [(f.metadata.get("position"), index, f.name) for index, f in enumerate(dataclasses.fields(block))
+             if wanted in f.metadata.get("roles", ())]
+    return tuple(name for _, _, name in sorted(found, key=lambda x: (x[0] is None, x[0] or 0, x[1])))
