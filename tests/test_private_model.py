@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pandas as pd
 import pytest
 
 from dpscaling.errors import UserError
-from dpscaling.private_model import Budget, audit_settings_for, budgets, integer_batch_sizes, twin_config_for
+from dpscaling.law.physical_batch import PhysicalBatchCorrection
+from dpscaling.private_model import (
+    Budget, FixedConfiguration, LawQuery, PrivatePlan, audit_settings_for, budgets, integer_batch_sizes,
+    twin_config_for)
 from dpscaling.tables.private_model import achieved_training_loss, cause_split
+
+BUDGET = Budget(8.0, 1e-8, 50000, 1e15)
+QUERY = LawQuery(4e5, 256.0, 1000.0, 0.6, 2.0 ** -9, 5.0, "min", 1e-8, 48, models=("M", "N"))
+
+
+def a_plan(budget: Budget = BUDGET, **fields) -> PrivatePlan:
+    """A plan with every field set; a test gives the ones it reads."""
+    plan = PrivatePlan(budget, model="M", model_size=4e5, batch_size=256, iterations=1000, learning_rate=0.01,
+                       seq_len=128, compute=1e15, sigma=0.5, noise_batch_ratio=0.5 / 256, untruncated_sigma=0.49,
+                       truncated_batch_size=288, truncation_probability=1e-9, padding_share=0.1,
+                       predicted_loss=5.1, law_loss=5.2, physical_batch_correction=None, query=QUERY)
+    return dataclasses.replace(plan, **fields)
 
 
 def test_budgets_take_accounting_delta_unless_given_and_refuse_duplicates() -> None:
@@ -29,9 +47,7 @@ def test_batch_sizes_are_whole_and_within_the_data_budget() -> None:
 
 
 def test_the_matched_audit_has_the_runs_parameters() -> None:
-    budget = Budget(8.0, 1e-7, 5000, 1e12)
-    plan = {"budget": {"epsilon": 8.0, "delta": 1e-7, "data_budget": 5000, "label": budget.label},
-            "batch_size": 64, "iterations": 120}
+    plan = a_plan(Budget(8.0, 1e-7, 5000, 1e12), batch_size=64, iterations=120)
     settings = audit_settings_for(plan, {"significance": 0.05, "seed": 3}, microbatch=8)
     assert settings == {"n_canaries": 10000, "expected_batch_size": 64, "steps": 120, "epsilon": 8.0,
                         "delta": 1e-7, "significance": 0.05, "microbatch_size": 8, "seed": 3}
@@ -44,9 +60,8 @@ def test_achieved_loss_is_the_trailing_mean_the_law_smooths_with() -> None:
 
 
 def test_the_study_twins_train_the_plan_with_shuffled_batches_at_two_physical_batches() -> None:
-    plan = {"budget": {"epsilon": 8.0, "delta": 1e-8, "data_budget": 5000, "label": "x"}, "model": "BertNano",
-            "batch_size": 181, "iterations": 120, "learning_rate": 0.0078125, "seq_len": 64,
-            "noise_batch_ratio": 0.0019}
+    plan = a_plan(Budget(8.0, 1e-8, 5000, 1e12), model="BertNano", batch_size=181, iterations=120,
+                  learning_rate=0.0078125, seq_len=64, noise_batch_ratio=0.0019)
     training = {"steps": 400, "microbatch_size": 8, "sampling": "poisson", "seed": 0}
     grid = twin_config_for(plan, "BertNano", training, "grid_batch", 32, 0)
     at_b = twin_config_for(plan, "BertNano", training, "recommended_batch", 32, 0)
@@ -78,9 +93,7 @@ def test_a_report_row_carries_both_intervals_the_correction_and_the_split() -> N
 
     law = fit_law(synthetic_results(noise=0.0), LawSettings(warmup_steps=100, rolling_window=None), seq_len=128,
                   physical_batch=32)
-    plan = {"budget": {"label": "b", "epsilon": 8.0, "delta": 1e-8, "data_budget": 50000, "compute": 1e15},
-            "model": "M", "model_size": 4e5, "batch_size": 256, "iterations": 1000, "learning_rate": 0.01,
-            "compute": 1e15, "sigma": 0.5, "query": {"noise_batch_ratio": 2.0 ** -9, "predicted_loss": 5.0}}
+    plan = a_plan()
     nbr = 2.0 ** -9
 
     def curve(final: float, batch: int) -> pd.DataFrame:
@@ -122,7 +135,7 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
 
     from dpscaling.law import LawSettings, fit_law
     from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table, synthetic_results
-    from dpscaling.private_model import FixedConfiguration, plan_budget
+    from dpscaling.private_model import plan_budget
 
     table = accounting_table(DeterministicGaussianSigma(), epsilons=2.0 ** np.arange(-2, 8),
                              iterations=np.geomspace(10, 2e5, 30), sampling_probabilities=2.0 ** np.arange(-24, 1))
@@ -134,13 +147,30 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
     assert budget.configuration == FixedConfiguration("BertL2H96", 64, 300, 0.004)
     assert budget.label.endswith("_BertL2H96_B=64_T=300")  # two configurations at one budget stay apart
     plan = plan_budget(tmp_path / "law", budget, ["Synthetic0"], fixed_sizes={"BertL2H96": 2.5e5})
-    assert (plan["model"], plan["model_size"], plan["batch_size"], plan["iterations"]) == ("BertL2H96", 2.5e5, 64, 300)
-    assert plan["learning_rate"] == 0.004 and plan["query"]["fixed"]
-    assert plan["compute"] == pytest.approx(6 * 2.5e5 * 64 * 128 * 300)
-    assert plan["sigma"] >= plan["untruncated_sigma"] and plan["truncated_batch_size"] >= 64
-    assert plan["noise_batch_ratio"] == pytest.approx(plan["sigma"] / 64)
+    assert (plan.model, plan.model_size, plan.batch_size, plan.iterations) == ("BertL2H96", 2.5e5, 64, 300)
+    assert plan.learning_rate == 0.004 and plan.query.fixed and plan.candidates_repriced is None
+    assert plan.compute == pytest.approx(6 * 2.5e5 * 64 * 128 * 300)
+    assert plan.sigma >= plan.untruncated_sigma and plan.truncated_batch_size >= 64
+    assert plan.noise_batch_ratio == pytest.approx(plan.sigma / 64)
+    text = json.dumps(plan.to_json(), indent=2, sort_keys=True)  # as plan.json (NaN: the law's range ends)
+    assert json.dumps(PrivatePlan.from_json(json.loads(text)).to_json(), indent=2, sort_keys=True) == text
     with pytest.raises(UserError, match="not a model of this config"):
         plan_budget(tmp_path / "law", budget, ["Synthetic0"], fixed_sizes={"Other": 1e5})
+
+
+@pytest.mark.parametrize("plan", [
+    a_plan(candidates_repriced=8, candidates_answered=5),
+    a_plan(Budget(4.0, 1e-6, 1000, 1e11, FixedConfiguration("BertNano", 40, 24)),
+           query=dataclasses.replace(QUERY, models=None, candidates=1, fixed=True),
+           physical_batch_correction=PhysicalBatchCorrection(0.1, 32, 10, 0.01)),
+    a_plan(query={"kind": "answer"})], ids=["searched", "fixed", "savings"])
+def test_a_plan_reads_back_what_it_wrote(plan: PrivatePlan) -> None:
+    """plan.json holds exactly the plan's record (its keys, its values' types), and reading it gives the plan."""
+    record = json.loads(json.dumps(plan.to_json()))
+    assert PrivatePlan.from_json(record) == plan and plan.to_json() == record
+    assert ("candidates_repriced" in record) == (plan.candidates_repriced is not None)
+    assert record["budget"]["label"] == plan.budget.label
+    assert PrivatePlan.from_json(record | {"role": "answer", "seed": 0}) == plan  # a savings run's own keys
 
 
 def test_the_workflow_gives_a_configured_budget_its_own_model_only() -> None:

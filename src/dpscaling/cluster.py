@@ -276,11 +276,11 @@ def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None 
     """A ``private_model`` job: its plan's model, iterations and padded batch L once the plan exists (the
     job is then ready to run); before that (a dry run), the largest of the run's models at the grid's
     horizon. ``scoring`` = sequences scored, for the held-out evaluation of the plan's model."""
-    import json
+    from dpscaling.private_model import read_plan
 
     if os.path.exists(plan):
-        chosen = json.loads(open(plan, encoding="utf-8").read())
-        work = Work(chosen["model"], int(chosen["iterations"]), int(chosen["truncated_batch_size"]))
+        chosen = read_plan(plan)
+        work = Work(chosen.model, int(chosen.iterations), int(chosen.truncated_batch_size))
     else:
         work = _largest_private_work(run)
     return work if scoring is None else evaluation_work(work.model, scoring)
@@ -295,14 +295,14 @@ def _largest_private_work(run: RunConfig) -> Work:
 def savings_work(run: RunConfig, plan: str | os.PathLike[str], role: str) -> Work:
     """A ``savings`` run (its held-out scoring included, a small part): the role's model (a shape the config
     may not name), iterations and padded batch L from the budget's plan; before it exists, as :func:`plan_work`."""
-    import json
+    from dpscaling.private_model import PrivatePlan, read_json
 
     if os.path.exists(plan):
-        chosen = json.loads(open(plan, encoding="utf-8").read())["runs"].get(role, {})
-        if "model_shape" in chosen:
-            return Work(chosen["model"], int(chosen["iterations"]), int(chosen["truncated_batch_size"]),
-                        param_count=int(chosen["model_shape"]["param_count"]),
-                        family=chosen["model_shape"]["family"])
+        record = read_json(plan)["runs"].get(role, {})
+        if "model_shape" in record:  # a run that trains (a skipped one says why not)
+            chosen, shape = PrivatePlan.from_json(record), record["model_shape"]
+            return Work(chosen.model, int(chosen.iterations), int(chosen.truncated_batch_size),
+                        param_count=int(shape["param_count"]), family=shape["family"])
     return _largest_private_work(run)
 
 

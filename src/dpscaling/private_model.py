@@ -10,7 +10,7 @@ each, target ``private_model``):
    the code behind ``dpscaling query``) restricted to what the workflow can build: the run's own
    trained models (not the law's continuous model-size range) and integer batch sizes; T is
    rounded to whole steps. The learning rate is the one that won on the law's measured grid for
-   that model at the nearest noisy σ̄.
+   that model at the nearest noisy σ̄. The answer is a :class:`PrivatePlan`, which every later step reads.
 2. :func:`train_config_for` — a ``poisson`` (truncated Poisson, secret keys) training job at that
    (model, B, T) on exactly N training sequences, whose σ is calibrated for (ε, δ) by the run's
    matched accountant (``target_epsilon``), with the grid's learning-rate schedule.
@@ -45,11 +45,11 @@ from dpscaling.errors import UserError
 from dpscaling.grid import canonical
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA)
+from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.runnable import best_learning_rate
 from dpscaling.samplers import POISSON, SHUFFLE
 
 if TYPE_CHECKING:  # importing the training stack pulls in JAX
-    from dpscaling.law.physical_batch import PhysicalBatchCorrection
     from dpscaling.train.config import TrainConfig
 
 BLOCK = "private_model"
@@ -85,6 +85,17 @@ class Budget:
                  f"_N={canonical(self.data_budget)}_C={self.compute:.4g}")
         fixed = self.configuration
         return label if fixed is None else f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The budget as a plan records it: its fields and its label."""
+        return dataclasses.asdict(self) | {"label": self.label}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> Budget:
+        """The budget :meth:`to_json` wrote (its label follows from the fields)."""
+        fixed = record["configuration"]
+        return cls(float(record["epsilon"]), float(record["delta"]), int(record["data_budget"]),
+                   float(record["compute"]), None if fixed is None else FixedConfiguration(**fixed))
 
 
 def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -> list[Budget]:
@@ -139,68 +150,204 @@ RERANKED_CANDIDATES = 8
 RERANK_TOLERANCE = 0.05
 
 
+@dataclass(frozen=True)
+class LawQuery:
+    """The law's own answer beside a plan, σ from its table (the study's accountant): the search's optimum
+    for a searched budget, the law at the configuration for a fixed one. The report sets it beside what
+    the real sampler's σ gives."""
+
+    model_size: float
+    batch_size: float
+    iterations: float  # the search's continuous optimum, before T is rounded to whole steps
+    sigma: float
+    noise_batch_ratio: float
+    predicted_loss: float
+    sampling: str  # the table's sampling rule
+    delta: float  # the table's δ, which may differ from the budget's
+    candidates: int  # configurations the search priced
+    models: tuple[str, ...] | None = None  # a searched budget: the run's models it chose among
+    fixed: bool = False  # a budget's fixed configuration, not searched
+
+    def to_json(self) -> dict[str, Any]:
+        """The record a plan holds: ``models`` only for a searched budget, ``fixed`` only for a fixed one."""
+        record = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                  if field.name not in ("models", "fixed")}
+        if self.models is not None:
+            record["models"] = list(self.models)
+        if self.fixed:
+            record["fixed"] = True
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> LawQuery:
+        """The query :meth:`to_json` wrote."""
+        models = record.get("models")
+        return cls(record["model_size"], record["batch_size"], record["iterations"], record["sigma"],
+                   record["noise_batch_ratio"], record["predicted_loss"], record["sampling"], record["delta"],
+                   record["candidates"], None if models is None else tuple(models), bool(record.get("fixed", False)))
+
+
+@dataclass(frozen=True)
+class PrivatePlan:
+    """One private run of a budget, priced as it will train: (model, B, T, learning rate), σ calibrated for
+    truncated Poisson at its priced L on exactly N sequences, and the law's loss there. Written as the
+    budget's ``plan.json`` (:meth:`to_json`) and read back (:meth:`from_json`) by the private run, its study
+    twins, its audit, its job's resources and the report; each savings run is one too."""
+
+    budget: Budget
+    model: str
+    model_size: float  # the law's Model Size M of ``model``
+    batch_size: int  # the expected batch B = q·N
+    iterations: int
+    learning_rate: float
+    seq_len: int
+    compute: float  # C = 6·M·B·S·T of what is trained, at whole B and T
+    sigma: float  # calibrated for (ε, δ) at L, as the private run calibrates it
+    noise_batch_ratio: float  # σ̄ = σ / B
+    untruncated_sigma: float  # the σ untruncated Poisson needs for the same ε
+    truncated_batch_size: int  # L, the padded batch the job runs
+    truncation_probability: float
+    padding_share: float  # the expected share of L that is padding
+    predicted_loss: float  # the law's loss at (M, T, σ̄), corrected to B when a correction is given
+    law_loss: float  # the same, uncorrected
+    physical_batch_correction: PhysicalBatchCorrection | None
+    # What asked for the configuration: the law's own answer (private_model) or a savings run's kind.
+    query: LawQuery | Mapping[str, Any]
+    # A searched budget: how many of the search's best were re-priced, and how many of them the law answers.
+    candidates_repriced: int | None = None
+    candidates_answered: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record ``plan.json`` holds: every field, the search's counts only where a search ran."""
+        record = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        correction, query = self.physical_batch_correction, self.query
+        record |= {"budget": self.budget.to_json(),
+                   "physical_batch_correction": None if correction is None else correction.to_json(),
+                   "query": query.to_json() if isinstance(query, LawQuery) else dict(query)}
+        if self.candidates_repriced is None:  # nothing was searched
+            del record["candidates_repriced"], record["candidates_answered"]
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> PrivatePlan:
+        """The plan :meth:`to_json` wrote; a savings run's record adds its role's keys, which stay its own."""
+        values = {field.name: record[field.name] for field in dataclasses.fields(cls) if field.name in record}
+        correction, query = record["physical_batch_correction"], record["query"]
+        return cls(**values | {
+            "budget": Budget.from_json(record["budget"]),
+            "physical_batch_correction": None if correction is None else PhysicalBatchCorrection(**correction),
+            "query": LawQuery.from_json(query) if "sampling" in query else dict(query)})
+
+
+@dataclass(frozen=True)
+class RepricedCandidate:
+    """One of the search's configurations at whole steps, priced with the real sampler's σ."""
+
+    model_size: float
+    batch_size: int
+    iterations: int
+    sigma: float  # untruncated Poisson's σ on exactly N sequences at the budget's (ε, δ)
+    loss: float  # the law's loss at σ / B (corrected to B with a correction); NaN outside its range
+
+    @property
+    def answered(self) -> bool:
+        """Whether the law answers it (σ̄ inside its range)."""
+        return math.isfinite(self.loss)
+
+
 def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequence[str],
                 learning_rate: float | None = None, microbatch_size: int | None = None,
                 correction: PhysicalBatchCorrection | None = None,
-                fixed_sizes: Mapping[str, float] | None = None) -> dict[str, Any]:
+                fixed_sizes: Mapping[str, float] | None = None) -> PrivatePlan:
     """The law's compute-optimal configuration for ``budget`` among the run's ``models``, made trainable, or
     the budget's fixed configuration as it stands (its model's parameter count in ``fixed_sizes``).
 
-    The search (σ from the law's table, thousands of candidates) proposes; its best
+    The search (σ from the law's table, thousands of candidates) proposes (:func:`search`); its best
     :data:`RERANKED_CANDIDATES` distinct (model, B, whole T) within :data:`RERANK_TOLERANCE` of its
-    optimum are re-priced with the σ of the real sampler on exactly N sequences at the budget's
-    (ε, δ): untruncated Poisson's, which truncated Poisson at its priced L matches within
-    :data:`dpscaling.accounting.truncation.EPSILON_TOLERANCE` of ε. The lowest law loss at that σ̄
-    wins, and its σ is then calibrated at its priced L exactly as the private run will. With a
-    ``correction`` (not in the paper: :mod:`dpscaling.law.physical_batch`) every loss is the law's
-    corrected to the candidate's B; ``law_loss`` keeps the uncorrected prediction.
+    optimum (:func:`whole_step_candidates`) are re-priced with the σ of the real sampler (:func:`reprice`);
+    the lowest law loss at that σ̄ wins (:func:`choose`), and its σ is then calibrated at its priced L
+    exactly as the private run will (:func:`priced_plan`). With a ``correction`` (not in the paper:
+    :mod:`dpscaling.law.physical_batch`) every loss is the law's corrected to the candidate's B;
+    ``law_loss`` keeps the uncorrected prediction.
     """
-    from dpscaling.accounting.calibration import calibrate_poisson
     from dpscaling.law import read_law
-    from dpscaling.law.queries import compute_optimal
 
     law = read_law(law_dir)
     source = law.sigma_source()
     if budget.configuration is not None:
         return _fixed_plan(law, source, budget, fixed_sizes or {}, learning_rate, microbatch_size, correction)
     sizes = trained_models(law, models)
+    answer = search(law, source, budget, sizes, correction)
+    priced = reprice(law, budget, whole_step_candidates(answer), correction)
+    chosen = choose(law, budget, priced)
+    model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), chosen.model_size))[0]])
+    plan = priced_plan(law, budget, model, chosen.model_size, chosen.batch_size, chosen.iterations, learning_rate,
+                       microbatch_size, correction, search_query(answer, source, sizes))
+    return dataclasses.replace(plan, candidates_repriced=len(priced),
+                               candidates_answered=sum(candidate.answered for candidate in priced))
+
+
+def search(law, source, budget: Budget, sizes: pd.Series, correction: PhysicalBatchCorrection | None):
+    """The compute-optimal query of ``dpscaling query`` (paper §3.4) over the run's trained model ``sizes`` and
+    whole batch sizes, σ from the law's table: its optimum and every candidate within :data:`RERANK_TOLERANCE`."""
+    from dpscaling.law.queries import compute_optimal
+
     try:
-        answer = compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, source.sigma, law.seq_len,
-                                 sizes.to_numpy(float), law.iteration_bounds(), RERANK_TOLERANCE,
-                                 integer_batch_sizes(budget.data_budget), correction=correction)
+        return compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, source.sigma,
+                               law.seq_len, sizes.to_numpy(float), law.iteration_bounds(), RERANK_TOLERANCE,
+                               integer_batch_sizes(budget.data_budget), correction=correction)
     except UserError as error:
         raise UserError(f"{BLOCK}.budgets {budget.label}: the law cannot answer it: {error}") from error
-    candidates = answer.near_optimal.assign(**{ITERATIONS: np.maximum(1, np.round(answer.near_optimal[ITERATIONS]))})
-    candidates = candidates.drop_duplicates([MODEL_SIZE, BATCH_SIZE, ITERATIONS]).head(RERANKED_CANDIDATES)
+
+
+def whole_step_candidates(answer) -> pd.DataFrame:
+    """The search's near-optimal configurations with T rounded to whole steps: the best
+    :data:`RERANKED_CANDIDATES` distinct (M, B, T), lowest loss first."""
+    near = answer.near_optimal
+    candidates = near.assign(**{ITERATIONS: np.maximum(1, np.round(near[ITERATIONS]))})
+    return candidates.drop_duplicates([MODEL_SIZE, BATCH_SIZE, ITERATIONS]).head(RERANKED_CANDIDATES)
+
+
+def reprice(law, budget: Budget, candidates: pd.DataFrame,
+            correction: PhysicalBatchCorrection | None) -> list[RepricedCandidate]:
+    """Each candidate at the σ of the sampler that will run on exactly N sequences at the budget's (ε, δ):
+    untruncated Poisson's, which truncated Poisson at its priced L matches within
+    :data:`dpscaling.accounting.truncation.EPSILON_TOLERANCE` of ε (the table's σ is the study's sampling
+    rule's, which can put the real σ̄ far from the search's)."""
+    from dpscaling.accounting.calibration import calibrate_poisson
+
     priced = []
     for _, row in candidates.iterrows():
         batch, steps = int(row[BATCH_SIZE]), int(row[ITERATIONS])
-        real = calibrate_poisson(budget.epsilon, batch / budget.data_budget, steps, budget.delta)
-        loss = float(corrected_loss(law, correction, row[MODEL_SIZE], steps, real / batch, batch))
-        priced.append({"row": row, "batch": batch, "steps": steps, "sigma": real, "loss": loss})
-    answered = [p for p in priced if math.isfinite(p["loss"])]
+        sigma = calibrate_poisson(budget.epsilon, batch / budget.data_budget, steps, budget.delta)
+        loss = float(corrected_loss(law, correction, row[MODEL_SIZE], steps, sigma / batch, batch))
+        priced.append(RepricedCandidate(float(row[MODEL_SIZE]), batch, steps, sigma, loss))
+    return priced
+
+
+def choose(law, budget: Budget, priced: Sequence[RepricedCandidate]) -> RepricedCandidate:
+    """The re-priced candidate with the lowest law loss (the first of equals, the search's order); a budget
+    none of whose candidates the law answers is refused."""
+    answered = [candidate for candidate in priced if candidate.answered]
     if not answered:
         raise UserError(f"{BLOCK}.budgets {budget.label}: with the real sampler's sigma none of the law's "
                         f"{len(priced)} best configurations is inside its range (sigma-bar "
-                        f"{min(p['sigma'] / p['batch'] for p in priced):.3g} and up; the law's largest is "
+                        f"{min(c.sigma / c.batch_size for c in priced):.3g} and up; the law's largest is "
                         f"{law.loss.noise_batch_ratios[-1]:.3g}): raise epsilon, data_budget or compute")
-    chosen = min(answered, key=lambda p: p["loss"])
-    best = chosen["row"]
-    model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), best[MODEL_SIZE]))[0]])
+    return min(answered, key=lambda candidate: candidate.loss)
+
+
+def search_query(answer, source, sizes: pd.Series) -> LawQuery:
+    """The search's own optimum, as its table priced it."""
     optimum = answer.optimum
-    query = {"model_size": float(optimum[MODEL_SIZE]), "batch_size": float(optimum[BATCH_SIZE]),
-             "iterations": float(optimum[ITERATIONS]), "sigma": float(optimum[SIGMA]),
-             "noise_batch_ratio": float(optimum[NOISE_BATCH_RATIO]), "predicted_loss": float(optimum[CROSS_ENTROPY]),
-             "sampling": source.sampling, "delta": float(source.delta), "candidates": answer.candidates,
-             "models": list(sizes.index)}
-    plan = priced_plan(law, budget, model, float(best[MODEL_SIZE]), chosen["batch"], chosen["steps"], learning_rate,
-                        microbatch_size, correction, query)
-    return plan | {"candidates_repriced": len(priced), "candidates_answered": len(answered)}
+    return LawQuery(float(optimum[MODEL_SIZE]), float(optimum[BATCH_SIZE]), float(optimum[ITERATIONS]),
+                    float(optimum[SIGMA]), float(optimum[NOISE_BATCH_RATIO]), float(optimum[CROSS_ENTROPY]),
+                    source.sampling, float(source.delta), answer.candidates, models=tuple(sizes.index))
 
 
 def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], learning_rate: float | None,
-                microbatch_size: int | None, correction: PhysicalBatchCorrection | None) -> dict[str, Any]:
-    """A budget's fixed configuration, priced as the private run will be; ``query`` is the law at that
+                microbatch_size: int | None, correction: PhysicalBatchCorrection | None) -> PrivatePlan:
+    """A budget's fixed configuration, priced as the private run will be; its query is the law at that
     configuration with σ from its table (the study's accountant)."""
     fixed = budget.configuration
     if fixed.model not in fixed_sizes:
@@ -212,43 +359,45 @@ def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], l
     size, batch, steps = float(fixed_sizes[fixed.model]), fixed.batch_size, fixed.iterations
     table_sigma = float(source.sigma(np.array([budget.epsilon]), np.array([float(steps)]),
                                      np.array([batch / budget.data_budget]))[0])
-    query = {"model_size": size, "batch_size": float(batch), "iterations": float(steps), "sigma": table_sigma,
-             "noise_batch_ratio": table_sigma / batch,
-             "predicted_loss": corrected_loss(law, correction, size, steps, table_sigma / batch, batch),
-             "sampling": source.sampling, "delta": float(source.delta), "candidates": 1, "fixed": True}
+    query = LawQuery(size, float(batch), float(steps), table_sigma, table_sigma / batch,
+                     corrected_loss(law, correction, size, steps, table_sigma / batch, batch), source.sampling,
+                     float(source.delta), 1, fixed=True)
     return priced_plan(law, budget, fixed.model, size, batch, steps, fixed.learning_rate or learning_rate,
-                        microbatch_size, correction, query)
+                       microbatch_size, correction, query)
 
 
 def priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, steps: int,
-                 learning_rate: float | None, microbatch_size: int | None, correction: PhysicalBatchCorrection | None,
-                 query: dict[str, Any]) -> dict[str, Any]:
+                learning_rate: float | None, microbatch_size: int | None, correction: PhysicalBatchCorrection | None,
+                query: LawQuery | Mapping[str, Any]) -> PrivatePlan:
     """The plan of (model, B, T) for ``budget``: σ calibrated for truncated Poisson at its priced L (as the
-    private run will be), the law's loss there (corrected and not), the learning rate, the search's ``query``."""
+    private run will be), the law's loss there (corrected and not), the learning rate (:func:`plan_learning_rate`)
+    and ``query``, what asked for it."""
     from dpscaling.accounting.truncation import truncated_poisson_run
     from dpscaling.law.queries import compute_cost
-    from dpscaling.law.runnable import nearest_measured
 
     run = truncated_poisson_run(q=batch / budget.data_budget, steps=steps, dataset_size=budget.data_budget,
                                 delta=budget.delta, multiple=microbatch_size or 1, target_epsilon=budget.epsilon)
     nbr = run.sigma / batch
+    return PrivatePlan(
+        budget=budget, model=model, model_size=float(model_size), batch_size=int(batch), iterations=int(steps),
+        learning_rate=learning_rate or plan_learning_rate(law, model, model_size, nbr, steps),
+        seq_len=int(law.seq_len), compute=float(compute_cost(model_size, batch, steps, law.seq_len)),
+        sigma=run.sigma, noise_batch_ratio=nbr, untruncated_sigma=run.untruncated_sigma,
+        truncated_batch_size=run.price.truncated_batch_size,
+        truncation_probability=run.price.truncation_probability, padding_share=run.price.padding_share,
+        predicted_loss=float(corrected_loss(law, correction, model_size, steps, nbr, batch)),
+        law_loss=float(corrected_loss(law, None, model_size, steps, nbr, batch)),
+        physical_batch_correction=correction, query=query)
+
+
+def plan_learning_rate(law, model: str, model_size: float, noise_batch_ratio: float, steps: int) -> float:
+    """The learning rate that won on the law's measured grid for ``model`` (a model the grid did not train:
+    the measured one nearest in size) at the nearest noisy σ̄ and T."""
+    from dpscaling.law.runnable import nearest_measured
+
     measured = law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE].to_dict()
-    rate = learning_rate or best_learning_rate(law.grid, model if model in measured else
-                                               nearest_measured(model_size, measured), nbr, steps)
-    return {
-        "budget": dataclasses.asdict(budget) | {"label": budget.label},
-        "model": model, "model_size": float(model_size), "batch_size": int(batch), "iterations": int(steps),
-        "learning_rate": rate, "seq_len": int(law.seq_len),
-        "compute": float(compute_cost(model_size, batch, steps, law.seq_len)),
-        "sigma": run.sigma, "noise_batch_ratio": nbr, "untruncated_sigma": run.untruncated_sigma,
-        "truncated_batch_size": run.price.truncated_batch_size,
-        "truncation_probability": run.price.truncation_probability, "padding_share": run.price.padding_share,
-        "predicted_loss": float(corrected_loss(law, correction, model_size, steps, nbr, batch)),
-        "law_loss": float(corrected_loss(law, None, model_size, steps, nbr, batch)),
-        "physical_batch_correction": None if correction is None else correction.to_json(),
-        # The search's own optimum (σ from the law's table, at the table's δ, for its sampling rule).
-        "query": query,
-    }
+    nearest = model if model in measured else nearest_measured(model_size, measured)
+    return best_learning_rate(law.grid, nearest, noise_batch_ratio, steps)
 
 
 def corrected_loss(law, correction: PhysicalBatchCorrection | None, model_size: float, iterations: float,
@@ -266,27 +415,26 @@ def private_training(training: Mapping[str, Any]) -> dict[str, Any]:
     return TrainingBlock.private_params(training)
 
 
-def plan_job_config(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
+def plan_job_config(plan: PrivatePlan, model_param: str | Mapping[str, Any], training: Mapping[str, Any],
                     sampling: Mapping[str, Any], batch: int, noise_batch_ratio: float, seed: int) -> TrainConfig:
     """A training job of a plan: its model, T and learning rate on exactly N training sequences (more than
     one pass allowed), with ``sampling``'s keys over the grid's optimiser, clipping, masking and schedule."""
     from dpscaling.train.config import job_train_config
 
-    job = {**training, "steps": int(plan["iterations"]), "allow_repeats": True, **sampling}
-    wildcards = {"model": plan["model"], "nbr": repr(float(noise_batch_ratio)),
-                 "lr": repr(float(plan["learning_rate"])), "batch": str(batch), "seed": str(seed)}
-    config = job_train_config(model_param, job, wildcards, int(plan["seq_len"]))
-    return dataclasses.replace(config, train_sequences=int(plan["budget"]["data_budget"]))
+    job = {**training, "steps": int(plan.iterations), "allow_repeats": True, **sampling}
+    wildcards = {"model": plan.model, "nbr": repr(float(noise_batch_ratio)),
+                 "lr": repr(float(plan.learning_rate)), "batch": str(batch), "seed": str(seed)}
+    config = job_train_config(model_param, job, wildcards, int(plan.seq_len))
+    return dataclasses.replace(config, train_sequences=int(plan.budget.data_budget))
 
 
-def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
+def train_config_for(plan: PrivatePlan, model_param: str | Mapping[str, Any], training: Mapping[str, Any],
                      seed: int) -> TrainConfig:
     """The private training job of a plan: truncated Poisson sampling, σ calibrated for the budget's (ε, δ) on
     exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
-    budget = plan["budget"]
-    private = {"sampling": POISSON.name, "accountant": None, "truncated_batch_size": None, "delta": budget["delta"]}
-    config = plan_job_config(plan, model_param, training, private, int(plan["batch_size"]), 0.0, seed)
-    return dataclasses.replace(config, target_epsilon=float(budget["epsilon"]))
+    private = {"sampling": POISSON.name, "accountant": None, "truncated_batch_size": None, "delta": plan.budget.delta}
+    config = plan_job_config(plan, model_param, training, private, int(plan.batch_size), 0.0, seed)
+    return dataclasses.replace(config, target_epsilon=float(plan.budget.epsilon))
 
 
 # The cause split (docs/private-training.md, "Why a prediction misses"): each plan retrained in study
@@ -296,7 +444,7 @@ def train_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, An
 TWINS = ("grid_batch", "recommended_batch")
 
 
-def twin_batch(plan: Mapping[str, Any], twin: str, grid_batch: int, microbatch_size: int | None) -> int:
+def twin_batch(plan: PrivatePlan, twin: str, grid_batch: int, microbatch_size: int | None) -> int:
     """The physical batch of a plan's study twin: the grid's, or the plan's B rounded to a multiple of the
     microbatch (the compiled step scans whole microbatches)."""
     if twin not in TWINS:
@@ -304,25 +452,25 @@ def twin_batch(plan: Mapping[str, Any], twin: str, grid_batch: int, microbatch_s
     if twin == "grid_batch":
         return int(grid_batch)
     multiple = int(microbatch_size or 1)
-    return max(multiple, multiple * round(int(plan["batch_size"]) / multiple))
+    return max(multiple, multiple * round(int(plan.batch_size) / multiple))
 
 
-def twin_config_for(plan: Mapping[str, Any], model_param: str | Mapping[str, Any], training: Mapping[str, Any],
+def twin_config_for(plan: PrivatePlan, model_param: str | Mapping[str, Any], training: Mapping[str, Any],
                     twin: str, grid_batch: int, seed: int) -> TrainConfig:
     """A plan's study twin: shuffled batches at :func:`twin_batch`, the plan's σ̄ as the study's noise on
     the mean clipped gradient, its T and learning rate, on the same N training sequences."""
     study = {"sampling": SHUFFLE.name, "accountant": None, "truncated_batch_size": None}
     batch = twin_batch(plan, twin, grid_batch, training.get("microbatch_size"))
-    return plan_job_config(plan, model_param, training, study, batch, float(plan["noise_batch_ratio"]), seed)
+    return plan_job_config(plan, model_param, training, study, batch, float(plan.noise_batch_ratio), seed)
 
 
-def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microbatch: int | None) -> dict[str, Any]:
+def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: int | None) -> dict[str, Any]:
     """The matched audit's settings (:class:`dpscaling.audit.AuditSettings`): 2N canaries (≈ N of them
     included, the run's dataset size), the run's expected batch B, steps T, ε and δ."""
-    budget = plan["budget"]
-    return {"n_canaries": 2 * int(budget["data_budget"]), "expected_batch_size": int(plan["batch_size"]),
-            "steps": int(plan["iterations"]), "epsilon": float(budget["epsilon"]), "delta": float(budget["delta"]),
-            "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan["batch_size"]),
+    budget = plan.budget
+    return {"n_canaries": 2 * int(budget.data_budget), "expected_batch_size": int(plan.batch_size),
+            "steps": int(plan.iterations), "epsilon": float(budget.epsilon), "delta": float(budget.delta),
+            "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan.batch_size),
             "seed": int(audit["seed"])}
 
 
@@ -331,7 +479,7 @@ def audit_settings_for(plan: Mapping[str, Any], audit: Mapping[str, Any], microb
 def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], default_delta: float, label: str,
                models: Sequence[str], microbatch_size: int | None, out: str | os.PathLike[str],
                correction_file: str | os.PathLike[str] | None = None,
-               fixed_sizes: Mapping[str, float] | None = None) -> dict[str, Any]:
+               fixed_sizes: Mapping[str, float] | None = None) -> PrivatePlan:
     """Rule ``private_model_plan``: the plan of budget ``label`` as JSON (corrected for the physical batch
     when the run fits the correction: ``correction_file``; a fixed configuration's model sized by
     ``fixed_sizes``)."""
@@ -341,7 +489,7 @@ def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], defaul
     correction = load_correction(correction_file) if correction_file else None
     plan = plan_budget(law_dir, budget_by_label(block, default_delta, label), models, block["learning_rate"],
                        microbatch_size, correction, fixed_sizes)
-    write_json_atomic(out, plan)
+    write_json_atomic(out, plan.to_json())
     return plan
 
 
@@ -351,6 +499,11 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def read_plan(path: str | os.PathLike[str]) -> PrivatePlan:
+    """The plan :func:`write_plan` wrote at ``path``."""
+    return PrivatePlan.from_json(read_json(path))
+
+
 def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], training: Mapping[str, Any],
                data_dir: str | os.PathLike[str], output: str | os.PathLike[str],
                checkpoint_dir: str | os.PathLike[str], twin: str | None = None, grid_batch: int | None = None):
@@ -358,8 +511,8 @@ def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], tra
     to ``output``) and ``private_model_twin`` (the plan's study twin ``twin``, :func:`twin_config_for`)."""
     from dpscaling.train import run_training
 
-    plan = read_json(plan_path)
-    model, seed = models[plan["model"]], int(training["seed"])
+    plan = read_plan(plan_path)
+    model, seed = models[plan.model], int(training["seed"])
     config = (train_config_for(plan, model, training, seed) if twin is None
               else twin_config_for(plan, model, training, twin, int(grid_batch), seed))
     discard_other_plans_checkpoint(checkpoint_dir, config)
@@ -384,6 +537,6 @@ def audit_budget(plan_path: str | os.PathLike[str], audit: Mapping[str, Any], mi
     """Rule ``private_model_audit``: the matched one-run audit of the plan (and its negative control)."""
     from dpscaling.audit import write_audit
 
-    settings = audit_settings_for(read_json(plan_path), audit, microbatch)
+    settings = audit_settings_for(read_plan(plan_path), audit, microbatch)
     delta = settings.pop("delta")
     return write_audit(settings, delta, summary_path, table_path)

@@ -31,7 +31,7 @@ from dpscaling.errors import UserError
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY
 from dpscaling.law.queries import compute_cost
 from dpscaling.law.runnable import ModelShape, whole_batch, whole_steps
-from dpscaling.private_model import Budget, budgets as read_budgets
+from dpscaling.private_model import Budget, PrivatePlan, budgets as read_budgets
 
 BLOCK = "savings"
 # Every run at the answer's compute spends it to this relative error.
@@ -146,8 +146,9 @@ def spend(compute: float, model_size: float, seq_len: int, microbatch: int, unit
 
 def plan_savings(bundle_dir: str | os.PathLike[str], settings: SavingsSettings, label: str,
                  microbatch_size: int | None) -> dict[str, Any]:
-    """Every run of budget ``label``, priced (``runs``: role → a ``private_model`` plan with ``role``, ``kind``,
-    ``seed``, ``model_shape``; or ``{"skipped": why}``), the law's answer and its predicted saving."""
+    """Every run of budget ``label``, priced (``runs``: role → a :class:`dpscaling.private_model.PrivatePlan`'s
+    record with ``role``, ``kind``, ``seed``, ``model_shape``; or ``{"skipped": why}``), the law's answer and its
+    predicted saving."""
     from dpscaling.law.answers import load_law
 
     law = load_law(bundle_dir)
@@ -179,7 +180,7 @@ def plan_savings(bundle_dir: str | os.PathLike[str], settings: SavingsSettings, 
         runs[settings.neighbour_role(kind)] = planner.neighbour(settings.neighbour_role(kind), kind,
                                                                 settings.neighbour_factor, chosen, spent,
                                                                 settings.seeds[0])
-    return {"budget": dataclasses.asdict(budget) | {"label": label}, "answer": answer.to_json(),
+    return {"budget": budget.to_json(), "answer": answer.to_json(),
             "answer_compute": spent, "microbatch_size": microbatch,
             "physical_batch_correction": correction is not None, "runs": runs,
             "predicted_saving": planner.predicted_saving(runs, settings)}
@@ -192,7 +193,7 @@ class _Planner:
         self.law, self.budget, self.microbatch, self.correction = law, budget, microbatch, correction
         self.seq_len = law.seq_len
         self.units = float(budget.data_budget)
-        self._priced: dict[tuple, dict[str, Any]] = {}  # a configuration trained with several seeds is priced once
+        self._priced: dict[tuple, PrivatePlan] = {}  # a configuration trained with several seeds is priced once
 
     def shape(self, model_size: float) -> ModelShape:
         return self.law.shape_near(model_size)
@@ -205,8 +206,9 @@ class _Planner:
         if key not in self._priced:
             self._priced[key] = priced_plan(self.law.bundle.law, budget, shape.name, shape.param_count, int(batch),
                                             int(steps), None, self.microbatch, self.correction, {"kind": kind})
-        return self._priced[key] | {"role": role, "kind": kind, "seed": int(seed), "model_shape": shape.to_json(),
-                       "model_param": shape.job_param(self.seq_len)}
+        return self._priced[key].to_json() | {"role": role, "kind": kind, "seed": int(seed),
+                                               "model_shape": shape.to_json(),
+                                               "model_param": shape.job_param(self.seq_len)}
 
     def fraction(self, role: str, fraction: float, seed: int) -> dict[str, Any]:
         compute = self.budget.compute * fraction
@@ -311,9 +313,10 @@ def train_role(plan_path: str | os.PathLike[str], role: str, models: Mapping[str
     run = read_json(plan_path)["runs"][role]
     if "skipped" in run:
         raise UserError(f"{BLOCK} {role}: not a run of this plan ({run['skipped']})")
+    plan = PrivatePlan.from_json(run)
     # a model of the config keeps its own param (its rows, intermediate size); a new shape is built from the plan
-    model = models.get(run["model"], run["model_param"])
-    config = train_config_for(run, model, training, int(run["seed"]))
+    model = models.get(plan.model, run["model_param"])
+    config = train_config_for(plan, model, training, int(run["seed"]))
     discard_other_plans_checkpoint(checkpoint_dir, config)
     summary = run_training(config, data_dir=Path(data_dir), output=Path(output), checkpoint_dir=Path(checkpoint_dir))
     scored = evaluate_checkpoint(checkpoint_dir, data_dir, **{**evaluation, "split": "heldout"})

@@ -86,26 +86,28 @@ def run_row(plan: Mapping[str, Any], role: str, curve: pd.DataFrame, evaluation:
     """One trained run's line; with the law's ``calibration``, its calibrated 90% interval at the run's point and
     whether the achieved training loss (the law's quantity) lies inside."""
     from dpscaling.law.calibration import calibrated_interval
+    from dpscaling.private_model import PrivatePlan
     from dpscaling.tables.private_model import achieved_training_loss
 
     run = plan["runs"][role]
+    priced = PrivatePlan.from_json(run)
     budget = plan["budget"]
     last = curve.sort_values("step").iloc[-1]
-    predicted, train = float(run["predicted_loss"]), achieved_training_loss(curve, window)
+    predicted, train = float(priced.predicted_loss), achieved_training_loss(curve, window)
     low = high = math.nan
     if calibration is not None and math.isfinite(predicted) and math.isfinite(calibration.half_width):
-        low, high = calibrated_interval(predicted, calibration, float(run["model_size"]), float(run["iterations"]),
+        low, high = calibrated_interval(predicted, calibration, float(priced.model_size), float(priced.iterations),
                                         float(last["noise_batch_ratio"]))
     return {
         "budget": budget["label"], "epsilon": budget["epsilon"], "delta": budget["delta"],
         "data_budget": budget["data_budget"], "compute": budget["compute"], "role": role, "kind": run["kind"],
-        "seed": int(run["seed"]), "fraction": float(run.get("fraction", 1.0)), "model": run["model"],
-        "model_size": float(run["model_size"]), "batch_size": int(run["batch_size"]),
-        "iterations": int(run["iterations"]), "learning_rate": float(run["learning_rate"]),
-        "trained_compute": float(run["compute"]), "compute_ratio": float(run["compute"]) / plan["answer_compute"],
+        "seed": int(run["seed"]), "fraction": float(run.get("fraction", 1.0)), "model": priced.model,
+        "model_size": float(priced.model_size), "batch_size": int(priced.batch_size),
+        "iterations": int(priced.iterations), "learning_rate": float(priced.learning_rate),
+        "trained_compute": float(priced.compute), "compute_ratio": float(priced.compute) / plan["answer_compute"],
         "sigma": float(last["sigma"]), "noise_batch_ratio": float(last["noise_batch_ratio"]),
         "truncated_batch_size": int(last["truncated_batch_size"]),
-        "predicted_loss": predicted, "law_loss": float(run["law_loss"]),
+        "predicted_loss": predicted, "law_loss": float(priced.law_loss),
         "calibrated_low": low, "calibrated_high": high,
         "inside_calibrated": bool(low <= train <= high) if math.isfinite(low) else None,
         "train_loss": train, "heldout_loss": float(evaluation["loss"]),

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from dpscaling.private_model import PrivatePlan
 
 LABEL = "table:private_model"
 CAPTION = ("The law's compute-optimal configuration per budget, trained with truncated Poisson sampling at "
@@ -50,7 +53,7 @@ def cause_split(law_loss: float, achieved: float, twins: Mapping[str, float]) ->
             "sampler_effect": achieved - recommended}
 
 
-def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping[str, Any],
+def report_row(plan: PrivatePlan, curve: pd.DataFrame, evaluation: Mapping[str, Any],
                audit: Mapping[str, Any], law, replicates, window: int | None,
                twins: Mapping[str, pd.DataFrame], correction=None, calibration=None) -> dict[str, Any]:
     """One budget's line: the law's prediction at what was trained (corrected for the physical batch when
@@ -60,11 +63,11 @@ def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping
     from dpscaling.law.calibration import calibrated_interval
 
     last = curve.sort_values("step").iloc[-1]
-    budget = plan["budget"]
+    budget = plan.budget
     nbr = float(last["noise_batch_ratio"])
-    point = (np.array([plan["model_size"]]), np.array([float(plan["iterations"])]), np.array([nbr]))
+    point = (np.array([plan.model_size]), np.array([float(plan.iterations)]), np.array([nbr]))
     law_loss = float(law.loss(*point)[0])
-    shift = 0.0 if correction is None else float(correction.shift(plan["batch_size"], nbr, plan["model_size"]))
+    shift = 0.0 if correction is None else float(correction.shift(plan.batch_size, nbr, plan.model_size))
     predicted = law_loss - shift
     low = high = math.nan
     if replicates is not None:
@@ -72,23 +75,23 @@ def report_row(plan: Mapping[str, Any], curve: pd.DataFrame, evaluation: Mapping
         low, high = float(lows[0]) - shift, float(highs[0]) - shift
     calibrated_low = calibrated_high = math.nan
     if calibration is not None:
-        calibrated_low, calibrated_high = calibrated_interval(predicted, calibration, float(plan["model_size"]),
-                                                              float(plan["iterations"]), nbr)
+        calibrated_low, calibrated_high = calibrated_interval(predicted, calibration, float(plan.model_size),
+                                                              float(plan.iterations), nbr)
     achieved = achieved_training_loss(curve, window)
     twin_losses = {name: achieved_training_loss(twin, window) for name, twin in twins.items()}
     return {
-        "budget": budget["label"], "epsilon": budget["epsilon"], "delta": budget["delta"],
-        "data_budget": budget["data_budget"], "compute": budget["compute"],
-        "model": plan["model"], "model_size": plan["model_size"], "batch_size": plan["batch_size"],
-        "iterations": plan["iterations"], "learning_rate": plan["learning_rate"],
-        "trained_compute": plan["compute"],
+        "budget": budget.label, "epsilon": budget.epsilon, "delta": budget.delta,
+        "data_budget": budget.data_budget, "compute": budget.compute,
+        "model": plan.model, "model_size": plan.model_size, "batch_size": plan.batch_size,
+        "iterations": plan.iterations, "learning_rate": plan.learning_rate,
+        "trained_compute": plan.compute,
         "sigma": float(last["sigma"]), "noise_batch_ratio": nbr,
         "truncated_batch_size": int(last["truncated_batch_size"]),
         "truncation_probability": float(last["truncation_probability"]),
         "padding_share": float(last["padding_share"]), "untruncated_sigma": float(last["untruncated_sigma"]),
         "dataset_size": int(last["dataset_size"]), "sampling_probability": float(last["sampling_probability"]),
-        "planned_sigma": plan["sigma"], "query_noise_batch_ratio": plan["query"]["noise_batch_ratio"],
-        "query_predicted_loss": plan["query"]["predicted_loss"],
+        "planned_sigma": plan.sigma, "query_noise_batch_ratio": plan.query.noise_batch_ratio,
+        "query_predicted_loss": plan.query.predicted_loss,
         "law_loss": law_loss, "physical_batch_shift": shift,
         "predicted_loss": predicted, "predicted_loss_5": low, "predicted_loss_95": high,
         "calibrated_low": calibrated_low, "calibrated_high": calibrated_high,
@@ -116,7 +119,7 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     from dpscaling.law.bootstrap import NO_REPEATS, load_replicates
     from dpscaling.law.calibration import load_calibration
     from dpscaling.law.physical_batch import load_correction
-    from dpscaling.private_model import TWINS, read_json
+    from dpscaling.private_model import TWINS, read_json, read_plan
 
     law_settings = LawSettings.from_json(dict(settings))
     law = read_law(inputs["law"])
@@ -134,7 +137,7 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     for index, (plan, curve, evaluation, audit) in enumerate(zip(plans, inputs["curves"], inputs["evaluations"],
                                                                  inputs["audits"], strict=True)):
         pair = twins[index * len(TWINS):(index + 1) * len(TWINS)]
-        rows.append(report_row(read_json(plan), pd.read_parquet(curve), read_json(evaluation), read_json(audit),
+        rows.append(report_row(read_plan(plan), pd.read_parquet(curve), read_json(evaluation), read_json(audit),
                                law, replicates, law_settings.rolling_window,
                                {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)},
                                correction, calibration))
