@@ -10,9 +10,8 @@ import pytest
 
 from dpscaling.errors import UserError
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
-from dpscaling.private_model import (
-    Budget, FixedConfiguration, LawQuery, PrivatePlan, audit_settings_for, budgets, integer_batch_sizes,
-    twin_config_for)
+from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
+from dpscaling.private_model import audit_settings_for, budgets, integer_batch_sizes, twin_config_for
 from dpscaling.tables.private_model import achieved_training_loss, cause_split
 
 BUDGET = Budget(8.0, 1e-8, 50000, 1e15)

@@ -276,7 +276,7 @@ def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None 
     """A ``private_model`` job: its plan's model, iterations and padded batch L once the plan exists (the
     job is then ready to run); before that (a dry run), the largest of the run's models at the grid's
     horizon. ``scoring`` = sequences scored, for the held-out evaluation of the plan's model."""
-    from dpscaling.private_model import read_plan
+    from dpscaling.plans import read_plan
 
     if os.path.exists(plan):
         chosen = read_plan(plan)
@@ -295,7 +295,7 @@ def _largest_private_work(run: RunConfig) -> Work:
 def savings_work(run: RunConfig, plan: str | os.PathLike[str], role: str) -> Work:
     """A ``savings`` run (its held-out scoring included, a small part): the role's model (a shape the config
     may not name), iterations and padded batch L from the budget's plan; before it exists, as :func:`plan_work`."""
-    from dpscaling.private_model import PrivatePlan, read_json
+    from dpscaling.plans import PrivatePlan, read_json
 
     if os.path.exists(plan):
         record = read_json(plan)["runs"].get(role, {})

@@ -31,7 +31,8 @@ from dpscaling.errors import UserError
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY
 from dpscaling.law.queries import compute_cost
 from dpscaling.law.runnable import ModelShape, whole_batch, whole_steps
-from dpscaling.private_model import Budget, PrivatePlan, budgets as read_budgets
+from dpscaling.plans import Budget, PrivatePlan
+from dpscaling.private_model import budgets as read_budgets
 
 BLOCK = "savings"
 # Every run at the answer's compute spends it to this relative error.
@@ -306,7 +307,8 @@ def train_role(plan_path: str | os.PathLike[str], role: str, models: Mapping[str
     from pathlib import Path
 
     from dpscaling.io import write_json_atomic
-    from dpscaling.private_model import discard_other_plans_checkpoint, read_json, train_config_for
+    from dpscaling.plans import read_json
+    from dpscaling.private_model import discard_other_plans_checkpoint, train_config_for
     from dpscaling.train import run_training
     from dpscaling.train.evaluate import evaluate_checkpoint
 

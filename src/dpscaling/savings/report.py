@@ -86,7 +86,7 @@ def run_row(plan: Mapping[str, Any], role: str, curve: pd.DataFrame, evaluation:
     """One trained run's line; with the law's ``calibration``, its calibrated 90% interval at the run's point and
     whether the achieved training loss (the law's quantity) lies inside."""
     from dpscaling.law.calibration import calibrated_interval
-    from dpscaling.private_model import PrivatePlan
+    from dpscaling.plans import PrivatePlan
     from dpscaling.tables.private_model import achieved_training_loss
 
     run = plan["runs"][role]
@@ -215,7 +215,7 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
 
     from dpscaling.figures import render
     from dpscaling.figures.savings import BASELINE_COMPARE_MEASURED, SAVINGS, SavingsContext
-    from dpscaling.private_model import read_json
+    from dpscaling.plans import read_json
     from dpscaling.tables.write import write_table
 
     def run_of(path: str) -> tuple[str, str]:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from dpscaling.private_model import PrivatePlan
+    from dpscaling.plans import PrivatePlan
 
 LABEL = "table:private_model"
 CAPTION = ("The law's compute-optimal configuration per budget, trained with truncated Poisson sampling at "
@@ -119,7 +119,8 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     from dpscaling.law.bootstrap import NO_REPEATS, load_replicates
     from dpscaling.law.calibration import load_calibration
     from dpscaling.law.physical_batch import load_correction
-    from dpscaling.private_model import TWINS, read_json, read_plan
+    from dpscaling.plans import read_json, read_plan
+    from dpscaling.private_model import TWINS
 
     law_settings = LawSettings.from_json(dict(settings))
     law = read_law(inputs["law"])

@@ -1,0 +1,161 @@
+"""A private run's plan as data (paper §5's closing of the loop, beyond the paper: docs/private-training.md):
+the practitioner's budget, the law's own answer, and the configuration priced as it will train, written
+as a budget's ``plan.json`` and read back by the private run, its study twins, its audit, its job's
+resources (:mod:`dpscaling.cluster`) and the reports. The search that fills it is
+:mod:`dpscaling.private_model`; this module is JAX-free so that sizing a job can read a plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpscaling.grid import canonical
+from dpscaling.law.physical_batch import PhysicalBatchCorrection
+
+
+@dataclass(frozen=True)
+class FixedConfiguration:
+    """A configuration to train as it stands instead of the law's search (what ``dpscaling query`` prints
+    under ``train_config``): a model of the config, the expected batch B, the steps T and, optionally, the
+    learning rate."""
+
+    model: str
+    batch_size: int
+    iterations: int
+    learning_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One practitioner's budget: privacy (ε, δ), data (N sequences) and compute (FLOPs, C = 6·M·B·S·T),
+    and optionally the configuration to train for it."""
+
+    epsilon: float
+    delta: float
+    data_budget: int
+    compute: float
+    configuration: FixedConfiguration | None = None
+
+    @property
+    def label(self) -> str:
+        """The budget's directory under ``private_model/`` (and its wildcard)."""
+        label = (f"eps={canonical(self.epsilon)}_delta={canonical(self.delta)}"
+                 f"_N={canonical(self.data_budget)}_C={self.compute:.4g}")
+        fixed = self.configuration
+        return label if fixed is None else f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The budget as a plan records it: its fields and its label."""
+        return dataclasses.asdict(self) | {"label": self.label}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> Budget:
+        """The budget :meth:`to_json` wrote (its label follows from the fields)."""
+        fixed = record["configuration"]
+        return cls(float(record["epsilon"]), float(record["delta"]), int(record["data_budget"]),
+                   float(record["compute"]), None if fixed is None else FixedConfiguration(**fixed))
+
+
+@dataclass(frozen=True)
+class LawQuery:
+    """The law's own answer beside a plan, σ from its table (the study's accountant): the search's optimum
+    for a searched budget, the law at the configuration for a fixed one. The report sets it beside what
+    the real sampler's σ gives."""
+
+    model_size: float
+    batch_size: float
+    iterations: float  # the search's continuous optimum, before T is rounded to whole steps
+    sigma: float
+    noise_batch_ratio: float
+    predicted_loss: float
+    sampling: str  # the table's sampling rule
+    delta: float  # the table's δ, which may differ from the budget's
+    candidates: int  # configurations the search priced
+    models: tuple[str, ...] | None = None  # a searched budget: the run's models it chose among
+    fixed: bool = False  # a budget's fixed configuration, not searched
+
+    def to_json(self) -> dict[str, Any]:
+        """The record a plan holds: ``models`` only for a searched budget, ``fixed`` only for a fixed one."""
+        record = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                  if field.name not in ("models", "fixed")}
+        if self.models is not None:
+            record["models"] = list(self.models)
+        if self.fixed:
+            record["fixed"] = True
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> LawQuery:
+        """The query :meth:`to_json` wrote."""
+        models = record.get("models")
+        return cls(record["model_size"], record["batch_size"], record["iterations"], record["sigma"],
+                   record["noise_batch_ratio"], record["predicted_loss"], record["sampling"], record["delta"],
+                   record["candidates"], None if models is None else tuple(models), bool(record.get("fixed", False)))
+
+
+@dataclass(frozen=True)
+class PrivatePlan:
+    """One private run of a budget, priced as it will train: (model, B, T, learning rate), σ calibrated for
+    truncated Poisson at its priced L on exactly N sequences, and the law's loss there. Written as the
+    budget's ``plan.json`` (:meth:`to_json`) and read back (:meth:`from_json`) by the private run, its study
+    twins, its audit, its job's resources and the report; each savings run is one too."""
+
+    budget: Budget
+    model: str
+    model_size: float  # the law's Model Size M of ``model``
+    batch_size: int  # the expected batch B = q·N
+    iterations: int
+    learning_rate: float
+    seq_len: int
+    compute: float  # C = 6·M·B·S·T of what is trained, at whole B and T
+    sigma: float  # calibrated for (ε, δ) at L, as the private run calibrates it
+    noise_batch_ratio: float  # σ̄ = σ / B
+    untruncated_sigma: float  # the σ untruncated Poisson needs for the same ε
+    truncated_batch_size: int  # L, the padded batch the job runs
+    truncation_probability: float
+    padding_share: float  # the expected share of L that is padding
+    predicted_loss: float  # the law's loss at (M, T, σ̄), corrected to B when a correction is given
+    law_loss: float  # the same, uncorrected
+    physical_batch_correction: PhysicalBatchCorrection | None
+    # What asked for the configuration: the law's own answer (private_model) or a savings run's kind.
+    query: LawQuery | Mapping[str, Any]
+    # A searched budget: how many of the search's best were re-priced, and how many of them the law answers.
+    candidates_repriced: int | None = None
+    candidates_answered: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record ``plan.json`` holds: every field, the search's counts only where a search ran."""
+        record = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        correction, query = self.physical_batch_correction, self.query
+        record |= {"budget": self.budget.to_json(),
+                   "physical_batch_correction": None if correction is None else correction.to_json(),
+                   "query": query.to_json() if isinstance(query, LawQuery) else dict(query)}
+        if self.candidates_repriced is None:  # nothing was searched
+            del record["candidates_repriced"], record["candidates_answered"]
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> PrivatePlan:
+        """The plan :meth:`to_json` wrote; a savings run's record adds its role's keys, which stay its own."""
+        values = {field.name: record[field.name] for field in dataclasses.fields(cls) if field.name in record}
+        correction, query = record["physical_batch_correction"], record["query"]
+        return cls(**values | {
+            "budget": Budget.from_json(record["budget"]),
+            "physical_batch_correction": None if correction is None else PhysicalBatchCorrection(**correction),
+            "query": LawQuery.from_json(query) if "sampling" in query else dict(query)})
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A plan file's JSON."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def read_plan(path: str | os.PathLike[str]) -> PrivatePlan:
+    """The plan :func:`write_plan` wrote at ``path``."""
+    return PrivatePlan.from_json(read_json(path))
