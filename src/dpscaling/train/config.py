@@ -94,6 +94,9 @@ class TrainConfig:
     # Train on this many sequences of the train split (a subset drawn with ``seed``, public and
     # data-independent); None = all of them. The accountant's dataset size N is this number.
     train_sequences: int | None = None
+    # Start from the parameters of this training job's checkpoint directory (a run of this project, its
+    # latest verified step; dpscaling.train.init) instead of random weights; None = from scratch.
+    init_checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         def need(condition: bool, name: str, message: str) -> None:
@@ -218,7 +221,8 @@ _LATE_DEFAULTS: dict[str, Any] = {
     f.name: f.default
     for f in dataclasses.fields(TrainConfig)
     if f.name
-    in ("family", "sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences")
+    in ("family", "sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences",
+        "init_checkpoint")
 }
 
 

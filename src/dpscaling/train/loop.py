@@ -154,7 +154,9 @@ def _train(
     )(init_key(config.seed))
     schedule = learning_rate_schedule(config)
     counts = model_config.param_count()
-    run_info = _run_constants(config, meta.seq_len, counts, parallel) | {
+    # A run started from pretrained weights names them (a column only such runs have).
+    started_from = {} if config.init_checkpoint is None else {"init_checkpoint": str(config.init_checkpoint)}
+    run_info = _run_constants(config, meta.seq_len, counts, parallel) | started_from | {
         "epochs": epochs_seen(config.num_steps, config.batch_size, len(rows))} | _privacy_columns(privacy)
     writer = jax.process_index() == 0
 
@@ -167,6 +169,8 @@ def _train(
     if restored is not None:
         start_step, state, curve = restored.step, restored.state, restored.curve
         logger.info("resuming from verified step %d (%d logged intervals)", start_step, len(curve))
+    elif config.init_checkpoint is not None:  # a fresh start from pretrained weights (a resume has its own)
+        state = _start_from(config, state, model, objective, meta, parallel)
     key = None
     if config.sampler.private:
         state, key = _private_key(state, fresh=not start_step, parallel=parallel)
@@ -280,6 +284,15 @@ def _interval_row(metrics, start, end, seconds, config, schedule) -> tuple[dict[
         "examples_per_s": n * config.batch_size / seconds,
     }
     return row, bool(np.all(np.isfinite(losses)))
+
+
+def _start_from(config: TrainConfig, state, model, objective, meta: DatasetMeta, parallel: DataParallel):
+    """``state`` with the parameters of ``config.init_checkpoint`` (the optimiser's state stays fresh)."""
+    from dpscaling.train.init import pretrained_params
+
+    params, step = pretrained_params(config.init_checkpoint, config, model, objective, meta.vocab_size, meta.seq_len)
+    logger.info("starting from the parameters of %s (step %d)", config.init_checkpoint, step)
+    return state._replace(params=jax.device_put(params, parallel.replicated))
 
 
 def _run_constants(config: TrainConfig, seq_len: int, counts, parallel: DataParallel) -> dict[str, Any]:

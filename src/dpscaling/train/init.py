@@ -1,0 +1,60 @@
+"""Starting a run from a pretrained checkpoint of this project instead of random weights: the first step
+towards DP fine-tuning, the paper's first open question (§6, "how do the scaling laws change when doing
+finetuning instead of pretraining"; docs/train.md, "Starting from a pretrained checkpoint").
+
+``train.init_checkpoint`` names a training job's checkpoint directory (its ``config.json`` and ``state/``).
+Its latest checkpoint is restored only after its arrays are proven to be the ones saved
+(:func:`dpscaling.train.evaluate.restore_params`), and only its parameters are taken: the optimiser starts
+fresh (Adam's moments at zero, step 0), as a fine-tuning run does. A checkpoint of another family or of
+another shape is refused before anything trains, naming both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from dpscaling.errors import UserError
+from dpscaling.train.config import TrainConfig
+
+
+def pretrained_params(checkpoint_dir: str | Path, config: TrainConfig, model, objective, vocab_size: int,
+                      seq_len: int) -> tuple[Any, int]:
+    """(parameters, step) of the checkpoint in ``checkpoint_dir``, checked to fit ``config``'s model
+    (``model``, built at ``vocab_size``): same family, same parameter tree, same shapes."""
+    from dpscaling.train.evaluate import load_run_config, restore_params
+
+    source = load_run_config(checkpoint_dir)
+    where = f"train.init_checkpoint: {checkpoint_dir} holds {_described(source, vocab_size)}"
+    wanted = f"this run trains {_described(config, vocab_size)}"
+    if source.family != config.family:
+        raise UserError(f"{where}, but {wanted}: a checkpoint of another family cannot start it")
+    source_model = source.model_family.module_class()(source.model_config(vocab_size))
+    expected = _shapes(jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *objective.init_inputs(seq_len))))
+    found = _shapes(jax.eval_shape(lambda: source_model.init(jax.random.PRNGKey(0), *objective.init_inputs(seq_len))))
+    if found != expected:
+        raise UserError(f"{where}, but {wanted}: the parameters differ ({_first_difference(found, expected)})")
+    params, step = restore_params(checkpoint_dir, source_model, objective, source, seq_len)
+    return params, step
+
+
+def _described(config: TrainConfig, vocab_size: int) -> str:
+    """A model as a message names it: its name, family and size."""
+    count = config.model_config(vocab_size).param_count().total
+    return f"{config.display_name} ({config.family}, {count:,} parameters)"
+
+
+def _shapes(variables: Any) -> dict[str, tuple[int, ...]]:
+    """Each parameter's path and shape."""
+    leaves = jax.tree_util.tree_leaves_with_path(variables["params"])
+    return {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def _first_difference(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> str:
+    """The first parameter that is missing, extra or of another shape, in path order."""
+    for name in sorted(set(found) | set(expected)):
+        if found.get(name) != expected.get(name):
+            return f"{name}: checkpoint {found.get(name, 'absent')}, this run {expected.get(name, 'absent')}"
+    return "none"

@@ -1,0 +1,90 @@
+"""Starting a run from a pretrained checkpoint (dpscaling.train.init): the run's first step is taken from
+exactly the pretrained weights, and a checkpoint of another family or shape is refused naming both."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pyarrow.parquet as pq
+import pytest
+
+from dpscaling.data.shards import load_meta, load_split
+from dpscaling.errors import UserError
+from dpscaling.samplers import SHUFFLE
+from dpscaling.train import TrainConfig, run_training
+from dpscaling.train.evaluate import restore_params
+from dpscaling.train.objectives import loss_fn, run_objective
+
+pytestmark = pytest.mark.slow(minutes=1)
+
+DECODER = dict(model="custom", family="decoder", model_name="DecoderTiny",
+               model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32))
+PRETRAIN = TrainConfig(**DECODER, batch_size=8, num_steps=20, warmup_steps=2, learning_rate=2.0**-6,
+                       log_every=10, checkpoint_every=10)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from dp_training_data import build_packed_corpus
+
+    directory = tmp_path_factory.mktemp("packed")
+    build_packed_corpus(directory, seq_len=32, n_documents=40)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def pretrained(corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    run_training(PRETRAIN, corpus, root / "metrics.parquet", root / "ckpt")
+    return root / "ckpt"
+
+
+def _step_zero_loss(checkpoint, config: TrainConfig, corpus) -> float:
+    """The mean loss of ``checkpoint``'s parameters on the batch ``config``'s run draws at step 0."""
+    meta = load_meta(corpus)
+    model = config.model_family.module_class()(config.model_config(meta.vocab_size))
+    objective = run_objective(config, meta)
+    params, _ = restore_params(checkpoint, model, objective, PRETRAIN, meta.seq_len)
+    rows = load_split(corpus, "train")
+    batch = SHUFFLE.batch_source()(rows, meta.pad_id, config.batch_size, config.batch_size, config.seed).indices(0)
+    prepared = objective.batch(jax.random.PRNGKey(0), jnp.asarray(rows[batch]))  # next-token: the key is unused
+    return float(jnp.mean(loss_fn(objective, model)(params, prepared)))
+
+
+def test_a_run_from_a_checkpoint_takes_its_first_step_from_the_pretrained_weights(corpus, pretrained, tmp_path):
+    finetune = dataclasses.replace(PRETRAIN, init_checkpoint=str(pretrained), num_steps=3, log_every=1,
+                                   checkpoint_every=3, seed=5, learning_rate=2.0**-8)
+    run_training(finetune, corpus, tmp_path / "ft.parquet", tmp_path / "ft")
+    curve = pq.read_table(tmp_path / "ft.parquet").to_pandas()
+    expected = _step_zero_loss(pretrained, finetune, corpus)
+    assert curve["loss"].iloc[0] == pytest.approx(expected, rel=1e-5)
+    assert set(curve["init_checkpoint"]) == {str(pretrained)}
+    # From random weights the same batch costs far more: the start really is the pretrained model.
+    scratch = dataclasses.replace(finetune, init_checkpoint=None)
+    run_training(scratch, corpus, tmp_path / "scratch.parquet", tmp_path / "scratch")
+    first = pq.read_table(tmp_path / "scratch.parquet").to_pandas()["loss"].iloc[0]
+    assert first > expected + 0.5 and "init_checkpoint" not in pq.read_table(tmp_path / "scratch.parquet").schema.names
+
+
+def test_a_checkpoint_of_another_shape_or_family_is_refused_naming_both(corpus, pretrained, tmp_path):
+    wider = dataclasses.replace(PRETRAIN, model_name="DecoderWide", init_checkpoint=str(pretrained),
+                                model_overrides=dict(num_layers=1, num_heads=2, hidden_size=64))
+    with pytest.raises(UserError) as caught:
+        run_training(wider, corpus, tmp_path / "w.parquet", tmp_path / "w")
+    message = str(caught.value)
+    assert message.startswith(f"train.init_checkpoint: {pretrained} holds DecoderTiny (decoder, ")
+    assert "this run trains DecoderWide (decoder, " in message and "checkpoint (" in message
+    assert not (tmp_path / "w.parquet").exists()
+    bert = TrainConfig(model="custom", family="bert", model_name="BertTiny1",
+                       model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32), batch_size=8, num_steps=2,
+                       warmup_steps=1, log_every=1, checkpoint_every=2, init_checkpoint=str(pretrained))
+    with pytest.raises(UserError, match=r"holds DecoderTiny \(decoder, .*this run trains BertTiny1 \(bert, .*another "
+                                        r"family"):
+        run_training(bert, corpus, tmp_path / "b.parquet", tmp_path / "b")
+
+
+def test_a_study_run_s_checkpoint_record_is_unchanged_by_the_new_field() -> None:
+    assert "init_checkpoint" not in PRETRAIN.to_dict()
+    assert dataclasses.replace(PRETRAIN, init_checkpoint="x").to_dict()["init_checkpoint"] == "x"
