@@ -24,6 +24,13 @@ def build_packed_corpus(directory: Path, seq_len: int = 64, n_documents: int = 6
     return pack_documents(documents, VOCAB, "wordpiece-core-8192", seq_len, shard_rows=512, output_dir=directory)
 
 
+def packed_corpus(tmp_path_factory, seq_len: int, n_documents: int) -> Path:
+    """A module fixture's packed corpus in a fresh temporary directory."""
+    directory = tmp_path_factory.mktemp("packed")
+    build_packed_corpus(directory, seq_len=seq_len, n_documents=n_documents)
+    return directory
+
+
 if __name__ == "__main__":
     import sys
 

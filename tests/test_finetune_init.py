@@ -16,6 +16,7 @@ from dpscaling.samplers import SHUFFLE
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.evaluate import restore_params
 from dpscaling.train.objectives import loss_fn, run_objective
+from dp_training_data import packed_corpus
 
 pytestmark = pytest.mark.slow(minutes=1)
 
@@ -27,11 +28,7 @@ PRETRAIN = TrainConfig(**DECODER, batch_size=8, num_steps=20, warmup_steps=2, le
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from dp_training_data import build_packed_corpus
-
-    directory = tmp_path_factory.mktemp("packed")
-    build_packed_corpus(directory, seq_len=32, n_documents=40)
-    return directory
+    return packed_corpus(tmp_path_factory, seq_len=32, n_documents=40)
 
 
 @pytest.fixture(scope="module")
