@@ -274,7 +274,6 @@ def test_the_ablation_s_own_fields_are_its_horizon_and_logging() -> None:
 
 def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypatch) -> None:
     import json
-    from dataclasses import asdict
 
     from dpscaling.config.checks import check_epochs, corpus_spec
 
@@ -284,7 +283,7 @@ def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypat
     assert check_epochs(config, corpus) is None  # no data stage yet: the training job checks
     packed = tmp_path / "results" / config["run_name"] / "data" / "packed" / "seq=64"
     packed.mkdir(parents=True)
-    meta = {"n_train": 114519, "seq_len": 64, "tokenizer": "train", "vocab_size": 1024, "source": asdict(corpus)}
+    meta = {"n_train": 114519, "seq_len": 64, "tokenizer": "train", "vocab_size": 1024, "source": corpus.record()}
     (packed / "meta.json").write_text(json.dumps(meta))
     # The default: 400 steps x batch 32 = 12,800 of the vendored corpus's 114,519 training sequences
     # (under the trained 1,024-entry vocabulary).
@@ -336,14 +335,13 @@ def test_a_config_without_run_name_is_named_after_its_file_and_says_so_first(tmp
 def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> None:
     """A longer sequence packs fewer sequences: the guard refuses the length whose data the grid would repeat."""
     import json
-    from dataclasses import asdict
 
     from dpscaling.config.checks import check_epochs, corpus_spec
 
     monkeypatch.chdir(tmp_path)
     config = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "seq_lens": [32, 64]}})
     corpus = corpus_spec(config, repo=REPO)
-    meta = {"tokenizer": "train", "vocab_size": 1024, "source": asdict(corpus)}
+    meta = {"tokenizer": "train", "vocab_size": 1024, "source": corpus.record()}
     for length, sequences in ((32, 200_000), (64, 100_000)):
         packed = tmp_path / "results" / config["run_name"] / "data" / "packed" / f"seq={length}"
         packed.mkdir(parents=True)

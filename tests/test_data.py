@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, run_snakemake
-from dpscaling.data.documents import CorpusSpec, load_documents, read_blank_line_documents, split_documents
+from dpscaling.data.documents import (
+    CorpusSpec, load_documents, read_blank_line_documents, source_of_documents, split_documents)
 from dpscaling.data.floor import unigram_floor
 from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences
 from dpscaling.data.shards import load_meta, load_split
@@ -202,3 +204,30 @@ def test_data_target_through_snakemake(tmp_path: Path) -> None:
     # a second run has nothing to do
     rerun = run_snakemake("data", "--cores", "2", "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), cwd=tmp_path)
     assert "Nothing to be done" in rerun.stdout + rerun.stderr
+
+
+def test_sources_keep_the_documents_of_the_named_sources_of_the_vendored_corpus() -> None:
+    corpus = CORPUS
+    stats = json.loads((corpus.parent / "stats.json").read_text())
+    counts = {entry["source"]: entry["docs"] for entry in stats["sources"]}
+    fiction = load_documents(CorpusSpec(paths=(str(corpus),), sources=("moby_dick", "jane_austen")))
+    assert len(fiction) == counts["moby_dick"] + counts["jane_austen"]
+    everything = load_documents(CorpusSpec(paths=(str(corpus),)))
+    first = counts["wikipedia_sample"] + counts["cia_factbook"] + counts["sotu"]
+    assert fiction[0] == everything[first] and fiction[-1] == everything[-1]
+    assert "whale" in fiction[0].lower() or "moby" in fiction[0].lower()
+    owner = source_of_documents(corpus, ("cia_factbook",))
+    assert min(owner) == counts["wikipedia_sample"] and len(owner) == counts["cia_factbook"]
+    with pytest.raises(UserError, match=r"data\.sources: \['poetry'\] not among the corpus's sources \['wikipedia"):
+        load_documents(CorpusSpec(paths=(str(corpus),), sources=("poetry",)))
+    with pytest.raises(UserError, match=r"data\.sources: only used with data\.source 'core'"):
+        CorpusSpec(source="text", paths=("x.txt",), sources=("sotu",))
+
+
+def test_the_spec_record_leaves_sources_out_when_unset() -> None:
+    spec = CorpusSpec(paths=("a.txt.xz",))
+    assert spec.record() == {key: value for key, value in asdict(spec).items() if key != "sources"}
+    chosen = CorpusSpec(paths=("a.txt.xz",), sources=("sotu",))
+    assert chosen.record()["sources"] == ("sotu",)
+    assert CorpusSpec.from_record(json.loads(json.dumps(chosen.record()))) == chosen
+    assert CorpusSpec.from_record(spec.record()) == spec

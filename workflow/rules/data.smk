@@ -1,6 +1,3 @@
-from dataclasses import asdict
-
-
 rule prepare_documents:
     input:
         corpus_inputs(CORPUS),
@@ -14,7 +11,7 @@ rule prepare_documents:
         mem_mb=4000,
         runtime=30,
     params:
-        spec=asdict(CORPUS),
+        spec=CORPUS.record(),
         heldout_fraction=config["data"]["heldout_fraction"],
         seed=config["data"]["split_seed"],
     script:
@@ -63,7 +60,7 @@ rule pack_sequences:
         tokenizer=config["data"]["tokenizer"],
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
-        source=asdict(CORPUS),
+        source=CORPUS.record(),
     script:
         "../scripts/pack_sequences.py"
 

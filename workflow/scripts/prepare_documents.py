@@ -5,7 +5,7 @@ from dpscaling.logs import log_to_file
 with log_to_file(snakemake.log[0]) as log:
     spec = snakemake.params.spec
     frame = prepare_documents(
-        CorpusSpec(**{**spec, "paths": tuple(spec["paths"])}),
+        CorpusSpec.from_record(spec),
         heldout_fraction=snakemake.params.heldout_fraction,
         seed=snakemake.params.seed,
         output=snakemake.output[0],

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +125,8 @@ def corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -
     else:
         paths = tuple(data.paths)
     return CorpusSpec(source=data.source, paths=paths, text_column=data.text_column, hf_dataset=data.hf_dataset,
-                      hf_config=data.hf_config, hf_split=data.hf_split, max_documents=data.max_documents)
+                      hf_config=data.hf_config, hf_split=data.hf_split, max_documents=data.max_documents,
+                      sources=tuple(data.sources or ()))
 
 
 def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> float | None:
@@ -145,7 +145,7 @@ def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> f
         if not path.is_file():
             continue
         meta = json.loads(path.read_text(encoding="utf-8"))
-        same_data = (meta.get("source") == json.loads(json.dumps(asdict(corpus)))
+        same_data = (meta.get("source") == json.loads(json.dumps(corpus.record()))
                      and meta.get("seq_len") == seq_len and meta.get("tokenizer") == data.tokenizer
                      and (data.tokenizer != "train" or meta.get("vocab_size") == data.vocab_size))
         if same_data and "n_train" in meta:

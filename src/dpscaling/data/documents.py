@@ -13,11 +13,14 @@ sides: the held-out sequences are text the model never trained on.
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import gzip
+import json
 import lzma
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +47,22 @@ class CorpusSpec:
     hf_config: str | None = None
     hf_split: str = "train"
     max_documents: int | None = None
+    # Named sources of a corpus with a stats.json beside it (the vendored one): only their documents.
+    # Empty = all. Added after results existed: left out of record() when empty.
+    sources: tuple[str, ...] = ()
+
+    def record(self) -> dict[str, Any]:
+        """The spec as the data rules' params and the packed data's manifest hold it (``sources`` only when
+        set, so data packed before it existed is still this spec's)."""
+        values = dataclasses.asdict(self)
+        if not self.sources:
+            del values["sources"]
+        return values
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> CorpusSpec:
+        """The spec :meth:`record` wrote."""
+        return cls(**{**record, "paths": tuple(record["paths"]), "sources": tuple(record.get("sources", ()))})
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -54,6 +73,8 @@ class CorpusSpec:
             raise UserError("data.hf_dataset: source 'huggingface' needs a dataset name")
         if self.max_documents is not None and self.max_documents < 2:
             raise UserError(f"data.max_documents: {self.max_documents} must be >= 2 (or null)")
+        if self.sources and self.source != "core":
+            raise UserError(f"data.sources: only used with data.source 'core', got source {self.source!r}")
 
 
 def _open_text(path: Path):
@@ -154,15 +175,38 @@ def _read_huggingface_documents(spec: CorpusSpec) -> Iterator[str]:
 
 
 def iter_documents(spec: CorpusSpec) -> Iterator[str]:
-    """Yield the corpus's documents in file order."""
+    """Yield the corpus's documents in file order (of ``spec.sources`` only, when given)."""
     if spec.source == "huggingface":
         yield from _read_huggingface_documents(spec)
         return
     for path in spec.paths:
         if spec.source == "parquet":
             yield from _read_parquet_documents(path, spec.text_column)
+        elif spec.sources:
+            kept = set(source_of_documents(path, spec.sources))
+            yield from (document for index, document in enumerate(read_blank_line_documents(path)) if index in kept)
         else:
             yield from read_blank_line_documents(path)
+
+
+def source_of_documents(path: str | Path, sources: Sequence[str]) -> dict[int, str]:
+    """Document index → source name for the documents of ``sources`` in the corpus at ``path``, from the
+    ``stats.json`` beside it (its ``sources``, in file order, each with its document count)."""
+    stats_path = Path(path).parent / "stats.json"
+    if not stats_path.is_file():
+        raise UserError(f"data.sources: {path} has no stats.json beside it naming its sources")
+    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    names = [entry["source"] for entry in stats["sources"]]
+    unknown = [name for name in sources if name not in names]
+    if unknown:
+        raise UserError(f"data.sources: {unknown} not among the corpus's sources {names}")
+    owner: dict[int, str] = {}
+    start = 0
+    for entry in stats["sources"]:
+        if entry["source"] in sources:
+            owner.update(dict.fromkeys(range(start, start + int(entry["docs"])), entry["source"]))
+        start += int(entry["docs"])
+    return owner
 
 
 def load_documents(spec: CorpusSpec) -> list[str]:
