@@ -95,7 +95,7 @@ class DataBlock(Block):
     hf_config: str | None
     hf_split: str
     max_documents: int | None
-    sources: tuple[str, ...] | None
+    sources: tuple[str, ...] | None = None  # no schema default: absent unless set (results before it stay)
     tokenizer: str
     vocab_size: int | None
     vocab_file: str | None
