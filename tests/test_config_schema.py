@@ -371,3 +371,15 @@ def test_late_analysis_settings_are_figure_params_only_off_their_default() -> No
     assert "privacy_unit" not in AnalysisSettings().to_mapping()
     assert AnalysisSettings(privacy_unit="user").to_mapping()["privacy_unit"] == "user"
     assert "compute_count" in AnalysisSettings().to_mapping()  # an original setting, always there
+
+
+def test_unknown_corpus_sources_are_refused_when_the_workflow_loads() -> None:
+    from dpscaling.config.checks import corpus_spec
+
+    base = load("config.yaml")
+    fiction = validated({**base, "data": {**base["data"], "sources": ["moby_dick", "jane_austen"]}})
+    assert corpus_spec(fiction, repo=REPO).sources == ("moby_dick", "jane_austen")
+    assert "sources" not in validated(base)["data"]  # unset: the run's config is what it was before the key
+    unknown = validated({**base, "data": {**base["data"], "sources": ["poetry"]}})
+    with pytest.raises(UserError, match=r"data\.sources: \['poetry'\] not among the corpus's sources"):
+        corpus_spec(unknown, repo=REPO)

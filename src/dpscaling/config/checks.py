@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dpscaling.config.blocks import RunConfig, typed
-from dpscaling.data.documents import CorpusSpec
+from dpscaling.data.documents import CorpusSpec, source_of_documents
 from dpscaling.data.epochs import check_one_epoch
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED
@@ -124,9 +124,13 @@ def corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -
         paths: tuple[str, ...] = (str(Path(repo) / VENDORED_CORPUS),)
     else:
         paths = tuple(data.paths)
-    return CorpusSpec(source=data.source, paths=paths, text_column=data.text_column, hf_dataset=data.hf_dataset,
+    spec = CorpusSpec(source=data.source, paths=paths, text_column=data.text_column, hf_dataset=data.hf_dataset,
                       hf_config=data.hf_config, hf_split=data.hf_split, max_documents=data.max_documents,
                       sources=tuple(data.sources or ()))
+    # Unknown names are refused when the workflow loads (it passes the repository), not when the data job runs.
+    if spec.sources and Path(spec.paths[0]).is_file():
+        source_of_documents(spec.paths[0], spec.sources)
+    return spec
 
 
 def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> float | None:
