@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dp_training_data import build_packed_corpus
-from dpscaling.accounting.matched import account_run, shuffle_max_participations
+from dpscaling.accounting.matched import account_run
 from dpscaling.data.shards import load_meta
 from dpscaling.dp import add_gaussian_noise
 from dpscaling.dp.noise import noise_key_of
@@ -35,6 +35,7 @@ from dpscaling.train.data import BatchSampler
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.objectives import MaskedLM
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
+from dpscaling.samplers import shuffle_max_participations
 from dpscaling.train.step import (
     init_state,
     make_optimizer,

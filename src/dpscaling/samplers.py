@@ -26,15 +26,20 @@ from dataclasses import dataclass
 
 from dpscaling.errors import UserError
 
-__all__ = ["POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "sampler_named", "shuffle_max_participations",
+__all__ = ["POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
            "truncating_samplers"]
+
+
+def check_batch_fits(n_rows: int, batch_size: int) -> None:
+    """Refuse a (expected) batch larger than the training sequences, for any sampler."""
+    if n_rows < batch_size:
+        raise UserError(f"train.batch_size: {batch_size} exceeds the {n_rows} training sequences")
 
 
 def shuffle_max_participations(n_rows: int, batch_size: int, steps: int) -> int:
     """Most steps any example takes part in under the shuffled sampler (per-epoch permutations,
     remainder dropped): one per epoch started, ⌈T / ⌊N/B⌋⌉, which can exceed ⌈q·T⌉."""
-    if n_rows < batch_size:
-        raise UserError(f"train.batch_size: {batch_size} exceeds the {n_rows} training sequences")
+    check_batch_fits(n_rows, batch_size)
     return math.ceil(steps / (n_rows // batch_size))
 
 

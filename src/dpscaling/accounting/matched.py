@@ -32,7 +32,7 @@ from dpscaling.accounting import gaussian
 from dpscaling.accounting.truncation import truncated_poisson_run
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
-from dpscaling.samplers import SAMPLERS, Sampler, sampler_named, shuffle_max_participations
+from dpscaling.samplers import SAMPLERS, Sampler, check_batch_fits, sampler_named
 
 # The accountant that describes each sampler (its registry record), and what each accountant assumes.
 MATCHED_ACCOUNTANT: dict[str, str] = {name: sampler.accountant for name, sampler in SAMPLERS.items()}
@@ -102,7 +102,7 @@ def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
     sampler = sampler_named(sampling)
     accountant = matched_accountant(sampling, accountant)
     delta = check_delta(delta)
-    shuffle_max_participations(dataset_size, expected_batch_size, steps)  # refuses B > N
+    check_batch_fits(dataset_size, expected_batch_size)
     epsilon = None if target_epsilon is None else check_epsilon(target_epsilon)
     common = dict(sampler=sampling, accountant=accountant, delta=delta,
                   sampling_probability=expected_batch_size / dataset_size, steps=steps,

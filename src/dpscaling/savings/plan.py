@@ -147,7 +147,7 @@ def spend(compute: float, model_size: float, seq_len: int, microbatch: int, unit
 
 def plan_savings(bundle_dir: str | os.PathLike[str], settings: SavingsSettings, label: str,
                  microbatch_size: int | None) -> dict[str, Any]:
-    """Every run of budget ``label``, priced (``runs``: role → a :class:`dpscaling.private_model.PrivatePlan`'s
+    """Every run of budget ``label``, priced (``runs``: role → a :class:`dpscaling.plans.PrivatePlan`'s
     record with ``role``, ``kind``, ``seed``, ``model_shape``; or ``{"skipped": why}``), the law's answer and its
     predicted saving."""
     from dpscaling.law.answers import load_law

@@ -105,8 +105,9 @@ def _check_room(directory: Path, state: Any) -> None:
     bytes, uncompressed (a checkpoint is never larger)."""
     needed = sum(leaf.nbytes for leaf in jax.tree.leaves(state))
     existing = next(path for path in (directory, *directory.parents) if path.exists())
-    if shutil.disk_usage(existing).free < needed:
-        raise OSError(errno.ENOSPC, f"{needed} bytes needed, {shutil.disk_usage(existing).free} free")
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise OSError(errno.ENOSPC, f"{needed} bytes needed, {free} free")
 
 
 def _restore_step(manager: ocp.CheckpointManager, step: int, template: Any) -> tuple[Any, dict]:

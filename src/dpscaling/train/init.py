@@ -36,8 +36,7 @@ def pretrained_params(checkpoint_dir: str | Path, config: TrainConfig, model, ob
     found = _shapes(jax.eval_shape(lambda: source_model.init(jax.random.PRNGKey(0), *objective.init_inputs(seq_len))))
     if found != expected:
         raise UserError(f"{where}, but {wanted}: the parameters differ ({_first_difference(found, expected)})")
-    params, step = restore_params(checkpoint_dir, source_model, objective, source, seq_len)
-    return params, step
+    return restore_params(checkpoint_dir, source_model, objective, source, seq_len)
 
 
 def _described(config: TrainConfig, vocab_size: int) -> str:
