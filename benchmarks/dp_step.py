@@ -20,11 +20,20 @@ Default shape: a 1.5M-parameter BERT (2 layers, hidden 128, 2 heads,
 intermediate 512, vocab 8000, seq 128, 20 masked positions), B = 32, float32.
 ``--family decoder`` times the same shape as a causal decoder (1.4M parameters, next-token loss at
 every position; no Opacus comparison).
+
+Accelerator mode (docs/train.md, "Measured on an H100"): ``--model BertBase --seq-len 512 --dtype
+bfloat16 --batch auto`` times a preset at its own vocabulary. ``--batch auto`` takes the largest
+power-of-two batch whose non-private step fits in the device's memory, extrapolated from XLA's
+compiled footprint at two small batches. Each row then also gives tokens/s, model-FLOPs utilisation
+(:func:`training_flops` ÷ time ÷ ``--peak-tflops``, default the device's bf16 dense peak where known)
+and the compiled footprint (arguments + outputs + temporaries). A variant that does not fit is
+reported as such, and the run goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -33,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpscaling.models.family import family_named
+from dpscaling.models.family import PRESETS, family_named
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.objectives import CausalLM, MaskedLM
@@ -45,9 +54,28 @@ MASK_ID = 4
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument(
+        "--batch", default="32", help="physical batch, or 'auto': the largest power of two that fits"
+    )
     parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument(
+        "--vocab-size", type=int, default=None, help="default 8000, or the preset's own with --model"
+    )
+    parser.add_argument(
+        "--model", default="custom", help="a preset (BertBase, GPT2Small, ...) instead of the custom shape"
+    )
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="bf16 dense peak for MFU (default: known devices)"
+    )
+    parser.add_argument("--json-out", default=None, help="also write the summary JSON to this file")
+    parser.add_argument(
+        "--variants",
+        choices=("all", "accelerator"),
+        default="all",
+        help="all: every path at every size; accelerator: non-private and ghost whole-batch, "
+        "ghost and vmap at each --microbatches size (fewer compilations)",
+    )
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--heads", type=int, default=2)
@@ -60,7 +88,47 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--no-opacus", action="store_true")
     parser.add_argument("--family", choices=("bert", "decoder"), default="bert")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.model != "custom":
+        if args.model not in PRESETS:
+            parser.error(f"--model: {args.model!r} is not one of {sorted(PRESETS)} or 'custom'")
+        args.family = PRESETS[args.model].name
+    if args.vocab_size is None:
+        args.vocab_size = PRESETS[args.model].vocab_size if args.model != "custom" else 8000
+    return args
+
+
+# bf16 dense tensor-core peak (datasheets, FLOP/s) by the start of jax's device_kind.
+BF16_PEAK = {"NVIDIA H100": 989.4e12, "NVIDIA H200": 989.4e12, "NVIDIA A100": 312e12}
+
+
+def bf16_peak(args: argparse.Namespace) -> float | None:
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    kind = jax.devices()[0].device_kind
+    return next((peak for prefix, peak in BF16_PEAK.items() if kind.startswith(prefix)), None)
+
+
+def device_bytes() -> int | None:
+    """The accelerator's memory that XLA may use (None on CPU, which reports none)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
+def training_flops(model_config, seq_len: int, n_predictions: int) -> float:
+    """Model FLOPs of one training sequence (forward + backward = 3 × forward): the per-token
+    matrix products of every layer, attention scores and mixing (4·L·H·S² forward, causal masking
+    not discounted) and the output layer at the positions that are scored (BERT: its transform and
+    the vocabulary at the masked positions; a decoder: the vocabulary at every position)."""
+    c = model_config
+    hidden, layers, inner = c.hidden_size, c.num_layers, c.intermediate_size
+    body = layers * (4 * hidden * hidden + 2 * hidden * inner) * 2 * seq_len
+    attention = 4 * layers * hidden * seq_len * seq_len
+    if hasattr(c, "type_vocab_size"):  # BERT: the MLM head scores the masked positions only
+        head = 2 * (hidden * hidden + c.vocab_size * hidden) * n_predictions
+    else:
+        head = 2 * c.vocab_size * hidden * seq_len
+    return 3.0 * (body + attention + head)
 
 
 def token_batch(args: argparse.Namespace) -> np.ndarray:
@@ -92,6 +160,7 @@ class JaxVariant:
         self.step = step.lower(self.state, *self.inputs).compile()
         memory = self.step.memory_analysis()
         self.temp_mb = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
+        self.footprint_gb = footprint_bytes(memory) / 2**30 if memory is not None else float("nan")
         self.times: list[float] = []
         self.run(2)  # warm-up
 
@@ -105,28 +174,90 @@ class JaxVariant:
         return out
 
 
-def jax_variants(args: argparse.Namespace, tokens: np.ndarray) -> list[JaxVariant]:
-    base = dict(
-        model="custom",
+def footprint_bytes(memory) -> int:
+    """XLA's compiled footprint of a step: arguments + outputs (less donated aliases) + temporaries."""
+    return (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        - memory.alias_size_in_bytes
+        + memory.temp_size_in_bytes
+    )
+
+
+def base_config(args: argparse.Namespace, batch: int) -> dict:
+    shape = (
+        dict(model=args.model, max_positions=max(args.seq_len, PRESETS[args.model].max_positions))
+        if args.model != "custom"
+        else dict(
+            model="custom",
+            model_overrides=dict(num_layers=args.layers, num_heads=args.heads, hidden_size=args.hidden),
+        )
+    )
+    return dict(
+        **shape,
         family=args.family,
-        model_overrides=dict(num_layers=args.layers, num_heads=args.heads, hidden_size=args.hidden),
-        batch_size=args.batch,
+        batch_size=batch,
         warmup_steps=10,
         learning_rate=1e-3,
+        model_dtype=args.dtype,
     )
+
+
+def fitting_size(config: TrainConfig, args: argparse.Namespace, budget: float, probe: int = 8) -> int:
+    """The largest power of two B whose step (``config`` at batch = microbatch = B) fits in ``budget``
+    bytes, from one compilation at B = ``probe``: XLA's footprint there, less the float32 state
+    (parameters, two Adam moments and the gradient: 16 bytes per parameter), is ``probe`` examples'
+    activations, which grow linearly in B."""
+    config = dataclasses.replace(config, batch_size=probe, microbatch_size=probe)
+    model_config = config.model_config(args.vocab_size)
+    model = config.model_family.module_class()(model_config)
+    objective = objective_of(config, args)
+    optimizer = make_optimizer(config)
+    state = jax.eval_shape(lambda: init_state(model, objective, optimizer, config, args.seq_len))
+    tokens = jax.ShapeDtypeStruct((probe, args.seq_len), jnp.int32)
+    step = jax.jit(make_train_step(model, objective, config), donate_argnums=0)
+    footprint = footprint_bytes(step.lower(state, step_hyperparams(config), tokens).compile().memory_analysis())
+    fixed = 16 * model_config.param_count().total
+    per_example = max((footprint - fixed) / probe, 1.0)
+    fits = max(1, int((budget - fixed) / per_example))
+    return 1 << (fits.bit_length() - 1)
+
+
+def fitting_batch(args: argparse.Namespace, limit: int) -> int:
+    """The largest power-of-two batch whose non-private whole-batch step fits in 85% of ``limit`` bytes."""
+    return fitting_size(TrainConfig(**base_config(args, 8), clipping="none"), args, 0.85 * limit)
+
+
+def _accelerator_variant(clipping: str, whole_batch: bool) -> bool:
+    """``--variants accelerator``: non-private and ghost over the whole batch; ghost and vmap in microbatches."""
+    return clipping in (("none", "ghost") if whole_batch else ("ghost", "vmap"))
+
+
+def jax_variants(args: argparse.Namespace, tokens: np.ndarray, n_params: int) -> list[JaxVariant]:
     sizes = [args.batch] + [int(m) for m in args.microbatches.split(",") if int(m) < args.batch]
+    limit = device_bytes()
     variants = []
     for clipping in ("none", "vmap", "ghost"):
         for m in sizes:
+            if args.variants == "accelerator" and not _accelerator_variant(clipping, m == args.batch):
+                continue
             noise = 0.0 if clipping == "none" else 2.0**-10
             label = "non-private" if clipping == "none" else f"DP {clipping}"
             name = f"{label}, " + (
                 "whole batch" if m == args.batch else f"{args.batch // m}x{m} microbatches"
             )
+            if clipping == "vmap" and limit and 4 * m * n_params > 0.3 * limit:
+                print(f"{name}: skipped, {m} per-example float32 gradients need "
+                      f"{4 * m * n_params / 2**30:.0f} GiB of {limit / 2**30:.0f}")
+                continue
             config = TrainConfig(
-                **base, clipping=clipping, microbatch_size=m, noise_batch_ratio=noise
+                **base_config(args, args.batch), clipping=clipping, microbatch_size=m,
+                noise_batch_ratio=noise,
             )
-            variants.append(JaxVariant(name, config, args, tokens))
+            try:
+                variants.append(JaxVariant(name, config, args, tokens))
+            except Exception as error:  # noqa: BLE001 - an accelerator's out-of-memory: report, go on
+                print(f"{name}: failed, {str(error).splitlines()[0][:160]}")
     return variants
 
 
@@ -274,27 +405,40 @@ def opacus_times(
 
 def main() -> None:
     args = parse_args()
+    limit = device_bytes()
+    if args.batch == "auto":
+        if limit is None:
+            raise SystemExit("--batch auto: this device reports no memory limit (CPU); give a number")
+        args.batch = fitting_batch(args, limit)
+    else:
+        args.batch = int(args.batch)
     tokens = token_batch(args)
-    model_config = family_named(args.family).config(
-        "custom",
-        vocab_size=args.vocab_size,
-        max_positions=TrainConfig().max_positions,  # the timed steps' positions
-        num_layers=args.layers,
-        num_heads=args.heads,
-        hidden_size=args.hidden,
-    )
+    model_config = TrainConfig(**base_config(args, args.batch)).model_config(args.vocab_size)
     n_params = model_config.param_count().total
+    n_predictions = max(1, int(np.ceil(0.15 * args.seq_len)))
+    device = jax.devices()[0]
     print(
-        f"{args.family}: {n_params / 1e6:.2f}M parameters, B={args.batch}, seq={args.seq_len}, "
-        f"{jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}"
+        f"{args.model} ({args.family}): {n_params / 1e6:.2f}M parameters, B={args.batch}, "
+        f"seq={args.seq_len}, {args.dtype}, {jax.device_count()} {jax.default_backend()} device(s) "
+        f"({device.device_kind}), jax {jax.__version__}"
     )
-    variants = jax_variants(args, tokens)
+    variants = jax_variants(args, tokens, n_params)
     ms = time_rounds(variants, args)
-    nonprivate = ms["non-private, whole batch"]
     best_nonprivate = min(v for k, v in ms.items() if k.startswith("non-private"))
-    print(f"{'variant':44s} {'ms/step':>8s} {'÷ non-private':>14s} {'XLA temp MB':>12s}")
+    nonprivate = ms.get("non-private, whole batch", best_nonprivate)
+    flops = training_flops(model_config, args.seq_len, n_predictions) * args.batch
+    peak = bf16_peak(args)
+    print(
+        f"{'variant':44s} {'ms/step':>8s} {'÷ non-private':>14s} {'XLA temp MB':>12s} "
+        f"{'tokens/s':>10s} {'MFU':>6s} {'GiB':>6s}"
+    )
     for v in variants:
-        print(f"{v.name:44s} {ms[v.name]:8.1f} {ms[v.name] / nonprivate:14.2f} {v.temp_mb:12.1f}")
+        seconds = ms[v.name] / 1e3
+        mfu = f"{flops / seconds / peak:6.1%}" if peak else f"{'-':>6s}"
+        print(
+            f"{v.name:44s} {ms[v.name]:8.1f} {ms[v.name] / nonprivate:14.2f} {v.temp_mb:12.1f} "
+            f"{args.batch * args.seq_len / seconds:10.0f} {mfu} {v.footprint_gb:6.1f}"
+        )
     dp = {k: v for k, v in ms.items() if k.startswith("DP")}
     best_dp_name = min(dp, key=dp.get)
     best_by_path = {
@@ -302,7 +446,6 @@ def main() -> None:
         for path in ("vmap", "ghost")
     }
 
-    n_predictions = max(1, int(np.ceil(0.15 * args.seq_len)))
     torch_ms = None if args.no_opacus or args.family != "bert" else opacus_times(args, tokens, n_predictions)
     dp_over_opacus = None
     if torch_ms:
@@ -315,6 +458,10 @@ def main() -> None:
         print("Opacus: not installed (pip install torch opacus to compare)")
     summary = {
         "family": args.family,
+        "model": args.model,
+        "dtype": args.dtype,
+        "seq_len": args.seq_len,
+        "device": device.device_kind,
         "n_params": n_params,
         "batch": args.batch,
         "best_dp_variant": best_dp_name,
@@ -326,10 +473,18 @@ def main() -> None:
             p: round(v / nonprivate, 3) for p, v in best_by_path.items()
         },
         "temp_mb": {v.name: round(v.temp_mb, 1) for v in variants},
+        "footprint_gib": {v.name: round(v.footprint_gb, 2) for v in variants},
+        "ms": {k: round(v, 2) for k, v in ms.items()},
+        "tokens_per_s": {k: round(args.batch * args.seq_len / (v / 1e3)) for k, v in ms.items()},
+        "mfu": None if not peak else {k: round(flops / (v / 1e3) / peak, 4) for k, v in ms.items()},
+        "training_flops_per_step": flops,
         "opacus_best_ms": None if not torch_ms else round(best_opacus, 2),
         "dp_over_opacus": None if dp_over_opacus is None else round(dp_over_opacus, 3),
     }
     print(json.dumps(summary))
+    if args.json_out:
+        with open(args.json_out, "w") as out:
+            json.dump(summary, out, indent=1)
 
 
 if __name__ == "__main__":
