@@ -14,6 +14,13 @@ from pathlib import Path
 # this process's backend starts, and removed from the environment they inherit.
 # A subprocess whose numbers a test compares bit for bit with this process's (a job killed and
 # resumed here) runs with the same flags: fixture ``in_process_env``.
+# On a GPU, every test process and job (subprocesses inherit both settings): deterministic kernels, as
+# a workflow job has them (dpscaling.train.distributed.configure_job), so runs repeat bit for bit; and
+# exact float32 products, so that two algorithms of one result (vmap and ghost clipping, one device and
+# four) agree to float32 rounding, not to TF32's. A CPU multiplies exactly either way.
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_deterministic_ops=true".strip()
 _XLA_FLAGS = os.environ.get("XLA_FLAGS")
 IN_PROCESS_XLA_FLAGS = f"{_XLA_FLAGS or ''} --xla_backend_optimization_level=0".strip()
 os.environ["XLA_FLAGS"] = IN_PROCESS_XLA_FLAGS

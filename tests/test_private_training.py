@@ -116,8 +116,33 @@ def test_padded_train_step_ignores_what_the_padding_contains():
                zip(jax.tree.leaves(three.params), jax.tree.leaves(two.params), strict=True))
 
 
+@pytest.mark.parametrize("sampling, clipping, exact", [("poisson", "ghost", True), ("poisson", "vmap", False),
+                                                       ("shuffle", "ghost", False)])
+def test_private_ghost_clipping_multiplies_exactly_whatever_the_device_default(sampling, clipping, exact):
+    """A private run's ghost norms and its clipped gradient come from two passes: on a GPU whose default
+    float32 products are TF32 they differed, and a clipped gradient's norm reached 1.000055 C. Its step
+    therefore asks for exact products even where the device's default (here forced to DEFAULT) is not."""
+    config = TrainConfig(**(PRIVATE | dict(sampling=sampling, clipping=clipping, batch_size=4, microbatch_size=4,
+                                           truncated_batch_size=BATCH if sampling == "poisson" else None,
+                                           target_epsilon=None, noise_batch_ratio=0.1)))
+    vocab, seq = 120, 12
+    model = BertMlm(config.model_config(vocab))
+    objective = MaskedLM(MaskingSpec(vocab_size=vocab, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0))
+    state = jax.eval_shape(lambda: init_state(model, objective, make_optimizer(config), config, seq))
+    rows = BATCH if sampling == "poisson" else 4
+    tokens = jax.ShapeDtypeStruct((rows, seq), jnp.int32)
+    weights_arg = (jax.ShapeDtypeStruct((rows,), jnp.float32),) if sampling == "poisson" else ()
+    with jax.default_matmul_precision("default"):
+        hlo = jax.jit(make_train_step(model, objective, config)).lower(
+            state, step_hyperparams(config), tokens, *weights_arg).as_text()
+    products = hlo.count("dot_general")
+    assert products > 10
+    assert hlo.count("HIGHEST") == (2 * products if exact else 0)  # both operands of every product
+
+
 def test_padded_gradients_shard_over_two_devices(tmp_path):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    # two host-platform devices (JAX_PLATFORMS: the CPU's, also on a machine with an accelerator)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent),
                                            str(Path(__file__).parents[1] / "src"),
                                            os.environ.get("PYTHONPATH", "")]))
