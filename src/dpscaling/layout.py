@@ -10,7 +10,9 @@ declares a default: its level is left out of the id unless the run's grid takes 
 (:func:`run_id`), so a new axis at its default moves and retrains nothing. The workflow builds its
 templates from the axes when it loads (workflow/rules/common.smk): Snakemake wildcards cannot be optional.
 
-**Data.** One set of packed shards per length: ``data/packed/seq=S/`` (:data:`PACKED`).
+**Data.** One set of packed shards per length: ``data/packed/seq=S/`` (:data:`PACKED`). A fine-tuning run's
+public domain has its own documents and shards under ``data/public/`` (:data:`PUBLIC_DOCUMENTS`,
+:data:`PUBLIC_PACKED`); ``data/`` itself is the private domain, where the privacy unit lives.
 
 **The law.** The primary length's law directory ``law/`` holds the curves it is fitted on
 (``results.parquet``), the fitted law (``fit/``) and its bootstrap replicates (``bootstrap/``); each other
@@ -60,6 +62,9 @@ ONE_LENGTH_AXES: tuple[Axis, ...] = tuple(axis for axis in RUN_AXES if axis != L
 
 PACKED = "data/packed/seq={seq}"
 PACK_LOG = "logs/data/pack_sequences/seq={seq}.log"
+PUBLIC_DOCUMENTS = "data/public/documents.parquet"
+PUBLIC_PACKED = "data/public/packed/seq={seq}"
+PUBLIC_PACK_LOG = "logs/data/public/pack_sequences/seq={seq}.log"
 RUNS, CHECKPOINTS, LOGS, TRAIN = "runs", "checkpoints", "logs", "train"
 ABLATION = "ablation/"
 

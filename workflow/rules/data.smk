@@ -18,11 +18,37 @@ rule prepare_documents:
         "../scripts/prepare_documents.py"
 
 
+# A fine-tuning run's public domain (finetune.public_sources of the same corpus, split the same way).
+rule prepare_public_documents:
+    input:
+        corpus_inputs(CORPUS),
+    output:
+        f"{RESULTS}/{layout.PUBLIC_DOCUMENTS}",
+    log:
+        f"{RESULTS}/logs/data/public/prepare_documents.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        spec=PUBLIC_CORPUS.record() if PUBLIC_CORPUS else None,
+        heldout_fraction=config["data"]["heldout_fraction"],
+        seed=config["data"]["split_seed"],
+    script:
+        "../scripts/prepare_documents.py"
+
+
 # data.tokenizer 'train': a WordPiece vocabulary of data.vocab_size entries, trained on the train
-# split only (docs/data.md); VOCAB is then this rule's output.
+# split only (docs/data.md); VOCAB is then this rule's output. A fine-tuning run trains it on the
+# public domain's train split: the vocabulary sees no private text.
 rule train_vocabulary:
     input:
-        rules.prepare_documents.output[0],
+        (
+            rules.prepare_public_documents.output[0]
+            if PUBLIC_CORPUS
+            else rules.prepare_documents.output[0]
+        ),
     output:
         f"{RESULTS}/{TRAINED_VOCAB}",
     log:
@@ -65,6 +91,32 @@ rule pack_sequences:
         "../scripts/pack_sequences.py"
 
 
+# The public domain's shards, packed with the same vocabulary (the pretraining reads them).
+rule pack_public_sequences:
+    input:
+        documents=rules.prepare_public_documents.output[0],
+        vocab=VOCAB,
+    output:
+        meta=f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json",
+        train=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/train"),
+        heldout=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/heldout"),
+    log:
+        f"{RESULTS}/{layout.PUBLIC_PACK_LOG}",
+    conda:
+        "../envs/dpscaling.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    params:
+        tokenizer=config["data"]["tokenizer"],
+        seq_len=lambda wildcards: int(wildcards.seq),
+        shard_rows=config["data"]["shard_sequences"],
+        source=PUBLIC_CORPUS.record() if PUBLIC_CORPUS else None,
+    script:
+        "../scripts/pack_sequences.py"
+
+
 # The data at the primary length (data.seq_len): what the paper's figures, the ablation and private_model read.
 PRIMARY_PACKED = {
     name: expand(path, seq=PRIMARY_SEQ_LEN)[0]
@@ -95,5 +147,8 @@ rule unigram_floor:
 rule data:
     input:
         expand(rules.pack_sequences.output, seq=SEQ_LENS),
+        expand(rules.pack_public_sequences.output, seq=SEQ_LENS)
+        if PUBLIC_CORPUS
+        else [],
         rules.unigram_floor.output,
         RUN_CONFIG,

@@ -465,6 +465,14 @@ class SavingsBlock(Block):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FinetuneBlock(Block):
+    """DP fine-tuning from public pretraining (docs/finetune.md); the private domain is ``data.sources``."""
+
+    NAME: ClassVar[str] = "finetune"
+    public_sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExplorerBlock(Block):
     """Rule ``explorer``: the grid of budgets the explorer page answers (:mod:`dpscaling.explorer`)."""
 
@@ -485,7 +493,7 @@ class RunConfig(Block):
     NESTED: ClassVar[Mapping[str, type[Block]]] = {
         "data": DataBlock, "models": ModelsBlock, "training": TrainingBlock, "accounting": AccountingBlock,
         "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock,
-        "savings": SavingsBlock, "explorer": ExplorerBlock}
+        "savings": SavingsBlock, "explorer": ExplorerBlock, "finetune": FinetuneBlock}
     run_name: str
     host_threads: int
     compilation_cache: str | None
@@ -501,6 +509,7 @@ class RunConfig(Block):
     private_model: PrivateModelBlock
     savings: SavingsBlock
     explorer: ExplorerBlock
+    finetune: FinetuneBlock | None = None  # no schema default: absent unless set
 
     @property
     def root(self) -> str:

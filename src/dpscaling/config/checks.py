@@ -8,6 +8,7 @@ guard at DAG time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -131,6 +132,29 @@ def corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -
     if spec.sources and Path(spec.paths[0]).is_file():
         source_of_documents(spec.paths[0], spec.sources)
     return spec
+
+
+def public_corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -> CorpusSpec | None:
+    """The public domain of a fine-tuning run (``finetune.public_sources`` of the vendored corpus), or None
+    without a ``finetune`` block. Refused unless the private domain is named too (``data.sources``, from
+    the same vendored corpus) and the two share no source: the privacy unit lives in the private domain,
+    and the vocabulary and the pretraining see only the public one."""
+    run = typed(config)
+    if run.finetune is None:
+        return None
+    private = corpus_spec(config, repo)
+    if run.data.source != "core" or not private.sources:
+        raise UserError("finetune: needs data.source 'core' and data.sources naming the private domain "
+                        f"(sources of the vendored corpus), got source {run.data.source!r}, "
+                        f"sources {list(private.sources) or None}")
+    shared = sorted(set(run.finetune.public_sources) & set(private.sources))
+    if shared:
+        raise UserError(f"finetune.public_sources: {shared} are also in data.sources; the public and the "
+                        "private domain must share no source")
+    public = dataclasses.replace(private, sources=tuple(run.finetune.public_sources))
+    if Path(public.paths[0]).is_file():
+        source_of_documents(public.paths[0], public.sources)  # unknown names, when the workflow loads
+    return public
 
 
 def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> float | None:

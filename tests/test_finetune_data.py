@@ -1,0 +1,73 @@
+"""DP fine-tuning's two data domains (docs/finetune.md): a public domain that trains the one shared
+vocabulary, and the private domain where the privacy unit, the held-out set and the floor live."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake
+from dpscaling.config.blocks import config_yaml, load_config
+from dpscaling.config.checks import corpus_spec, public_corpus_spec
+from dpscaling.data.documents import CorpusSpec, documents_of_split, load_documents
+from dpscaling.data.floor import unigram_floor
+from dpscaling.data.wordpiece import train_wordpiece
+from dpscaling.errors import UserError
+from test_config_schema import validated
+
+CONFIGS = REPO / "tests" / "configs"
+SMOKE = yaml.safe_load((CONFIGS / "smoke.yaml").read_text())
+FINETUNE = yaml.safe_load((CONFIGS / "smoke-finetune.yaml").read_text())
+
+
+def _config(finetune=None, **data):
+    config = {**SMOKE, "data": {**SMOKE["data"], **FINETUNE["data"], **data}}
+    if finetune is not None:
+        config["finetune"] = finetune
+    return validated(config)
+
+
+def test_the_two_domains_are_checked_when_the_workflow_loads() -> None:
+    public = public_corpus_spec(_config(FINETUNE["finetune"]), REPO)
+    assert public.sources == ("wikipedia_sample", "cia_factbook", "sotu")
+    assert public == CorpusSpec(**{**corpus_spec(_config(), REPO).__dict__, "sources": public.sources})
+    with pytest.raises(UserError, match=r"finetune.public_sources: \['sotu'\] are also in data.sources"):
+        public_corpus_spec(_config({"public_sources": ["wikipedia_sample", "sotu"]}, sources=["sotu", "moby_dick"]), REPO)
+    with pytest.raises(UserError, match=r"finetune: needs data.source 'core' and data.sources naming the private"):
+        public_corpus_spec(_config(FINETUNE["finetune"], sources=None), REPO)
+    with pytest.raises(UserError, match=r"data.sources: \['poetry'\] not among the corpus's sources"):
+        public_corpus_spec(_config({"public_sources": ["poetry"]}), REPO)
+    # without the block nothing of it exists: the run's config (and every result) is as before
+    plain = _config()
+    assert public_corpus_spec(plain, REPO) is None and load_config(plain).finetune is None
+    assert "finetune" not in config_yaml(plain)
+
+
+def test_the_vocabulary_sees_only_the_public_train_split_and_the_floor_is_private(tmp_path: Path) -> None:
+    run_snakemake("data", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
+                  str(CONFIGS / "smoke-finetune.yaml"), cwd=tmp_path)
+    data = tmp_path / "results" / "smoke-finetune" / "data"
+    public, private = pd.read_parquet(data / "public" / "documents.parquet"), pd.read_parquet(data / "documents.parquet")
+    corpus = REPO / "resources" / "corpus" / "core.txt.xz"
+    # each domain holds exactly its sources' documents (the first max_documents of them)
+    for frame, names in ((public, FINETUNE["finetune"]["public_sources"]), (private, FINETUNE["data"]["sources"])):
+        expected = load_documents(CorpusSpec(paths=(str(corpus),), sources=tuple(names), max_documents=40))
+        assert sorted(frame["text"]) == sorted(expected)
+    assert not set(public["text"]) & set(private["text"])
+    # the shared vocabulary is the one trained on the public train split, not on any private text
+    vocab = (data / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert vocab == train_wordpiece(documents_of_split(public, "train"), 512)
+    assert vocab != train_wordpiece(documents_of_split(private, "train"), 512)
+    metas = {name: json.loads((path / "meta.json").read_text()) for name, path in
+             (("public", data / "public" / "packed" / "seq=64"), ("private", data / "packed" / "seq=64"))}
+    assert metas["public"]["vocab_sha256"] == metas["private"]["vocab_sha256"]
+    assert metas["private"]["source"]["sources"] == FINETUNE["data"]["sources"]
+    assert metas["public"]["source"]["sources"] == FINETUNE["finetune"]["public_sources"]
+    # the floor to beat is the private domain's held-out unigram entropy
+    floor = json.loads((data / "unigram_floor.json").read_text())
+    assert floor == unigram_floor(data / "packed" / "seq=64").to_dict()
+    assert floor != unigram_floor(data / "public" / "packed" / "seq=64").to_dict()
