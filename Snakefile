@@ -23,6 +23,7 @@ include: "workflow/rules/ablation.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/private_model.smk"
 include: "workflow/rules/savings.smk"
+include: "workflow/rules/finetune.smk"
 
 
 localrules:
@@ -44,6 +45,7 @@ localrules:
     ablation_batch,
     private_model,
     savings,
+    finetune,
     bundle,
     explorer,
 

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from dpscaling.config.blocks import config_yaml, load_config
-from dpscaling.config.checks import corpus_spec, public_corpus_spec
+from dpscaling.config.checks import check_config, corpus_spec, public_corpus_spec
 from dpscaling.data.documents import CorpusSpec, documents_of_split, load_documents
 from dpscaling.data.floor import unigram_floor
 from dpscaling.data.wordpiece import train_wordpiece
@@ -71,3 +71,32 @@ def test_the_vocabulary_sees_only_the_public_train_split_and_the_floor_is_privat
     floor = json.loads((data / "unigram_floor.json").read_text())
     assert floor == unigram_floor(data / "packed" / "seq=64").to_dict()
     assert floor != unigram_floor(data / "public" / "packed" / "seq=64").to_dict()
+
+
+def test_pretraining_and_the_fine_tuning_grid() -> None:
+    from dpscaling.grid import finetune_grid, pretrain_grid
+    from dpscaling.train.config import job_train_config
+    from dpscaling.workflow import finetune_training, pretrain_training
+
+    config = _config(FINETUNE["finetune"])
+    # every model pretrained once, without noise, at the pretraining batch and rate
+    assert [(p.model, p.batch, p.noise_batch_ratio, p.learning_rate) for p in pretrain_grid(config)] == [
+        ("BertNano", 8, 0.0, 0.0078125), ("BertMicro", 8, 0.0, 0.0078125)]
+    # model x sigma-bar x the fine-tuning rates, at the grid's batch and seed
+    grid = finetune_grid(config)
+    assert len(grid) == 2 * 3 * 1 and {p.learning_rate for p in grid} == {0.001953125}
+    assert {p.noise_batch_ratio for p in grid} == set(SMOKE["training"]["noise_batch_ratios"])
+    point = pretrain_grid(config)[0]
+    pretrain = job_train_config("BertNano", pretrain_training(config), point.wildcards, 64)
+    assert (pretrain.clipping, pretrain.noise_batch_ratio, pretrain.num_steps, pretrain.decay_steps) == ("none", 0.0, 40, 40)
+    assert pretrain.init_checkpoint is None and not pretrain.sampler.private
+    tuned = job_train_config("BertNano", finetune_training(config, "results/x/pretrain/checkpoints/m"),
+                             grid[1].wildcards, 64)
+    assert tuned.init_checkpoint == "results/x/pretrain/checkpoints/m" and tuned.clipping == "vmap"
+    assert tuned.num_steps == SMOKE["training"]["steps"] and tuned.noise_batch_ratio == grid[1].noise_batch_ratio
+    # a model pointed at an existing checkpoint is not pretrained
+    given = _config({**FINETUNE["finetune"], "checkpoints": {"BertMicro": "elsewhere/checkpoints/m"}})
+    assert [p.model for p in pretrain_grid(given)] == ["BertNano"]
+    assert pretrain_grid(_config()) == [] and finetune_grid(_config()) == []
+    with pytest.raises(UserError, match=r"finetune.checkpoints: \['GPT2Small'\] are not in models.names"):
+        check_config(_config({**FINETUNE["finetune"], "checkpoints": {"GPT2Small": "x"}}))

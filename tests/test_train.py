@@ -174,9 +174,9 @@ def test_divergence_is_recorded_and_returns_normally(corpus, tmp_path):
     assert not (tmp_path / "ckpt" / "state" / str(summary.steps)).exists()
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_killed_job_resumes_to_the_same_curve(corpus, tmp_path, job_env, family):
-    config = TrainConfig(**(FAMILIES[family] | dict(num_steps=100, checkpoint_every=20)))
+# BERT's kill -9 and resume is tests/test_faults.py's; here the decoder family (ghost clipping) resumes too.
+def test_killed_job_resumes_to_the_same_curve(corpus, tmp_path, job_env, family="decoder"):
+    config = TrainConfig(**(FAMILIES[family] | dict(num_steps=60, checkpoint_every=20)))
     _run_job(config, corpus, tmp_path / "reference", job_env)
 
     killed = tmp_path / "killed"

@@ -91,6 +91,28 @@ def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     ]
 
 
+def pretrain_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+    """Fine-tuning's public pretraining (``finetune.pretrain``): one σ̄ = 0 run per model of ``models.names``
+    that ``finetune.checkpoints`` does not point at an existing checkpoint; none without a ``finetune`` block."""
+    run = _typed(config)
+    if run.finetune is None:
+        return []
+    block = run.finetune.pretrain
+    return [TrainPoint(model, block.physical_batch, block.seed, 0.0, float(block.learning_rate))
+            for model in run.models.names if model not in run.finetune.checkpoints]
+
+
+def finetune_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+    """The fine-tuning grid: model × noise-batch ratio × ``finetune.learning_rates`` at the grid's physical batch
+    and seed, on the private domain at ``data.seq_len``; none without a ``finetune`` block."""
+    run = _typed(config)
+    if run.finetune is None:
+        return []
+    training = run.training
+    return [TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr))
+            for model, nbr, lr in product(run.models.names, training.noise_batch_ratios, run.finetune.learning_rates)]
+
+
 def points_at_length(points: Iterable[TrainPoint], seq_len: int) -> list[TrainPoint]:
     """The points trained at sequence length ``seq_len`` (the curves of that length's law)."""
     return [point for point in points if point.seq_len == int(seq_len)]

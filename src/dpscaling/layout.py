@@ -67,6 +67,7 @@ PUBLIC_PACKED = "data/public/packed/seq={seq}"
 PUBLIC_PACK_LOG = "logs/data/public/pack_sequences/seq={seq}.log"
 RUNS, CHECKPOINTS, LOGS, TRAIN = "runs", "checkpoints", "logs", "train"
 ABLATION = "ablation/"
+PRETRAIN, FINETUNE = "pretrain/", "finetune/"  # fine-tuning's public pretraining and private fine-tuning runs
 
 PRIMARY_LAW = "law"
 LENGTH_LAW = "law/lengths/seq={seq}"

@@ -27,6 +27,18 @@ def training_params(config: Config) -> dict[str, Any]:
     return run.training.job_params(run.accounting.delta)
 
 
+def pretrain_training(config: Config) -> dict[str, Any]:
+    """A pretraining job's ``training`` param (:meth:`FinetuneBlock.pretrain_params`)."""
+    run = typed(config)
+    return run.finetune.pretrain_params(run.training, run.accounting.delta)
+
+
+def finetune_training(config: Config, init_checkpoint: str) -> dict[str, Any]:
+    """A fine-tuning job's ``training`` param, starting from ``init_checkpoint`` (:meth:`FinetuneBlock.finetune_params`)."""
+    run = typed(config)
+    return run.finetune.finetune_params(run.training, run.accounting.delta, init_checkpoint)
+
+
 def ablation_training(config: Config, batch: int) -> dict[str, Any]:
     """An ablation job's ``training`` param at physical batch ``batch`` (:meth:`AblationBlock.training`)."""
     run = typed(config)

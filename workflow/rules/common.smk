@@ -34,8 +34,10 @@ from dpscaling.grid import (
     ablation_grid,
     alternation,
     correction_grid,
+    finetune_grid,
     main_grid,
     points_at_length,
+    pretrain_grid,
     repeat_grid,
 )
 from dpscaling.io import lock_results
@@ -52,9 +54,11 @@ from dpscaling.workflow import (
     bootstrap_status,
     bundle_provenance,
     corpus_inputs,
+    finetune_training,
     law_settings,
     model_param,
     private_model_models,
+    pretrain_training,
     private_model_sizes,
     savings_plan_settings,
     savings_settings,
@@ -120,8 +124,11 @@ OTHER_SEQ_LENS = [length for length in SEQ_LENS if length != PRIMARY_SEQ_LEN]
 ABLATION_GRID = ablation_grid(CFG)
 # The physical-batch correction's pairs (fit.physical_batch_correction; none unless enabled).
 CORRECTION_GRID = correction_grid(CFG)
-# Wildcards match the configured values only: the main grid's, the ablation's and the correction's.
-POINTS = GRID + ABLATION_GRID + CORRECTION_GRID
+# Fine-tuning (finetune block; none without it): public pretraining, then the private fine-tuning grid.
+PRETRAIN_GRID = pretrain_grid(CFG)
+FINETUNE_GRID = finetune_grid(CFG)
+# Wildcards match the configured values only: the main grid's, the ablation's, the correction's and fine-tuning's.
+POINTS = GRID + ABLATION_GRID + CORRECTION_GRID + PRETRAIN_GRID + FINETUNE_GRID
 
 
 wildcard_constraints:
@@ -140,6 +147,8 @@ ONE_LENGTH_RUN = layout.run_id(
 # Where a grid run and an ablation run write: curve, checkpoints and log.
 RUN_PATHS = layout.run_paths(RUN)
 ABLATION_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.ABLATION)
+PRETRAIN_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.PRETRAIN)
+FINETUNE_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.FINETUNE)
 
 
 def run_outputs(pattern, points=GRID):
@@ -188,6 +197,31 @@ def grid_job(wildcards, input):
 
 def ablation_job(wildcards, input):
     return grid_work(CFG, wildcards.model, ablation_training(CFG, int(wildcards.batch)))
+
+
+def pretrain_job(wildcards, input):
+    return grid_work(CFG, wildcards.model, pretrain_training(CFG))
+
+
+def finetune_job(wildcards, input):
+    return grid_work(CFG, wildcards.model)
+
+
+def pretrained_checkpoint(model):
+    """Where fine-tuning ``model`` starts: finetune.checkpoints' directory, or its pretraining run's."""
+    given = CFG.finetune.checkpoints.get(model)
+    if given:
+        return given
+    (point,) = [point for point in PRETRAIN_GRID if point.model == model]
+    return f"{RESULTS}/{PRETRAIN_RUN_PATHS.checkpoints}".format(**point.wildcards)
+
+
+def pretrained_curve(wildcards):
+    """The pretraining run a fine-tuning job waits for (none for a model given a checkpoint)."""
+    return run_outputs(
+        f"{RESULTS}/{PRETRAIN_RUN_PATHS.curve}",
+        [point for point in PRETRAIN_GRID if point.model == wildcards.model],
+    )
 
 
 def ablation_scoring_job(wildcards, input):

@@ -465,11 +465,35 @@ class SavingsBlock(Block):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PretrainBlock(Block):
+    steps: int
+    warmup_steps: int
+    physical_batch: int
+    learning_rate: float
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class FinetuneBlock(Block):
     """DP fine-tuning from public pretraining (docs/finetune.md); the private domain is ``data.sources``."""
 
     NAME: ClassVar[str] = "finetune"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"pretrain": PretrainBlock}
     public_sources: tuple[str, ...]
+    pretrain: PretrainBlock
+    learning_rates: tuple[float, ...]
+    checkpoints: Mapping[str, str]
+
+    def pretrain_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
+        """A pretraining job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`) with this
+        block's horizon and batch, no clipping and no noise (public data)."""
+        pretrain = self.pretrain
+        return {**training.job_params(delta), "steps": pretrain.steps, "warmup_steps": pretrain.warmup_steps,
+                "decay_steps": pretrain.steps, "physical_batch": pretrain.physical_batch, "clipping": "none"}
+
+    def finetune_params(self, training: TrainingBlock, delta: float, init_checkpoint: str) -> dict[str, Any]:
+        """A fine-tuning job's ``training`` param: the grid's, starting from ``init_checkpoint``."""
+        return {**training.job_params(delta), "init_checkpoint": init_checkpoint}
 
 
 @dataclass(frozen=True, kw_only=True)

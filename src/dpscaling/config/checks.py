@@ -92,6 +92,13 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
         raise UserError(f"data.vocab_size: set it exactly when data.tokenizer is 'train' (got tokenizer "
                         f"{data.tokenizer!r}, vocab_size {data.vocab_size!r})")
     corpus_spec(run)  # source-specific checks
+    if run.finetune is not None:
+        unknown = sorted(set(run.finetune.checkpoints) - set(models.names))
+        if unknown:
+            raise UserError(f"finetune.checkpoints: {unknown} are not in models.names {list(models.names)}")
+        if run.finetune.pretrain.warmup_steps >= run.finetune.pretrain.steps > 1:
+            raise UserError(f"finetune.pretrain.warmup_steps: {run.finetune.pretrain.warmup_steps} must be below "
+                            f"finetune.pretrain.steps ({run.finetune.pretrain.steps})")
 
 
 def check_ablation(config: Mapping[str, Any] | RunConfig) -> None:

@@ -255,6 +255,7 @@ def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any]
         batch_size=int(wildcards["batch"]),
         seed=int(wildcards["seed"]),
         allow_repeats=training.get("allow_repeats", schema_default("training.allow_repeats")),
+        init_checkpoint=training.get("init_checkpoint"),  # a fine-tuning job's pretrained start
         **settings,
     )
 

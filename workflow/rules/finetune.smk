@@ -1,0 +1,51 @@
+# DP fine-tuning from public pretraining (docs/finetune.md): target finetune, only with a finetune block.
+# Every model is pretrained without privacy on the public domain (rule pretrain, resumable like any
+# training job), then fine-tuned with DP-Adam on the private domain from the pretrained weights over
+# model x noise-batch ratio x finetune.learning_rates (rule finetune_run). Both run at data.seq_len and
+# live under results/<run>/pretrain/ and results/<run>/finetune/, apart from the grid's runs.
+
+
+# The training job (the same script) on the public domain's shards, without clipping or noise.
+use rule train_run as pretrain with:
+    input:
+        meta=f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json".format(seq=PRIMARY_SEQ_LEN),
+        train=f"{RESULTS}/{layout.PUBLIC_PACKED}/train".format(seq=PRIMARY_SEQ_LEN),
+    output:
+        f"{RESULTS}/{PRETRAIN_RUN_PATHS.curve}",
+    log:
+        f"{RESULTS}/{PRETRAIN_RUN_PATHS.log}",
+    resources:
+        **job_resources(CFG, pretrain_job),
+    params:
+        model=lambda wildcards: model_param(CFG, wildcards.model),
+        training=lambda wildcards: pretrain_training(CFG),
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/{PRETRAIN_RUN_PATHS.checkpoints}".format(
+            **wildcards
+        ),
+
+
+# The training job on the private domain, its first step from the pretrained parameters (fresh Adam).
+use rule train_run as finetune_run with:
+    input:
+        meta=PRIMARY_PACKED["meta"],
+        train=PRIMARY_PACKED["train"],
+        pretrained=pretrained_curve,
+    output:
+        f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}",
+    log:
+        f"{RESULTS}/{FINETUNE_RUN_PATHS.log}",
+    resources:
+        **job_resources(CFG, finetune_job),
+    params:
+        model=lambda wildcards: model_param(CFG, wildcards.model),
+        training=lambda wildcards: finetune_training(
+            CFG, pretrained_checkpoint(wildcards.model)
+        ),
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/{FINETUNE_RUN_PATHS.checkpoints}".format(
+            **wildcards
+        ),
+
+
+rule finetune:
+    input:
+        run_outputs(f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}", FINETUNE_GRID),
