@@ -46,6 +46,30 @@ use rule train_run as finetune_run with:
         ),
 
 
+# The fine-tuning law: the paper's pipeline (collect, fit) on the fine-tuning curves, its compute the
+# fine-tuning's own 6MBST (the pretraining is public and sunk).
+FINETUNE_LAW_DIR = f"{RESULTS}/{layout.FINETUNE}{layout.PRIMARY_LAW}"
+
+
+use rule collect_curves as finetune_collect_curves with:
+    input:
+        run_outputs(f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}", FINETUNE_GRID),
+    output:
+        f"{FINETUNE_LAW_DIR}/{layout.CURVES}",
+    log:
+        f"{RESULTS}/logs/{layout.FINETUNE}fit/collect_curves.log",
+
+
+use rule fit_law as finetune_fit_law with:
+    input:
+        results=rules.finetune_collect_curves.output[0],
+    output:
+        directory(f"{FINETUNE_LAW_DIR}/{layout.FIT}"),
+    log:
+        f"{RESULTS}/logs/{layout.FINETUNE}fit/fit_law.log",
+
+
 rule finetune:
     input:
         run_outputs(f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}", FINETUNE_GRID),
+        rules.finetune_fit_law.output,

@@ -93,6 +93,9 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
                         f"{data.tokenizer!r}, vocab_size {data.vocab_size!r})")
     corpus_spec(run)  # source-specific checks
     if run.finetune is not None:
+        if run.results_csv:
+            raise UserError("finetune: not with results_csv (the authors' results replace training; fine-tuning "
+                            "trains its own curves)")
         unknown = sorted(set(run.finetune.checkpoints) - set(models.names))
         if unknown:
             raise UserError(f"finetune.checkpoints: {unknown} are not in models.names {list(models.names)}")
