@@ -100,3 +100,5 @@ def test_pretraining_and_the_fine_tuning_grid() -> None:
     assert pretrain_grid(_config()) == [] and finetune_grid(_config()) == []
     with pytest.raises(UserError, match=r"finetune.checkpoints: \['GPT2Small'\] are not in models.names"):
         check_config(_config({**FINETUNE["finetune"], "checkpoints": {"GPT2Small": "x"}}))
+    with pytest.raises(UserError, match=r"finetune: not with results_csv"):
+        check_config({**_config(FINETUNE["finetune"]), "results_csv": "results.csv"})
