@@ -102,3 +102,18 @@ def test_pretraining_and_the_fine_tuning_grid() -> None:
         check_config(_config({**FINETUNE["finetune"], "checkpoints": {"GPT2Small": "x"}}))
     with pytest.raises(UserError, match=r"finetune: not with results_csv"):
         check_config({**_config(FINETUNE["finetune"]), "results_csv": "results.csv"})
+
+
+def test_the_pretraining_table_reports_each_models_public_compute(tmp_path: Path) -> None:
+    from dpscaling.tables.pretraining import pretraining_table
+
+    paths = []
+    for model, n_params in (("BertMicro", 141_824), ("BertNano", 32_864)):
+        curve = pd.DataFrame({"step": [20, 40], "loss": [6.1, 5.7], "model": model, "n_params": n_params,
+                              "batch_size": 8, "seq_len": 64})
+        paths.append(tmp_path / f"{model}.parquet")
+        curve.to_parquet(paths[-1])
+    table = pretraining_table(paths)
+    assert list(table["Model"]) == ["BertNano", "BertMicro"]  # smallest first
+    assert table["Compute"].tolist() == [6.0 * 32_864 * 8 * 64 * 40, 6.0 * 141_824 * 8 * 64 * 40]
+    assert table["Iterations"].tolist() == [40, 40] and table["Final Loss"].tolist() == [5.7, 5.7]

@@ -3,6 +3,7 @@
 # training job), then fine-tuned with DP-Adam on the private domain from the pretrained weights over
 # model x noise-batch ratio x finetune.learning_rates (rule finetune_run). Both run at data.seq_len and
 # live under results/<run>/pretrain/ and results/<run>/finetune/, apart from the grid's runs.
+from dpscaling.tables import pretraining
 
 
 # The training job (the same script) on the public domain's shards, without clipping or noise.
@@ -69,7 +70,22 @@ use rule fit_law as finetune_fit_law with:
         f"{RESULTS}/logs/{layout.FINETUNE}fit/fit_law.log",
 
 
+# What the pretraining cost, beside the law (its compute is not the law's).
+rule table_pretraining:
+    input:
+        run_outputs(f"{RESULTS}/{PRETRAIN_RUN_PATHS.curve}", PRETRAIN_GRID),
+    output:
+        **table_outputs(pretraining.LABEL),
+    log:
+        f"{RESULTS}/logs/tables/pretraining.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    script:
+        "../scripts/table_pretraining.py"
+
+
 rule finetune:
     input:
         run_outputs(f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}", FINETUNE_GRID),
         rules.finetune_fit_law.output,
+        rules.table_pretraining.output if PRETRAIN_GRID else [],

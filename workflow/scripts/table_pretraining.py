@@ -1,0 +1,7 @@
+from dpscaling.logs import log_to_file
+from dpscaling.tables.pretraining import CAPTION, LABEL, pretraining_table
+from dpscaling.tables.write import write_table
+
+with log_to_file(snakemake.log[0]):
+    table = pretraining_table(snakemake.input)
+    write_table(table, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL)
