@@ -1,6 +1,6 @@
 """Real training jobs on an accelerator through the workflow's own entry point (``run_training``).
 
-Results: docs/train.md, "Measured on an H100".
+Results: docs/runs.md, "Measured on an H100" (docs/train.md, "On a GPU", says how to run it).
 
 * ``spec`` (here, where Snakemake validates the config): the ``train_run`` job of one grid point of
   a config, written as JSON: the model and training params the rule would pass, and the wildcards.

@@ -1,6 +1,6 @@
 """Records/s of the DP training step per BERT size, beside the paper's records/s per TPUv3 core.
 
-Results: docs/train.md, "Measured on an H100"; :data:`dpscaling.cluster.MEASURED_THROUGHPUT` holds them.
+Results: docs/runs.md, "Measured on an H100" (docs/train.md, "On a GPU", says how to run it).
 
 The paper's appendix "Training Throughput" measured records/s per TPUv3 core at sequence length 512
 (pure data parallelism). This times the same work on this machine's first device: the DP-Adam step
@@ -59,7 +59,6 @@ def fitting_microbatch(args: argparse.Namespace, limit: int | None) -> int:
 
 
 def measure(args: argparse.Namespace, name: str, microbatch: int) -> dict:
-    args.model = name
     config = TrainConfig(**base_config(args, args.batch), clipping=args.clipping, microbatch_size=microbatch,
                          noise_batch_ratio=2.0**-10)
     variant = JaxVariant(f"{name} DP {args.clipping}", config, args, token_batch(args))
