@@ -258,3 +258,37 @@ def test_the_noise_edge_is_flagged() -> None:
     (flag,) = noise_flags(2.0**-12 * 1.01, (2.0**-12, 2.0**-6))
     assert flag.code == "noise_batch_ratio_at_edge" and flag.limit == 2.0**-12
     assert noise_flags(2.0**-10, (2.0**-12, 2.0**-6)) == []
+
+
+def test_a_fine_tuning_law_answers_with_a_pretrained_model_and_names_its_checkpoint(run, run_dir, tmp_path) -> None:
+    from dpscaling.commands.law import render_answer
+    from dpscaling.law.bundle import write_bundle
+    from law_bundle_data import shapes_provenance
+
+    pretrained = {"Synthetic0": "ckpt/pretrain/Synthetic0", "Synthetic2": "ckpt/pretrain/Synthetic2"}
+    law_dir = run_dir / "law"
+    out = write_bundle(tmp_path / "finetune-bundle", law_dir / "fit",
+                       provenance={**shapes_provenance(), "regime": "fine-tuning", "pretrained": pretrained},
+                       sigma_table=run_dir / "accounting" / "sigma_table.parquet",
+                       calibration=run_dir / "validate" / "calibration.json").root
+    law = dpscaling.load_law(out)
+    sizes = law.bundle.law.grid.drop_duplicates("Model").set_index("Model")["Model Size"]
+    answer = law.query(**QUERY)
+    runnable = answer.runnable
+    # The search only weighs the pretrained models (a size between them has no weights to start from) ...
+    assert answer.optimum.model_size in {float(sizes[name]) for name in pretrained}
+    assert runnable.model.name in pretrained and runnable.model.measured
+    assert runnable.init_checkpoint == pretrained[runnable.model.name]
+    # ... and the answer says where it starts, in its JSON, its text and the block that trains it.
+    assert answer.to_json()["init_checkpoint"] == pretrained[runnable.model.name]
+    fixed = runnable.train_config()["private_model"]["budgets"][0]["configuration"]
+    assert fixed["init_checkpoint"] == pretrained[runnable.model.name] and fixed["model"] == runnable.model.name
+    assert f"fine-tuned from the pretrained checkpoint {pretrained[runnable.model.name]}" in render_answer(answer)
+    # A law of training from scratch names no checkpoint (and may answer a size between the measured ones).
+    scratch = write_run_bundle(run_dir, tmp_path / "scratch-bundle").root
+    assert dpscaling.load_law(scratch).query(**QUERY).runnable.init_checkpoint is None
+    # A model-size range holding no pretrained model is refused, naming them.
+    middle = float(sizes["Synthetic1"])
+    status, _, err = run("query", "--law", out, "--compute", QUERY["compute"], "--epsilon", QUERY["epsilon"],
+                         "--users", QUERY["users"], "--model-size-range", middle * 0.99, middle * 1.01)
+    assert status != 0 and "no pretrained model" in err and "Synthetic0" in err

@@ -153,6 +153,18 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
     return provenance
 
 
+def finetune_bundle_provenance(config: Config, checkpoints: Mapping[str, str]) -> dict[str, Any]:
+    """The fine-tuning law's bundle provenance: the grid's (:func:`bundle_provenance`) with the ``finetune``
+    block's sha256, the public domain's sources and each model's pretrained checkpoint (``checkpoints``,
+    model → directory), which an answer names as its start (:class:`dpscaling.law.answers.Runnable`)."""
+    run = typed(config)
+    block = run.to_mapping()["finetune"]
+    return {**bundle_provenance(config), "regime": "fine-tuning",
+            "finetune_sha256": hashlib.sha256(json.dumps(block, sort_keys=True, default=str).encode()).hexdigest(),
+            "public_sources": list(run.finetune.public_sources), "private_sources": list(run.data.sources or ()),
+            "pretrained": {name: str(checkpoints[name]) for name in run.models.names}}
+
+
 def private_model_models(config: Config, label: str) -> list[str]:
     """The models private_model's budget ``label`` may train: the model its ``configuration`` names (a grid
     model, or a ``models.custom`` entry the grid does not train, such as the shape ``dpscaling query``

@@ -54,6 +54,7 @@ from dpscaling.workflow import (
     bootstrap_status,
     bundle_provenance,
     corpus_inputs,
+    finetune_bundle_provenance,
     finetune_training,
     law_settings,
     model_param,
@@ -187,6 +188,37 @@ def table_outputs(label):
         files["csv"], caption="../report/table.rst", category="Tables"
     )
     return files
+
+
+# What validate_law writes beside the calibration file `calibration` (<dir>/validate/calibration.json): the
+# error table, predicted against measured, and how often the seed-only and the calibrated 90% intervals cover
+# (docs/fit.md "Calibrated intervals"); `dpscaling query --law <dir>/law/fit` finds the calibration.
+def validation_outputs(calibration):
+    where = os.path.dirname(calibration)
+    return {
+        "csv": report(
+            f"{where}/validation.csv",
+            caption="../report/table.rst",
+            category="Validation",
+        ),
+        "md": f"{where}/validation.md",
+        "tex": f"{where}/validation.tex",
+        "pdf": report(
+            f"{where}/predicted_vs_measured.pdf",
+            caption="../report/validation.rst",
+            category="Validation",
+        ),
+        "png": f"{where}/predicted_vs_measured.png",
+        "data": f"{where}/predicted_vs_measured.csv",
+        "coverage": report(
+            f"{where}/coverage.csv",
+            caption="../report/coverage.rst",
+            category="Validation",
+        ),
+        "coverage_md": f"{where}/coverage.md",
+        "coverage_tex": f"{where}/coverage.tex",
+        "calibration": calibration,
+    }
 
 
 # What one job of each training-like rule computes (dpscaling.cluster.Work); job_resources turns it into

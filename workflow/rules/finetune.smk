@@ -70,6 +70,49 @@ use rule fit_law as finetune_fit_law with:
         f"{RESULTS}/logs/{layout.FINETUNE}fit/fit_law.log",
 
 
+# The fine-tuning law's held-out validation and calibrated intervals (validate_law on its curves), beside it.
+use rule validate_law as finetune_validate_law with:
+    input:
+        results=rules.finetune_collect_curves.output[0],
+    output:
+        **validation_outputs(f"{RESULTS}/{layout.FINETUNE}{layout.CALIBRATION}"),
+    log:
+        f"{RESULTS}/logs/{layout.FINETUNE}fit/validate.log",
+    params:
+        modes=validation_modes(CFG),
+        results_format="dpscaling",
+        caption=validation.CAPTION,
+        coverage_caption=calibration.CAPTION,
+        replicates=config["fit"]["validation"]["replicates"],
+        seed=config["fit"]["bootstrap"]["seed"],
+        interval_scale=config["fit"]["validation"]["interval_scale"],
+
+
+# The fine-tuning law's bundle: its answers search the pretrained models only and name the checkpoint
+# each starts from (docs/finetune.md).
+use rule law_bundle as finetune_law_bundle with:
+    input:
+        law=rules.finetune_fit_law.output[0],
+        sigma_table=rules.accounting_table.output.table,
+        bootstrap=[],
+        calibration=rules.finetune_validate_law.output.calibration,
+        correction=[],
+        lengths=[],
+        data_meta=PRIMARY_PACKED["meta"],
+    output:
+        directory(f"{RESULTS}/{layout.FINETUNE}law/bundle"),
+    log:
+        f"{RESULTS}/logs/{layout.FINETUNE}fit/law_bundle.log",
+    params:
+        provenance=(
+            finetune_bundle_provenance(
+                CFG, {name: pretrained_checkpoint(name) for name in CFG.models.names}
+            )
+            if CFG.finetune
+            else {}
+        ),
+
+
 # What the pretraining cost, beside the law (its compute is not the law's).
 rule table_pretraining:
     input:
@@ -88,4 +131,6 @@ rule finetune:
     input:
         run_outputs(f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}", FINETUNE_GRID),
         rules.finetune_fit_law.output,
+        rules.finetune_validate_law.output,
+        rules.finetune_law_bundle.output,
         rules.table_pretraining.output if PRETRAIN_GRID else [],

@@ -217,30 +217,7 @@ rule validate_law:
     input:
         results=FIT_RESULTS,
     output:
-        csv=report(
-            f"{RESULTS}/validate/validation.csv",
-            caption="../report/table.rst",
-            category="Validation",
-        ),
-        md=f"{RESULTS}/validate/validation.md",
-        tex=f"{RESULTS}/validate/validation.tex",
-        pdf=report(
-            f"{RESULTS}/validate/predicted_vs_measured.pdf",
-            caption="../report/validation.rst",
-            category="Validation",
-        ),
-        png=f"{RESULTS}/validate/predicted_vs_measured.png",
-        data=f"{RESULTS}/validate/predicted_vs_measured.csv",
-        # How often the seed-only and the calibrated 90% intervals cover (docs/fit.md "Calibrated intervals").
-        coverage=report(
-            f"{RESULTS}/validate/coverage.csv",
-            caption="../report/coverage.rst",
-            category="Validation",
-        ),
-        coverage_md=f"{RESULTS}/validate/coverage.md",
-        coverage_tex=f"{RESULTS}/validate/coverage.tex",
-        # `dpscaling query --law <run>/law/fit` finds it and prints the calibrated interval.
-        calibration=f"{RESULTS}/{layout.CALIBRATION}",
+        **validation_outputs(f"{RESULTS}/{layout.CALIBRATION}"),
     log:
         f"{RESULTS}/logs/fit/validate.log",
     conda:

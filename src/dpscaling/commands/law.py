@@ -337,6 +337,8 @@ def render_answer(answer: Answer) -> str:
         f"query        compute {query['compute']:.3g} FLOPs, ε = {query['epsilon']:g}, δ = {query['delta']:g}, "
         f"N = {budget}, S = {runnable.seq_len}",
         f"model        {runnable.model_size:,} parameters ({model})",
+        *([f"start        fine-tuned from the pretrained checkpoint {runnable.init_checkpoint} (public "
+           "pretraining; its compute is not in this answer's)"] if runnable.init_checkpoint else []),
         f"batch        B = {runnable.batch_size:,} sequences ({batches:,} microbatches of {runnable.microbatch_size})",
         f"steps        T = {runnable.iterations:,}   (compute {runnable.compute:.4g} FLOPs, "
         f"{runnable.tokens / runnable.model_size:.3g} tokens per parameter)",

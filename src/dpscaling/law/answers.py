@@ -125,6 +125,8 @@ class Runnable:
     calibrated_interval: tuple[float, float] | None
     learning_rate: float | None
     model_note: str = ""
+    # A fine-tuning law's answer: the pretrained checkpoint its first step starts from (docs/finetune.md).
+    init_checkpoint: str | None = None
 
     @property
     def compute(self) -> float:
@@ -137,7 +139,7 @@ class Runnable:
     def train_config(self) -> dict[str, Any]:
         """The config block that trains exactly this configuration with ``snakemake private_model``."""
         return train_config(self.model, self.batch_size, self.iterations, self.learning_rate, self.epsilon,
-                            self.delta, self.data_budget, self.compute)
+                            self.delta, self.data_budget, self.compute, self.init_checkpoint)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -149,7 +151,8 @@ class Runnable:
             "accountant": self.accountant, "predicted_loss": self.predicted_loss,
             "seed_only_interval_90": _pair(self.seed_only_interval),
             "calibrated_interval_90": _pair(self.calibrated_interval), "learning_rate": self.learning_rate,
-            "model_note": self.model_note or None, "train_config": self.train_config() or None}
+            "model_note": self.model_note or None, "init_checkpoint": self.init_checkpoint,
+            "train_config": self.train_config() or None}
 
 
 @dataclass(frozen=True)
@@ -312,11 +315,37 @@ class ScalingLaw:
         shapes = self.bundle.shapes
         if not shapes:
             raise UserError("no model shape: the law records no shapes of its measured models")
+        if self.pretrained:  # only a pretrained model has weights to start from
+            started = [shape for shape in shapes if shape.name in self.pretrained]
+            if not started:
+                raise UserError(f"no model shape: none of the law's pretrained models {sorted(self.pretrained)} "
+                                "has a recorded shape")
+            return min(started, key=lambda shape: abs(math.log(shape.param_count / float(model_size))))
         from dpscaling.models.family import family_named
 
         vocab = self.bundle.provenance.get("vocab_size") or family_named(shapes[0].family).vocab_size
         return nearest_shape(float(model_size), shapes, int(vocab), int(seq_len or self.seq_len), bounds=bounds,
                              measured_seq_len=self.seq_len)
+
+    @property
+    def pretrained(self) -> dict[str, str]:
+        """A fine-tuning law's pretrained checkpoints, model name → checkpoint directory ({} for a law of
+        training from scratch)."""
+        return dict(self.bundle.provenance.get("pretrained") or {})
+
+    def candidate_sizes(self, model_size_range: tuple[float, float]) -> np.ndarray:
+        """The model sizes a query searches: a grid over ``model_size_range``; for a fine-tuning law only the
+        pretrained models' sizes inside it (a size between them has no weights to start from)."""
+        if not self.pretrained:
+            return model_size_grid(*model_size_range)
+        sizes = self.bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE]
+        low, high = model_size_range
+        inside = sorted(float(sizes[name]) for name in self.pretrained
+                        if name in sizes and low <= float(sizes[name]) <= high)
+        if not inside:
+            raise UserError(f"--model-size-range {low:g}..{high:g}: no pretrained model of this fine-tuning law "
+                            f"lies inside it ({', '.join(f'{n} {sizes[n]:g}' for n in self.pretrained if n in sizes)})")
+        return np.array(inside)
 
     def default_tolerance(self) -> float:
         return REFERENCE_BAND_TOLERANCE if self.bundle.law.settings.reference_compatible else DEFAULT_TOLERANCE
@@ -360,7 +389,7 @@ class ScalingLaw:
             raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
         surface = self._surface(self.seq_len)
         units = data.units(self.seq_len)
-        sizes = model_size_grid(*(model_size_range or surface.model_size_range))
+        sizes = self.candidate_sizes(model_size_range or surface.model_size_range)
         answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
                                  surface.iteration_bounds, tolerance, correction=correction)
         self._remember_optimum(answer, compute, epsilon, units, surface, sizes, source, correction)
@@ -644,9 +673,10 @@ class ScalingLaw:
             rate = best_learning_rate(bundle.law.grid, nearest_measured(float(model_size), sizes), nbr, steps)
         except UserError:
             rate = None
+        start = self.pretrained.get(shape.name) if shape is not None else None
         return Runnable(shape, int(model_size), batch, steps, microbatch, surface.seq_len, float(epsilon),
                         float(source.delta), float(units), float(sigma), float(nbr), branch, accountant, predicted,
-                        seed_only, calibrated, rate, note)
+                        seed_only, calibrated, rate, note, start)
 
     def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: _Surface, sizes,
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,

@@ -166,13 +166,16 @@ def exact_sigma(epsilon: float, delta: float, batch: int, units: float, steps: i
 
 
 def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate: float | None, epsilon: float,
-                 delta: float, units: float, compute: float) -> dict[str, Any]:
-    """The config block that trains this configuration with the ``private_model`` target."""
+                 delta: float, units: float, compute: float, init_checkpoint: str | None = None) -> dict[str, Any]:
+    """The config block that trains this configuration with the ``private_model`` target (a fine-tuning law's
+    answer from ``init_checkpoint``, its pretrained start)."""
     if shape is None:
         return {}
     configuration = {"model": shape.name, "batch_size": int(batch), "iterations": int(steps)}
     if learning_rate is not None:
         configuration["learning_rate"] = float(learning_rate)
+    if init_checkpoint is not None:
+        configuration["init_checkpoint"] = str(init_checkpoint)
     block: dict[str, Any] = {}
     if not shape.measured:
         block["models"] = {"custom": {shape.name: shape.custom_entry()}}
