@@ -3,6 +3,8 @@
 # training job), then fine-tuned with DP-Adam on the private domain from the pretrained weights over
 # model x noise-batch ratio x finetune.learning_rates (rule finetune_run). Both run at data.seq_len and
 # live under results/<run>/pretrain/ and results/<run>/finetune/, apart from the grid's runs.
+from dpscaling import finetune_findings
+from dpscaling.figures.finetune import NAME as FINETUNE_FIGURE
 from dpscaling.tables import pretraining
 
 
@@ -113,6 +115,37 @@ use rule law_bundle as finetune_law_bundle with:
         ),
 
 
+# What changes against training from scratch on the same private data (docs/finetune.md "What changes"):
+# the paper's findings on the fine-tuning law, the comparison at equal (C, eps, N), and its figure.
+rule finetune_findings:
+    input:
+        scratch_law=LAW,
+        scratch_results=FIT_RESULTS,
+        finetune_law=rules.finetune_fit_law.output[0],
+        finetune_results=rules.finetune_collect_curves.output[0],
+        sigma_table=SIGMA_TABLE,
+    output:
+        **table_outputs(finetune_findings.LABEL),
+        comparison=f"{RESULTS}/tables/{finetune_findings.COMPARISON_LABEL.replace(':', '-')}.csv",
+        comparison_md=f"{RESULTS}/tables/{finetune_findings.COMPARISON_LABEL.replace(':', '-')}.md",
+        comparison_tex=f"{RESULTS}/tables/{finetune_findings.COMPARISON_LABEL.replace(':', '-')}.tex",
+        figure=f"{RESULTS}/figures/{FINETUNE_FIGURE}.pdf",
+        figure_png=f"{RESULTS}/figures/{FINETUNE_FIGURE}.png",
+        figure_data=f"{RESULTS}/figures/{FINETUNE_FIGURE}.csv",
+    log:
+        f"{RESULTS}/logs/tables/finetune_findings.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=30,
+    params:
+        analysis=ANALYSIS,
+        sampling=config["accounting"]["sampling"],
+    script:
+        "../scripts/finetune_findings.py"
+
+
 # What the pretraining cost, beside the law (its compute is not the law's).
 rule table_pretraining:
     input:
@@ -133,4 +166,5 @@ rule finetune:
         rules.finetune_fit_law.output,
         rules.finetune_validate_law.output,
         rules.finetune_law_bundle.output,
+        rules.finetune_findings.output,
         rules.table_pretraining.output if PRETRAIN_GRID else [],

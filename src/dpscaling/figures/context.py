@@ -144,10 +144,13 @@ class AnalysisContext:
                                self.model_sizes, self.iteration_bounds, self.settings.near_optimal_tolerance,
                                self.batch_sizes(epsilon))
 
-    def best_per_compute(self, epsilon: float, users: float, budgets: np.ndarray | None = None) -> pd.DataFrame:
+    def best_per_compute(self, epsilon: float, users: float, budgets: np.ndarray | None = None,
+                         model_sizes: np.ndarray | None = None) -> pd.DataFrame:
+        """The compute-optimal configuration per budget, over ``model_sizes`` (None: the law's model range)."""
         budgets = self.compute_budgets() if budgets is None else budgets
+        sizes = self.model_sizes if model_sizes is None else model_sizes
         return best_loss_per_compute(budgets, epsilon, users, self.law.loss, self.sigma, self.law.seq_len,
-                                     self.model_sizes, self.iteration_bounds, self.batch_sizes(epsilon))
+                                     sizes, self.iteration_bounds, self.batch_sizes(epsilon))
 
     def near_optimal(self, epsilon: float, users: float, budgets: np.ndarray | None = None) -> pd.DataFrame:
         """Per budget: the optimum and each hyper-parameter's near-optimal min / max (figure bands)."""

@@ -1,0 +1,45 @@
+from dpscaling.figures.context import load_context
+from dpscaling.figures.finetune import finetune_figure
+from dpscaling.figures.settings import AnalysisSettings
+from dpscaling.finetune_findings import (
+    CAPTION,
+    COMPARISON_CAPTION,
+    COMPARISON_LABEL,
+    FINDING_NAMES,
+    LABEL,
+    check_finetune_findings,
+)
+from dpscaling.findings import findings_table
+from dpscaling.logs import log_to_file
+from dpscaling.tables.write import write_table
+
+with log_to_file(snakemake.log[0]) as log:
+    settings = AnalysisSettings.from_mapping(snakemake.params.analysis)
+    given = snakemake.input
+    scratch = load_context(
+        given.scratch_law,
+        settings,
+        sigma_table=given.sigma_table,
+        results=given.scratch_results,
+        sampling=snakemake.params.sampling,
+    )
+    finetuned = load_context(
+        given.finetune_law,
+        settings,
+        sigma_table=given.sigma_table,
+        results=given.finetune_results,
+        sampling=snakemake.params.sampling,
+    )
+    findings, table = check_finetune_findings(scratch, finetuned)
+    findings_frame = findings_table(findings, FINDING_NAMES[: len(findings)])
+    log.info("fine-tuning findings:\n%s", findings_frame.to_string(index=False))
+    write_table(
+        findings_frame, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL
+    )
+    write_table(
+        table,
+        snakemake.output.comparison.removesuffix(".csv"),
+        COMPARISON_CAPTION,
+        COMPARISON_LABEL,
+    )
+    finetune_figure(table, snakemake.output.figure.removesuffix(".pdf"))
