@@ -117,3 +117,20 @@ def test_the_pretraining_table_reports_each_models_public_compute(tmp_path: Path
     assert list(table["Model"]) == ["BertNano", "BertMicro"]  # smallest first
     assert table["Compute"].tolist() == [6.0 * 32_864 * 8 * 64 * 40, 6.0 * 141_824 * 8 * 64 * 40]
     assert table["Iterations"].tolist() == [40, 40] and table["Final Loss"].tolist() == [5.7, 5.7]
+
+
+def test_a_pretrained_private_budget_needs_the_fine_tuning_stage_and_a_pretrained_model() -> None:
+    from dpscaling.private_model import budgets
+
+    entry = {"epsilon": 16.0, "data_budget": 1000, "compute": 1e10, "pretrained": True}
+    with_budget = {"budgets": [entry], "evaluation": SMOKE["private_model"]["evaluation"]}
+    with pytest.raises(UserError, match=r"private_model.budgets\[0\].pretrained: needs a finetune block"):
+        check_config(validated({**_config(), "private_model": with_budget}))
+    fixed = {**entry, "configuration": {"model": "DecoderNano", "batch_size": 8, "iterations": 10}}
+    with pytest.raises(UserError, match=r"budgets\[0\].configuration.model: 'DecoderNano' has no pretrained checkpoint"):
+        check_config(validated({**_config(FINETUNE["finetune"]), "private_model": {**with_budget, "budgets": [fixed]}}))
+    check_config(validated({**_config(FINETUNE["finetune"]), "private_model": with_budget}))
+    # its own label (a directory apart from the same budget from scratch), kept through the plan's JSON
+    (tuned,), (scratch,) = budgets(with_budget, 1e-8), budgets({"budgets": [{**entry, "pretrained": False}]}, 1e-8)
+    assert tuned.label == f"{scratch.label}_pretrained" and "pretrained" not in scratch.to_json()
+    assert type(tuned).from_json(tuned.to_json()) == tuned

@@ -12,7 +12,8 @@ import pytest
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.finetune import finetune_figure
 from dpscaling.finetune_findings import (
-    FINETUNED, GAIN, SCRATCH, best_loss_per_model, check_finetune_findings, falls_with_size, column, comparison_table, pretraining_lowers_the_loss)
+    FINETUNED, GAIN, SCRATCH, best_loss_per_model, check_finetune_findings, column, comparison_table, falls_with_size,
+    pretraining_lowers_the_loss)
 from dpscaling.law import LawSettings
 from dpscaling.law.artifact import fit_law
 from dpscaling.law.columns import CROSS_ENTROPY, MODEL_SIZE

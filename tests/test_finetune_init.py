@@ -85,3 +85,45 @@ def test_a_checkpoint_of_another_shape_or_family_is_refused_naming_both(corpus, 
 def test_a_study_run_s_checkpoint_record_is_unchanged_by_the_new_field() -> None:
     assert "init_checkpoint" not in PRETRAIN.to_dict()
     assert dataclasses.replace(PRETRAIN, init_checkpoint="x").to_dict()["init_checkpoint"] == "x"
+
+
+def test_a_pretrained_private_budget_starts_from_its_checkpoint_with_the_private_n_and_unchanged_dp(
+        corpus, pretrained, tmp_path):
+    """private_model's pretrained budget (docs/finetune.md): the run starts from its model's checkpoint and
+    its accounting is that of the same plan trained from scratch: N = the budget's private sequences, the same
+    σ, q and L; ε of the recorded σ, q, T recomputed independently with dp_accounting."""
+    import dp_accounting
+
+    from dpscaling.io import write_json_atomic
+    from dpscaling.plans import Budget, PrivatePlan
+    from dpscaling.private_model import train_plan
+
+    units = min(120, load_meta(corpus).n_train)
+    model = {"layers": 1, "heads": 2, "hidden": 32, "intermediate": None, "family": "decoder", "max_positions": 512}
+    training = {"seed": 0, "learning_rate": 2.0**-8, "warmup_steps": 1, "decay_steps": 4, "decay_factor": 10.0,
+                "log_every": 2, "checkpoint_every": 4, "clip_norm": 1.0, "physical_batch": 8}
+    curves = {}
+    for pretrained_budget in (True, False):
+        budget = Budget(8.0, 1e-6, units, 1e9, pretrained=pretrained_budget)
+        plan = PrivatePlan(budget, "DecoderTiny", 1.0, 16, 4, 2.0**-8, 32, 1.0, 1.0, 1.0 / 16, 1.0, 16, 0.0, 0.0,
+                           5.0, 5.0, None, {"kind": "test"})
+        write_json_atomic(tmp_path / f"plan-{pretrained_budget}.json", plan.to_json())
+        checkpoints = {"DecoderTiny": str(pretrained)} if pretrained_budget else {}
+        out = tmp_path / f"run-{pretrained_budget}"
+        train_plan(tmp_path / f"plan-{pretrained_budget}.json", {"DecoderTiny": model},
+                   {**training, "init_checkpoints": checkpoints}, corpus, out / "metrics.parquet", out / "ckpt")
+        curves[pretrained_budget] = pq.read_table(out / "metrics.parquet").to_pandas()
+    tuned, scratch = curves[True], curves[False]
+    assert set(tuned["init_checkpoint"]) == {str(pretrained)} and "init_checkpoint" not in scratch
+    assert tuned["loss"].iloc[0] < scratch["loss"].iloc[0] - 0.5  # it really starts pretrained
+    accounting = ["epsilon", "delta", "sigma", "sampling_probability", "dataset_size", "expected_batch_size",
+                  "truncated_batch_size", "accounted_steps"]
+    assert tuned[accounting].iloc[-1].to_dict() == scratch[accounting].iloc[-1].to_dict()
+    last = tuned.iloc[-1]
+    assert last["dataset_size"] == units and last["sampling_probability"] == pytest.approx(16 / units)
+    accountant = dp_accounting.pld.PLDAccountant()
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(
+        float(last["sampling_probability"]), dp_accounting.GaussianDpEvent(float(last["sigma"]))),
+        int(last["accounted_steps"]))
+    assert accountant.get_epsilon(1e-6) == pytest.approx(float(last["untruncated_epsilon"]), rel=1e-3)
+    assert last["untruncated_epsilon"] <= last["epsilon"] <= 8.0 + 1e-6

@@ -281,8 +281,8 @@ def test_a_fine_tuning_law_answers_with_a_pretrained_model_and_names_its_checkpo
     assert runnable.init_checkpoint == pretrained[runnable.model.name]
     # ... and the answer says where it starts, in its JSON, its text and the block that trains it.
     assert answer.to_json()["init_checkpoint"] == pretrained[runnable.model.name]
-    fixed = runnable.train_config()["private_model"]["budgets"][0]["configuration"]
-    assert fixed["init_checkpoint"] == pretrained[runnable.model.name] and fixed["model"] == runnable.model.name
+    budget = runnable.train_config()["private_model"]["budgets"][0]
+    assert budget["pretrained"] is True and budget["configuration"]["model"] == runnable.model.name
     assert f"fine-tuned from the pretrained checkpoint {pretrained[runnable.model.name]}" in render_answer(answer)
     # A law of training from scratch names no checkpoint (and may answer a size between the measured ones).
     scratch = write_run_bundle(run_dir, tmp_path / "scratch-bundle").root

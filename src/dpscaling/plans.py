@@ -41,6 +41,8 @@ class Budget:
     data_budget: int
     compute: float
     configuration: FixedConfiguration | None = None
+    # Fine-tuned from the run's pretrained checkpoints, planned by the fine-tuning law (docs/finetune.md).
+    pretrained: bool = False
 
     @property
     def label(self) -> str:
@@ -48,18 +50,24 @@ class Budget:
         label = (f"eps={canonical(self.epsilon)}_delta={canonical(self.delta)}"
                  f"_N={canonical(self.data_budget)}_C={self.compute:.4g}")
         fixed = self.configuration
-        return label if fixed is None else f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
+        if fixed is not None:
+            label = f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
+        return f"{label}_pretrained" if self.pretrained else label
 
     def to_json(self) -> dict[str, Any]:
-        """The budget as a plan records it: its fields and its label."""
-        return dataclasses.asdict(self) | {"label": self.label}
+        """The budget as a plan records it: its fields (``pretrained`` only when set) and its label."""
+        record = dataclasses.asdict(self) | {"label": self.label}
+        if not self.pretrained:
+            del record["pretrained"]
+        return record
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> Budget:
         """The budget :meth:`to_json` wrote (its label follows from the fields)."""
         fixed = record["configuration"]
         return cls(float(record["epsilon"]), float(record["delta"]), int(record["data_budget"]),
-                   float(record["compute"]), None if fixed is None else FixedConfiguration(**fixed))
+                   float(record["compute"]), None if fixed is None else FixedConfiguration(**fixed),
+                   bool(record.get("pretrained", False)))
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -
             fixed = FixedConfiguration(str(fixed["model"]), int(fixed["batch_size"]), int(fixed["iterations"]),
                                        None if rate is None else float(rate))
         budget = Budget(float(entry["epsilon"]), float(default_delta if delta is None else delta),
-                        int(entry["data_budget"]), float(entry["compute"]), fixed)
+                        int(entry["data_budget"]), float(entry["compute"]), fixed, bool(entry.get("pretrained")))
         if not (budget.epsilon > 0 and 0 < budget.delta < 1 and budget.data_budget >= 1 and budget.compute > 0):
             raise UserError(f"{name}.budgets[{index}]: epsilon, data_budget and compute must be positive and "
                             f"delta in (0, 1), got {dict(entry)}")
@@ -369,6 +369,14 @@ def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], tra
     from dpscaling.train import run_training
 
     plan = read_plan(plan_path)
+    training = dict(training)
+    # A pretrained budget (docs/finetune.md): the run starts from its model's pretrained checkpoint.
+    init_checkpoints = training.pop("init_checkpoints", None) or {}
+    if plan.budget.pretrained:
+        if plan.model not in init_checkpoints:
+            raise UserError(f"private_model.budgets {plan.budget.label}: no pretrained checkpoint for "
+                            f"{plan.model!r} (have {sorted(init_checkpoints)})")
+        training["init_checkpoint"] = str(init_checkpoints[plan.model])
     model, seed = models[plan.model], int(training["seed"])
     config = (train_config_for(plan, model, training, seed) if twin is None
               else twin_config_for(plan, model, training, twin, int(grid_batch), seed))

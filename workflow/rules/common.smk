@@ -256,6 +256,29 @@ def pretrained_curve(wildcards):
     )
 
 
+def private_plan_law(wildcards):
+    """The law that plans private_model's budget: the fine-tuning law for a pretrained budget, else the grid's."""
+    if wildcards.budget in PRETRAINED_BUDGETS:
+        return rules.finetune_fit_law.output[0]
+    return rules.fit_law.output[0]
+
+
+def private_plan_correction(wildcards):
+    """The physical-batch correction (fitted on the grid's runs) for a budget the grid's law plans."""
+    return [] if wildcards.budget in PRETRAINED_BUDGETS else CORRECTION
+
+
+def private_budget_training(wildcards):
+    """A private_model job's ``training`` param; a pretrained budget's adds ``init_checkpoints`` (model ->
+    pretrained checkpoint: its plan picks the model), so the other budgets' params stay as they were.
+    """
+    training = private_training(config["training"])
+    if wildcards.budget not in PRETRAINED_BUDGETS:
+        return training
+    checkpoints = {name: pretrained_checkpoint(name) for name in CFG.models.names}
+    return {**training, "init_checkpoints": checkpoints}
+
+
 def ablation_scoring_job(wildcards, input):
     return evaluation_work(wildcards.model, CFG.ablation_batch.evaluation.examples)
 

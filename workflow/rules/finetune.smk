@@ -146,6 +146,39 @@ rule finetune_findings:
         "../scripts/finetune_findings.py"
 
 
+# private_model's budgets fine-tuned from the pretrained checkpoints (pretrained: true), reported against
+# the fine-tuning law's prediction and its calibrated interval (docs/finetune.md "Trained privately").
+FINETUNE_PRIVATE = f"{RESULTS}/{layout.FINETUNE}private_model"
+
+
+use rule private_model_report as finetune_private_model_report with:
+    input:
+        law=rules.finetune_fit_law.output[0],
+        bootstrap=[],
+        plans=expand(rules.private_model_plan.output[0], budget=PRETRAINED_BUDGETS),
+        curves=expand(rules.private_model_train.output[0], budget=PRETRAINED_BUDGETS),
+        evaluations=expand(
+            rules.private_model_evaluate.output[0], budget=PRETRAINED_BUDGETS
+        ),
+        audits=expand(
+            rules.private_model_audit.output.summary, budget=PRETRAINED_BUDGETS
+        ),
+        twins=expand(
+            rules.private_model_twin.output[0], budget=PRETRAINED_BUDGETS, twin=TWINS
+        ),
+        correction=[],
+        calibration=rules.finetune_validate_law.output.calibration,
+    output:
+        csv=f"{FINETUNE_PRIVATE}/table.csv",
+        md=f"{FINETUNE_PRIVATE}/table.md",
+        tex=f"{FINETUNE_PRIVATE}/table.tex",
+        pdf=f"{FINETUNE_PRIVATE}/predicted_vs_achieved.pdf",
+        png=f"{FINETUNE_PRIVATE}/predicted_vs_achieved.png",
+        data=f"{FINETUNE_PRIVATE}/predicted_vs_achieved.csv",
+    log:
+        f"{RESULTS}/logs/{layout.FINETUNE}private_model/report.log",
+
+
 # What the pretraining cost, beside the law (its compute is not the law's).
 rule table_pretraining:
     input:

@@ -4,11 +4,17 @@
 from dpscaling.private_model import TWINS, budgets as private_budgets, private_training
 
 PRIVATE = f"{RESULTS}/private_model"
-PRIVATE_BUDGETS = [
-    budget.label
-    for budget in private_budgets(
-        config["private_model"], config["accounting"]["delta"]
-    )
+PRIVATE_BUDGET_LIST = private_budgets(
+    config["private_model"], config["accounting"]["delta"]
+)
+PRIVATE_BUDGETS = [budget.label for budget in PRIVATE_BUDGET_LIST]
+# Budgets fine-tuned from the pretrained checkpoints (docs/finetune.md): planned by the fine-tuning law,
+# reported beside it; the others are planned by the grid's law.
+PRETRAINED_BUDGETS = [
+    budget.label for budget in PRIVATE_BUDGET_LIST if budget.pretrained
+]
+SCRATCH_BUDGETS = [
+    budget.label for budget in PRIVATE_BUDGET_LIST if not budget.pretrained
 ]
 
 
@@ -19,9 +25,9 @@ wildcard_constraints:
 
 rule private_model_plan:
     input:
-        law=rules.fit_law.output[0],
+        law=private_plan_law,
         sigma_table=SIGMA_TABLE,
-        correction=CORRECTION,
+        correction=private_plan_correction,
     output:
         f"{PRIVATE}/{{budget}}/plan.json",
     log:
@@ -61,7 +67,7 @@ rule private_model_train:
             name: model_param(CFG, name)
             for name in private_model_models(CFG, wildcards.budget)
         },
-        training=private_training(config["training"]),
+        training=private_budget_training,
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
     script:
         "../scripts/private_model_train.py"
@@ -88,7 +94,7 @@ rule private_model_twin:
             name: model_param(CFG, name)
             for name in private_model_models(CFG, wildcards.budget)
         },
-        training=private_training(config["training"]),
+        training=private_budget_training,
         grid_batch=config["training"]["physical_batch"],
         checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/twin_{wildcards.twin}/checkpoint",
     script:
@@ -142,14 +148,14 @@ rule private_model_report:
     input:
         law=rules.fit_law.output[0],
         bootstrap=BOOTSTRAP,
-        plans=expand(rules.private_model_plan.output[0], budget=PRIVATE_BUDGETS),
-        curves=expand(rules.private_model_train.output[0], budget=PRIVATE_BUDGETS),
+        plans=expand(rules.private_model_plan.output[0], budget=SCRATCH_BUDGETS),
+        curves=expand(rules.private_model_train.output[0], budget=SCRATCH_BUDGETS),
         evaluations=expand(
-            rules.private_model_evaluate.output[0], budget=PRIVATE_BUDGETS
+            rules.private_model_evaluate.output[0], budget=SCRATCH_BUDGETS
         ),
-        audits=expand(rules.private_model_audit.output.summary, budget=PRIVATE_BUDGETS),
+        audits=expand(rules.private_model_audit.output.summary, budget=SCRATCH_BUDGETS),
         twins=expand(
-            rules.private_model_twin.output[0], budget=PRIVATE_BUDGETS, twin=TWINS
+            rules.private_model_twin.output[0], budget=SCRATCH_BUDGETS, twin=TWINS
         ),
         correction=CORRECTION,
         calibration=rules.validate_law.output.calibration,
@@ -173,7 +179,13 @@ rule private_model_report:
         "../scripts/private_model_report.py"
 
 
+# The fine-tuned budgets' report is finetune_private_model_report (finetune.smk), beside the fine-tuning law.
 rule private_model:
     input:
-        rules.private_model_report.output,
+        rules.private_model_report.output
+        if SCRATCH_BUDGETS or not PRETRAINED_BUDGETS
+        else [],
+        lambda wildcards: (
+            rules.finetune_private_model_report.output if PRETRAINED_BUDGETS else []
+        ),
         RUN_CONFIG,

@@ -427,6 +427,7 @@ class BudgetEntry(Block):
     compute: float
     # {model, batch_size, iterations, learning_rate}: train this instead of the law's search (None: search)
     configuration: Mapping[str, Any] | None = None
+    pretrained: bool | None = None  # fine-tuned from the run's pretrained checkpoints (needs a finetune block)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -92,6 +92,17 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
         raise UserError(f"data.vocab_size: set it exactly when data.tokenizer is 'train' (got tokenizer "
                         f"{data.tokenizer!r}, vocab_size {data.vocab_size!r})")
     corpus_spec(run)  # source-specific checks
+    for index, budget in enumerate(run.private_model.budgets):
+        if not budget.pretrained:
+            continue
+        if run.finetune is None:
+            raise UserError(f"private_model.budgets[{index}].pretrained: needs a finetune block (the pretrained "
+                            "checkpoints and the fine-tuning law that plans it; docs/finetune.md)")
+        fixed = budget.configuration
+        if fixed is not None and fixed["model"] not in models.names:
+            raise UserError(f"private_model.budgets[{index}].configuration.model: {fixed['model']!r} has no "
+                            f"pretrained checkpoint; a pretrained budget trains one of models.names "
+                            f"{list(models.names)}")
     if run.finetune is not None:
         if run.results_csv:
             raise UserError("finetune: not with results_csv (the authors' results replace training; fine-tuning "

@@ -168,18 +168,18 @@ def exact_sigma(epsilon: float, delta: float, batch: int, units: float, steps: i
 def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate: float | None, epsilon: float,
                  delta: float, units: float, compute: float, init_checkpoint: str | None = None) -> dict[str, Any]:
     """The config block that trains this configuration with the ``private_model`` target (a fine-tuning law's
-    answer from ``init_checkpoint``, its pretrained start)."""
+    answer, which starts from ``init_checkpoint``, as a ``pretrained`` budget of the run that pretrained it)."""
     if shape is None:
         return {}
     configuration = {"model": shape.name, "batch_size": int(batch), "iterations": int(steps)}
     if learning_rate is not None:
         configuration["learning_rate"] = float(learning_rate)
-    if init_checkpoint is not None:
-        configuration["init_checkpoint"] = str(init_checkpoint)
     block: dict[str, Any] = {}
     if not shape.measured:
         block["models"] = {"custom": {shape.name: shape.custom_entry()}}
-    block["private_model"] = {"budgets": [{"epsilon": float(epsilon), "delta": float(delta),
-                                           "data_budget": int(units), "compute": float(compute),
-                                           "configuration": configuration}]}
+    budget = {"epsilon": float(epsilon), "delta": float(delta), "data_budget": int(units), "compute": float(compute),
+              "configuration": configuration}
+    if init_checkpoint is not None:  # the run that pretrained it fine-tunes from its checkpoint
+        budget["pretrained"] = True
+    block["private_model"] = {"budgets": [budget]}
     return block
