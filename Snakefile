@@ -63,3 +63,5 @@ rule all:
         rules.validate.input,
         rules.bundle.input,
         rules.explorer.input,
+        # DP fine-tuning from public pretraining, with a finetune block (docs/finetune.md).
+        rules.finetune.input if CFG.finetune else [],
