@@ -3,19 +3,16 @@ vocabulary, and the private domain where the privacy unit, the held-out set and 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, run_snakemake
+from conftest import REPO
 from dpscaling.config.blocks import config_yaml, load_config
 from dpscaling.config.checks import check_config, corpus_spec, public_corpus_spec
-from dpscaling.data.documents import CorpusSpec, documents_of_split, load_documents
-from dpscaling.data.floor import unigram_floor
-from dpscaling.data.wordpiece import train_wordpiece
+from dpscaling.data.documents import CorpusSpec
 from dpscaling.errors import UserError
 from test_config_schema import validated
 
@@ -45,32 +42,6 @@ def test_the_two_domains_are_checked_when_the_workflow_loads() -> None:
     plain = _config()
     assert public_corpus_spec(plain, REPO) is None and load_config(plain).finetune is None
     assert "finetune" not in config_yaml(plain)
-
-
-def test_the_vocabulary_sees_only_the_public_train_split_and_the_floor_is_private(tmp_path: Path) -> None:
-    run_snakemake("data", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
-                  str(CONFIGS / "smoke-finetune.yaml"), cwd=tmp_path)
-    data = tmp_path / "results" / "smoke-finetune" / "data"
-    public, private = pd.read_parquet(data / "public" / "documents.parquet"), pd.read_parquet(data / "documents.parquet")
-    corpus = REPO / "resources" / "corpus" / "core.txt.xz"
-    # each domain holds exactly its sources' documents (the first max_documents of them)
-    for frame, names in ((public, FINETUNE["finetune"]["public_sources"]), (private, FINETUNE["data"]["sources"])):
-        expected = load_documents(CorpusSpec(paths=(str(corpus),), sources=tuple(names), max_documents=40))
-        assert sorted(frame["text"]) == sorted(expected)
-    assert not set(public["text"]) & set(private["text"])
-    # the shared vocabulary is the one trained on the public train split, not on any private text
-    vocab = (data / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    assert vocab == train_wordpiece(documents_of_split(public, "train"), 512)
-    assert vocab != train_wordpiece(documents_of_split(private, "train"), 512)
-    metas = {name: json.loads((path / "meta.json").read_text()) for name, path in
-             (("public", data / "public" / "packed" / "seq=64"), ("private", data / "packed" / "seq=64"))}
-    assert metas["public"]["vocab_sha256"] == metas["private"]["vocab_sha256"]
-    assert metas["private"]["source"]["sources"] == FINETUNE["data"]["sources"]
-    assert metas["public"]["source"]["sources"] == FINETUNE["finetune"]["public_sources"]
-    # the floor to beat is the private domain's held-out unigram entropy
-    floor = json.loads((data / "unigram_floor.json").read_text())
-    assert floor == unigram_floor(data / "packed" / "seq=64").to_dict()
-    assert floor != unigram_floor(data / "public" / "packed" / "seq=64").to_dict()
 
 
 def test_pretraining_and_the_fine_tuning_grid() -> None:
@@ -105,7 +76,7 @@ def test_pretraining_and_the_fine_tuning_grid() -> None:
 
 
 def test_the_pretraining_table_reports_each_models_public_compute(tmp_path: Path) -> None:
-    from dpscaling.tables.pretraining import pretraining_table
+    from dpscaling.tables.pretraining import pretraining_table, pretraining_tokens
 
     paths = []
     for model, n_params in (("BertMicro", 141_824), ("BertNano", 32_864)):
@@ -117,6 +88,8 @@ def test_the_pretraining_table_reports_each_models_public_compute(tmp_path: Path
     assert list(table["Model"]) == ["BertNano", "BertMicro"]  # smallest first
     assert table["Compute"].tolist() == [6.0 * 32_864 * 8 * 64 * 40, 6.0 * 141_824 * 8 * 64 * 40]
     assert table["Iterations"].tolist() == [40, 40] and table["Final Loss"].tolist() == [5.7, 5.7]
+    assert pretraining_tokens(paths) == {"BertNano": 8 * 64 * 40, "BertMicro": 8 * 64 * 40}
+    assert pretraining_tokens([]) == {}
 
 
 def test_a_pretrained_private_budget_needs_the_fine_tuning_stage_and_a_pretrained_model() -> None:

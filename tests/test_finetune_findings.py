@@ -63,3 +63,22 @@ def test_a_worse_start_is_reported_as_a_loss_not_a_gain(scratch) -> None:
     assert not finding.holds and "gain > 0 in 0 of" in finding.measured
     both = table.dropna(subset=[GAIN])
     assert np.all(both[column(CROSS_ENTROPY, FINETUNED)] > both[column(CROSS_ENTROPY, SCRATCH)])
+
+
+def test_paying_for_the_pretraining_leaves_less_compute_and_no_better_loss(scratch) -> None:
+    from dpscaling.finetune_findings import COUNTED, GAIN_COUNTED, PRETRAINING_COMPUTE
+
+    tuned = context(dataclasses.replace(TrueLaw(), E=TrueLaw().E - 0.2))
+    sizes = tuned.trained_models()
+    users = SETTINGS.allocation_data_budget
+    cheap = comparison_table(scratch, tuned, (8.0,), users, pretraining_tokens={name: 1.0 for name in sizes.index})
+    both = cheap.dropna(subset=[column(CROSS_ENTROPY, COUNTED), column(CROSS_ENTROPY, FINETUNED)])
+    assert len(both) >= 3
+    # Only the measured sizes, at slightly less compute: never below the continuous search's optimum.
+    assert (both[column(CROSS_ENTROPY, COUNTED)] >= both[column(CROSS_ENTROPY, FINETUNED)] - 1e-9).all()
+    assert set(both[column(MODEL_SIZE, COUNTED)]) <= set(sizes.astype(float))
+    assert np.allclose(both[column(PRETRAINING_COMPUTE, COUNTED)], 6.0 * both[column(MODEL_SIZE, COUNTED)])
+    assert np.allclose(both[GAIN_COUNTED], both[column(CROSS_ENTROPY, SCRATCH)] - both[column(CROSS_ENTROPY, COUNTED)])
+    dear = comparison_table(scratch, tuned, (8.0,), users, pretraining_tokens={name: 1e30 for name in sizes.index})
+    assert dear[column(CROSS_ENTROPY, COUNTED)].isna().all() and dear[GAIN_COUNTED].isna().all()
+    assert "no pair answered" in pretraining_lowers_the_loss(dear).measured

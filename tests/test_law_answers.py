@@ -292,3 +292,41 @@ def test_a_fine_tuning_law_answers_with_a_pretrained_model_and_names_its_checkpo
     status, _, err = run("query", "--law", out, "--compute", QUERY["compute"], "--epsilon", QUERY["epsilon"],
                          "--users", QUERY["users"], "--model-size-range", middle * 0.99, middle * 1.01)
     assert status != 0 and "no pretrained model" in err and "Synthetic0" in err
+
+
+def test_counting_pretraining_answers_with_what_it_leaves_for_fine_tuning(run_dir, tmp_path) -> None:
+    from dpscaling.law.bundle import write_bundle
+    from law_bundle_data import shapes_provenance
+
+    law_dir = run_dir / "law"
+    probe = write_bundle(tmp_path / "probe", law_dir / "fit", provenance=shapes_provenance()).law
+    sizes = probe.grid.drop_duplicates("Model").set_index("Model")["Model Size"]
+    compute = QUERY["compute"]
+    # Synthetic2's pretraining alone costs twice the budget; Synthetic0's a tenth of it.
+    spent = {"Synthetic0": compute / 10 / (6 * sizes["Synthetic0"]),
+             "Synthetic2": 2 * compute / (6 * sizes["Synthetic2"])}
+    pretrained = {"Synthetic0": "ckpt/0", "Synthetic2": "ckpt/2"}
+    out = write_bundle(tmp_path / "bundle", law_dir / "fit", sigma_table=run_dir / "accounting" / "sigma_table.parquet",
+                       provenance={**shapes_provenance(), "pretrained": pretrained, "pretraining_tokens": spent},
+                       calibration=run_dir / "validate" / "calibration.json").root
+    law = dpscaling.load_law(out)
+    answer = law.query(**QUERY, count_pretraining=True)
+    assert answer.runnable.model.name == "Synthetic0" and answer.runnable.init_checkpoint == "ckpt/0"
+    assert answer.query["compute"] == compute
+    assert answer.query["pretraining_compute"] == pytest.approx(compute / 10)
+    assert answer.query["finetuning_compute"] == pytest.approx(0.9 * compute)
+    assert answer.runnable.compute == pytest.approx(0.9 * compute, rel=0.05)
+    alone = law.query(0.9 * compute, QUERY["epsilon"], users=QUERY["users"],
+                      model_size_range=(sizes["Synthetic0"], sizes["Synthetic0"]))
+    assert answer.predicted_loss == alone.predicted_loss
+    # Sunk (the default), the same budget may go to Synthetic2 and buys more fine-tuning for Synthetic0.
+    assert law.query(**QUERY).runnable.compute == pytest.approx(compute, rel=0.05)
+    scratch = write_run_bundle(run_dir, tmp_path / "scratch").root
+    with pytest.raises(UserError, match="--count-pretraining: this law trains from scratch"):
+        dpscaling.load_law(scratch).query(**QUERY, count_pretraining=True)
+    unknown = write_bundle(tmp_path / "unknown", law_dir / "fit",
+                           sigma_table=run_dir / "accounting" / "sigma_table.parquet",
+                           provenance={**shapes_provenance(), "pretrained": pretrained,
+                                       "pretraining_tokens": {"Synthetic0": 1.0}}).root
+    with pytest.raises(UserError, match=r"records no pretraining for \['Synthetic2'\]"):
+        dpscaling.load_law(unknown).query(**QUERY, count_pretraining=True)

@@ -205,9 +205,43 @@ def test_slurm_decoder_paper_grid_plans_gpt2_sizes_from_flops(tmp_path: Path) ->
     assert gpu_hours(faster["GPT2Large"]) < gpu_hours(models["GPT2Large"])
 
 
+def test_slurm_finetune_paper_plans_pretraining_and_fine_tuning_like_the_grid(tmp_path: Path) -> None:
+    """config/finetune-paper.yaml plans on the Slurm profile: each model's pretraining (the paper's batch and
+    horizon, no noise) and fine-tuning jobs get its grid job's GPUs, nodes and time; the analysis stays on CPUs."""
+    args = ("finetune", *paper_models(tmp_path), str(REPO / "config" / "finetune-paper.yaml"))
+    jobs = dry_run(tmp_path, *SLURM, *args, env=clean_env(**CLUSTER_ENV))
+    grid, pretrain = by_model(jobs["train_run"]), by_model(jobs["pretrain"])
+    tuned = {model: only([job for job in jobs["finetune_run"] if job["wc:model"] == model]) for model in grid}
+    assert set(pretrain) == set(tuned) == set(grid) == {"BertTiny", "BertMini", "BertSmall", "BertMedium",
+                                                        "BertBase", "BertLarge"}
+    assert len(jobs["finetune_run"]) == 6 * 2  # the fine-tuning rates are their own axis
+    for model in grid:
+        assert pretrain[model] == grid[model] == tuned[model], model
+        assert grid[model]["slurm_partition"] == "gpu"
+    for rule in ("finetune_fit_law", "finetune_findings", "finetune_law_bundle"):
+        assert "gpu" not in only(jobs[rule]) and only(jobs[rule]).get("slurm_partition", "cpu") == "cpu", rule
+
+
 # The rules that train or score a model; each is sized by dpscaling.cluster.job_resources.
 TRAINING_LIKE = ("train_run", "ablation_run", "ablation_evaluate", "private_model_train", "private_model_twin",
                  "private_model_evaluate")
+
+
+def test_every_rule_sized_by_job_resources_is_sent_to_the_gpu_partition() -> None:
+    """A training-like rule the profile forgets would queue on the CPU partition (as the fine-tuning rules
+    once did): every rule whose resources come from job_resources has its GPU-partition entry."""
+    sized = set()
+    for path in (REPO / "workflow" / "rules").glob("*.smk"):
+        rule = None
+        for line in path.read_text().splitlines():
+            if match := re.match(r"^(?:use rule \w+ as (\w+) with|rule (\w+)):", line):
+                rule = match.group(1) or match.group(2)
+            elif "job_resources(CFG" in line:
+                sized.add(rule)
+    profile = (REPO / "profiles" / "slurm-gpu" / "config.yaml").read_text()
+    routed = set(re.findall(r"^    (\w+):\n      slurm_partition: \?repr\(gpu_partition\)", profile, re.M))
+    assert {"train_run", "pretrain", "finetune_run", "savings_train"} <= sized
+    assert sized == routed, (sorted(sized - routed), sorted(routed - sized))
 
 
 def test_every_training_like_job_requests_a_gpu_on_the_gpu_partition(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ same (C, ε, N) each answers with its compute-optimal configuration (paper §3.4
 :func:`comparison_table` sets them side by side. The claims checked:
 
 * (a)–(e): the paper's findings (:mod:`dpscaling.findings`) on the fine-tuning law;
-* (f) pretraining lowers the loss at every compared (C, ε, N);
+* (f) pretraining lowers the loss at every compared (C, ε, N) (and, measured beside it, how much is left
+  when each model's public pretraining, 6·M·D_pre, is paid from C: :func:`counted_optimum`);
 * (g) the hypothesis of the DP fine-tuning literature that larger pretrained models are better DP learners:
   with compute not binding (the best over the whole compute range, per measured model), the fine-tuned loss
   falls with model size, at every ε;
@@ -19,6 +20,8 @@ query of the fine-tuning law's bundle weighs only the pretrained models (:mod:`d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -26,9 +29,14 @@ from dpscaling.figures.context import AnalysisContext
 from dpscaling.findings import Finding, check_findings
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, PRIVACY_BUDGET, TOKENS_PER_PARAMETER)
+from dpscaling.law.queries import compute_cost
 
 SCRATCH, FINETUNED = "scratch", "fine-tuned"
+# The fine-tuned law with each model's public pretraining paid from C (C - 6·M·D_pre left to fine-tune).
+COUNTED = "fine-tuned, pretraining counted"
 GAIN = "Gain (nats)"
+GAIN_COUNTED = "Gain, pretraining counted (nats)"
+PRETRAINING_COMPUTE = "Pretraining Compute"
 COMPARED = (CROSS_ENTROPY, MODEL_SIZE, TOKENS_PER_PARAMETER, BATCH_SIZE, ITERATIONS)
 # Compute budgets of the comparison: log-spaced over the from-scratch law's compute range.
 COMPARISON_BUDGETS = 9
@@ -48,9 +56,11 @@ def column(name: str, regime: str) -> str:
 
 
 def comparison_table(scratch: AnalysisContext, finetuned: AnalysisContext, epsilons, users: float,
-                     budgets: np.ndarray | None = None) -> pd.DataFrame:
+                     budgets: np.ndarray | None = None,
+                     pretraining_tokens: Mapping[str, float] | None = None) -> pd.DataFrame:
     """One row per (ε, C) with each law's compute-optimal configuration and the gain; a law that cannot
-    answer a budget leaves its columns empty there."""
+    answer a budget leaves its columns empty there. With ``pretraining_tokens`` (model → D_pre) also the
+    fine-tuned answer that pays each model's pretraining from C (:func:`counted_optimum`)."""
     budgets = scratch.compute_budgets(COMPARISON_BUDGETS) if budgets is None else budgets
     rows = []
     for epsilon in epsilons:
@@ -61,10 +71,34 @@ def comparison_table(scratch: AnalysisContext, finetuned: AnalysisContext, epsil
             for regime, table in best.items():
                 for name in COMPARED:
                     row[column(name, regime)] = float(table.at[compute, name]) if compute in table.index else np.nan
+            if pretraining_tokens:
+                counted = counted_optimum(finetuned, epsilon, users, float(compute), pretraining_tokens)
+                row[column(PRETRAINING_COMPUTE, COUNTED)] = counted.pop(PRETRAINING_COMPUTE)
+                row.update({column(name, COUNTED): counted[name] for name in COMPARED})
             rows.append(row)
     table = pd.DataFrame(rows)
     table[GAIN] = table[column(CROSS_ENTROPY, SCRATCH)] - table[column(CROSS_ENTROPY, FINETUNED)]
+    if pretraining_tokens:
+        table[GAIN_COUNTED] = table[column(CROSS_ENTROPY, SCRATCH)] - table[column(CROSS_ENTROPY, COUNTED)]
     return table
+
+
+def counted_optimum(finetuned: AnalysisContext, epsilon: float, users: float, compute: float,
+                    pretraining_tokens: Mapping[str, float]) -> dict[str, float]:
+    """The best pretrained model at total compute C when its pretraining (6·M·D_pre) is paid from C: each
+    measured model with a known D_pre answered at what is left (C is the fine-tuning's own in the table's
+    other columns); NaN where none is left or the law does not answer."""
+    best = {name: np.nan for name in (*COMPARED, PRETRAINING_COMPUTE)}
+    for name, size in finetuned.trained_models().items():
+        if name not in pretraining_tokens:
+            continue
+        spent = float(compute_cost(size, 1.0, pretraining_tokens[name], 1.0))
+        if spent >= compute:
+            continue
+        found = finetuned.best_per_compute(epsilon, users, np.array([compute - spent]), np.array([float(size)]))
+        if len(found) and not found[CROSS_ENTROPY].iloc[0] >= best[CROSS_ENTROPY]:
+            best = {**{key: float(found[key].iloc[0]) for key in COMPARED}, PRETRAINING_COMPUTE: spent}
+    return best
 
 
 def both_answered(table: pd.DataFrame) -> pd.DataFrame:
@@ -83,6 +117,11 @@ def pretraining_lowers_the_loss(table: pd.DataFrame) -> Finding:
     measured = (f"N={compared[DATA_BUDGET].iloc[0]:g}: gain > 0 in {int((gain > 0).sum())} of {len(compared)} "
                 f"(C, eps) pairs; gain (scratch minus fine-tuned) median {gain.median():.3f}, "
                 f"min {gain.min():.3f}, max {gain.max():.3f} nats; {per_epsilon}")
+    if GAIN_COUNTED in table:
+        counted = table[GAIN_COUNTED].dropna()
+        measured += (f"; with the pretraining paid from C: answered at {len(counted)} pairs, gain > 0 in "
+                     f"{int((counted > 0).sum())}, median {counted.median():.3f} nats" if len(counted) else
+                     "; with the pretraining paid from C: no pair answered")
     return Finding(claim, bool((gain > 0).all()), measured)
 
 
@@ -139,12 +178,15 @@ def optimal_model_is_larger(table: pd.DataFrame) -> Finding:
     return Finding(claim, larger > len(compared) / 2, measured)
 
 
-def check_finetune_findings(scratch: AnalysisContext, finetuned: AnalysisContext,
-                            table: pd.DataFrame | None = None) -> tuple[list[Finding], pd.DataFrame]:
-    """Claims (a)-(h) (module docstring) and the comparison table they read."""
+def check_finetune_findings(
+        scratch: AnalysisContext, finetuned: AnalysisContext, table: pd.DataFrame | None = None,
+        pretraining_tokens: Mapping[str, float] | None = None) -> tuple[list[Finding], pd.DataFrame]:
+    """Claims (a)-(h) (module docstring) and the comparison table they read (with ``pretraining_tokens``,
+    model → D_pre, also the fine-tuned answers that pay their pretraining)."""
     settings = scratch.settings
     users, epsilons = settings.allocation_data_budget, settings.privacy_budgets
-    table = comparison_table(scratch, finetuned, epsilons, users) if table is None else table
+    if table is None:
+        table = comparison_table(scratch, finetuned, epsilons, users, pretraining_tokens=pretraining_tokens)
     findings = [*check_findings(finetuned), pretraining_lowers_the_loss(table),
                 larger_pretrained_models_learn_better(scratch, finetuned, epsilons, users),
                 optimal_model_is_larger(table)]

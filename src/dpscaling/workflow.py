@@ -155,11 +155,16 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
 
 def finetune_bundle_provenance(config: Config, checkpoints: Mapping[str, str]) -> dict[str, Any]:
     """The fine-tuning law's bundle provenance: the grid's (:func:`bundle_provenance`) with the ``finetune``
-    block's sha256, the public domain's sources and each model's pretrained checkpoint (``checkpoints``,
-    model → directory), which an answer names as its start (:class:`dpscaling.law.answers.Runnable`)."""
+    block's sha256, the public domain's sources, each model's pretrained checkpoint (``checkpoints``, model →
+    directory), which an answer names as its start (:class:`dpscaling.law.answers.Runnable`), and the tokens
+    each model's pretraining saw."""
     run = typed(config)
     block = run.to_mapping()["finetune"]
+    pretrain = run.finetune.pretrain
+    # D_pre of each model this run pretrains (`dpscaling query --count-pretraining`); unknown for a given checkpoint.
+    tokens = pretrain.steps * pretrain.physical_batch * run.data.seq_len
     return {**bundle_provenance(config), "regime": "fine-tuning",
+            "pretraining_tokens": {name: tokens for name in run.models.names if name not in run.finetune.checkpoints},
             "finetune_sha256": hashlib.sha256(json.dumps(block, sort_keys=True, default=str).encode()).hexdigest(),
             "public_sources": list(run.finetune.public_sources), "private_sources": list(run.data.sources or ()),
             "pretrained": {name: str(checkpoints[name]) for name in run.models.names}}

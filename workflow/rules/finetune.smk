@@ -124,6 +124,8 @@ rule finetune_findings:
         finetune_law=rules.finetune_fit_law.output[0],
         finetune_results=rules.finetune_collect_curves.output[0],
         sigma_table=SIGMA_TABLE,
+        # the pretraining curves: each model's D_pre, for the answers that pay it from C
+        pretraining=run_outputs(f"{RESULTS}/{PRETRAIN_RUN_PATHS.curve}", PRETRAIN_GRID),
     output:
         **table_outputs(finetune_findings.LABEL),
         comparison=f"{RESULTS}/tables/{finetune_findings.COMPARISON_LABEL.replace(':', '-')}.csv",

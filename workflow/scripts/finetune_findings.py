@@ -10,6 +10,7 @@ from dpscaling.finetune_findings import (
     check_finetune_findings,
 )
 from dpscaling.findings import findings_table
+from dpscaling.tables.pretraining import pretraining_tokens
 from dpscaling.logs import log_to_file
 from dpscaling.tables.write import write_table
 
@@ -30,7 +31,9 @@ with log_to_file(snakemake.log[0]) as log:
         results=given.finetune_results,
         sampling=snakemake.params.sampling,
     )
-    findings, table = check_finetune_findings(scratch, finetuned)
+    findings, table = check_finetune_findings(
+        scratch, finetuned, pretraining_tokens=pretraining_tokens(given.pretraining)
+    )
     findings_frame = findings_table(findings, FINDING_NAMES[: len(findings)])
     log.info("fine-tuning findings:\n%s", findings_frame.to_string(index=False))
     write_table(

@@ -149,6 +149,10 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                         help="expected inference volume in tokens: also answer the configuration with the fewest "
                              "training + inference FLOPs (2·M per token) at the compute-optimal loss or better "
                              "(a smaller model trained on up to 2^10·C)")
+    parser.add_argument("--count-pretraining", action="store_true",
+                        help="a fine-tuning law only: --compute also pays for the chosen model's public "
+                             "pretraining (6·M·D_pre, recorded in the bundle); by default it is sunk and the "
+                             "compute is the fine-tuning's own (docs/finetune.md)")
     parser.add_argument("--train-config", metavar="YAML",
                         help="also write the config block that trains the answer with `snakemake private_model` "
                              "to this file (layer it over the run's config)")
@@ -292,7 +296,8 @@ def run_query(args: argparse.Namespace) -> int:
                        model_size_range=tuple(args.model_size_range) if args.model_size_range else None,
                        physical_batch_correction=bool(args.physical_batch_correction),
                        allow_extrapolation=args.allow_extrapolation, inference_tokens=args.inference_tokens,
-                       microbatch_size=args.microbatch_size, progress=_progress)
+                       microbatch_size=args.microbatch_size, count_pretraining=args.count_pretraining,
+                       progress=_progress)
     if args.train_config:
         block = answer.runnable.train_config()
         if not block:
@@ -338,7 +343,9 @@ def render_answer(answer: Answer) -> str:
         f"N = {budget}, S = {runnable.seq_len}",
         f"model        {runnable.model_size:,} parameters ({model})",
         *([f"start        fine-tuned from the pretrained checkpoint {runnable.init_checkpoint} (public "
-           "pretraining; its compute is not in this answer's)"] if runnable.init_checkpoint else []),
+           + (f"pretraining: {query['pretraining_compute']:.4g} of the {query['compute']:.3g} FLOPs, "
+              f"{query['finetuning_compute']:.4g} left to fine-tune)" if "pretraining_compute" in query
+              else "pretraining; its compute is not in this answer's)")] if runnable.init_checkpoint else []),
         f"batch        B = {runnable.batch_size:,} sequences ({batches:,} microbatches of {runnable.microbatch_size})",
         f"steps        T = {runnable.iterations:,}   (compute {runnable.compute:.4g} FLOPs, "
         f"{runnable.tokens / runnable.model_size:.3g} tokens per parameter)",

@@ -9,21 +9,24 @@ from pathlib import Path
 import pandas as pd
 
 from dpscaling.figures.common import budget_label, colours, log_axes, save_figure, subplots
-from dpscaling.finetune_findings import FINETUNED, SCRATCH, column
+from dpscaling.finetune_findings import COUNTED, FINETUNED, SCRATCH, column
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY, DATA_BUDGET, MODEL_SIZE, PRIVACY_BUDGET
 
 NAME = "fig-finetune_vs_scratch"
-STYLES = {FINETUNED: "-", SCRATCH: "--"}
+STYLES = {FINETUNED: "-", SCRATCH: "--", COUNTED: ":"}
 
 
 def finetune_figure(table: pd.DataFrame, stem: str | Path) -> list[Path]:
-    """Left: the best loss; right: the optimal model size; solid fine-tuned, dashed from scratch."""
+    """Left: the best loss; right: the optimal model size; solid fine-tuned, dashed from scratch, dotted
+    fine-tuned with its pretraining paid from C (when the table has it)."""
     figure, axes = subplots(1, 2)
     loss_ax, size_ax = axes[0]
     epsilons = sorted(table[PRIVACY_BUDGET].unique())
     for colour, epsilon in zip(colours(len(epsilons)), epsilons):
         rows = table[table[PRIVACY_BUDGET] == epsilon].sort_values(COMPUTE)
         for regime, style in STYLES.items():
+            if column(CROSS_ENTROPY, regime) not in rows:
+                continue
             label = rf"$\varepsilon$ = {budget_label(epsilon)}, {regime}"
             loss_ax.plot(rows[COMPUTE], rows[column(CROSS_ENTROPY, regime)], style, color=colour, label=label)
             size_ax.plot(rows[COMPUTE], rows[column(MODEL_SIZE, regime)], style, color=colour)
@@ -32,6 +35,7 @@ def finetune_figure(table: pd.DataFrame, stem: str | Path) -> list[Path]:
     loss_ax.set(xlabel="compute (FLOPs)", ylabel="compute-optimal loss (nats)")
     size_ax.set(xlabel="compute (FLOPs)", ylabel="compute-optimal model size")
     users = table[DATA_BUDGET].iloc[0] if len(table) else float("nan")
-    loss_ax.set_title(f"N = {budget_label(users)}: solid fine-tuned, dashed scratch", fontsize=9)
+    loss_ax.set_title(f"N = {budget_label(users)}: solid fine-tuned, dashed scratch, dotted pretraining counted",
+                     fontsize=8)
     loss_ax.legend(fontsize=6)
     return save_figure(figure, table, stem)

@@ -358,7 +358,7 @@ class ScalingLaw:
               physical_batch_correction: bool | PhysicalBatchCorrection = False,
               allow_extrapolation: bool = False, inference_tokens: float | None = None,
               microbatch_size: int | None = None, optimum_interval: bool = True,
-              progress: Callable[[str], None] | None = None) -> Answer:
+              count_pretraining: bool = False, progress: Callable[[str], None] | None = None) -> Answer:
         """The compute-optimal configuration for compute ``compute`` FLOPs, privacy budget (``epsilon``,
         ``delta``) and a data budget of ``users`` privacy units or ``tokens`` tokens (one sequence per unit).
 
@@ -367,9 +367,18 @@ class ScalingLaw:
         a budget the law cannot answer at all. ``optimum_interval=False`` skips the spread of the bootstrap
         replicates' own optima (``optimum_interval``, the slowest part of an answer; a sweep of many
         budgets leaves it out); the answer's loss, intervals and flags do not depend on it.
+        ``count_pretraining`` (a fine-tuning law only): ``compute`` also pays for each pretrained model's
+        public pretraining (:meth:`_query_counting_pretraining`).
         """
         if not (compute > 0 and epsilon > 0):
             raise UserError(f"--compute and --epsilon must be positive, got {compute!r} and {epsilon!r}")
+        if count_pretraining:
+            return self._query_counting_pretraining(
+                compute, epsilon, users=users, tokens=tokens, delta=delta, privacy_unit=privacy_unit,
+                seq_len=seq_len, tolerance=tolerance, model_size_range=model_size_range,
+                physical_batch_correction=physical_batch_correction, allow_extrapolation=allow_extrapolation,
+                inference_tokens=inference_tokens, microbatch_size=microbatch_size,
+                optimum_interval=optimum_interval, progress=progress)
         if (users is None) == (tokens is None):
             raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
         unit = privacy_unit or ("sequence" if tokens is not None else "user")
@@ -405,6 +414,44 @@ class ScalingLaw:
         return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
                             allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
                             inference=inference)
+
+    def _query_counting_pretraining(self, compute: float, epsilon: float, *, model_size_range=None,
+                                    **query: Any) -> Answer:
+        """The best of the pretrained models, each answered at the compute its public pretraining leaves:
+        C − 6·M·D_pre (D_pre its pretraining tokens, recorded in the bundle); the answer's query says how
+        ``compute`` split. Refused for a law of training from scratch or one without the pretraining's record."""
+        tokens_spent = self.bundle.provenance.get("pretraining_tokens") or {}
+        if not self.pretrained:
+            raise UserError("--count-pretraining: this law trains from scratch (no pretrained checkpoints)")
+        unknown = sorted(set(self.pretrained) - set(tokens_spent))
+        if unknown:
+            raise UserError(f"--count-pretraining: the bundle records no pretraining for {unknown} (a checkpoint "
+                            "given in finetune.checkpoints): its cost is unknown")
+        sizes = self.bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE]
+        low, high = model_size_range or (0.0, math.inf)
+        answers, refusals = [], []
+        for name in self.pretrained:
+            size = float(sizes[name])
+            if not low <= size <= high:
+                continue
+            pretraining = float(compute_cost(size, 1.0, float(tokens_spent[name]), 1.0))
+            left = compute - pretraining
+            if left <= 0:
+                refusals.append(f"{name}: its pretraining alone costs {pretraining:.3g} FLOPs")
+                continue
+            try:
+                answer = self.query(left, epsilon, model_size_range=(size, size), **query)
+            except UserError as error:
+                refusals.append(f"{name} at the {left:.3g} FLOPs its pretraining leaves: {error}")
+                continue
+            answers.append((answer, pretraining))
+        if not answers:
+            raise UserError(f"--count-pretraining: no pretrained model answers {compute:.3g} FLOPs: "
+                            + "; ".join(refusals))
+        answer, pretraining = min(answers, key=lambda pair: pair[0].predicted_loss)
+        split = {"compute": float(compute), "pretraining_compute": pretraining,
+                 "finetuning_compute": float(compute) - pretraining}
+        return dataclasses.replace(answer, query={**answer.query, **split})
 
     def _query_across_lengths(self, compute, epsilon, data: DataBudget, seq_len, tolerance, source, correction,
                               allow_extrapolation, microbatch_size, model_size_range,

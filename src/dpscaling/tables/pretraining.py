@@ -29,3 +29,14 @@ def pretraining_table(metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
                      "Sequence Length": seq_len, "Compute": 6.0 * n_params * batch * seq_len * steps,
                      "Final Loss": float(last["loss"])})
     return pd.DataFrame(rows).sort_values("Model Size", ignore_index=True)
+
+
+def pretraining_tokens(metrics_paths: Iterable[str | Path]) -> dict[str, float]:
+    """Model → D_pre, the tokens its pretraining saw (B·S·T of its curve): what paying for it from a compute
+    budget costs, 6·M·D_pre (:func:`dpscaling.finetune_findings.counted_optimum`)."""
+    paths = list(metrics_paths)
+    if not paths:  # every model given a checkpoint: nothing pretrained here
+        return {}
+    table = pretraining_table(paths)
+    tokens = table["Batch Size"] * table["Sequence Length"] * table["Iterations"]
+    return dict(zip(table["Model"], tokens.astype(float)))
