@@ -36,6 +36,8 @@ SCRATCH, FINETUNED = "scratch", "fine-tuned"
 COUNTED = "fine-tuned, pretraining counted"
 GAIN = "Gain (nats)"
 GAIN_COUNTED = "Gain, pretraining counted (nats)"
+# T* beyond the last measured iteration of its law's curves: the law's extrapolation answers it.
+EXTRAPOLATED = "Extrapolated"
 PRETRAINING_COMPUTE = "Pretraining Compute"
 COMPARED = (CROSS_ENTROPY, MODEL_SIZE, TOKENS_PER_PARAMETER, BATCH_SIZE, ITERATIONS)
 # Compute budgets of the comparison: log-spaced over the from-scratch law's compute range.
@@ -58,8 +60,9 @@ def column(name: str, regime: str) -> str:
 def comparison_table(scratch: AnalysisContext, finetuned: AnalysisContext, epsilons, users: float,
                      budgets: np.ndarray | None = None,
                      pretraining_tokens: Mapping[str, float] | None = None) -> pd.DataFrame:
-    """One row per (ε, C) with each law's compute-optimal configuration and the gain; a law that cannot
-    answer a budget leaves its columns empty there. With ``pretraining_tokens`` (model → D_pre) also the
+    """One row per (ε, C) with each law's compute-optimal configuration, whether its T* lies past the law's
+    measured horizon (``Extrapolated``), and the gain; a law that cannot answer a budget leaves its columns
+    empty there. With ``pretraining_tokens`` (model → D_pre) also the
     fine-tuned answer that pays each model's pretraining from C (:func:`counted_optimum`)."""
     budgets = scratch.compute_budgets(COMPARISON_BUDGETS) if budgets is None else budgets
     rows = []
@@ -77,6 +80,8 @@ def comparison_table(scratch: AnalysisContext, finetuned: AnalysisContext, epsil
                 row.update({column(name, COUNTED): counted[name] for name in COMPARED})
             rows.append(row)
     table = pd.DataFrame(rows)
+    for regime, context in ((SCRATCH, scratch), (FINETUNED, finetuned)):
+        table[column(EXTRAPOLATED, regime)] = table[column(ITERATIONS, regime)] > context.horizon()
     table[GAIN] = table[column(CROSS_ENTROPY, SCRATCH)] - table[column(CROSS_ENTROPY, FINETUNED)]
     if pretraining_tokens:
         table[GAIN_COUNTED] = table[column(CROSS_ENTROPY, SCRATCH)] - table[column(CROSS_ENTROPY, COUNTED)]
@@ -117,6 +122,10 @@ def pretraining_lowers_the_loss(table: pd.DataFrame) -> Finding:
     measured = (f"N={compared[DATA_BUDGET].iloc[0]:g}: gain > 0 in {int((gain > 0).sum())} of {len(compared)} "
                 f"(C, eps) pairs; gain (scratch minus fine-tuned) median {gain.median():.3f}, "
                 f"min {gain.min():.3f}, max {gain.max():.3f} nats; {per_epsilon}")
+    inside = compared[~compared[column(EXTRAPOLATED, SCRATCH)] & ~compared[column(EXTRAPOLATED, FINETUNED)]][GAIN]
+    measured += (f"; where neither optimum's T* is past its law's measured horizon: gain > 0 in "
+                 f"{int((inside > 0).sum())} of {len(inside)}"
+                 + (f", median {inside.median():.3f}" if len(inside) else ""))
     if GAIN_COUNTED in table:
         counted = table[GAIN_COUNTED].dropna()
         measured += (f"; with the pretraining paid from C: answered at {len(counted)} pairs, gain > 0 in "
