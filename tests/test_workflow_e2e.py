@@ -279,7 +279,7 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
                 dataset_size=int(curve["dataset_size"]), sampling_probability=float(curve["sampling_probability"]),
                 truncated_batch_size=int(curve["truncated_batch_size"]), noise_multiplier=float(curve["sigma"])),
             int(curve["accounted_steps"]))
-        epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4).compose(event).get_epsilon(
+        epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon(
             float(curve["delta"]))
         assert row.epsilon_spent == pytest.approx(epsilon, rel=0.01)
         assert row.epsilon_spent <= row.epsilon * (1 + 1e-9) and epsilon <= row.epsilon * 1.01
@@ -335,7 +335,7 @@ def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_priva
         event = dp_accounting.SelfComposedDpEvent(dp_accounting.TruncatedSubsampledGaussianDpEvent(
             int(curve["dataset_size"]), float(curve["sampling_probability"]), int(curve["truncated_batch_size"]),
             float(curve["sigma"])), int(curve["accounted_steps"]))
-        epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4).compose(event).get_epsilon(
+        epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon(
             float(curve["delta"]))
         assert row.epsilon_spent == pytest.approx(epsilon, rel=0.01) == pytest.approx(row.epsilon_recomputed, rel=0.01)
         assert epsilon == pytest.approx(row.epsilon, rel=0.01) and row.epsilon_spent <= row.epsilon * (1 + 1e-9)
