@@ -118,6 +118,11 @@ def corpus_inputs(spec: CorpusSpec) -> list[str]:
     return [] if spec.source == "huggingface" else list(spec.paths)
 
 
+def _sha256(block: Any) -> str:
+    """The sha256 of a config block's canonical JSON (keys sorted): its identity in a bundle's provenance."""
+    return hashlib.sha256(json.dumps(block, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def bundle_provenance(config: Config) -> dict[str, Any]:
     """What the run's config says of the law it fits, for its bundle (:mod:`dpscaling.law.bundle`): the sha256
     of the config blocks that decide the law (data, the grid's models, training, accounting, fit), the family
@@ -138,7 +143,7 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
                             "custom": {name: plain["models"]["custom"][name] for name in run.models.names
                                        if name in plain["models"]["custom"]}}
     provenance: dict[str, Any] = {
-        "config_sha256": hashlib.sha256(json.dumps(law_config, sort_keys=True, default=str).encode()).hexdigest(),
+        "config_sha256": _sha256(law_config),
         "run_name": run.run_name, "family": family.name, "objective": family.objective, "seq_len": seq_len,
         "seq_lens": list(run.seq_lens()), "privacy_unit": run.analysis_settings().privacy_unit,
         "delta": run.accounting.delta, "sampling": run.accounting.sampling,
@@ -165,7 +170,7 @@ def finetune_bundle_provenance(config: Config, checkpoints: Mapping[str, str]) -
     tokens = pretrain.steps * pretrain.physical_batch * run.data.seq_len
     return {**bundle_provenance(config), "regime": "fine-tuning",
             "pretraining_tokens": {name: tokens for name in run.models.names if name not in run.finetune.checkpoints},
-            "finetune_sha256": hashlib.sha256(json.dumps(block, sort_keys=True, default=str).encode()).hexdigest(),
+            "finetune_sha256": _sha256(block),
             "public_sources": list(run.finetune.public_sources), "private_sources": list(run.data.sources or ()),
             "pretrained": {name: str(checkpoints[name]) for name in run.models.names}}
 

@@ -17,19 +17,18 @@ from dpscaling.tables.write import write_table
 with log_to_file(snakemake.log[0]) as log:
     settings = AnalysisSettings.from_mapping(snakemake.params.analysis)
     given = snakemake.input
-    scratch = load_context(
-        given.scratch_law,
-        settings,
-        sigma_table=given.sigma_table,
-        results=given.scratch_results,
-        sampling=snakemake.params.sampling,
-    )
-    finetuned = load_context(
-        given.finetune_law,
-        settings,
-        sigma_table=given.sigma_table,
-        results=given.finetune_results,
-        sampling=snakemake.params.sampling,
+    scratch, finetuned = (
+        load_context(
+            law,
+            settings,
+            sigma_table=given.sigma_table,
+            results=results,
+            sampling=snakemake.params.sampling,
+        )
+        for law, results in (
+            (given.scratch_law, given.scratch_results),
+            (given.finetune_law, given.finetune_results),
+        )
     )
     findings, table = check_finetune_findings(
         scratch, finetuned, pretraining_tokens=pretraining_tokens(given.pretraining)

@@ -333,12 +333,17 @@ class ScalingLaw:
         training from scratch)."""
         return dict(self.bundle.provenance.get("pretrained") or {})
 
+    @property
+    def measured_sizes(self) -> pd.Series:
+        """The law's measured models: name → Model Size."""
+        return self.bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE]
+
     def candidate_sizes(self, model_size_range: tuple[float, float]) -> np.ndarray:
         """The model sizes a query searches: a grid over ``model_size_range``; for a fine-tuning law only the
         pretrained models' sizes inside it (a size between them has no weights to start from)."""
         if not self.pretrained:
             return model_size_grid(*model_size_range)
-        sizes = self.bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE]
+        sizes = self.measured_sizes
         low, high = model_size_range
         inside = sorted(float(sizes[name]) for name in self.pretrained
                         if name in sizes and low <= float(sizes[name]) <= high)
@@ -427,7 +432,7 @@ class ScalingLaw:
         if unknown:
             raise UserError(f"--count-pretraining: the bundle records no pretraining for {unknown} (a checkpoint "
                             "given in finetune.checkpoints): its cost is unknown")
-        sizes = self.bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE]
+        sizes = self.measured_sizes
         low, high = model_size_range or (0.0, math.inf)
         answers, refusals = [], []
         for name in self.pretrained:
@@ -715,7 +720,7 @@ class ScalingLaw:
         calibrated = (calibrated_interval(predicted, surface.calibration, m[0], t[0], s[0])
                       if surface.calibration is not None and math.isfinite(predicted) else None)
         rate = None
-        sizes = bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE].to_dict()
+        sizes = self.measured_sizes.to_dict()
         try:
             rate = best_learning_rate(bundle.law.grid, nearest_measured(float(model_size), sizes), nbr, steps)
         except UserError:
