@@ -181,9 +181,10 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     config = validated(load("config.yaml"))
     # The keys the default's finished jobs were written without: the late keys, and repeat_seeds /
     # repeat_points / seq_lens, which choose which jobs exist, never a job's param.
-    late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant")
+    late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant",
+            "bandmf_strategy")
     before = {key: value for key, value in config["training"].items()
-              if key not in late and key not in ("repeat_seeds", "repeat_points", "seq_lens")}
+              if key not in late and key not in ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms")}
     assert repr(training_params(config)) == repr(before)
     explicit = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "adam_eps": 1.0e-8}})
     assert repr(training_params(explicit)) == repr(before)

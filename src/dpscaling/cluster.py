@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dpscaling.mechanisms import DPSGD, state_copies
 from dpscaling.samplers import POISSON, SHUFFLE, sampler_named
 
 if TYPE_CHECKING:
@@ -181,13 +182,16 @@ def train_resources(
     attempt: int = 1,
     site: Site | None = None,
     throughput: str = "paper_table",
+    mechanism: str = "dpsgd",
 ) -> TrainResources:
     """Size one training job; ``attempt`` (Snakemake's retry counter) scales time and memory;
     ``throughput`` is the model family's basis (:func:`param_tokens_per_gpu_second`).
 
     Wall time: work / throughput on the chosen devices, ×1.5 safety, +15 min for start-up,
     compilation and checkpoints. Host memory per node: 4 GiB for the runtime and data
-    plus 48 bytes per parameter (parameters, two Adam moments and orbax's host copies).
+    plus 48 bytes per parameter (parameters, two Adam moments and orbax's host copies), plus 8 bytes
+    per parameter for each past noise draw a correlated ``mechanism`` keeps (b − 1 for BandMF:
+    :func:`dpscaling.mechanisms.state_copies`), held on the device and copied to the host by orbax.
     """
     site = site or Site.from_env()
     work = float(steps) * batch * seq_len * n_params  # parameter·tokens
@@ -204,7 +208,8 @@ def train_resources(
         nodes, per_node = 1, gpus
     hours = one_gpu_hours / (nodes * per_node)
     runtime = math.ceil(hours * 60 * 1.5) + 15
-    mem_mb = 4096 + math.ceil(48 * n_params / 2**20)
+    history = state_copies(mechanism) - state_copies(DPSGD.name)
+    mem_mb = 4096 + math.ceil(48 * n_params / 2**20) + math.ceil(8 * history * n_params / 2**20)
     cpus = min(site.cpus_per_gpu * per_node, site.max_cpus_per_task)
     return TrainResources(
         n_params=n_params,

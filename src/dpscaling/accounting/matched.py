@@ -32,6 +32,7 @@ from dpscaling.accounting import gaussian
 from dpscaling.accounting.truncation import truncated_poisson_run
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
+from dpscaling.mechanisms import DPSGD, mechanism_named
 from dpscaling.samplers import SAMPLERS, Sampler, check_batch_fits, sampler_named
 
 # The accountant that describes each sampler (its registry record), and what each accountant assumes.
@@ -84,20 +85,56 @@ class RunPrivacy:
     padding_share: float | None = None  # expected share of a step's L slots that are padding
     untruncated_epsilon: float | None = None  # ε of untruncated Poisson at the run's σ
     untruncated_sigma: float | None = None  # σ untruncated Poisson needs for the run's ε
+    # The noise mechanism (dpscaling.mechanisms); a DP-SGD run's record leaves these out (as it had them not).
+    mechanism: str = DPSGD.name
+    bands: int = 1
+    group_size: int | None = None  # poisson + BandMF: examples per cyclic group, N // b (N mod b never sampled)
+    accounted_rounds: int | None = None  # poisson + BandMF: ⌈T/b⌉, the steps one group (one example) can join
+    sensitivity: float | None = None  # shuffle + BandMF: L2 sensitivity of C over the k participations
 
     def record(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        if self.mechanism == DPSGD.name:
+            for name in _MECHANISM_FIELDS:
+                del values[name]
+        return values
+
+
+_MECHANISM_FIELDS = ("mechanism", "bands", "group_size", "accounted_rounds", "sensitivity")
+
+
+@dataclass(frozen=True)
+class BandMFReduction:
+    """Amplified BandMF as the DP-SGD it reduces to (Choquette-Choo et al. 2023, arXiv 2306.08153; the
+    reduction of jax-privacy's ``truncated_amplified_bandmf_event``): the data split into b groups of
+    ⌊N/b⌋ (jax-privacy's ``EQUAL_SPLIT``, which drops N mod b examples), step t samples group t mod b
+    with probability q_g = B/⌊N/b⌋, so an example can join ⌈T/b⌉ steps."""
+
+    group_size: int
+    sampling_probability: float
+    rounds: int
+
+    @classmethod
+    def of(cls, dataset_size: int, expected_batch_size: int, steps: int, bands: int) -> BandMFReduction:
+        group = dataset_size // bands
+        if group < expected_batch_size:
+            raise UserError(f"training.mechanisms: {bands} bands split the {dataset_size} training sequences "
+                            f"into groups of {group}, smaller than the expected batch {expected_batch_size}")
+        return cls(group, expected_batch_size / group, math.ceil(steps / bands))
 
 
 def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
                 expected_batch_size: int, steps: int, delta: float,
                 noise_batch_ratio: float = 0.0, target_epsilon: float | None = None,
-                truncated_batch_size: int | None = None, multiple: int = 1) -> RunPrivacy:
+                truncated_batch_size: int | None = None, multiple: int = 1, mechanism: str = DPSGD.name,
+                coefficients: Any = None) -> RunPrivacy:
     """Calibrate σ for ``target_epsilon`` (if given) or account ε for ``noise_batch_ratio``,
     with the accountant that matches ``sampling`` (refusing a mismatched ``accountant``).
 
     Truncating samplers run at ``truncated_batch_size``; None chooses it by its privacy price, a
     multiple of ``multiple`` (:func:`dpscaling.accounting.truncation.truncated_poisson_run`).
+    ``mechanism`` is the noise's (:mod:`dpscaling.mechanisms`); a correlated one accounted as deterministic
+    batches needs its strategy's ``coefficients`` (the sensitivity of C over the participations).
     """
     sampler = sampler_named(sampling)
     accountant = matched_accountant(sampling, accountant)
@@ -107,18 +144,29 @@ def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
     common = dict(sampler=sampling, accountant=accountant, delta=delta,
                   sampling_probability=expected_batch_size / dataset_size, steps=steps,
                   dataset_size=dataset_size, expected_batch_size=expected_batch_size,
-                  calibrated=epsilon is not None)
+                  calibrated=epsilon is not None, mechanism=mechanism_named(mechanism).name,
+                  bands=mechanism_named(mechanism).bands)
     return _ACCOUNTED_BY[accountant](sampler, common, epsilon=epsilon, noise_batch_ratio=noise_batch_ratio,
-                                     truncated_batch_size=truncated_batch_size, multiple=multiple)
+                                     truncated_batch_size=truncated_batch_size, multiple=multiple,
+                                     coefficients=coefficients)
 
 
 def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None,
-                       noise_batch_ratio: float, truncated_batch_size: int | None, multiple: int) -> RunPrivacy:
-    """jax-privacy's truncated DP-SGD event at L (priced unless given), composed by PLD."""
-    batch = common["expected_batch_size"]
+                       noise_batch_ratio: float, truncated_batch_size: int | None, multiple: int,
+                       coefficients: Any) -> RunPrivacy:
+    """jax-privacy's truncated DP-SGD event at L (priced unless given), composed by PLD; a BandMF run's
+    is its truncated amplified BandMF event, i.e. that of its :class:`BandMFReduction` (one group)."""
+    batch, bands = common["expected_batch_size"], common["bands"]
+    if bands == 1:
+        q, rounds, population, extra = common["sampling_probability"], common["steps"], common["dataset_size"], {}
+    else:
+        reduced = BandMFReduction.of(common["dataset_size"], batch, common["steps"], bands)
+        q, rounds, population = reduced.sampling_probability, reduced.rounds, reduced.group_size
+        extra = {"group_size": reduced.group_size, "accounted_rounds": reduced.rounds}
+        common = common | {"sampling_probability": q}
     run = truncated_poisson_run(
-        q=common["sampling_probability"], steps=common["steps"], dataset_size=common["dataset_size"],
-        delta=common["delta"], multiple=multiple, truncated_batch_size=truncated_batch_size, target_epsilon=epsilon,
+        q=q, steps=rounds, dataset_size=population, delta=common["delta"], multiple=multiple,
+        truncated_batch_size=truncated_batch_size, target_epsilon=epsilon,
         sigma=None if epsilon is not None else noise_batch_ratio * batch)
     price = run.price
     return RunPrivacy(
@@ -126,21 +174,33 @@ def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: flo
         truncated_batch_size=price.truncated_batch_size, max_participations=None,
         truncation_priced=run.truncation_priced, truncation_probability=price.truncation_probability,
         padding_share=price.padding_share, untruncated_epsilon=price.untruncated_epsilon,
-        untruncated_sigma=run.untruncated_sigma)
+        untruncated_sigma=run.untruncated_sigma, **extra)
 
 
 def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None, noise_batch_ratio: float,
-                   truncated_batch_size: int | None, multiple: int) -> RunPrivacy:
-    """k compositions of the Gaussian mechanism, k = the sampler's participation bound."""
+                   truncated_batch_size: int | None, multiple: int, coefficients: Any) -> RunPrivacy:
+    """One Gaussian mechanism of sensitivity Δ over the k participations the sampler allows: Δ² = k for
+    DP-SGD; for BandMF the strategy's sensitivity with k participations at any separation (shuffled epochs
+    can place two one step apart), jax-privacy's ``minsep_sensitivity_squared``."""
     batch, delta = common["expected_batch_size"], common["delta"]
     participations = sampler.participation_bound(common["dataset_size"], batch, common["steps"])
+    extra = {}
+    if common["bands"] == 1:
+        sensitivity = math.sqrt(participations)
+    else:
+        if coefficients is None:
+            raise ValueError("a correlated mechanism's deterministic accounting needs its strategy coefficients")
+        from dpscaling.dp.correlated import sensitivity_squared
+
+        sensitivity = math.sqrt(sensitivity_squared(coefficients, common["steps"], participations, 1))
+        extra = {"sensitivity": sensitivity}
     if epsilon is not None:
-        sigma = math.sqrt(participations) * gaussian.analytic_gaussian_sigma(epsilon, delta)
+        sigma = sensitivity * gaussian.analytic_gaussian_sigma(epsilon, delta)
     else:
         sigma = noise_batch_ratio * batch
-    spent = math.inf if sigma == 0 else gaussian.gaussian_epsilon(sigma / math.sqrt(participations), delta)
+    spent = math.inf if sigma == 0 else gaussian.gaussian_epsilon(sigma / sensitivity, delta)
     return RunPrivacy(**common, epsilon=spent, sigma=sigma, noise_batch_ratio=sigma / batch,
-                      truncated_batch_size=None, max_participations=participations)
+                      truncated_batch_size=None, max_participations=participations, **extra)
 
 
 # How a run is accounted, by the accountant its sampler names.

@@ -215,6 +215,8 @@ class TrainingBlock(Block):
     sampling: str = role(LATE, PRIVATE_RUNS)
     truncated_batch_size: int | None = role(LATE, PRIVATE_RUNS)
     accountant: str | None = role(LATE, PRIVATE_RUNS)
+    mechanisms: tuple[str, ...] = role(SELECTS_JOBS)
+    bandmf_strategy: str = role(LATE)
 
     def job_params(self, delta: float) -> dict[str, Any]:
         """The block (plus ``delta``) as a main-grid job's param, in the config's key order: the

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import optax
 import optax.tree_utils as otu
 
+from dpscaling.dp.correlated import CorrelatedNoiseState
+
 
 class GaussianNoiseState(NamedTuple):
     count: jnp.ndarray  # updates applied so far; the noise of step t uses fold_in(key, t)
@@ -30,7 +32,13 @@ class KeyedGaussianNoiseState(NamedTuple):
 
 
 def _is_noise_state(x) -> bool:
-    return isinstance(x, (GaussianNoiseState, KeyedGaussianNoiseState))
+    return isinstance(x, (GaussianNoiseState, KeyedGaussianNoiseState, CorrelatedNoiseState))
+
+
+def _with_key(state, key: jax.Array):
+    if isinstance(state, CorrelatedNoiseState):
+        return state._replace(noise_key=key)
+    return KeyedGaussianNoiseState(state.count, key)
 
 
 def replace_noise_key(opt_state, key: jax.Array):
@@ -40,7 +48,7 @@ def replace_noise_key(opt_state, key: jax.Array):
     reach XLA's compilation cache or a lowered program.
     """
     return jax.tree.map(
-        lambda x: KeyedGaussianNoiseState(x.count, key) if _is_noise_state(x) else x,
+        lambda x: _with_key(x, key) if _is_noise_state(x) else x,
         opt_state,
         is_leaf=_is_noise_state,
     )
@@ -49,7 +57,7 @@ def replace_noise_key(opt_state, key: jax.Array):
 def noise_key_of(opt_state) -> jax.Array | None:
     """The key stored in ``opt_state`` (None: the stream uses the transform's own key)."""
     found = [x.noise_key for x in jax.tree.leaves(opt_state, is_leaf=_is_noise_state)
-             if isinstance(x, KeyedGaussianNoiseState)]
+             if isinstance(x, (KeyedGaussianNoiseState, CorrelatedNoiseState))]
     return found[0] if found else None
 
 
@@ -86,11 +94,22 @@ def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int) -> optax
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+def gaussian_noise(mechanism, stddev: float | jax.Array, key: jax.Array, steps: int, strategy: str
+                   ) -> optax.GradientTransformation:
+    """DP-SGD's noise (its :attr:`~dpscaling.mechanisms.Mechanism.noise_builder`): i.i.d., whatever T."""
+    del mechanism, steps, strategy
+    return add_gaussian_noise(stddev, key)
+
+
 def dp_optimizer(
-    optimizer: optax.GradientTransformation, noise_batch_ratio: float | jax.Array, key: jax.Array | int
+    optimizer: optax.GradientTransformation,
+    noise_batch_ratio: float | jax.Array,
+    key: jax.Array | int,
+    noise: optax.GradientTransformation | None = None,
 ) -> optax.GradientTransformation:
     """Generalized DP-SGD's noise + OptimizerUpdate (Algorithm 1, lines 5–6).
 
-    Feed it the clipped mean gradient; with ``optax.adam`` this is the paper's DP-Adam.
+    Feed it the clipped mean gradient; with ``optax.adam`` this is the paper's DP-Adam. ``noise`` replaces
+    the i.i.d. noise by a mechanism's (:meth:`dpscaling.mechanisms.Mechanism.noise_transform`).
     """
-    return optax.chain(add_gaussian_noise(noise_batch_ratio, key), optimizer)
+    return optax.chain(add_gaussian_noise(noise_batch_ratio, key) if noise is None else noise, optimizer)

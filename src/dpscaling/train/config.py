@@ -13,6 +13,7 @@ from dpscaling.accounting.matched import matched_accountant
 from dpscaling.config.schema import default as schema_default
 from dpscaling.dp import CLIPPING_METHODS
 from dpscaling.errors import UserError
+from dpscaling.mechanisms import DPSGD, STRATEGIES, Mechanism, mechanism_named
 from dpscaling.models.family import BERT_MAX_POSITIONS, PRESETS, Family, ModelConfig, family_named
 from dpscaling.samplers import SAMPLERS, Sampler, sampler_named
 
@@ -40,6 +41,7 @@ CONFIG_KEYS: dict[str, str] = {
     "sampling": "training.sampling",
     "truncated_batch_size": "training.truncated_batch_size",
     "accountant": "training.accountant",
+    "bandmf_strategy": "training.bandmf_strategy",
     "delta": "accounting.delta",
 }
 
@@ -97,6 +99,10 @@ class TrainConfig:
     # Start from the parameters of this training job's checkpoint directory (a run of this project, its
     # latest verified step; dpscaling.train.init) instead of random weights; None = from scratch.
     init_checkpoint: str | None = None
+    # The noise mechanism (dpscaling.mechanisms: dpsgd, or bandmf-b<b>, a grid wildcard) and what its
+    # banded Toeplitz strategy is optimised for.
+    mechanism: str = "dpsgd"
+    bandmf_strategy: str = _default("bandmf_strategy")
 
     def __post_init__(self) -> None:
         def need(condition: bool, name: str, message: str) -> None:
@@ -124,6 +130,10 @@ class TrainConfig:
             "is calibrated from target_epsilon; leave it at 0",
         )
         need(0 < self.delta < 1, "delta", "must be in (0, 1)")
+        mechanism_named(self.mechanism, "train.mechanism")  # refuses an unknown name, naming the forms
+        need(self.bandmf_strategy in STRATEGIES, "bandmf_strategy", f"must be one of {STRATEGIES}")
+        need(self.num_steps >= self.noise_mechanism.bands, "num_steps",
+             f"must be >= the {self.noise_mechanism.bands} bands of {self.mechanism}")
         need(
             self.train_sequences is None or self.train_sequences >= self.batch_size,
             "train_sequences",
@@ -164,6 +174,11 @@ class TrainConfig:
     def sampler(self) -> Sampler:
         """The batch sampler's record (:mod:`dpscaling.samplers`)."""
         return sampler_named(self.sampling)
+
+    @property
+    def noise_mechanism(self) -> Mechanism:
+        """The noise mechanism's record (:mod:`dpscaling.mechanisms`)."""
+        return mechanism_named(self.mechanism, "train.mechanism")
 
     @property
     def truncation_resolved(self) -> bool:
@@ -222,7 +237,7 @@ _LATE_DEFAULTS: dict[str, Any] = {
     for f in dataclasses.fields(TrainConfig)
     if f.name
     in ("family", "sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences",
-        "init_checkpoint")
+        "init_checkpoint", "mechanism", "bandmf_strategy")
 }
 
 
@@ -256,6 +271,7 @@ def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any]
         seed=int(wildcards["seed"]),
         allow_repeats=training.get("allow_repeats", schema_default("training.allow_repeats")),
         init_checkpoint=training.get("init_checkpoint"),  # a fine-tuning job's pretrained start
+        mechanism=wildcards.get("mech", DPSGD.name),
         **settings,
     )
 

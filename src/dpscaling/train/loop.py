@@ -21,6 +21,7 @@ entropy, stored only in the checkpointed state, and never logged or written to t
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import time
@@ -35,6 +36,7 @@ import orbax.checkpoint as ocp
 from dpscaling.data.epochs import check_one_epoch, epochs_seen
 from dpscaling.accounting.matched import RunPrivacy, account_run
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
+from dpscaling.dp.correlated import strategy_coefficients
 from dpscaling.dp.noise import noise_key_of, replace_noise_key
 from dpscaling.errors import UserError
 from dpscaling.io import raise_if_storage_full_or_read_only, write_json_atomic
@@ -127,6 +129,7 @@ def _train(
     output: Path,
     started: float,
 ) -> RunSummary:
+    coefficients = strategy_coefficients(config.noise_mechanism, config.num_steps, config.bandmf_strategy)
     privacy = account_run(
         config.sampling,
         config.accountant,
@@ -138,6 +141,8 @@ def _train(
         target_epsilon=config.target_epsilon,
         truncated_batch_size=config.truncated_batch_size,
         multiple=config.microbatch_size or parallel.n_devices,
+        mechanism=config.mechanism,
+        coefficients=coefficients,
     )
     if not config.truncation_resolved:  # the L its accountant priced is what runs (and is recorded)
         config = dataclasses.replace(config, truncated_batch_size=privacy.truncated_batch_size)
@@ -156,6 +161,9 @@ def _train(
     counts = model_config.param_count()
     # A run started from pretrained weights names them (a column only such runs have).
     started_from = {} if config.init_checkpoint is None else {"init_checkpoint": str(config.init_checkpoint)}
+    # A correlated mechanism's curve names its strategy (the sensitivity of any participation follows).
+    if config.noise_mechanism.correlated:
+        started_from["bandmf_coefficients"] = json.dumps([float(c) for c in coefficients])
     run_info = _run_constants(config, meta.seq_len, counts, parallel) | started_from | {
         "epochs": epochs_seen(config.num_steps, config.batch_size, len(rows))} | _privacy_columns(privacy)
     writer = jax.process_index() == 0
@@ -181,6 +189,7 @@ def _train(
         config.physical_batch_size,
         config.seed,
         key,
+        cycle_length=config.noise_mechanism.cycle_length,
     )
 
     # The same program for every σ̄, learning rate and seed of this shape: with a persistent

@@ -51,7 +51,14 @@ def secret_key() -> np.ndarray:
 
 class PoissonBatches:
     """Padded index arrays of truncated Poisson batches: ``indices(step)`` has length L, real
-    indices first, then ``PADDING_INDEX``."""
+    indices first, then ``PADDING_INDEX``.
+
+    With ``cycle_length`` b > 1 (DP-BandMF's cyclic Poisson sampling) the examples are split once into b
+    groups of ⌊N/b⌋ (jax-privacy's ``EQUAL_SPLIT``; N mod b examples are never sampled) and step t samples
+    group t mod b at rate B/⌊N/b⌋, so an example joins at most ⌈T/b⌉ steps, b apart. The partition and
+    every batch come from one generator seeded by the secret, replayed up to the step on resume; with b = 1
+    each step has its own generator (seeded by (secret, step)), as before cyclic sampling existed.
+    """
 
     def __init__(
         self,
@@ -59,39 +66,61 @@ class PoissonBatches:
         expected_batch_size: int,
         truncated_batch_size: int,
         key: np.ndarray,
+        cycle_length: int = 1,
     ):
-        if expected_batch_size > n_rows:
+        if expected_batch_size > n_rows // cycle_length:
             raise UserError(
+                f"train.batch_size: expected batch {expected_batch_size} exceeds the "
+                f"{n_rows // cycle_length} training sequences of one of {cycle_length} groups"
+                if cycle_length > 1 else
                 f"train.batch_size: expected batch {expected_batch_size} exceeds the "
                 f"{n_rows} training sequences"
             )
         self.n_rows = n_rows
+        self.cycle_length = cycle_length
         self.truncated_batch_size = truncated_batch_size
-        self.sampling_probability = expected_batch_size / n_rows
+        self.sampling_probability = expected_batch_size / (n_rows // cycle_length)
         self._seed = [int(w) for w in np.asarray(key, dtype=np.uint32).ravel()]
         self._strategy = CyclicPoissonSampling(
             sampling_prob=self.sampling_probability,
-            iterations=1,
+            iterations=1 if cycle_length == 1 else np.iinfo(np.int64).max,
             truncated_batch_size=truncated_batch_size,
-            cycle_length=1,
-            partition_type=PartitionType.INDEPENDENT,
+            cycle_length=cycle_length,
+            # b = 1: no partition; b > 1: exact group sizes, which the truncated BandMF event needs
+            # (jax-privacy: compatible with zero-out adjacency, docs/mechanisms.md).
+            partition_type=PartitionType.INDEPENDENT if cycle_length == 1 else PartitionType.EQUAL_SPLIT,
         )
+        self._stream = None  # (next step, iterator) of the cyclic generator
 
     def indices(self, step: int) -> np.ndarray:
-        rng = np.random.default_rng([*self._seed, Stream.DATA, step])
-        (batch,) = self._strategy.batch_iterator(self.n_rows, rng=rng)
         (padded,) = split_and_pad_global_batch(
-            batch.astype(np.int64), minibatch_size=self.truncated_batch_size
+            self._batch(step).astype(np.int64), minibatch_size=self.truncated_batch_size
         )
         return padded
+
+    def _batch(self, step: int) -> np.ndarray:
+        if self.cycle_length == 1:
+            rng = np.random.default_rng([*self._seed, Stream.DATA, step])
+            (batch,) = self._strategy.batch_iterator(self.n_rows, rng=rng)
+            return batch
+        if self._stream is None or self._stream[0] > step:
+            rng = np.random.default_rng([*self._seed, Stream.DATA])
+            self._stream = (0, self._strategy.batch_iterator(self.n_rows, rng=rng))
+        position, batches = self._stream
+        for _ in range(step - position):
+            next(batches)
+        self._stream = (step + 1, batches)
+        return next(batches)
 
 
 class ShuffledStepBatches:
     """The study's step inputs: ``tokens`` of the seeded shuffled batch, laid out by ``parallel``; a
-    pure function of (seed, step). ``key`` is unused (the study's batches are not secret)."""
+    pure function of (seed, step). ``key`` is unused (the study's batches are not secret), and so is
+    ``cycle_length``: the study prices participation after the fact (a BandMF study run's own ε uses the
+    strategy's sensitivity at any separation: :mod:`dpscaling.accounting.matched`)."""
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
-                 key: np.ndarray | None = None):
+                 key: np.ndarray | None = None, cycle_length: int = 1):
         self._rows = rows
         self._shuffle = BatchSampler(len(rows), batch_size, seed)
 
@@ -109,14 +138,14 @@ class PoissonStepBatches:
     batch as global arrays laid out by ``parallel``; a pure function of (secret key, step)."""
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
-                 key: np.ndarray | None = None):
+                 key: np.ndarray | None = None, cycle_length: int = 1):
         if key is None:
             raise ValueError("poisson batches need the run's secret key")
         # One extra row of [PAD] tokens, not derived from any example, for the padding slots.
         self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
         self._weights = np.ones(len(rows) + 1, np.float32)
         self._weights[-1] = 0.0
-        self._poisson = PoissonBatches(len(rows), batch_size, physical_batch_size, key)
+        self._poisson = PoissonBatches(len(rows), batch_size, physical_batch_size, key, cycle_length)
 
     def indices(self, step: int) -> np.ndarray:
         """Row indices of the step's physical batch (padding slots = ``PADDING_INDEX``)."""

@@ -52,7 +52,8 @@ def step_hyperparams(config: TrainConfig, noise_batch_ratio: float | None = None
 def make_optimizer(
     config: TrainConfig, hyperparams: StepHyperparams | None = None
 ) -> optax.GradientTransformation:
-    """DP-Adam: N(0, σ̄²) on the clipped mean gradient, then Adam with the paper's schedule.
+    """DP-Adam: N(0, σ̄²) on the clipped mean gradient (correlated across steps for a BandMF mechanism:
+    :mod:`dpscaling.mechanisms`), then Adam with the paper's schedule.
 
     σ̄, the peak learning rate and the noise key come from ``hyperparams`` (default: the
     config's, :func:`step_hyperparams`); inside the step they are traced values. A private run
@@ -65,7 +66,10 @@ def make_optimizer(
         b2=config.adam_b2,
         eps=config.adam_eps,
     )
-    return dp_optimizer(adam, hyperparams.noise_batch_ratio, hyperparams.noise_key)
+    noise = config.noise_mechanism.noise_transform(
+        hyperparams.noise_batch_ratio, hyperparams.noise_key, config.num_steps, config.bandmf_strategy
+    )
+    return dp_optimizer(adam, hyperparams.noise_batch_ratio, hyperparams.noise_key, noise)
 
 
 def study_noise_key(seed: int) -> jax.Array:

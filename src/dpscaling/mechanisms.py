@@ -1,0 +1,92 @@
+"""Noise mechanisms: DP-SGD's independent noise, or DP-BandMF's correlated noise (the paper's second open
+question, "better underlying mechanisms"; docs/mechanisms.md).
+
+A run's mechanism is a name, the value of the ``mech`` run axis and of ``training.mechanisms``:
+
+* ``dpsgd`` — independent N(0, σ̄²) noise on each step's clipped mean gradient (paper Algorithm 1).
+* ``bandmf-b<b>`` (b ≥ 2) — banded matrix factorization (Choquette-Choo et al. 2023, arXiv 2306.08153):
+  step t adds σ̄·(C⁻¹z)_t, z_t ~ N(0, I) i.i.d., where C is the lower-triangular b-banded Toeplitz strategy
+  whose coefficients jax-privacy optimises for the run's T steps (``training.bandmf_strategy``) and scales
+  to unit L2 norm. b = 1 would be C = I, i.e. DP-SGD, so it is spelled ``dpsgd``.
+
+**What σ̄ means for every mechanism.** σ̄ is the standard deviation of z, the noise on the *mean* clipped
+gradient before it is correlated, with every column of C at L2 norm ≤ 1: one example's participation then
+has sensitivity ≤ 1/B in C-space, and σ̄·B is the noise multiplier of jax-privacy's amplified BandMF event
+(``noise_multiplier``, "assuming the strategy matrix has maximum L2 column norm of one"), exactly as it is
+DP-SGD's. So a σ̄ is priced per participation identically for every b, and the b-specific part of the
+privacy cost (b groups, ⌈T/b⌉ participations at rate b·q) lives in each mechanism's accounting table,
+σ(ε, T, q, b), not in the training curve. That keeps the study's decoupling (paper §3.1): a law per
+mechanism is fitted in σ̄, and the query converts a budget into σ̄ with that mechanism's accountant. The
+per-step marginal noise std is σ̄·‖(C⁻¹)_t‖₂ (larger than σ̄ for b ≥ 2: 1/c₀ at t = 0), anti-correlated
+across steps, so the noise on sums of updates is smaller.
+
+This module is JAX-free (the workflow imports it to check configs and size jobs); the noise transform and
+the strategy come from :mod:`dpscaling.dp.correlated`, imported when a run builds them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dpscaling.errors import UserError
+
+__all__ = ["DPSGD", "MECHANISM_PATTERN", "STRATEGIES", "Mechanism", "mechanism_named", "state_copies"]
+
+# jax-privacy's optimize_banded_toeplitz reduction of the per-step squared error of the prefix sums:
+# mean (its default, RMSE-optimal), max, or the last iterate's.
+STRATEGIES: tuple[str, ...] = ("mean_error", "max_error", "last_iterate")
+MECHANISM_PATTERN = r"^(dpsgd|bandmf-b([2-9]|[1-9][0-9]+))$"
+_BANDMF = re.compile(r"^bandmf-b(\d+)$")
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One noise mechanism: its name (``dpsgd`` or ``bandmf-b<b>``) and its number of bands b."""
+
+    name: str
+    bands: int
+    # "package.module:function" building its optax noise transform from (mechanism, σ̄, key, T, strategy)
+    noise_builder: str = "dpscaling.dp.correlated:correlated_noise"
+
+    def noise_transform(self, stddev: Any, key: Any, steps: int, strategy: str) -> Any:
+        """Its optax transform adding noise of scale ``stddev`` (σ̄) keyed by ``key`` to a T-step run
+        (imported on demand: it needs JAX)."""
+        module, _, name = self.noise_builder.partition(":")
+        return getattr(importlib.import_module(module), name)(self, stddev, key, steps, strategy)
+
+    @property
+    def correlated(self) -> bool:
+        """Whether its noise is correlated across steps (b ≥ 2): the state carries b − 1 past draws."""
+        return self.bands > 1
+
+    @property
+    def cycle_length(self) -> int:
+        """The groups cyclic Poisson sampling splits the data into: b (every example in every b-th step)."""
+        return self.bands
+
+    def noise_history(self) -> int:
+        """How many past noise draws its optimiser state keeps: b − 1 (one parameter-sized array each)."""
+        return self.bands - 1
+
+
+DPSGD = Mechanism("dpsgd", 1, noise_builder="dpscaling.dp.noise:gaussian_noise")
+
+
+def mechanism_named(name: str, block: str = "training.mechanisms") -> Mechanism:
+    """The mechanism called ``name``; ``block`` names the key in the message."""
+    if name == DPSGD.name:
+        return DPSGD
+    found = _BANDMF.match(str(name))
+    if found is None or int(found.group(1)) < 2:
+        raise UserError(f"{block}: must be 'dpsgd' or 'bandmf-b<b>' with b >= 2 bands (b = 1 is dpsgd), "
+                        f"got {name!r}")
+    return Mechanism(str(name), int(found.group(1)))
+
+
+def state_copies(name: str) -> int:
+    """Parameter-sized float32 arrays of a run's state beyond the parameters: Adam's two moments plus
+    the mechanism's noise history (b − 1): memory O(b·M) (:mod:`dpscaling.cluster` sizes jobs with it)."""
+    return 2 + mechanism_named(name).noise_history()
