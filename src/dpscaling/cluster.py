@@ -237,6 +237,7 @@ class Work:
     # a shape the config does not name (a savings run's neighbour): its parameter count and family
     param_count: int | None = None
     family: str | None = None
+    mechanism: str = DPSGD.name  # a correlated mechanism's state holds b − 1 past noise draws
 
 
 # The resources a sized job sets; every training-like rule gets all of them (None = not requested).
@@ -253,11 +254,11 @@ def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, A
     else:
         n_params, family = run.model_config(work.model, seq_len).param_count().total, run.models.family(work.model)
     return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=seq_len,
-                           throughput=family.throughput, attempt=attempt).snakemake()
+                           throughput=family.throughput, attempt=attempt, mechanism=work.mechanism).snakemake()
 
 
 def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = None,
-              seq_len: int | None = None) -> Work:
+              seq_len: int | None = None, mechanism: str = DPSGD.name) -> Work:
     """A grid training job of ``model`` at sequence length ``seq_len`` (None = ``data.seq_len``) with the
     ``training`` mapping (a training job's param; None = the run's ``training`` block). A truncating sampler's
     job runs its padded batch L: the run prices L once it has its data, so an upper bound of it sizes the job."""
@@ -268,7 +269,7 @@ def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = N
 
         batch = training.get("truncated_batch_size") or tail_truncated_batch_size(
             batch, int(training["steps"]), run.accounting.delta, training.get("microbatch_size") or 1)
-    return Work(model, int(training["steps"]), batch, seq_len)
+    return Work(model, int(training["steps"]), batch, seq_len, mechanism=mechanism)
 
 
 def evaluation_work(model: str, examples: int) -> Work:

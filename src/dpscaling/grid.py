@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpscaling.errors import UserError
+from dpscaling.mechanisms import mechanism_named
 
 if TYPE_CHECKING:
     from dpscaling.config.blocks import RunConfig
@@ -61,10 +62,12 @@ class TrainPoint:
     noise_batch_ratio: float
     learning_rate: float
     seq_len: int | None = None
+    mechanism: str = "dpsgd"  # the noise mechanism (dpscaling.mechanisms): a mech= level where not dpsgd
 
     @property
     def wildcards(self) -> dict[str, str]:
         values = {
+            "mech": self.mechanism,
             "model": self.model,
             "batch": canonical(self.batch),
             "seed": canonical(self.seed),
@@ -81,14 +84,31 @@ def _typed(config: Mapping[str, Any] | RunConfig) -> RunConfig:
 
 
 def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
-    """The main grid: every sequence length × model × noise-batch ratio × learning rate at the physical batch."""
+    """The main grid: every mechanism × sequence length × model × noise-batch ratio × learning rate at the
+    physical batch."""
     run = _typed(config)
     training = run.training
     return [
-        TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr), seq_len)
-        for seq_len, model, nbr, lr in product(run.seq_lens(), run.models.names, training.noise_batch_ratios,
-                                               training.learning_rates)
+        TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr), seq_len, mechanism)
+        for mechanism, seq_len, model, nbr, lr in product(
+            mechanisms(run), run.seq_lens(), run.models.names, training.noise_batch_ratios, training.learning_rates)
     ]
+
+
+def mechanisms(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
+    """``training.mechanisms``, the first the primary one (the paper's figures and tables use its law).
+    Refused with more than one sequence length: each other mechanism's law is fitted at ``data.seq_len``."""
+    run = _typed(config)
+    names = tuple(mechanism_named(name).name for name in run.training.mechanisms)
+    if len(names) > 1 and len(run.seq_lens()) > 1:
+        raise UserError(f"training.mechanisms: {list(names)} with training.seq_lens {list(run.seq_lens())}: "
+                        "a run varies one of the two axes; run the other under its own run_name")
+    return names
+
+
+def points_with_mechanism(points: Iterable[TrainPoint], mechanism: str) -> list[TrainPoint]:
+    """The points trained with ``mechanism`` (the curves of its law)."""
+    return [point for point in points if point.mechanism == mechanism]
 
 
 def pretrain_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
@@ -137,7 +157,7 @@ def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     points = []
     for index, point in enumerate(block.points):
         grid = TrainPoint(point.model, training.physical_batch, training.seed, float(point.noise_batch_ratio),
-                          float(point.learning_rate), run.data.seq_len)
+                          float(point.learning_rate), run.data.seq_len, mechanisms(run)[0])
         if grid not in main:
             raise UserError(f"fit.physical_batch_correction.points[{index}]: {point.to_mapping()} is not a point of "
                             "the main grid (models.names x training.noise_batch_ratios x training.learning_rates)")
@@ -147,7 +167,7 @@ def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
 
 def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``), at every
-    sequence length: the seed-to-seed noise each length's bootstrap intervals resample (docs/fit.md "Intervals").
+    sequence length and mechanism: the seed-to-seed noise each length's bootstrap intervals resample (docs/fit.md "Intervals").
 
     Raises UserError when a point is not on the main grid or a repeat seed is the main seed.
     """
@@ -168,7 +188,8 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
                 raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
         points += [TrainPoint(point.model, training.physical_batch, seed, float(point.noise_batch_ratio),
-                              float(point.learning_rate), seq_len) for seed in seeds for seq_len in run.seq_lens()]
+                              float(point.learning_rate), seq_len, mechanism)
+                   for seed in seeds for seq_len in run.seq_lens() for mechanism in mechanisms(run)]
     return sorted(set(points))
 
 

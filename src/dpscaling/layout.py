@@ -3,7 +3,8 @@
 Documented in docs/cluster.md, "Reruns after an upgrade" (README.md, "Where results land": the tree).
 
 **Runs.** A training run's id is one ``name=value`` level per run axis (:data:`RUN_AXES`):
-``seq=S/model=…/batch=…/seed=…/nbr=…/lr=…``. Its curve is ``runs/<id>/metrics.parquet``, its checkpoints
+``[mech=M/]seq=S/model=…/batch=…/seed=…/nbr=…/lr=…`` (``mech=`` only in a run whose grid has a mechanism
+other than DP-SGD). Its curve is ``runs/<id>/metrics.parquet``, its checkpoints
 ``checkpoints/<id>/`` and its log ``logs/train/<id>.log`` (:func:`run_paths`); the physical-batch ablation's
 runs, at ``data.seq_len``, carry no length and live under ``ablation/``. An axis added after results exist
 declares a default: its level is left out of the id unless the run's grid takes another value on it
@@ -16,7 +17,8 @@ public domain has its own documents and shards under ``data/public/`` (:data:`PU
 
 **The law.** The primary length's law directory ``law/`` holds the curves it is fitted on
 (``results.parquet``), the fitted law (``fit/``) and its bootstrap replicates (``bootstrap/``); each other
-length's is ``law/lengths/seq=S/`` (:data:`LENGTH_LAW`), the same inside. The held-out calibration is
+length's is ``law/lengths/seq=S/`` (:data:`LENGTH_LAW`), and each other mechanism's
+``law/mechanisms/mech=M/`` (:data:`MECHANISM_LAW`), the same inside. The held-out calibration is
 ``validate/calibration.json`` and the physical-batch correction ``law/physical_batch/correction.json``.
 :func:`bootstrap_beside` and :func:`calibration_beside` say where those are for a fitted law directory:
 the defaults of ``dpscaling query --law <run>/law/fit``.
@@ -53,11 +55,13 @@ class Axis:
         return any(point.get(self.wildcard, self.default) != self.default for point in points)
 
 
-# The sequence length, first in a grid run's id; the ablation's runs leave it out.
+# The noise mechanism, first in a run's id where a run's grid has one other than DP-SGD (dpscaling.mechanisms).
+MECHANISM = Axis("mech", "mech", default="dpsgd")
+# The sequence length, next in a grid run's id; the ablation's runs leave it out.
 LENGTH = Axis("seq", "seq")
 # The run axes in path order (dpscaling.grid.TrainPoint.wildcards gives a run's values).
-RUN_AXES: tuple[Axis, ...] = (LENGTH, Axis("model", "model"), Axis("batch", "batch"), Axis("seed", "seed"),
-                              Axis("nbr", "nbr"), Axis("lr", "lr"))
+RUN_AXES: tuple[Axis, ...] = (MECHANISM, LENGTH, Axis("model", "model"), Axis("batch", "batch"),
+                              Axis("seed", "seed"), Axis("nbr", "nbr"), Axis("lr", "lr"))
 ONE_LENGTH_AXES: tuple[Axis, ...] = tuple(axis for axis in RUN_AXES if axis != LENGTH)
 
 PACKED = "data/packed/seq={seq}"
@@ -71,6 +75,11 @@ PRETRAIN, FINETUNE = "pretrain/", "finetune/"  # fine-tuning's public pretrainin
 
 PRIMARY_LAW = "law"
 LENGTH_LAW = "law/lengths/seq={seq}"
+MECHANISM_LAW = "law/mechanisms/mech={mech}"  # each other mechanism's law, at the primary length
+LAW_ACROSS_MECHANISMS = "law/mechanisms/mechanisms.json"
+# Each other mechanism's accounting table, σ(ε, T, q; b), and its validation (calibration.json).
+MECHANISM_SIGMA_TABLE = "accounting/mech={mech}/sigma_table.parquet"
+MECHANISM_CALIBRATION = "validate/mech={mech}/calibration.json"
 # Inside a law directory (PRIMARY_LAW or LENGTH_LAW).
 CURVES, FIT, BOOTSTRAP = "results.parquet", "fit", "bootstrap"
 REPLICATES = f"{BOOTSTRAP}/replicates.parquet"

@@ -72,9 +72,17 @@ def validation_modes(config: Config) -> dict[str, dict[str, Any]]:
             for name, reference in (("paper", False), ("reference-compatible", True))}
 
 
-def accounting_spec(config: Config) -> dict[str, Any]:
-    """The σ table's spec as a mapping."""
-    return typed(config).accounting.table_spec().to_mapping()
+def accounting_spec(config: Config, mechanism: str | None = None) -> dict[str, Any]:
+    """The σ table's spec as a mapping, for ``mechanism`` (default: the run's primary one, the first of
+    ``training.mechanisms``: its bands; dpscaling.mechanisms)."""
+    import dataclasses
+
+    from dpscaling.grid import mechanisms
+    from dpscaling.mechanisms import mechanism_named
+
+    run = typed(config)
+    bands = mechanism_named(mechanism or mechanisms(run)[0]).bands
+    return dataclasses.replace(run.accounting.table_spec(), bands=bands).to_mapping()
 
 
 def accounting_chunks(spec: dict[str, Any]) -> list[int]:

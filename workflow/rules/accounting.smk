@@ -64,3 +64,29 @@ rule accounting:
         rules.accounting_table.output,
         rules.accounting_check.output,
         RUN_CONFIG,
+
+
+# Not in the paper (training.mechanisms with a mechanism other than the primary): each other mechanism's
+# sigma table, sigma(eps, T, q; b) on the same grid (docs/mechanisms.md), under accounting/mech=M/.
+use rule accounting_chunk as accounting_chunk_for_mechanism with:
+    output:
+        f"{RESULTS}/accounting/mech={{mech}}/chunks/chunk-{{chunk}}.parquet",
+    log:
+        f"{RESULTS}/logs/accounting/mech={{mech}}/chunk-{{chunk}}.log",
+    params:
+        spec=lambda wildcards: accounting_spec(CFG, wildcards.mech),
+
+
+use rule accounting_table as accounting_table_for_mechanism with:
+    input:
+        expand(
+            f"{RESULTS}/accounting/mech={{mech}}/chunks/chunk-{{chunk}}.parquet",
+            chunk=accounting_chunks(ACCOUNTING_SPEC),
+            allow_missing=True,
+        ),
+    output:
+        table=f"{RESULTS}/{layout.MECHANISM_SIGMA_TABLE}",
+        amplified_csv=f"{RESULTS}/accounting/mech={{mech}}/accounting_amplified.csv",
+        unamplified_csv=f"{RESULTS}/accounting/mech={{mech}}/accounting_unamplified.csv",
+    log:
+        f"{RESULTS}/logs/accounting/mech={{mech}}/sigma_table.log",

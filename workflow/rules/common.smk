@@ -36,7 +36,9 @@ from dpscaling.grid import (
     correction_grid,
     finetune_grid,
     main_grid,
+    mechanisms,
     points_at_length,
+    points_with_mechanism,
     pretrain_grid,
     repeat_grid,
 )
@@ -116,9 +118,17 @@ VOCAB = vocab_path(CFG, repo=workflow.basedir)
 # at every sequence length (training.seq_lens; one, data.seq_len, unless set).
 GRID = main_grid(CFG) + repeat_grid(CFG)
 SEQ_LENS = list(CFG.seq_lens())
-# The primary length: the paper's figures and tables, the ablation and private_model run at it.
+# The primary length and mechanism (training.mechanisms' first): the paper's figures and tables, the
+# ablation and private_model run at them.
 PRIMARY_SEQ_LEN = CFG.data.seq_len
-PRIMARY_GRID = points_at_length(GRID, PRIMARY_SEQ_LEN)
+MECHANISMS = list(mechanisms(CFG))
+PRIMARY_MECHANISM = MECHANISMS[0]
+PRIMARY_GRID = points_with_mechanism(
+    points_at_length(GRID, PRIMARY_SEQ_LEN), PRIMARY_MECHANISM
+)
+# The other mechanisms, each with its own accounting table and law at the primary length (none by default).
+OTHER_MECHANISMS = MECHANISMS[1:]
+PRIMARY_LENGTH_GRID = points_at_length(GRID, PRIMARY_SEQ_LEN)
 # The other lengths, each with its own law under law/lengths/ (none in a one-length run).
 OTHER_SEQ_LENS = [length for length in SEQ_LENS if length != PRIMARY_SEQ_LEN]
 # The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.
@@ -223,8 +233,27 @@ def validation_outputs(calibration):
 
 # What one job of each training-like rule computes (dpscaling.cluster.Work); job_resources turns it into
 # the rule's whole resources mapping (GPUs, nodes, CPUs, memory, time), the same way for every rule.
+def mechanism_sigma_table(mechanism):
+    """The sigma table of ``mechanism``'s law: the run's own for the primary mechanism."""
+    if mechanism == PRIMARY_MECHANISM:
+        return f"{RESULTS}/accounting/sigma_table.parquet"
+    return f"{RESULTS}/{layout.MECHANISM_SIGMA_TABLE}".format(mech=mechanism)
+
+
+def mechanism_calibration(mechanism):
+    """The calibration of ``mechanism``'s law (validate_law's, or validate_law_for_mechanism's)."""
+    if mechanism == PRIMARY_MECHANISM:
+        return f"{RESULTS}/{layout.CALIBRATION}"
+    return f"{RESULTS}/{layout.MECHANISM_CALIBRATION}".format(mech=mechanism)
+
+
 def grid_job(wildcards, input):
-    return grid_work(CFG, wildcards.model, seq_len=int(wildcards.seq))
+    return grid_work(
+        CFG,
+        wildcards.model,
+        seq_len=int(wildcards.seq),
+        mechanism=wildcards.get("mech", "dpsgd"),
+    )
 
 
 def ablation_job(wildcards, input):

@@ -203,12 +203,106 @@ rule law_across_lengths:
         "../scripts/law_across_lengths.py"
 
 
+# Not in the paper (training.mechanisms with more than one; docs/mechanisms.md): each other mechanism's
+# curves, law and bootstrap under law/mechanisms/mech=M/, at the primary length, fitted with its own sigma table.
+MECHANISM_LAW = f"{RESULTS}/{layout.MECHANISM_LAW}"
+
+
+use rule collect_curves as collect_curves_for_mechanism with:
+    input:
+        lambda wildcards: run_outputs(
+            f"{RESULTS}/{RUN_PATHS.curve}",
+            points_with_mechanism(PRIMARY_LENGTH_GRID, wildcards.mech),
+        ),
+    output:
+        f"{MECHANISM_LAW}/{layout.CURVES}",
+    log:
+        f"{RESULTS}/logs/fit/mech={{mech}}/collect_curves.log",
+
+
+use rule fit_law as fit_law_for_mechanism with:
+    input:
+        results=rules.collect_curves_for_mechanism.output[0],
+    output:
+        directory(f"{MECHANISM_LAW}/{layout.FIT}"),
+    log:
+        f"{RESULTS}/logs/fit/mech={{mech}}/fit_law.log",
+    params:
+        settings=law_settings(CFG),
+        results_format="dpscaling",
+        parametric=config["fit"]["parametric"],
+        sigma_table=lambda wildcards: mechanism_sigma_table(wildcards.mech),
+        sampling=config["accounting"]["sampling"],
+
+
+use rule bootstrap_chunk as bootstrap_chunk_for_mechanism with:
+    input:
+        results=rules.collect_curves_for_mechanism.output[0],
+    output:
+        f"{MECHANISM_LAW}/{layout.BOOTSTRAP_CHUNK}",
+    log:
+        f"{RESULTS}/logs/fit/mech={{mech}}/bootstrap_chunk{{chunk}}.log",
+
+
+use rule bootstrap as bootstrap_for_mechanism with:
+    input:
+        expand(
+            rules.bootstrap_chunk_for_mechanism.output[0],
+            chunk=BOOTSTRAP_CHUNKS,
+            allow_missing=True,
+        ),
+    output:
+        f"{MECHANISM_LAW}/{layout.REPLICATES}",
+    log:
+        f"{RESULTS}/logs/fit/mech={{mech}}/bootstrap.log",
+
+
+# Every mechanism's law, sigma table, replicates and calibration, and mechanisms.json naming them:
+# `dpscaling query --law <run>/law/mechanisms` compares the mechanisms at every budget. Planned only when
+# the run has several mechanisms.
+MECHANISM_LAWS = {
+    PRIMARY_MECHANISM: rules.fit_law.output[0],
+    **{
+        name: expand(rules.fit_law_for_mechanism.output[0], mech=name)[0]
+        for name in OTHER_MECHANISMS
+    },
+}
+LAW_ACROSS_MECHANISMS = (
+    [f"{RESULTS}/{layout.LAW_ACROSS_MECHANISMS}"] if OTHER_MECHANISMS else []
+)
+
+
+rule law_across_mechanisms:
+    input:
+        laws=list(MECHANISM_LAWS.values()),
+        sigma_tables=[mechanism_sigma_table(name) for name in MECHANISMS],
+        bootstrap=(
+            BOOTSTRAP
+            + expand(rules.bootstrap_for_mechanism.output[0], mech=OTHER_MECHANISMS)
+            if BOOTSTRAP
+            else []
+        ),
+        calibrations=[mechanism_calibration(name) for name in MECHANISMS],
+    output:
+        f"{RESULTS}/{layout.LAW_ACROSS_MECHANISMS}",
+    log:
+        f"{RESULTS}/logs/fit/law_across_mechanisms.log",
+    localrule: True
+    conda:
+        "../envs/dpscaling.yaml"
+    params:
+        mechanisms=MECHANISMS,
+    script:
+        "../scripts/law_across_mechanisms.py"
+
+
 rule fit:
     input:
         rules.fit_law.output,
         BOOTSTRAP,
         CORRECTION,
         LAW_ACROSS_LENGTHS,
+        LAW_ACROSS_MECHANISMS,
         RUN_CONFIG,
 
 
@@ -271,10 +365,34 @@ rule validate_lengths:
 VALIDATE_LENGTHS = rules.validate_lengths.output if len(SEQ_LENS) >= 3 else []
 
 
+# Each other mechanism's law validated like the primary one's (docs/mechanisms.md), under validate/mech=M/.
+use rule validate_law as validate_law_for_mechanism with:
+    input:
+        results=rules.collect_curves_for_mechanism.output[0],
+    output:
+        **validation_outputs(f"{RESULTS}/{layout.MECHANISM_CALIBRATION}"),
+    log:
+        f"{RESULTS}/logs/fit/mech={{mech}}/validate.log",
+    params:
+        modes=validation_modes(CFG),
+        results_format="dpscaling",
+        caption=validation.CAPTION,
+        coverage_caption=calibration.CAPTION,
+        replicates=config["fit"]["validation"]["replicates"],
+        seed=config["fit"]["bootstrap"]["seed"],
+        interval_scale=config["fit"]["validation"]["interval_scale"],
+
+
+VALIDATE_MECHANISMS = expand(
+    rules.validate_law_for_mechanism.output.calibration, mech=OTHER_MECHANISMS
+)
+
+
 rule validate:
     input:
         rules.validate_law.output,
         VALIDATE_LENGTHS,
+        VALIDATE_MECHANISMS,
         RUN_CONFIG,
 
 

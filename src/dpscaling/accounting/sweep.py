@@ -278,10 +278,21 @@ def _invert(points: dict[int, float], epsilons: np.ndarray, resolution: int) -> 
     return result
 
 
+def bandmf_coordinates(bands: int, q: float, steps: np.ndarray) -> tuple[float, np.ndarray]:
+    """The (q, T) of the Poisson DP-SGD event that amplified BandMF with ``bands`` groups at (q, T) reduces to:
+    each example in one group of N/b, sampled at b·q, in ⌈T/b⌉ steps (jax-privacy's ``amplified_bandmf_event``,
+    whose event a test compares with this one)."""
+    return q * bands, -(-np.asarray(steps, np.int64) // bands)
+
+
 def poisson_slab(spec: TableSpec, q: float) -> SlabResult:
-    """Poisson σ for every (ε, T) of ``spec`` at sampling probability ``q``."""
-    epsilons, steps_grid = spec.epsilons(), spec.steps()
+    """Poisson σ for every (ε, T) of ``spec`` at sampling probability ``q``; with ``spec.bands`` b > 1, amplified
+    BandMF's: the DP-SGD event it reduces to (:func:`bandmf_coordinates`), NaN where b·q > 1."""
+    epsilons = spec.epsilons()
+    q, steps_grid = bandmf_coordinates(spec.bands, q, spec.steps())
     sigma = np.full((len(epsilons), len(steps_grid)), np.nan)
+    if q > 1.0:
+        return SlabResult(sigma, 0, 0)
     if q == 1.0:  # no subsampling: exactly the Gaussian closed form
         for i, epsilon in enumerate(epsilons):
             sigma[i] = np.sqrt(steps_grid) * gaussian.analytic_gaussian_sigma(float(epsilon), spec.delta)

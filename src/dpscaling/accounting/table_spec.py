@@ -39,6 +39,9 @@ class TableSpec:
     discretisation_fraction: float = 0.1
     max_points: int = 2_000_000          # single-step PLD bins before refusing a σ (cost of the corner)
     q_per_chunk: int = 1                 # q values per Snakemake job
+    # A mechanism's table (dpscaling.mechanisms): amplified BandMF with b bands at (T, q) is Poisson DP-SGD at
+    # (⌈T/b⌉, b·q) (jax-privacy's amplified_bandmf_event); b·q > 1 has no such run (σ NaN). 1 = DP-SGD.
+    bands: int = 1
 
     def __post_init__(self) -> None:
         if not 0 < self.epsilon_min < self.epsilon_max:
@@ -50,7 +53,7 @@ class TableSpec:
         if self.accountant not in ("pld", "rdp"):
             raise UserError(f"accounting: accountant must be pld or rdp, got {self.accountant!r}")
         for name in ("epsilon_per_octave", "steps_per_octave", "q_per_octave",
-                     "sigma_per_octave", "q_per_chunk"):
+                     "sigma_per_octave", "q_per_chunk", "bands"):
             if int(getattr(self, name)) < 1:
                 raise UserError(f"accounting: {name} must be a positive integer")
 
@@ -63,7 +66,11 @@ class TableSpec:
         return cls(**values)
 
     def to_mapping(self) -> dict[str, Any]:
-        return asdict(self)
+        """All settings; ``bands`` only where not 1 (a DP-SGD table's params and metadata are as before it)."""
+        values = asdict(self)
+        if values["bands"] == 1:
+            del values["bands"]
+        return values
 
     def epsilons(self) -> np.ndarray:
         r = self.epsilon_per_octave

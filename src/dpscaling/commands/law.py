@@ -20,11 +20,13 @@ import yaml
 from dpscaling.accounting.validation import DEFAULT_DELTA
 from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.errors import UserError
+from dpscaling.mechanisms import DPSGD, mechanism_named
 from dpscaling.law import LawSettings
 from dpscaling.law.answers import Answer, ScalingLaw, load_law
 from dpscaling.law.artifact import Law, read_law
 from dpscaling.law.bundle import write_bundle
 from dpscaling.law.collect import RESULTS_FORMATS
+from dpscaling.law.mechanisms import MechanismChoice, choose_mechanism, is_law_across_mechanisms, load_mechanism_laws
 from dpscaling.law.pipeline import fit_from_files
 from dpscaling.law.queries import SATURATION_TOLERANCE, model_size_grid, saturating_table
 from dpscaling.law.sequence_length import PRIVACY_UNITS
@@ -153,6 +155,10 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                         help="a fine-tuning law only: --compute also pays for the chosen model's public "
                              "pretraining (6·M·D_pre, recorded in the bundle); by default it is sunk and the "
                              "compute is the fine-tuning's own (docs/finetune.md)")
+    parser.add_argument("--mechanism", metavar="NAME",
+                        help="with a law across mechanisms (<run>/law/mechanisms): answer with this mechanism only "
+                             "(dpsgd or bandmf-b<b>); default: every mechanism's law answers and the lowest "
+                             "predicted loss wins (docs/mechanisms.md)")
     parser.add_argument("--train-config", metavar="YAML",
                         help="also write the config block that trains the answer with `snakemake private_model` "
                              "to this file (layer it over the run's config)")
@@ -290,15 +296,28 @@ def run_query(args: argparse.Namespace) -> int:
         raise UserError(f"--inference-tokens must be >= 0, got {args.inference_tokens:g}")
     if args.microbatch_size is not None and args.microbatch_size < 1:
         raise UserError(f"--microbatch-size must be >= 1, got {args.microbatch_size}")
-    law = _load(args)
-    answer = law.query(args.compute, args.epsilon, users=args.users, tokens=args.tokens, delta=args.delta,
-                       privacy_unit=args.privacy_unit, seq_len=args.seq_len, tolerance=args.tolerance,
-                       model_size_range=tuple(args.model_size_range) if args.model_size_range else None,
-                       physical_batch_correction=bool(args.physical_batch_correction),
-                       allow_extrapolation=args.allow_extrapolation, inference_tokens=args.inference_tokens,
-                       microbatch_size=args.microbatch_size, count_pretraining=args.count_pretraining,
-                       progress=_progress)
+    def ask(law: ScalingLaw) -> Answer:
+        return law.query(args.compute, args.epsilon, users=args.users, tokens=args.tokens, delta=args.delta,
+                         privacy_unit=args.privacy_unit, seq_len=args.seq_len, tolerance=args.tolerance,
+                         model_size_range=tuple(args.model_size_range) if args.model_size_range else None,
+                         physical_batch_correction=bool(args.physical_batch_correction),
+                         allow_extrapolation=args.allow_extrapolation, inference_tokens=args.inference_tokens,
+                         microbatch_size=args.microbatch_size, count_pretraining=args.count_pretraining,
+                         progress=_progress)
+
+    choice = None
+    if is_law_across_mechanisms(args.law):
+        choice = choose_mechanism(load_mechanism_laws(args.law, args.mechanism), ask)
+        answer = choice.answer
+    elif args.mechanism is not None:
+        raise UserError(f"--mechanism: {args.law} is one mechanism's law; give <run>/law/mechanisms (a run whose "
+                        "training.mechanisms lists several) to choose among mechanisms")
+    else:
+        answer = ask(_load(args))
     if args.train_config:
+        if choice is not None and choice.mechanism != DPSGD.name:
+            raise UserError(f"--train-config: the answer's mechanism is {choice.mechanism}, and private_model trains "
+                            "DP-SGD budgets only so far; add --mechanism dpsgd for DP-SGD's answer")
         block = answer.runnable.train_config()
         if not block:
             raise UserError(f"--train-config: {answer.runnable.model_note}")
@@ -306,12 +325,27 @@ def run_query(args: argparse.Namespace) -> int:
 
         write_text_atomic(args.train_config, train_config_yaml(answer))
     if args.json:
-        emit(answer.to_json(), True)
+        emit(answer.to_json() if choice is None else choice.to_json(), True)
         for flag in answer.flags:  # the text answer shows them itself
             print(f"dpscaling query: warning: {flag.message}", file=sys.stderr)
     else:
-        print(render_answer(answer))
+        print(render_answer(answer) if choice is None else render_choice(choice))
     return 0
+
+
+def render_choice(choice: MechanismChoice) -> str:
+    """The chosen mechanism's answer, then every mechanism's predicted loss at its own optimum."""
+    lines = [f"mechanism    {choice.mechanism} (b = {mechanism_named(choice.mechanism).bands}), the lowest predicted "
+             f"loss of {len(choice.answers)} answered", render_answer(choice.answer), "", "mechanisms compared:"]
+    for row in choice.comparison():
+        interval = row["calibrated_interval"]
+        lines.append(f"  {row['mechanism']:<12} loss {row['predicted_loss']:.4g}"
+                     + (f" [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "")
+                     + f"  M {row['model_size']:,}  B {row['batch_size']}  T {row['iterations']}"
+                     + f"  sigma-bar {row['noise_batch_ratio']:.3g}")
+    for name, reason in choice.without_answer.items():
+        lines.append(f"  {name:<12} no answer: {reason}")
+    return "\n".join(lines)
 
 
 def train_config_yaml(answer: Answer) -> str:

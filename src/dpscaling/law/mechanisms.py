@@ -1,0 +1,132 @@
+"""The laws of several noise mechanisms, and answers that choose the mechanism (not in the paper: its second
+open question, "better underlying mechanisms"; docs/mechanisms.md).
+
+Each mechanism of ``training.mechanisms`` has its own law L_m(M, T, σ̄), fitted on its own curves in the
+same pipeline, and its own accounting table σ_m(ε, T, q) (:mod:`dpscaling.mechanisms`: σ̄ prices one
+participation the same in every mechanism; b groups, ⌈T/b⌉ participations at rate b·q are in the table).
+A budget (C, ε, N) is answered by every mechanism's law with its own σ_m, and the lowest predicted loss
+wins: :func:`choose_mechanism`. ``law/mechanisms/mechanisms.json`` (:func:`write_mechanisms`) names each
+mechanism's law directory, replicates and calibration, so ``dpscaling query --law <run>/law/mechanisms``
+answers from the run's files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpscaling.errors import UserError
+from dpscaling.mechanisms import mechanism_named
+
+if TYPE_CHECKING:
+    from dpscaling.law.answers import Answer, ScalingLaw
+
+MECHANISMS_FILE = "mechanisms.json"
+FORMAT_VERSION = 1
+# What each mechanism's entry of mechanisms.json names (paths relative to the file's directory).
+ENTRY_FILES = ("law", "bootstrap", "calibration")
+
+
+def write_mechanisms(directory: str | os.PathLike[str], entries: Mapping[str, Mapping[str, Any]]) -> Path:
+    """``directory``/mechanisms.json: for each mechanism (in the run's order, the primary first) its bands and
+    the law directory, bootstrap directory (or None) and calibration file it is answered with."""
+    from dpscaling.io import write_json_atomic
+
+    directory = Path(directory)
+    document = {}
+    for name, files in entries.items():
+        entry: dict[str, Any] = {"bands": mechanism_named(name).bands}
+        for key in ENTRY_FILES:
+            path = files.get(key)
+            entry[key] = None if path is None else os.path.relpath(Path(path).resolve(), directory.resolve())
+        document[name] = entry
+    target = directory / MECHANISMS_FILE
+    write_json_atomic(target, {"format_version": FORMAT_VERSION, "order": list(document), "mechanisms": document})
+    return target
+
+
+def is_law_across_mechanisms(directory: str | os.PathLike[str]) -> bool:
+    return (Path(directory) / MECHANISMS_FILE).is_file()
+
+
+def mechanism_entries(directory: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Each mechanism's entry of ``directory``/mechanisms.json, its paths resolved against ``directory``."""
+    directory = Path(directory)
+    document = json.loads((directory / MECHANISMS_FILE).read_text(encoding="utf-8"))
+    if document.get("format_version") != FORMAT_VERSION or not document.get("mechanisms"):
+        raise UserError(f"{directory / MECHANISMS_FILE}: not a list of laws across mechanisms")
+    entries = document["mechanisms"]
+    return {name: {"bands": int(entries[name]["bands"]),
+                   **{key: None if entries[name].get(key) is None else directory / entries[name][key]
+                      for key in ENTRY_FILES}}
+            for name in document.get("order", list(entries))}  # the run's order: the primary first
+
+
+def load_mechanism_laws(directory: str | os.PathLike[str], only: str | None = None) -> dict[str, ScalingLaw]:
+    """The law of each mechanism ``directory``/mechanisms.json lists (or of ``only``), each read with its own
+    replicates and calibration."""
+    from dpscaling.law.answers import load_law
+
+    entries = mechanism_entries(directory)
+    if only is not None:
+        if only not in entries:
+            raise UserError(f"--mechanism: must be one of {list(entries)} (the mechanisms this run measured), "
+                            f"got {only!r}")
+        entries = {only: entries[only]}
+    laws = {}
+    for name, entry in entries.items():
+        calibration = entry["calibration"] if entry["calibration"] and Path(entry["calibration"]).is_file() else None
+        laws[name] = load_law(entry["law"], bootstrap=entry["bootstrap"], calibration=calibration)
+    return laws
+
+
+@dataclass
+class MechanismChoice:
+    """The best mechanism's answer to one budget, and what every other mechanism's law answered."""
+
+    mechanism: str
+    answer: Answer
+    answers: dict[str, Answer]
+    without_answer: dict[str, str] = field(default_factory=dict)
+
+    def comparison(self) -> list[dict[str, Any]]:
+        """One row per answered mechanism: its bands, runnable configuration and predicted loss."""
+        rows = []
+        for name, answer in self.answers.items():
+            runnable = answer.runnable
+            rows.append({"mechanism": name, "bands": mechanism_named(name).bands,
+                         "predicted_loss": answer.predicted_loss, "model_size": runnable.model_size,
+                         "batch_size": runnable.batch_size, "iterations": runnable.iterations,
+                         "noise_batch_ratio": runnable.noise_batch_ratio,
+                         "calibrated_interval": (None if answer.calibrated_interval is None
+                                                 else list(answer.calibrated_interval))})
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        """The chosen answer's JSON with its mechanism and bands, and the comparison beside it."""
+        return {**self.answer.to_json(), "mechanism": self.mechanism, "bands": mechanism_named(self.mechanism).bands,
+                "mechanisms": self.comparison(), "mechanisms_without_answer": self.without_answer}
+
+
+def choose_mechanism(laws: Mapping[str, ScalingLaw], query: Callable[[ScalingLaw], Answer]) -> MechanismChoice:
+    """``query`` asked of every mechanism's law; the lowest predicted loss wins (ties: the earlier, i.e. the
+    primary mechanism). A mechanism whose law refuses the budget is listed with its reason; if all refuse,
+    the first refusal is raised."""
+    answers: dict[str, Answer] = {}
+    refused: dict[str, str] = {}
+    first_error: UserError | None = None
+    for name, law in laws.items():
+        try:
+            answers[name] = query(law)
+        except UserError as error:
+            refused[name] = str(error)
+            first_error = first_error or error
+    if not answers:
+        assert first_error is not None
+        raise first_error
+    best = min(answers, key=lambda name: answers[name].predicted_loss)
+    return MechanismChoice(best, answers[best], answers, refused)
