@@ -49,6 +49,8 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "training.sampling": ("shuffle", "§3.1: the grid's runs are accounted post hoc through the NBR (study mode)"),
     "training.truncated_batch_size": (None, NOT_STATED + " (private training only)"),
     "training.accountant": (None, NOT_STATED + " (private training only: the sampler's own)"),
+    "training.mechanisms": (["dpsgd"], "§2 Algorithm 1: DP-SGD's independent noise (correlated noise is its open question)"),
+    "training.bandmf_strategy": ("mean_error", NOT_STATED + " (BandMF only: jax-privacy's default)"),
     "training.allow_repeats": (False, "§3.2 Metrics: less than a single epoch, so training loss estimates evaluation loss"),
     "training.repeat_seeds": ([], "the paper trains one seed per grid point and reports no intervals"),
     "training.repeat_points": ([], "the paper trains one seed per grid point and reports no intervals"),

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow(minutes=3)
 @pytest.fixture(scope="module")
 def mechanisms_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("mechanisms")
-    run_snakemake("fit", "validate", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
+    run_snakemake("fit", "validate", "private_model", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
                   str(CONFIGS / "smoke-mechanisms.yaml"), cwd=workdir, timeout=1200)
     return workdir / "results" / "smoke-mechanisms"
 
@@ -97,3 +97,36 @@ def test_query_compares_the_mechanisms_and_keeps_the_best(mechanisms_run: Path) 
     assert text.returncode == 0 and "mechanisms compared:" in text.stdout and "bandmf-b4" in text.stdout
     wrong = _query(mechanisms_run, "--mechanism", "bandmf-b9")
     assert wrong.returncode != 0 and "--mechanism: must be one of ['dpsgd', 'bandmf-b4']" in wrong.stderr
+
+
+def test_a_bandmf_budget_trains_privately_with_its_mechanism(mechanisms_run: Path) -> None:
+    budget = next((mechanisms_run / "private_model").glob("*_mech=bandmf-b4"))
+    plan = json.loads((budget / "plan.json").read_text())
+    assert plan["mechanism"] == "bandmf-b4" and plan["budget"]["mechanism"] == "bandmf-b4"
+    curve = pd.read_parquet(budget / "metrics.parquet")
+    last = curve.iloc[-1]
+    assert (last["mechanism"], int(last["bands"]), last["sampler"]) == ("bandmf-b4", 4, "poisson")
+    assert int(last["group_size"]) == 1000 // 4 and int(last["accounted_rounds"]) == math.ceil(plan["iterations"] / 4)
+    assert last["epsilon"] <= 16.0 * (1 + 1e-9) and last["sigma"] == pytest.approx(plan["sigma"], rel=1e-6)
+    for twin in ("twin_grid_batch", "twin_recommended_batch"):  # the study twins run its noise too
+        assert set(pd.read_parquet(budget / twin / "metrics.parquet")["mechanism"]) == {"bandmf-b4"}
+    audit = json.loads((budget / "audit.json").read_text())
+    assert audit["audit_has_power"] and audit["private_run_passes"]
+    table = pd.read_csv(mechanisms_run / "private_model" / "table.csv")
+    assert list(table["mechanism"]) == ["bandmf-b4"]
+    assert "| mechanism" in (mechanisms_run / "private_model" / "table.md").read_text()
+
+
+def test_a_budget_that_chooses_is_planned_by_every_mechanism(mechanisms_run: Path, monkeypatch) -> None:
+    from dpscaling.plans import Budget
+    from dpscaling.private_model import plan_mechanisms
+
+    monkeypatch.chdir(mechanisms_run.parent.parent)  # the laws name their tables relative to the workflow's
+
+    chosen = plan_mechanisms(mechanisms_run / "law" / "mechanisms",
+                             Budget(16.0, 1e-8, 1000, 1e11, mechanism="choose"), ["BertNano", "BertMicro"])
+    rows = {row["mechanism"]: row for row in chosen.mechanisms_compared}
+    assert set(rows) == {"dpsgd", "bandmf-b4"}
+    planned = {name: row["predicted_loss"] for name, row in rows.items() if row["planned"]}
+    assert chosen.mechanism == min(planned, key=planned.get)
+    assert chosen.predicted_loss == planned[chosen.mechanism]

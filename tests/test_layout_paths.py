@@ -48,7 +48,7 @@ def test_a_new_axis_at_its_default_leaves_every_path_and_at_another_value_adds_a
 
 def test_the_constraints_are_the_values_the_runs_take() -> None:
     constraints = run_constraints(RUN_AXES, [GRID_RUN.wildcards, ABLATION_RUN.wildcards])
-    assert constraints == {"seq": "128", "model": "BertNano", "batch": "32|64", "seed": "0|1", "nbr": r"0|0\.25",
+    assert constraints == {"mech": "dpsgd", "seq": "128", "model": "BertNano", "batch": "32|64", "seed": "0|1", "nbr": r"0|0\.25",
                            "lr": r"0\.5"}
 
 
@@ -58,3 +58,12 @@ def test_a_fitted_laws_replicates_and_calibration_are_where_the_workflow_writes_
     assert calibration_beside(law) == tmp_path / CALIBRATION
     assert bootstrap_beside(tmp_path / "law" / "lengths" / "seq=64" / "fit") == \
         tmp_path / "law" / "lengths" / "seq=64" / "bootstrap"
+
+
+def test_the_mechanism_axis_leads_the_id_only_in_a_run_that_trains_another_mechanism() -> None:
+    bandmf = TrainPoint("BertNano", 32, 0, 0.25, 0.5, 128, "bandmf-b4")
+    assert run_id(RUN_AXES, [GRID_RUN.wildcards]) == run_id(RUN_AXES)  # DP-SGD only: the paths of before
+    mixed = run_id(RUN_AXES, [GRID_RUN.wildcards, bandmf.wildcards])
+    assert run_paths(mixed).curve.format(**bandmf.wildcards) == (
+        "runs/mech=bandmf-b4/seq=128/model=BertNano/batch=32/seed=0/nbr=0.25/lr=0.5/metrics.parquet")
+    assert run_paths(mixed).curve.format(**GRID_RUN.wildcards).startswith("runs/mech=dpsgd/seq=128/")

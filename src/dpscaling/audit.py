@@ -38,6 +38,7 @@ import pandas as pd
 from dpscaling.accounting.matched import account_run
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path, write_json_atomic
+from dpscaling.mechanisms import mechanism_named
 from dpscaling.samplers import POISSON
 from dpscaling.streams import Stream
 
@@ -55,6 +56,7 @@ class AuditSettings:
     significance: float = 0.05  # the audit bound holds with probability ≥ 1 − significance
     microbatch_size: int = 32
     seed: int = 0  # which canaries are included (public: the audit's own randomness)
+    mechanism: str = "dpsgd"  # the noise mechanism audited (docs/mechanisms.md): its batches, noise and accountant
 
     def __post_init__(self) -> None:
         if self.n_canaries < 4:
@@ -91,17 +93,20 @@ def canary_scores(settings: AuditSettings, noise_batch_ratio: float, included: n
     import jax
     import jax.numpy as jnp
 
-    from dpscaling.dp import add_gaussian_noise, clipped_mean_grad, vmap_clipped_sum
+    from dpscaling.dp import clipped_mean_grad, vmap_clipped_sum
     from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
     members = np.flatnonzero(included)
-    sampler = PoissonBatches(len(members), settings.expected_batch_size, truncated_batch_size, key)
+    mechanism = mechanism_named(settings.mechanism, "audit.mechanism")
+    sampler = PoissonBatches(len(members), settings.expected_batch_size, truncated_batch_size, key,
+                             mechanism.cycle_length)
     params = jnp.zeros(settings.n_canaries, jnp.float32)
 
     def loss_fn(p, batch):  # canary c's gradient: CANARY_GRADIENT_SCALE · e_c
         return CANARY_GRADIENT_SCALE * p[batch["coordinate"]]
 
-    noise = add_gaussian_noise(noise_batch_ratio, jnp.asarray(key, jnp.uint32))
+    # The run's own noise (for BandMF, correlated across steps: the score is then the noisy prefix sum).
+    noise = mechanism.noise_transform(noise_batch_ratio, jnp.asarray(key, jnp.uint32), settings.steps, "mean_error")
 
     @jax.jit
     def step(noise_state, coordinates, weights):
@@ -136,7 +141,7 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
     privacy = account_run(POISSON.name, None, dataset_size=n_in,
                           expected_batch_size=settings.expected_batch_size, steps=settings.steps,
                           delta=settings.delta, target_epsilon=settings.epsilon,
-                          multiple=settings.microbatch_size)
+                          multiple=settings.microbatch_size, mechanism=settings.mechanism)
     truncated = privacy.truncated_batch_size
     results = []
     for run, ratio in (("private", privacy.noise_batch_ratio), ("negative_control", 0.0)):

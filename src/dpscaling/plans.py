@@ -43,6 +43,9 @@ class Budget:
     configuration: FixedConfiguration | None = None
     # Fine-tuned from the run's pretrained checkpoints, planned by the fine-tuning law (docs/finetune.md).
     pretrained: bool = False
+    # The noise mechanism (docs/mechanisms.md): a name of training.mechanisms, "choose" (every mechanism's law
+    # plans it, the lowest predicted loss wins), or None: the run's primary law, as before mechanisms existed.
+    mechanism: str | None = None
 
     @property
     def label(self) -> str:
@@ -52,13 +55,17 @@ class Budget:
         fixed = self.configuration
         if fixed is not None:
             label = f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
-        return f"{label}_pretrained" if self.pretrained else label
+        label = f"{label}_pretrained" if self.pretrained else label
+        return label if self.mechanism is None else f"{label}_mech={self.mechanism}"
 
     def to_json(self) -> dict[str, Any]:
-        """The budget as a plan records it: its fields (``pretrained`` only when set) and its label."""
+        """The budget as a plan records it: its fields (``pretrained`` and ``mechanism`` only when set) and its
+        label."""
         record = dataclasses.asdict(self) | {"label": self.label}
         if not self.pretrained:
             del record["pretrained"]
+        if self.mechanism is None:
+            del record["mechanism"]
         return record
 
     @classmethod
@@ -67,7 +74,7 @@ class Budget:
         fixed = record["configuration"]
         return cls(float(record["epsilon"]), float(record["delta"]), int(record["data_budget"]),
                    float(record["compute"]), None if fixed is None else FixedConfiguration(**fixed),
-                   bool(record.get("pretrained", False)))
+                   bool(record.get("pretrained", False)), record.get("mechanism"))
 
 
 @dataclass(frozen=True)
@@ -136,10 +143,19 @@ class PrivatePlan:
     # A searched budget: how many of the search's best were re-priced, and how many of them the law answers.
     candidates_repriced: int | None = None
     candidates_answered: int | None = None
+    # The noise mechanism it trains with (docs/mechanisms.md), and, for a budget that chose, every mechanism's
+    # plan (mechanism, model, B, T, σ̄, predicted loss) or why its law could not plan it.
+    mechanism: str = "dpsgd"
+    mechanisms_compared: tuple[Mapping[str, Any], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The record ``plan.json`` holds: every field, the search's counts only where a search ran."""
+        """The record ``plan.json`` holds: every field, the search's counts only where a search ran, the
+        mechanism's fields only for a budget that names one."""
         record = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        if self.budget.mechanism is None:
+            del record["mechanism"], record["mechanisms_compared"]
+        elif self.mechanisms_compared is not None:
+            record["mechanisms_compared"] = [dict(row) for row in self.mechanisms_compared]
         correction, query = self.physical_batch_correction, self.query
         record |= {"budget": self.budget.to_json(),
                    "physical_batch_correction": None if correction is None else correction.to_json(),
@@ -152,6 +168,8 @@ class PrivatePlan:
     def from_json(cls, record: Mapping[str, Any]) -> PrivatePlan:
         """The plan :meth:`to_json` wrote; a savings run's record adds its role's keys, which stay its own."""
         values = {field.name: record[field.name] for field in dataclasses.fields(cls) if field.name in record}
+        if values.get("mechanisms_compared") is not None:
+            values["mechanisms_compared"] = tuple(values["mechanisms_compared"])
         correction, query = record["physical_batch_correction"], record["query"]
         return cls(**values | {
             "budget": Budget.from_json(record["budget"]),

@@ -46,6 +46,7 @@ from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA)
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.runnable import best_learning_rate
+from dpscaling.mechanisms import DPSGD, mechanism_named
 from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan, read_plan
 from dpscaling.samplers import POISSON, SHUFFLE
 
@@ -53,6 +54,8 @@ if TYPE_CHECKING:  # importing the training stack pulls in JAX
     from dpscaling.train.config import TrainConfig
 
 BLOCK = "private_model"
+# A budget's mechanism that asks every mechanism's law to plan it (docs/mechanisms.md).
+CHOOSE = "choose"
 
 
 def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -> list[Budget]:
@@ -66,8 +69,12 @@ def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -
             rate = fixed.get("learning_rate")
             fixed = FixedConfiguration(str(fixed["model"]), int(fixed["batch_size"]), int(fixed["iterations"]),
                                        None if rate is None else float(rate))
+        mechanism = entry.get("mechanism")
+        if mechanism not in (None, CHOOSE):
+            mechanism_named(mechanism, f"{name}.budgets[{index}].mechanism")
         budget = Budget(float(entry["epsilon"]), float(default_delta if delta is None else delta),
-                        int(entry["data_budget"]), float(entry["compute"]), fixed, bool(entry.get("pretrained")))
+                        int(entry["data_budget"]), float(entry["compute"]), fixed, bool(entry.get("pretrained")),
+                        mechanism)
         if not (budget.epsilon > 0 and 0 < budget.delta < 1 and budget.data_budget >= 1 and budget.compute > 0):
             raise UserError(f"{name}.budgets[{index}]: epsilon, data_budget and compute must be positive and "
                             f"delta in (0, 1), got {dict(entry)}")
@@ -126,7 +133,7 @@ class RepricedCandidate:
 def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequence[str],
                 learning_rate: float | None = None, microbatch_size: int | None = None,
                 correction: PhysicalBatchCorrection | None = None,
-                fixed_sizes: Mapping[str, float] | None = None) -> PrivatePlan:
+                fixed_sizes: Mapping[str, float] | None = None, mechanism: str = DPSGD.name) -> PrivatePlan:
     """The law's compute-optimal configuration for ``budget`` among the run's ``models``, made trainable, or
     the budget's fixed configuration as it stands (its model's parameter count in ``fixed_sizes``).
 
@@ -143,14 +150,15 @@ def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequenc
     law = read_law(law_dir)
     source = law.sigma_source()
     if budget.configuration is not None:
-        return _fixed_plan(law, source, budget, fixed_sizes or {}, learning_rate, microbatch_size, correction)
+        return _fixed_plan(law, source, budget, fixed_sizes or {}, learning_rate, microbatch_size, correction,
+                           mechanism)
     sizes = trained_models(law, models)
     answer = search(law, source, budget, sizes, correction)
-    priced = reprice(law, budget, whole_step_candidates(answer), correction)
+    priced = reprice(law, budget, whole_step_candidates(answer), correction, mechanism)
     chosen = choose(law, budget, priced)
     model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), chosen.model_size))[0]])
     plan = priced_plan(law, budget, model, chosen.model_size, chosen.batch_size, chosen.iterations, learning_rate,
-                       microbatch_size, correction, search_query(answer, source, sizes))
+                       microbatch_size, correction, search_query(answer, source, sizes), mechanism)
     return dataclasses.replace(plan, candidates_repriced=len(priced),
                                candidates_answered=sum(candidate.answered for candidate in priced))
 
@@ -177,17 +185,23 @@ def whole_step_candidates(answer) -> pd.DataFrame:
 
 
 def reprice(law, budget: Budget, candidates: pd.DataFrame,
-            correction: PhysicalBatchCorrection | None) -> list[RepricedCandidate]:
+            correction: PhysicalBatchCorrection | None, mechanism: str = DPSGD.name) -> list[RepricedCandidate]:
     """Each candidate at the σ of the sampler that will run on exactly N sequences at the budget's (ε, δ):
     untruncated Poisson's, which truncated Poisson at its priced L matches within
     :data:`dpscaling.accounting.truncation.EPSILON_TOLERANCE` of ε (the table's σ is the study's sampling
-    rule's, which can put the real σ̄ far from the search's)."""
+    rule's, which can put the real σ̄ far from the search's); for BandMF, that of its cyclic Poisson
+    (:class:`dpscaling.accounting.matched.BandMFReduction`)."""
     from dpscaling.accounting.calibration import calibrate_poisson
+    from dpscaling.accounting.matched import BandMFReduction
 
+    bands = mechanism_named(mechanism).bands
     priced = []
     for _, row in candidates.iterrows():
         batch, steps = int(row[BATCH_SIZE]), int(row[ITERATIONS])
-        sigma = calibrate_poisson(budget.epsilon, batch / budget.data_budget, steps, budget.delta)
+        if batch > budget.data_budget // bands:  # no group of N/b holds the batch: this mechanism cannot run it
+            continue
+        reduced = BandMFReduction.of(budget.data_budget, batch, steps, bands)
+        sigma = calibrate_poisson(budget.epsilon, reduced.sampling_probability, reduced.rounds, budget.delta)
         loss = float(corrected_loss(law, correction, row[MODEL_SIZE], steps, sigma / batch, batch))
         priced.append(RepricedCandidate(float(row[MODEL_SIZE]), batch, steps, sigma, loss))
     return priced
@@ -214,7 +228,8 @@ def search_query(answer, source, sizes: pd.Series) -> LawQuery:
 
 
 def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], learning_rate: float | None,
-                microbatch_size: int | None, correction: PhysicalBatchCorrection | None) -> PrivatePlan:
+                microbatch_size: int | None, correction: PhysicalBatchCorrection | None,
+                mechanism: str = DPSGD.name) -> PrivatePlan:
     """A budget's fixed configuration, priced as the private run will be; its query is the law at that
     configuration with σ from its table (the study's accountant)."""
     fixed = budget.configuration
@@ -231,31 +246,33 @@ def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], l
                      corrected_loss(law, correction, size, steps, table_sigma / batch, batch), source.sampling,
                      float(source.delta), 1, fixed=True)
     return priced_plan(law, budget, fixed.model, size, batch, steps, fixed.learning_rate or learning_rate,
-                       microbatch_size, correction, query)
+                       microbatch_size, correction, query, mechanism)
 
 
 def priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, steps: int,
                 learning_rate: float | None, microbatch_size: int | None, correction: PhysicalBatchCorrection | None,
-                query: LawQuery | Mapping[str, Any]) -> PrivatePlan:
+                query: LawQuery | Mapping[str, Any], mechanism: str = DPSGD.name) -> PrivatePlan:
     """The plan of (model, B, T) for ``budget``: σ calibrated for truncated Poisson at its priced L (as the
-    private run will be), the law's loss there (corrected and not), the learning rate (:func:`plan_learning_rate`)
-    and ``query``, what asked for it."""
-    from dpscaling.accounting.truncation import truncated_poisson_run
+    private run will be: :func:`dpscaling.accounting.matched.account_run` with the plan's ``mechanism``), the
+    law's loss there (corrected and not), the learning rate (:func:`plan_learning_rate`) and ``query``, what
+    asked for it."""
+    from dpscaling.accounting.matched import account_run
     from dpscaling.law.queries import compute_cost
 
-    run = truncated_poisson_run(q=batch / budget.data_budget, steps=steps, dataset_size=budget.data_budget,
-                                delta=budget.delta, multiple=microbatch_size or 1, target_epsilon=budget.epsilon)
+    run = account_run(POISSON.name, None, dataset_size=budget.data_budget, expected_batch_size=batch, steps=steps,
+                      delta=budget.delta, target_epsilon=budget.epsilon, multiple=microbatch_size or 1,
+                      mechanism=mechanism)
     nbr = run.sigma / batch
     return PrivatePlan(
         budget=budget, model=model, model_size=float(model_size), batch_size=int(batch), iterations=int(steps),
         learning_rate=learning_rate or plan_learning_rate(law, model, model_size, nbr, steps),
         seq_len=int(law.seq_len), compute=float(compute_cost(model_size, batch, steps, law.seq_len)),
         sigma=run.sigma, noise_batch_ratio=nbr, untruncated_sigma=run.untruncated_sigma,
-        truncated_batch_size=run.price.truncated_batch_size,
-        truncation_probability=run.price.truncation_probability, padding_share=run.price.padding_share,
+        truncated_batch_size=run.truncated_batch_size,
+        truncation_probability=run.truncation_probability, padding_share=run.padding_share,
         predicted_loss=float(corrected_loss(law, correction, model_size, steps, nbr, batch)),
         law_loss=float(corrected_loss(law, None, model_size, steps, nbr, batch)),
-        physical_batch_correction=correction, query=query)
+        physical_batch_correction=correction, query=query, mechanism=mechanism)
 
 
 def plan_learning_rate(law, model: str, model_size: float, noise_batch_ratio: float, steps: int) -> float:
@@ -290,7 +307,7 @@ def plan_job_config(plan: PrivatePlan, model_param: str | Mapping[str, Any], tra
     from dpscaling.train.config import job_train_config
 
     job = {**training, "steps": int(plan.iterations), "allow_repeats": True, **sampling}
-    wildcards = {"model": plan.model, "nbr": repr(float(noise_batch_ratio)),
+    wildcards = {"model": plan.model, "nbr": repr(float(noise_batch_ratio)), "mech": plan.mechanism,
                  "lr": repr(float(plan.learning_rate)), "batch": str(batch), "seed": str(seed)}
     config = job_train_config(model_param, job, wildcards, int(plan.seq_len))
     return dataclasses.replace(config, train_sequences=int(plan.budget.data_budget))
@@ -339,7 +356,7 @@ def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: 
     return {"n_canaries": 2 * int(budget.data_budget), "expected_batch_size": int(plan.batch_size),
             "steps": int(plan.iterations), "epsilon": float(budget.epsilon), "delta": float(budget.delta),
             "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan.batch_size),
-            "seed": int(audit["seed"])}
+            "seed": int(audit["seed"])} | ({} if plan.mechanism == DPSGD.name else {"mechanism": plan.mechanism})
 
 
 # ---------------------------------------------------------------------------------------- the rules' steps
@@ -355,10 +372,53 @@ def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], defaul
     from dpscaling.law.physical_batch import load_correction
 
     correction = load_correction(correction_file) if correction_file else None
-    plan = plan_budget(law_dir, budget_by_label(block, default_delta, label), models, block["learning_rate"],
-                       microbatch_size, correction, fixed_sizes)
+    budget = budget_by_label(block, default_delta, label)
+    if budget.mechanism is None:
+        plan = plan_budget(law_dir, budget, models, block["learning_rate"], microbatch_size, correction, fixed_sizes)
+    else:
+        plan = plan_mechanisms(law_dir, budget, models, block["learning_rate"], microbatch_size, correction,
+                               fixed_sizes)
     write_json_atomic(out, plan.to_json())
     return plan
+
+
+def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequence[str],
+                    learning_rate: float | None = None, microbatch_size: int | None = None,
+                    correction: PhysicalBatchCorrection | None = None,
+                    fixed_sizes: Mapping[str, float] | None = None) -> PrivatePlan:
+    """A budget that names its mechanism, planned by that mechanism's law, or, with ``mechanism: choose``, by
+    every mechanism's law (``laws``: law/mechanisms, or its mechanisms.json), the lowest predicted loss
+    winning; the plan lists what each mechanism's law planned. The physical-batch correction, fitted on the
+    primary mechanism's runs, applies to that mechanism's plan only."""
+    from dpscaling.law.mechanisms import mechanism_entries
+
+    laws = Path(laws)
+    entries = mechanism_entries(laws.parent if laws.is_file() else laws)
+    primary = next(iter(entries))
+    wanted = list(entries) if budget.mechanism == CHOOSE else [budget.mechanism]
+    unknown = [name for name in wanted if name not in entries]
+    if unknown:
+        raise UserError(f"{BLOCK}.budgets {budget.label}: mechanism {unknown[0]!r} is not one of this run's "
+                        f"training.mechanisms {list(entries)} (or {CHOOSE!r})")
+    plans, compared = {}, []
+    for name in wanted:
+        try:
+            plans[name] = plan_budget(entries[name]["law"], budget, models, learning_rate, microbatch_size,
+                                      correction if name == primary else None, fixed_sizes, name)
+        except UserError as error:
+            compared.append({"mechanism": name, "planned": False, "reason": str(error)})
+            if len(wanted) == 1:
+                raise
+            continue
+        plan = plans[name]
+        compared.append({"mechanism": name, "planned": True, "model": plan.model, "batch_size": plan.batch_size,
+                         "iterations": plan.iterations, "noise_batch_ratio": plan.noise_batch_ratio,
+                         "predicted_loss": plan.predicted_loss})
+    if not plans:
+        raise UserError(f"{BLOCK}.budgets {budget.label}: no mechanism's law plans it: "
+                        + "; ".join(f"{row['mechanism']}: {row['reason']}" for row in compared))
+    best = min(plans, key=lambda name: plans[name].predicted_loss)
+    return dataclasses.replace(plans[best], mechanisms_compared=tuple(compared))
 
 
 def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], training: Mapping[str, Any],

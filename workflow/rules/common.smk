@@ -289,6 +289,10 @@ def private_plan_law(wildcards):
     """The law that plans private_model's budget: the fine-tuning law for a pretrained budget, else the grid's."""
     if wildcards.budget in PRETRAINED_BUDGETS:
         return rules.finetune_fit_law.output[0]
+    if (
+        wildcards.budget in MECHANISM_BUDGETS
+    ):  # its mechanism's law, or every mechanism's to choose
+        return rules.law_across_mechanisms.output[0]
     return rules.fit_law.output[0]
 
 

@@ -267,9 +267,8 @@ MECHANISM_LAWS = {
         for name in OTHER_MECHANISMS
     },
 }
-LAW_ACROSS_MECHANISMS = (
-    [f"{RESULTS}/{layout.LAW_ACROSS_MECHANISMS}"] if OTHER_MECHANISMS else []
-)
+LAW_ACROSS_MECHANISMS_FILE = f"{RESULTS}/{layout.LAW_ACROSS_MECHANISMS}"
+LAW_ACROSS_MECHANISMS = [LAW_ACROSS_MECHANISMS_FILE] if OTHER_MECHANISMS else []
 
 
 rule law_across_mechanisms:
@@ -284,7 +283,7 @@ rule law_across_mechanisms:
         ),
         calibrations=[mechanism_calibration(name) for name in MECHANISMS],
     output:
-        f"{RESULTS}/{layout.LAW_ACROSS_MECHANISMS}",
+        LAW_ACROSS_MECHANISMS_FILE,
     log:
         f"{RESULTS}/logs/fit/law_across_mechanisms.log",
     localrule: True

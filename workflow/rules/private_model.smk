@@ -16,6 +16,10 @@ PRETRAINED_BUDGETS = [
 SCRATCH_BUDGETS = [
     budget.label for budget in PRIVATE_BUDGET_LIST if not budget.pretrained
 ]
+# Budgets that name a noise mechanism (or choose one): planned from law/mechanisms (docs/mechanisms.md).
+MECHANISM_BUDGETS = [
+    budget.label for budget in PRIVATE_BUDGET_LIST if budget.mechanism is not None
+]
 
 
 wildcard_constraints:
@@ -159,6 +163,8 @@ rule private_model_report:
         ),
         correction=CORRECTION,
         calibration=rules.validate_law.output.calibration,
+        # Budgets that name a mechanism are predicted by that mechanism's law.
+        mechanisms=LAW_ACROSS_MECHANISMS_FILE if MECHANISM_BUDGETS else [],
     output:
         csv=f"{PRIVATE}/table.csv",
         md=f"{PRIVATE}/table.md",

@@ -430,6 +430,7 @@ class BudgetEntry(Block):
     # {model, batch_size, iterations, learning_rate}: train this instead of the law's search (None: search)
     configuration: Mapping[str, Any] | None = None
     pretrained: bool | None = None  # fine-tuned from the run's pretrained checkpoints (needs a finetune block)
+    mechanism: str | None = None  # a mechanism of training.mechanisms, or "choose" (docs/mechanisms.md)
 
 
 @dataclass(frozen=True, kw_only=True)

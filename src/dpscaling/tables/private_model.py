@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -124,11 +125,13 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
 
     law_settings = LawSettings.from_json(dict(settings))
     law = read_law(inputs["law"])
-    bootstrap, correction, calibration = (_paths(inputs.get(key)) for key in ("bootstrap", "correction",
-                                                                                 "calibration"))
+    bootstrap, correction, calibration, mechanisms = (
+        _paths(inputs.get(key)) for key in ("bootstrap", "correction", "calibration", "mechanisms"))
     replicates = load_replicates(bootstrap[0], law_settings) if bootstrap else None
     correction = load_correction(correction[0]) if correction else None
     calibration = load_calibration(calibration[0], law_settings) if calibration else None
+    # A budget trained with another mechanism is predicted by that mechanism's law (docs/mechanisms.md).
+    by_mechanism = _mechanism_laws(mechanisms[0], law_settings) if mechanisms else {}
     note = f"90% over {len(replicates)} bootstrap replicates" if replicates else NO_REPEATS
     plans = list(inputs["plans"])
     twins = list(inputs["twins"])
@@ -138,11 +141,34 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     for index, (plan, curve, evaluation, audit) in enumerate(zip(plans, inputs["curves"], inputs["evaluations"],
                                                                  inputs["audits"], strict=True)):
         pair = twins[index * len(TWINS):(index + 1) * len(TWINS)]
-        rows.append(report_row(read_plan(plan), pd.read_parquet(curve), read_json(evaluation), read_json(audit),
-                               law, replicates, law_settings.rolling_window,
-                               {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)},
-                               correction, calibration))
+        plan = read_plan(plan)
+        own = (law, replicates, correction, calibration)
+        if by_mechanism and plan.mechanism != next(iter(by_mechanism)):
+            own = (*by_mechanism[plan.mechanism][:2], None, by_mechanism[plan.mechanism][2])
+        row = report_row(plan, pd.read_parquet(curve), read_json(evaluation), read_json(audit), own[0], own[1],
+                         law_settings.rolling_window,
+                         {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)}, own[2], own[3])
+        if plan.budget.mechanism is not None:
+            row["mechanism"] = plan.mechanism
+        rows.append(row)
     return pd.DataFrame(rows), note
+
+
+def _mechanism_laws(index: str, law_settings) -> dict[str, tuple]:
+    """Each mechanism's (law, replicates or None, calibration or None), as law/mechanisms/mechanisms.json names
+    them, the primary first."""
+    from dpscaling.law import read_law
+    from dpscaling.law.bootstrap import load_replicates
+    from dpscaling.law.calibration import load_calibration
+    from dpscaling.law.mechanisms import mechanism_entries
+
+    laws = {}
+    for name, entry in mechanism_entries(Path(index).parent).items():
+        bootstrap, calibration = entry["bootstrap"], entry["calibration"]
+        laws[name] = (read_law(entry["law"]),
+                      load_replicates(bootstrap, law_settings) if bootstrap else None,
+                      load_calibration(calibration, law_settings) if calibration and calibration.is_file() else None)
+    return laws
 
 
 def _paths(value) -> list[str]:
@@ -161,6 +187,11 @@ def write_report(inputs: Mapping[str, Any], settings: Mapping[str, Any], table_s
     from dpscaling.tables.write import write_table
 
     table, note = report_from_files(inputs, settings)
-    write_table(table, table_stem, f"{CAPTION} Seed-only interval: {note}.", LABEL, shown=SHOWN)
+    shown = SHOWN
+    if "mechanism" in table:  # budgets that name their mechanism: which one trained, after the model
+        shown = {key: heading for name, heading in SHOWN.items()
+                 for key, heading in ([(name, heading), ("mechanism", "mechanism")] if name == "model"
+                                      else [(name, heading)])}
+    write_table(table, table_stem, f"{CAPTION} Seed-only interval: {note}.", LABEL, shown=shown)
     render(PREDICTED_VS_ACHIEVED.name, PrivateModelContext(table, note), figure_stem)
     return table
