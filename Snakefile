@@ -24,6 +24,7 @@ include: "workflow/rules/audit.smk"
 include: "workflow/rules/private_model.smk"
 include: "workflow/rules/savings.smk"
 include: "workflow/rules/finetune.smk"
+include: "workflow/rules/mechanisms.smk"
 
 
 localrules:
@@ -46,6 +47,7 @@ localrules:
     private_model,
     savings,
     finetune,
+    mechanisms,
     bundle,
     explorer,
 
@@ -65,3 +67,5 @@ rule all:
         rules.explorer.input,
         # DP fine-tuning from public pretraining, with a finetune block (docs/finetune.md).
         rules.finetune.input if CFG.finetune else [],
+        # DP-BandMF and DP-SGD compared, with more than one training.mechanisms (docs/mechanisms.md).
+        rules.mechanisms.input if OTHER_MECHANISMS else [],

@@ -14,7 +14,9 @@ and, if ``torch`` and ``opacus`` are importable, the same BERT in PyTorch with O
 temporary-buffer size. The last line printed is one JSON object with
 ``dp_over_nonprivate`` (best DP path ÷ non-private whole-batch step, the ratio
 docs/train.md reports), ``dp_over_best_nonprivate`` (÷ the fastest non-private variant) and
-``dp_over_opacus`` (best DP path ÷ Opacus' best DP step; null without Opacus).
+``dp_over_opacus`` (best DP path ÷ Opacus' best DP step; null without Opacus). ``--mechanisms
+bandmf-b4,bandmf-b64`` also times each DP path with DP-BandMF's correlated noise: ``bandmf_over_dpsgd``
+(docs/mechanisms.md).
 
 Default shape: a 1.5M-parameter BERT (2 layers, hidden 128, 2 heads,
 intermediate 512, vocab 8000, seq 128, 20 masked positions), B = 32, float32.
@@ -88,6 +90,13 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--no-opacus", action="store_true")
     parser.add_argument("--family", choices=("bert", "decoder"), default="bert")
+    parser.add_argument(
+        "--mechanisms", default="",
+        help="comma-separated correlated-noise mechanisms (e.g. bandmf-b4,bandmf-b64) also timed on each DP path "
+             "over the whole batch; the summary's bandmf_over_dpsgd is each one's step ÷ DP-SGD's on that path",
+    )
+    parser.add_argument("--mechanism-steps", type=int, default=1024,
+                        help="T the BandMF strategy is optimised for (its cost per step does not depend on it)")
     args = parser.parse_args()
     if args.model != "custom":
         if args.model not in PRESETS:
@@ -258,6 +267,14 @@ def jax_variants(args: argparse.Namespace, tokens: np.ndarray, n_params: int) ->
                 variants.append(JaxVariant(name, config, args, tokens))
             except Exception as error:  # noqa: BLE001 - an accelerator's out-of-memory: report, go on
                 print(f"{name}: failed, {str(error).splitlines()[0][:160]}")
+    # The same DP steps with correlated noise (docs/mechanisms.md): b − 1 more parameter copies to read and write.
+    for mechanism in [m for m in args.mechanisms.split(",") if m]:
+        for clipping in ("vmap", "ghost"):
+            if not any(v.name == f"DP {clipping}, whole batch" for v in variants):
+                continue
+            config = TrainConfig(**base_config(args, args.batch), clipping=clipping, microbatch_size=args.batch,
+                                 noise_batch_ratio=2.0**-10, mechanism=mechanism, num_steps=args.mechanism_steps)
+            variants.append(JaxVariant(f"DP {clipping}, whole batch, {mechanism}", config, args, tokens))
     return variants
 
 
@@ -439,7 +456,8 @@ def main() -> None:
             f"{v.name:44s} {ms[v.name]:8.1f} {ms[v.name] / nonprivate:14.2f} {v.temp_mb:12.1f} "
             f"{args.batch * args.seq_len / seconds:10.0f} {mfu} {v.footprint_gb:6.1f}"
         )
-    dp = {k: v for k, v in ms.items() if k.startswith("DP")}
+    dp = {k: v for k, v in ms.items() if k.startswith("DP") and "bandmf" not in k}
+    bandmf_over_dpsgd = {k: round(v / ms[k.rsplit(", ", 1)[0]], 3) for k, v in ms.items() if "bandmf" in k}
     best_dp_name = min(dp, key=dp.get)
     best_by_path = {
         path: min(v for k, v in dp.items() if k.startswith(f"DP {path}"))
@@ -480,6 +498,8 @@ def main() -> None:
         "training_flops_per_step": flops,
         "opacus_best_ms": None if not torch_ms else round(best_opacus, 2),
         "dp_over_opacus": None if dp_over_opacus is None else round(dp_over_opacus, 3),
+        # each "DP <path>, whole batch, <mechanism>" step ÷ the same path's DP-SGD step, timed in the same rounds
+        "bandmf_over_dpsgd": bandmf_over_dpsgd or None,
     }
     print(json.dumps(summary))
     if args.json_out:

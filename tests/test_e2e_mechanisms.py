@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow(minutes=3)
 @pytest.fixture(scope="module")
 def mechanisms_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("mechanisms")
-    run_snakemake("fit", "validate", "private_model", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
+    run_snakemake("mechanisms", "private_model", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
                   str(CONFIGS / "smoke-mechanisms.yaml"), cwd=workdir, timeout=1200)
     return workdir / "results" / "smoke-mechanisms"
 
@@ -111,7 +111,10 @@ def test_a_bandmf_budget_trains_privately_with_its_mechanism(mechanisms_run: Pat
     for twin in ("twin_grid_batch", "twin_recommended_batch"):  # the study twins run its noise too
         assert set(pd.read_parquet(budget / twin / "metrics.parquet")["mechanism"]) == {"bandmf-b4"}
     audit = json.loads((budget / "audit.json").read_text())
-    assert audit["audit_has_power"] and audit["private_run_passes"]
+    private = next(run for run in audit["runs"] if run["run"] == "private")
+    # audited with the run's own mechanism: cyclic Poisson at the group's rate, BandMF's calibrated noise
+    assert private["sampling_probability"] == pytest.approx(plan["batch_size"] / (private["n_included"] // 4))
+    assert audit["private_run_passes"]
     table = pd.read_csv(mechanisms_run / "private_model" / "table.csv")
     assert list(table["mechanism"]) == ["bandmf-b4"]
     assert "| mechanism" in (mechanisms_run / "private_model" / "table.md").read_text()
@@ -130,3 +133,14 @@ def test_a_budget_that_chooses_is_planned_by_every_mechanism(mechanisms_run: Pat
     planned = {name: row["predicted_loss"] for name, row in rows.items() if row["planned"]}
     assert chosen.mechanism == min(planned, key=planned.get)
     assert chosen.predicted_loss == planned[chosen.mechanism]
+
+
+def test_the_mechanism_finding_and_its_comparison_come_from_the_laws(mechanisms_run: Path) -> None:
+    findings = pd.read_csv(mechanisms_run / "tables" / "finding-mechanism.csv")
+    assert list(findings["finding"]) == ["a", "b", "c", "d"]
+    assert set(findings["verdict"]) <= {"holds", "does not hold"}
+    comparison = pd.read_csv(mechanisms_run / "tables" / "table-mechanism_vs_dpsgd.csv")
+    answered = comparison.dropna(subset=["Cross Entropy (dpsgd)", "Cross Entropy (Mechanism)"])
+    assert len(answered) and set(comparison["Mechanism"]) == {"bandmf-b4"}
+    assert (answered["Gain (nats)"] == answered["Cross Entropy (dpsgd)"] - answered["Cross Entropy (Mechanism)"]).all()
+    assert (mechanisms_run / "figures" / "fig-mechanism_vs_dpsgd.png").is_file()

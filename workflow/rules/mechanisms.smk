@@ -1,0 +1,51 @@
+# What changes with a better mechanism (docs/mechanisms.md "What changes"): DP-BandMF's laws against DP-SGD's,
+# each answering with its own accounting table; the literature's claims checked, the comparison and its figure.
+from dpscaling import mechanism_findings
+from dpscaling.figures.mechanisms import NAME as MECHANISM_FIGURE
+
+MECHANISM_COMPARISON = (
+    f"{RESULTS}/tables/{mechanism_findings.COMPARISON_LABEL.replace(':', '-')}"
+)
+
+
+rule mechanism_findings:
+    input:
+        laws=list(MECHANISM_LAWS.values()),
+        sigma_tables=[mechanism_sigma_table(name) for name in MECHANISMS],
+        results=[FIT_RESULTS]
+        + expand(rules.collect_curves_for_mechanism.output[0], mech=OTHER_MECHANISMS),
+    output:
+        **table_outputs(mechanism_findings.LABEL),
+        comparison=f"{MECHANISM_COMPARISON}.csv",
+        comparison_md=f"{MECHANISM_COMPARISON}.md",
+        comparison_tex=f"{MECHANISM_COMPARISON}.tex",
+        figure=f"{RESULTS}/figures/{MECHANISM_FIGURE}.pdf",
+        figure_png=f"{RESULTS}/figures/{MECHANISM_FIGURE}.png",
+        figure_data=f"{RESULTS}/figures/{MECHANISM_FIGURE}.csv",
+    log:
+        f"{RESULTS}/logs/tables/mechanism_findings.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=30,
+    params:
+        analysis=ANALYSIS,
+        sampling=config["accounting"]["sampling"],
+        mechanisms=MECHANISMS,
+    script:
+        "../scripts/mechanism_findings.py"
+
+
+# Everything the mechanism axis adds: each mechanism's law, validation and the comparison (with several).
+rule mechanisms:
+    input:
+        LAW_ACROSS_MECHANISMS,
+        VALIDATE_MECHANISMS,
+        # the comparison is against DP-SGD: with it and another mechanism
+        (
+            rules.mechanism_findings.output
+            if "dpsgd" in MECHANISMS and OTHER_MECHANISMS
+            else []
+        ),
+        RUN_CONFIG,
