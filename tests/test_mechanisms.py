@@ -338,3 +338,22 @@ def test_job_memory_counts_the_noise_history():
     dpsgd = train_resources(100_000_000, **common)
     bandmf = train_resources(100_000_000, **common, mechanism="bandmf-b8")
     assert bandmf.mem_mb - dpsgd.mem_mb == math.ceil(7 * 8 * 100_000_000 / 2**20)
+
+
+# --- the grid ---------------------------------------------------------------------------------------
+
+
+def test_the_grid_trains_sigma_zero_once_and_every_law_shares_it():
+    from dpscaling.grid import law_points, main_grid, mechanisms
+    from test_config_schema import validated
+
+    config = validated({"training": {"mechanisms": ["dpsgd", "bandmf-b4"], "noise_batch_ratios": [0.0, 0.5],
+                                     "learning_rates": [0.5]}, "models": {"names": ["BertTiny"]}})
+    grid = main_grid(config)
+    assert sorted((p.mechanism, p.noise_batch_ratio) for p in grid) == [
+        ("bandmf-b4", 0.5), ("dpsgd", 0.0), ("dpsgd", 0.5)]
+    shared = law_points(grid, "bandmf-b4", mechanisms(config))
+    assert sorted((p.mechanism, p.noise_batch_ratio) for p in shared) == [("bandmf-b4", 0.5), ("dpsgd", 0.0)]
+    both = validated({"training": {"mechanisms": ["dpsgd", "bandmf-b4"], "seq_lens": [64, 128]}})
+    with pytest.raises(UserError, match=r"training\.mechanisms: .* with training\.seq_lens"):
+        main_grid(both)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import TYPE_CHECKING, Any
@@ -85,14 +85,29 @@ def _typed(config: Mapping[str, Any] | RunConfig) -> RunConfig:
 
 def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """The main grid: every mechanism × sequence length × model × noise-batch ratio × learning rate at the
-    physical batch."""
+    physical batch (σ̄ = 0 once, under the primary mechanism: :func:`trains`)."""
     run = _typed(config)
     training = run.training
+    names = mechanisms(run)
     return [
         TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr), seq_len, mechanism)
         for mechanism, seq_len, model, nbr, lr in product(
-            mechanisms(run), run.seq_lens(), run.models.names, training.noise_batch_ratios, training.learning_rates)
+            names, run.seq_lens(), run.models.names, training.noise_batch_ratios, training.learning_rates)
+        if trains(mechanism, float(nbr), names)
     ]
+
+
+def trains(mechanism: str, noise_batch_ratio: float, names: Sequence[str]) -> bool:
+    """Whether a grid point of ``mechanism`` trains its own run: at σ̄ = 0 no noise is added, so every
+    mechanism's run is the same run, trained once as the primary mechanism's (``names[0]``)."""
+    return noise_batch_ratio != 0 or mechanism == names[0]
+
+
+def law_points(points: Iterable[TrainPoint], mechanism: str, names: Sequence[str]) -> list[TrainPoint]:
+    """The runs ``mechanism``'s law is fitted on: its own, and the primary mechanism's σ̄ = 0 runs, which it
+    shares (:func:`trains`)."""
+    return [point for point in points if point.mechanism == mechanism
+            or (point.mechanism == names[0] and point.noise_batch_ratio == 0)]
 
 
 def mechanisms(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
@@ -189,7 +204,8 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
                                 f"({list(values)})")
         points += [TrainPoint(point.model, training.physical_batch, seed, float(point.noise_batch_ratio),
                               float(point.learning_rate), seq_len, mechanism)
-                   for seed in seeds for seq_len in run.seq_lens() for mechanism in mechanisms(run)]
+                   for seed in seeds for seq_len in run.seq_lens() for mechanism in mechanisms(run)
+                   if trains(mechanism, float(point.noise_batch_ratio), mechanisms(run))]
     return sorted(set(points))
 
 

@@ -35,6 +35,7 @@ from dpscaling.grid import (
     alternation,
     correction_grid,
     finetune_grid,
+    law_points,
     main_grid,
     mechanisms,
     points_at_length,

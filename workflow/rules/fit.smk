@@ -212,7 +212,7 @@ use rule collect_curves as collect_curves_for_mechanism with:
     input:
         lambda wildcards: run_outputs(
             f"{RESULTS}/{RUN_PATHS.curve}",
-            points_with_mechanism(PRIMARY_LENGTH_GRID, wildcards.mech),
+            law_points(PRIMARY_LENGTH_GRID, wildcards.mech, MECHANISMS),
         ),
     output:
         f"{MECHANISM_LAW}/{layout.CURVES}",

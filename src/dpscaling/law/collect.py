@@ -94,9 +94,11 @@ def collect_training_curves(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd
     curves = [read_curve(path) for path in paths]
     if not curves:
         raise UserError("no training curves to collect")
-    mechanisms = {str(name) for curve in curves
-                  for name in (curve["mechanism"].dropna().unique() if "mechanism" in curve.columns else ["dpsgd"])}
-    if len(mechanisms) > 1:  # a law is one mechanism's: σ̄ prices a participation differently in each
+    # A law is one mechanism's (σ̄ is priced by its own table); a σ̄ = 0 run adds no noise, so it is every
+    # mechanism's (dpscaling.grid.trains) and is left out of the check.
+    mechanisms = {str(curve["mechanism"].iloc[0]) if "mechanism" in curve.columns else "dpsgd"
+                  for curve in curves if len(curve) and float(curve["noise_batch_ratio"].iloc[0]) != 0}
+    if len(mechanisms) > 1:
         raise UserError(f"training curves mix noise mechanisms {sorted(mechanisms)}; a law is fitted on one "
                         "mechanism's curves (docs/mechanisms.md)")
     tidy = pd.concat([tidy_training_curve(curve) for curve in curves], ignore_index=True)
