@@ -246,3 +246,17 @@ def report(findings: list[Finding]) -> str:
         verdict = "holds" if finding.holds else "does not hold"
         lines.append(f"({letter}) {finding.claim}: {verdict} on this data\n    {finding.measured}")
     return "\n".join(lines)
+
+
+def write_comparison_stage(findings: list[Finding], names: list[str], table: pd.DataFrame, output, *, caption: str,
+                           label: str, comparison_caption: str, comparison_label: str, draw) -> pd.DataFrame:
+    """A comparison stage's outputs (finding:finetune, finding:mechanism): the lettered findings at
+    ``output.csv``, the comparison table they read at ``output.comparison`` (each with its .md and .tex) and
+    ``draw(table, stem)``'s figure at ``output.figure``; returns the findings' frame."""
+    from dpscaling.tables.write import write_table
+
+    frame = findings_table(findings, names[: len(findings)])
+    write_table(frame, output.csv.removesuffix(".csv"), caption, label)
+    write_table(table, output.comparison.removesuffix(".csv"), comparison_caption, comparison_label)
+    draw(table, output.figure.removesuffix(".pdf"))
+    return frame

@@ -1,18 +1,10 @@
+from dpscaling import finetune_findings as stage
 from dpscaling.figures.context import load_context
 from dpscaling.figures.finetune import finetune_figure
 from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.finetune_findings import (
-    CAPTION,
-    COMPARISON_CAPTION,
-    COMPARISON_LABEL,
-    FINDING_NAMES,
-    LABEL,
-    check_finetune_findings,
-)
-from dpscaling.findings import findings_table
-from dpscaling.tables.pretraining import pretraining_tokens
+from dpscaling.findings import write_comparison_stage
 from dpscaling.logs import log_to_file
-from dpscaling.tables.write import write_table
+from dpscaling.tables.pretraining import pretraining_tokens
 
 with log_to_file(snakemake.log[0]) as log:
     settings = AnalysisSettings.from_mapping(snakemake.params.analysis)
@@ -30,18 +22,18 @@ with log_to_file(snakemake.log[0]) as log:
             (given.finetune_law, given.finetune_results),
         )
     )
-    findings, table = check_finetune_findings(
+    findings, table = stage.check_finetune_findings(
         scratch, finetuned, pretraining_tokens=pretraining_tokens(given.pretraining)
     )
-    findings_frame = findings_table(findings, FINDING_NAMES[: len(findings)])
-    log.info("fine-tuning findings:\n%s", findings_frame.to_string(index=False))
-    write_table(
-        findings_frame, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL
-    )
-    write_table(
+    frame = write_comparison_stage(
+        findings,
+        stage.FINDING_NAMES,
         table,
-        snakemake.output.comparison.removesuffix(".csv"),
-        COMPARISON_CAPTION,
-        COMPARISON_LABEL,
+        snakemake.output,
+        caption=stage.CAPTION,
+        label=stage.LABEL,
+        comparison_caption=stage.COMPARISON_CAPTION,
+        comparison_label=stage.COMPARISON_LABEL,
+        draw=finetune_figure,
     )
-    finetune_figure(table, snakemake.output.figure.removesuffix(".pdf"))
+    log.info("fine-tuning findings:\n%s", frame.to_string(index=False))

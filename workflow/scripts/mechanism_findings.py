@@ -1,17 +1,9 @@
 from dpscaling.figures.context import load_context
 from dpscaling.figures.mechanisms import mechanism_figure
 from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.findings import findings_table
+from dpscaling.findings import write_comparison_stage
 from dpscaling.logs import log_to_file
-from dpscaling.mechanism_findings import (
-    CAPTION,
-    COMPARISON_CAPTION,
-    COMPARISON_LABEL,
-    FINDING_NAMES,
-    LABEL,
-    check_mechanism_findings,
-)
-from dpscaling.tables.write import write_table
+from dpscaling import mechanism_findings as stage
 
 with log_to_file(snakemake.log[0]) as log:
     settings = AnalysisSettings.from_mapping(snakemake.params.analysis)
@@ -28,16 +20,16 @@ with log_to_file(snakemake.log[0]) as log:
             snakemake.params.mechanisms, given.laws, given.sigma_tables, given.results
         )
     }
-    findings, table = check_mechanism_findings(contexts)
-    findings_frame = findings_table(findings, FINDING_NAMES[: len(findings)])
-    log.info("mechanism findings:\n%s", findings_frame.to_string(index=False))
-    write_table(
-        findings_frame, snakemake.output.csv.removesuffix(".csv"), CAPTION, LABEL
-    )
-    write_table(
+    findings, table = stage.check_mechanism_findings(contexts)
+    frame = write_comparison_stage(
+        findings,
+        stage.FINDING_NAMES,
         table,
-        snakemake.output.comparison.removesuffix(".csv"),
-        COMPARISON_CAPTION,
-        COMPARISON_LABEL,
+        snakemake.output,
+        caption=stage.CAPTION,
+        label=stage.LABEL,
+        comparison_caption=stage.COMPARISON_CAPTION,
+        comparison_label=stage.COMPARISON_LABEL,
+        draw=mechanism_figure,
     )
-    mechanism_figure(table, snakemake.output.figure.removesuffix(".pdf"))
+    log.info("mechanism findings:\n%s", frame.to_string(index=False))

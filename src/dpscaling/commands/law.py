@@ -20,7 +20,7 @@ import yaml
 from dpscaling.accounting.validation import DEFAULT_DELTA
 from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.errors import UserError
-from dpscaling.mechanisms import DPSGD, mechanism_named
+from dpscaling.mechanisms import mechanism_named
 from dpscaling.law import LawSettings
 from dpscaling.law.answers import Answer, ScalingLaw, load_law
 from dpscaling.law.artifact import Law, read_law
@@ -315,15 +315,12 @@ def run_query(args: argparse.Namespace) -> int:
     else:
         answer = ask(_load(args))
     if args.train_config:
-        if choice is not None and choice.mechanism != DPSGD.name:
-            raise UserError(f"--train-config: the answer's mechanism is {choice.mechanism}, and private_model trains "
-                            "DP-SGD budgets only so far; add --mechanism dpsgd for DP-SGD's answer")
         block = answer.runnable.train_config()
         if not block:
             raise UserError(f"--train-config: {answer.runnable.model_note}")
         from dpscaling.io import write_text_atomic
 
-        write_text_atomic(args.train_config, train_config_yaml(answer))
+        write_text_atomic(args.train_config, train_config_yaml(answer, None if choice is None else choice.mechanism))
     if args.json:
         emit(answer.to_json() if choice is None else choice.to_json(), True)
         for flag in answer.flags:  # the text answer shows them itself
@@ -348,15 +345,19 @@ def render_choice(choice: MechanismChoice) -> str:
     return "\n".join(lines)
 
 
-def train_config_yaml(answer: Answer) -> str:
-    """The runnable answer's config block as YAML, with a header saying what it trains."""
+def train_config_yaml(answer: Answer, mechanism: str | None = None) -> str:
+    """The runnable answer's config block as YAML, with a header saying what it trains; a ``mechanism`` chosen
+    among a run's (docs/mechanisms.md) is its budget's, so private_model trains with that mechanism's noise."""
     runnable = answer.runnable
+    block = runnable.train_config()
+    if mechanism is not None:
+        block["private_model"]["budgets"][0]["mechanism"] = mechanism
     header = (f"# Trains the answer of `dpscaling query` (compute {answer.query['compute']:g}, epsilon "
               f"{runnable.epsilon:g}, delta {runnable.delta:g}) with `snakemake private_model`: layer this file over\n"
               f"# the run's config (snakemake private_model --configfile <run config> this.yaml). B is a multiple of\n"
               f"# training.microbatch_size = {runnable.microbatch_size}; the private run trains on data_budget "
               "sequences of the run's corpus.\n")
-    return header + yaml.safe_dump(runnable.train_config(), sort_keys=False)
+    return header + yaml.safe_dump(block, sort_keys=False)
 
 
 def _interval(pair) -> str:
