@@ -208,7 +208,8 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "adam_eps": 1.0e-4, "allow_repeats": True, "sampling": "poisson", "truncated_batch_size": 40,
                     "accountant": "deterministic", "decay_factor": 3.0, "mask_rate": 0.3, "clip_norm": 0.5,
                     "clipping": "ghost", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
-                    "log_every": 3, "checkpoint_every": 41, "microbatch_size": 4}
+                    "log_every": 3, "checkpoint_every": 41, "microbatch_size": 4,
+                    "mechanisms": ["dpsgd", "bandmf-b4"], "bandmf_strategy": "max_error"}
 
 
 def _reached(key: str) -> dict[str, bool]:
@@ -238,9 +239,9 @@ def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -
 
 # Per role (dpscaling.config.blocks): its training keys, and which jobs' params a change of one reaches.
 ROLE_REACH = {
-    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points"), (False, False, False)),
+    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms"), (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
-    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats"), (True, True, True)),
+    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy"), (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),
     "ablation_shared": (("decay_factor", "mask_rate", "clip_norm", "clipping"), (True, True, True)),
     # No role: the grid's and the private runs'; the ablation has its own horizon, logging, microbatch, seeds.

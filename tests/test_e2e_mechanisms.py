@@ -1,12 +1,12 @@
 """DP-BandMF as an axis of the grid, end to end on the smoke config (docs/mechanisms.md): DP-SGD and BandMF
-b = 4 runs, an accounting table, law and validation per mechanism, mechanisms.json, and answers that choose."""
+b = 4 runs, an accounting table, law and validation per mechanism, mechanisms.json, finding:mechanism, answers
+that choose and private budgets planned by the mechanism's law (a private BandMF run is trained, resumed and
+audited in tests/test_mechanisms.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import dp_accounting
@@ -23,15 +23,20 @@ pytestmark = pytest.mark.slow(minutes=3)
 @pytest.fixture(scope="module")
 def mechanisms_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("mechanisms")
-    run_snakemake("mechanisms", "private_model", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
+    run_snakemake("mechanisms", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
                   str(CONFIGS / "smoke-mechanisms.yaml"), cwd=workdir, timeout=1200)
     return workdir / "results" / "smoke-mechanisms"
 
 
-def _query(run: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpscaling.cli", "query", "--law", str(run / "law" / "mechanisms"),
-                           "--compute", "1e11", "--epsilon", "16", "--users", "1000", *extra],
-                          capture_output=True, text=True, timeout=600, cwd=run.parent.parent)
+def _query(run: Path, capsys, *extra: str, law: str = "mechanisms") -> tuple[int, str, str]:
+    """``dpscaling query`` in this process (the laws name their tables relative to the workflow's directory)."""
+    from dpscaling.cli import main
+
+    capsys.readouterr()
+    status = main(["query", "--law", str(run / "law" / law), "--compute", "1e11", "--epsilon", "16", "--users",
+                   "1000", *extra])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
 
 
 def test_each_mechanism_trains_its_own_runs(mechanisms_run: Path) -> None:
@@ -80,61 +85,24 @@ def test_each_mechanism_has_its_law_and_validation(mechanisms_run: Path) -> None
     assert law.sigma_table["path"].endswith("accounting/mech=bandmf-b4/sigma_table.parquet")
 
 
-def test_query_compares_the_mechanisms_and_keeps_the_best(mechanisms_run: Path) -> None:
-    chosen = _query(mechanisms_run, "--json")
-    assert chosen.returncode == 0, chosen.stderr
-    answer = json.loads(chosen.stdout)
+def test_query_compares_the_mechanisms_and_keeps_the_best(mechanisms_run: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(mechanisms_run.parent.parent)
+    status, out, err = _query(mechanisms_run, capsys, "--json")
+    assert status == 0, err
+    answer = json.loads(out)
     compared = {row["mechanism"]: row for row in answer["mechanisms"]}
     assert set(compared) | set(answer["mechanisms_without_answer"]) == {"dpsgd", "bandmf-b4"}
     assert answer["mechanism"] == min(compared, key=lambda name: compared[name]["predicted_loss"])
     assert answer["predicted_loss"] == compared[answer["mechanism"]]["predicted_loss"]
     assert answer["bands"] == (4 if answer["mechanism"] == "bandmf-b4" else 1)
     # --mechanism answers with that law alone: DP-SGD's is the primary law's answer.
-    fixed = json.loads(_query(mechanisms_run, "--json", "--mechanism", "dpsgd").stdout)
-    direct = subprocess.run([sys.executable, "-m", "dpscaling.cli", "query", "--law", str(mechanisms_run / "law" / "fit"),
-                             "--compute", "1e11", "--epsilon", "16", "--users", "1000", "--json"],
-                            capture_output=True, text=True, timeout=600, cwd=mechanisms_run.parent.parent)
-    assert fixed["mechanism"] == "dpsgd" and fixed["predicted_loss"] == json.loads(direct.stdout)["predicted_loss"]
-    text = _query(mechanisms_run)
-    assert text.returncode == 0 and "mechanisms compared:" in text.stdout and "bandmf-b4" in text.stdout
-    wrong = _query(mechanisms_run, "--mechanism", "bandmf-b9")
-    assert wrong.returncode != 0 and "--mechanism: must be one of ['dpsgd', 'bandmf-b4']" in wrong.stderr
-
-
-def test_a_bandmf_budget_trains_privately_with_its_mechanism(mechanisms_run: Path) -> None:
-    budget = next((mechanisms_run / "private_model").glob("*_mech=bandmf-b4"))
-    plan = json.loads((budget / "plan.json").read_text())
-    assert plan["mechanism"] == "bandmf-b4" and plan["budget"]["mechanism"] == "bandmf-b4"
-    curve = pd.read_parquet(budget / "metrics.parquet")
-    last = curve.iloc[-1]
-    assert (last["mechanism"], int(last["bands"]), last["sampler"]) == ("bandmf-b4", 4, "poisson")
-    assert int(last["group_size"]) == 1000 // 4 and int(last["accounted_rounds"]) == math.ceil(plan["iterations"] / 4)
-    assert last["epsilon"] <= 16.0 * (1 + 1e-9) and last["sigma"] == pytest.approx(plan["sigma"], rel=1e-6)
-    for twin in ("twin_grid_batch", "twin_recommended_batch"):  # the study twins run its noise too
-        assert set(pd.read_parquet(budget / twin / "metrics.parquet")["mechanism"]) == {"bandmf-b4"}
-    audit = json.loads((budget / "audit.json").read_text())
-    private = next(run for run in audit["runs"] if run["run"] == "private")
-    # audited with the run's own mechanism: cyclic Poisson at the group's rate, BandMF's calibrated noise
-    assert private["sampling_probability"] == pytest.approx(plan["batch_size"] / (private["n_included"] // 4))
-    assert audit["private_run_passes"]
-    table = pd.read_csv(mechanisms_run / "private_model" / "table.csv")
-    assert list(table["mechanism"]) == ["bandmf-b4"]
-    assert "| mechanism" in (mechanisms_run / "private_model" / "table.md").read_text()
-
-
-def test_a_budget_that_chooses_is_planned_by_every_mechanism(mechanisms_run: Path, monkeypatch) -> None:
-    from dpscaling.plans import Budget
-    from dpscaling.private_model import plan_mechanisms
-
-    monkeypatch.chdir(mechanisms_run.parent.parent)  # the laws name their tables relative to the workflow's
-
-    chosen = plan_mechanisms(mechanisms_run / "law" / "mechanisms",
-                             Budget(16.0, 1e-8, 1000, 1e11, mechanism="choose"), ["BertNano", "BertMicro"])
-    rows = {row["mechanism"]: row for row in chosen.mechanisms_compared}
-    assert set(rows) == {"dpsgd", "bandmf-b4"}
-    planned = {name: row["predicted_loss"] for name, row in rows.items() if row["planned"]}
-    assert chosen.mechanism == min(planned, key=planned.get)
-    assert chosen.predicted_loss == planned[chosen.mechanism]
+    fixed = json.loads(_query(mechanisms_run, capsys, "--json", "--mechanism", "dpsgd")[1])
+    direct = json.loads(_query(mechanisms_run, capsys, "--json", law="fit")[1])
+    assert fixed["mechanism"] == "dpsgd" and fixed["predicted_loss"] == direct["predicted_loss"]
+    status, out, _ = _query(mechanisms_run, capsys)
+    assert status == 0 and "mechanisms compared:" in out and "bandmf-b4" in out
+    status, _, err = _query(mechanisms_run, capsys, "--mechanism", "bandmf-b9")
+    assert status == 2 and "--mechanism: must be one of ['dpsgd', 'bandmf-b4']" in err
 
 
 def test_the_mechanism_finding_and_its_comparison_come_from_the_laws(mechanisms_run: Path) -> None:
@@ -146,3 +114,28 @@ def test_the_mechanism_finding_and_its_comparison_come_from_the_laws(mechanisms_
     assert len(answered) and set(comparison["Mechanism"]) == {"bandmf-b4"}
     assert (answered["Gain (nats)"] == answered["Cross Entropy (dpsgd)"] - answered["Cross Entropy (Mechanism)"]).all()
     assert (mechanisms_run / "figures" / "fig-mechanism_vs_dpsgd.png").is_file()
+
+
+def test_private_budgets_are_planned_by_the_mechanisms_laws(mechanisms_run: Path, monkeypatch) -> None:
+    """`mechanism: choose` plans with every mechanism's law and keeps the lowest predicted loss; a named
+    mechanism with its own law, priced by its cyclic Poisson accountant (a private BandMF run is trained,
+    resumed and audited in tests/test_mechanisms.py)."""
+    from dpscaling.accounting.matched import account_run
+    from dpscaling.plans import Budget
+    from dpscaling.private_model import plan_mechanisms
+
+    monkeypatch.chdir(mechanisms_run.parent.parent)  # the laws name their tables relative to the workflow's
+    laws, models = mechanisms_run / "law" / "mechanisms", ["BertNano", "BertMicro"]
+    chosen = plan_mechanisms(laws, Budget(16.0, 1e-8, 1000, 1e11, mechanism="choose"), models)
+    rows = {row["mechanism"]: row for row in chosen.mechanisms_compared}
+    assert set(rows) == {"dpsgd", "bandmf-b4"}
+    planned = {name: row["predicted_loss"] for name, row in rows.items() if row["planned"]}
+    assert chosen.mechanism == min(planned, key=planned.get)
+    assert chosen.predicted_loss == planned[chosen.mechanism]
+    named = plan_mechanisms(laws, Budget(16.0, 1e-8, 1000, 1e11, mechanism="bandmf-b4"), models)
+    assert named.mechanism == "bandmf-b4" and [row["mechanism"] for row in named.mechanisms_compared] == ["bandmf-b4"]
+    spent = account_run("poisson", None, dataset_size=1000, expected_batch_size=named.batch_size,
+                        steps=named.iterations, delta=1e-8, noise_batch_ratio=named.noise_batch_ratio,
+                        truncated_batch_size=named.truncated_batch_size, mechanism="bandmf-b4")
+    assert spent.epsilon <= 16.0 * 1.001 and spent.group_size == 250
+    assert named.to_json()["budget"]["mechanism"] == "bandmf-b4"

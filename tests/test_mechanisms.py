@@ -357,3 +357,21 @@ def test_the_grid_trains_sigma_zero_once_and_every_law_shares_it():
     both = validated({"training": {"mechanisms": ["dpsgd", "bandmf-b4"], "seq_lens": [64, 128]}})
     with pytest.raises(UserError, match=r"training\.mechanisms: .* with training\.seq_lens"):
         main_grid(both)
+
+
+def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accountant():
+    """private_model's matched audit of a BandMF plan: the canaries sampled by cyclic Poisson at the group's
+    rate, BandMF's correlated noise at the σ its accountant calibrates; the negative control (no noise,
+    the same claim) is caught, the private run is not."""
+    from dpscaling.audit import AuditSettings, audit_summary, run_audit
+
+    settings = AuditSettings(n_canaries=400, expected_batch_size=20, steps=40, epsilon=2.0, delta=1e-5,
+                             microbatch_size=20, mechanism="bandmf-b4")
+    results = run_audit(settings)
+    private = next(result for result in results if result.run == "private")
+    assert private.sampling_probability == pytest.approx(20 / (private.n_included // 4))
+    dpsgd = account_run("poisson", None, dataset_size=private.n_included, expected_batch_size=20, steps=40,
+                        delta=1e-5, target_epsilon=2.0, multiple=20)
+    assert private.sigma != pytest.approx(dpsgd.sigma, rel=1e-3)  # BandMF's own calibration, not DP-SGD's
+    summary = audit_summary(results)
+    assert summary["audit_has_power"] and summary["private_run_passes"]
