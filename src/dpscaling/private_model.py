@@ -198,9 +198,10 @@ def reprice(law, budget: Budget, candidates: pd.DataFrame,
     priced = []
     for _, row in candidates.iterrows():
         batch, steps = int(row[BATCH_SIZE]), int(row[ITERATIONS])
-        if batch > budget.data_budget // bands:  # no group of N/b holds the batch: this mechanism cannot run it
+        try:
+            reduced = BandMFReduction.of(budget.data_budget, batch, steps, bands)
+        except UserError:  # no group of N/b holds the batch: this mechanism cannot run it
             continue
-        reduced = BandMFReduction.of(budget.data_budget, batch, steps, bands)
         sigma = calibrate_poisson(budget.epsilon, reduced.sampling_probability, reduced.rounds, budget.delta)
         loss = float(corrected_loss(law, correction, row[MODEL_SIZE], steps, sigma / batch, batch))
         priced.append(RepricedCandidate(float(row[MODEL_SIZE]), batch, steps, sigma, loss))

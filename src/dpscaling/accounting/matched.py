@@ -141,11 +141,11 @@ def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
     delta = check_delta(delta)
     check_batch_fits(dataset_size, expected_batch_size)
     epsilon = None if target_epsilon is None else check_epsilon(target_epsilon)
+    noise = mechanism_named(mechanism)
     common = dict(sampler=sampling, accountant=accountant, delta=delta,
                   sampling_probability=expected_batch_size / dataset_size, steps=steps,
                   dataset_size=dataset_size, expected_batch_size=expected_batch_size,
-                  calibrated=epsilon is not None, mechanism=mechanism_named(mechanism).name,
-                  bands=mechanism_named(mechanism).bands)
+                  calibrated=epsilon is not None, mechanism=noise.name, bands=noise.bands)
     return _ACCOUNTED_BY[accountant](sampler, common, epsilon=epsilon, noise_batch_ratio=noise_batch_ratio,
                                      truncated_batch_size=truncated_batch_size, multiple=multiple,
                                      coefficients=coefficients)
