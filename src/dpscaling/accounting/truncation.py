@@ -74,12 +74,19 @@ def truncated_poisson_epsilon(sigma: float, q: float, steps: int, dataset_size: 
     return float(accountant.compose(event).get_epsilon(delta))
 
 
+def calibration_interval(epsilon: float, delta: float, q: float, steps: int, start: float) -> float:
+    """The discretisation a calibration for ε solves at (and its run's ε is then recorded at: the
+    PLD bound is pessimistic at any interval, but a coarser one than the solve's can exceed ε)."""
+    return _discretisation(start, q, steps, epsilon, delta)
+
+
 def calibrate_truncated_poisson(epsilon: float, delta: float, q: float, steps: int,
                                 dataset_size: int, truncated_batch_size: int,
                                 start: float | None = None) -> float:
-    """Smallest σ (within :data:`RELATIVE_TOLERANCE`) with truncated-Poisson DP-SGD (ε, δ)-DP."""
+    """Smallest σ (within :data:`RELATIVE_TOLERANCE`) with truncated-Poisson DP-SGD (ε, δ)-DP at
+    :func:`calibration_interval` (``start``'s)."""
     start = start or poisson_warm_start(epsilon, delta, q, steps)
-    interval = _discretisation(start, q, steps, epsilon, delta)
+    interval = calibration_interval(epsilon, delta, q, steps, start)
     return solve_decreasing(
         lambda s: truncated_poisson_epsilon(s, q, steps, dataset_size, truncated_batch_size,
                                             delta, interval),
@@ -225,10 +232,13 @@ def truncated_poisson_run(*, q: float, steps: int, dataset_size: int, delta: flo
         size = priced_truncation(reference, q, steps, dataset_size, delta, multiple).truncated_batch_size
     else:
         size = truncated_batch_size
+    interval = None  # a configured σ is priced at its own discretisation
     if target_epsilon is not None:
         sigma = calibrate_truncated_poisson(target_epsilon, delta, q, steps, dataset_size, size,
                                             start=untruncated_sigma)
-    price = price_truncation(sigma, q, steps, dataset_size, size, delta)
+        # Recorded at the solve's interval, so the record meets the target it was calibrated for.
+        interval = calibration_interval(target_epsilon, delta, q, steps, untruncated_sigma)
+    price = price_truncation(sigma, q, steps, dataset_size, size, delta, interval=interval)
     if target_epsilon is None:
         untruncated_sigma = calibrate_poisson(price.epsilon, q, steps, delta)
     if truncated_batch_size is not None and price.excess > EPSILON_TOLERANCE:
