@@ -7,18 +7,24 @@ accounting table the analysis interpolates (§3.4); and excess vulnerability
 (appendix "Caveats on Privacy Calibration").
 """
 
-from dpscaling.accounting.calibration import (
-    Calibration, calibrate, calibrate_poisson, calibrate_sigma, epsilon_spent, poisson_epsilon)
-from dpscaling.accounting.gaussian import participations, sigma_deterministic, sigma_every_step
-from dpscaling.accounting.table import (
-    Chunk, SigmaTable, compute_chunk, load_table, merge_chunks, plan_table, save_table)
-from dpscaling.accounting.table_spec import TableSpec
-from dpscaling.accounting.validation import DEFAULT_DELTA, AccountingRefused
-from dpscaling.accounting.vulnerability import calibrated_advantage, mia_advantage
+from importlib import import_module
 
-__all__ = [
-    "DEFAULT_DELTA", "AccountingRefused", "Calibration", "Chunk", "SigmaTable", "TableSpec",
-    "calibrate", "calibrate_poisson", "calibrate_sigma", "calibrated_advantage", "compute_chunk",
-    "epsilon_spent", "load_table", "merge_chunks", "mia_advantage", "participations", "plan_table",
-    "poisson_epsilon", "save_table", "sigma_deterministic", "sigma_every_step",
-]
+# Where each public name lives. Loaded on first use (PEP 562): dp-accounting and SciPy cost most
+# of a second to import, and most workflow jobs (figures, fits, collection) never calibrate.
+_EXPORTS = {
+    "calibration": ("Calibration", "calibrate", "calibrate_poisson", "calibrate_sigma", "epsilon_spent",
+                    "poisson_epsilon"),
+    "gaussian": ("participations", "sigma_deterministic", "sigma_every_step"),
+    "table": ("Chunk", "SigmaTable", "compute_chunk", "load_table", "merge_chunks", "plan_table", "save_table"),
+    "table_spec": ("TableSpec",),
+    "validation": ("DEFAULT_DELTA", "AccountingRefused"),
+    "vulnerability": ("calibrated_advantage", "mia_advantage"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name in _MODULE_OF:
+        return getattr(import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

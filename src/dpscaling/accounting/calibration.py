@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dpscaling.accounting import gaussian, pld, rdp
+from dpscaling.accounting.branches import DETERMINISTIC_BRANCH, MIN_RULE, POISSON_BRANCH, SAMPLINGS
 from dpscaling.accounting.search import DEFAULT_RELATIVE_TOLERANCE, solve_decreasing
 from dpscaling.accounting.validation import (
     DEFAULT_DELTA, check_delta, check_epsilon, check_sampling_probability, check_sigma, check_steps)
@@ -24,8 +25,6 @@ Sampling = Literal["poisson", "deterministic", "min"]
 Accountant = Literal["pld", "rdp"]
 # The study's accounting rules (paper §3.1), not the samplers a run trains with (dpscaling.samplers):
 # σ of amplified Poisson batches, of deterministic batches, or the lower of the two (the paper's rule).
-POISSON_BRANCH, DETERMINISTIC_BRANCH, MIN_RULE = "poisson", "deterministic", "min"
-SAMPLINGS: tuple[str, ...] = (POISSON_BRANCH, DETERMINISTIC_BRANCH, MIN_RULE)
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
 
 # When the discretisation picked at the warm start differs from the one the

@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import math
 
-import dp_accounting
 from scipy import stats
 
 # q*T is computed in floating point; 0.1 * 1000 = 100.00000000000001 must give 100
@@ -40,11 +39,15 @@ def participations(q: float, steps: int) -> int:
 @functools.lru_cache(maxsize=65536)
 def analytic_gaussian_sigma(epsilon: float, delta: float) -> float:
     """s_AG(ε, δ): the smallest noise for one sensitivity-1 Gaussian release to be (ε, δ)-DP."""
+    import dp_accounting  # here: it costs most of a second, and most importers never call this
+
     return float(dp_accounting.get_sigma_gaussian(epsilon, delta))
 
 
 def gaussian_epsilon(noise: float, delta: float) -> float:
     """ε(δ) of one sensitivity-1 Gaussian release with standard deviation ``noise``."""
+    import dp_accounting
+
     return float(dp_accounting.get_epsilon_gaussian(noise, delta))
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.accounting import gaussian, interpolation, sweep
-from dpscaling.accounting.calibration import DETERMINISTIC_BRANCH, POISSON_BRANCH, SAMPLINGS
+from dpscaling.accounting.branches import DETERMINISTIC_BRANCH, POISSON_BRANCH, SAMPLINGS
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import AccountingRefused
 from dpscaling.errors import UserError

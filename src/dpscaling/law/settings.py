@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dpscaling.accounting.calibration import MIN_RULE, POISSON_BRANCH
+from dpscaling.accounting.branches import MIN_RULE, POISSON_BRANCH
 from dpscaling.errors import UserError
 
 PAPER_HORIZON = 128_000
