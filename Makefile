@@ -9,12 +9,8 @@ STAMP := $(VENV)/.installed
 run: $(STAMP)
 	$(VENV)/bin/snakemake --profile profiles/local
 
-# One pytest worker more than cores: the end-to-end tests wait on Snakemake's and Slurm's status polls,
-# and the extra worker computes in those waits.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-
 test: $(STAMP) browser
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

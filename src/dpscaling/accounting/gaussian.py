@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import math
 
-from scipy import stats
 
 # q*T is computed in floating point; 0.1 * 1000 = 100.00000000000001 must give 100
 # participations, not 101.
@@ -53,6 +52,8 @@ def gaussian_epsilon(noise: float, delta: float) -> float:
 
 def gaussian_delta(noise: float, epsilon: float) -> float:
     """δ(ε) of one Gaussian release (Balle & Wang 2018, Theorem 8), in log space for large ε."""
+    from scipy import stats  # here: SciPy's statistics cost a training job's start-up most of a second
+
     mu = 1.0 / noise
     log_upper = stats.norm.logcdf(-epsilon / mu + mu / 2)
     log_lower = epsilon + stats.norm.logcdf(-epsilon / mu - mu / 2)
@@ -63,6 +64,8 @@ def gaussian_delta(noise: float, epsilon: float) -> float:
 
 def gaussian_total_variation(noise: float) -> float:
     """δ(ε=0) of one Gaussian release = total variation = 2Φ(1/(2·noise)) − 1."""
+    from scipy import stats
+
     return float(2 * stats.norm.cdf(0.5 / noise) - 1)
 
 

@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpscaling.accounting import gaussian
-from dpscaling.accounting.truncation import truncated_poisson_run
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import DPSGD, mechanism_named
@@ -156,6 +155,9 @@ def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: flo
                        coefficients: Any) -> RunPrivacy:
     """jax-privacy's truncated DP-SGD event at L (priced unless given), composed by PLD; a BandMF run's
     is its truncated amplified BandMF event, i.e. that of its :class:`BandMFReduction` (one group)."""
+    # Here, not at the top: its accountants (dp-accounting, SciPy) cost a study run's start-up a second.
+    from dpscaling.accounting.truncation import truncated_poisson_run
+
     batch, bands = common["expected_batch_size"], common["bands"]
     if bands == 1:
         q, rounds, population, extra = common["sampling_probability"], common["steps"], common["dataset_size"], {}

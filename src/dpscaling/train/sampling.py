@@ -30,11 +30,6 @@ from __future__ import annotations
 import secrets
 
 import numpy as np
-from jax_privacy.batch_selection import (
-    CyclicPoissonSampling,
-    PartitionType,
-    split_and_pad_global_batch,
-)
 
 from dpscaling.errors import UserError
 from dpscaling.streams import Stream
@@ -81,6 +76,9 @@ class PoissonBatches:
         self.truncated_batch_size = truncated_batch_size
         self.sampling_probability = expected_batch_size / (n_rows // cycle_length)
         self._seed = [int(w) for w in np.asarray(key, dtype=np.uint32).ravel()]
+        # Imported here: jax-privacy loads its accountants with it, a second of every study job's start-up.
+        from jax_privacy.batch_selection import CyclicPoissonSampling, PartitionType
+
         self._strategy = CyclicPoissonSampling(
             sampling_prob=self.sampling_probability,
             iterations=1 if cycle_length == 1 else np.iinfo(np.int64).max,
@@ -93,6 +91,8 @@ class PoissonBatches:
         self._stream = None  # (next step, iterator) of the cyclic generator
 
     def indices(self, step: int) -> np.ndarray:
+        from jax_privacy.batch_selection import split_and_pad_global_batch
+
         (padded,) = split_and_pad_global_batch(
             self._batch(step).astype(np.int64), minibatch_size=self.truncated_batch_size
         )
