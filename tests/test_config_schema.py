@@ -180,11 +180,12 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
 
     config = validated(load("config.yaml"))
     # The keys the default's finished jobs were written without: the late keys, and repeat_seeds /
-    # repeat_points / seq_lens, which choose which jobs exist, never a job's param.
+    # repeat_points / seq_lens / the mechanisms and their learning rates, which choose which jobs exist,
+    # never a job's param.
     late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant",
             "bandmf_strategy")
-    before = {key: value for key, value in config["training"].items()
-              if key not in late and key not in ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms")}
+    selects = ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms", "mechanism_learning_rates")
+    before = {key: value for key, value in config["training"].items() if key not in late and key not in selects}
     assert repr(training_params(config)) == repr(before)
     explicit = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "adam_eps": 1.0e-8}})
     assert repr(training_params(explicit)) == repr(before)
@@ -209,7 +210,8 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "accountant": "deterministic", "decay_factor": 3.0, "mask_rate": 0.3, "clip_norm": 0.5,
                     "clipping": "ghost", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
                     "log_every": 3, "checkpoint_every": 41, "microbatch_size": 4,
-                    "mechanisms": ["dpsgd", "bandmf-b4"], "bandmf_strategy": "max_error"}
+                    "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
+                    "bandmf_strategy": "max_error"}
 
 
 def _reached(key: str) -> dict[str, bool]:
@@ -239,7 +241,7 @@ def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -
 
 # Per role (dpscaling.config.blocks): its training keys, and which jobs' params a change of one reaches.
 ROLE_REACH = {
-    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms"), (False, False, False)),
+    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates"), (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
     "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy"), (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),

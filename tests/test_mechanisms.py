@@ -359,6 +359,29 @@ def test_the_grid_trains_sigma_zero_once_and_every_law_shares_it():
         main_grid(both)
 
 
+
+def test_a_mechanism_trains_its_noisy_runs_at_its_own_learning_rates():
+    """``training.mechanism_learning_rates``: BandMF's noisy runs at its rates, DP-SGD's (and the shared σ̄ = 0
+    runs) at ``training.learning_rates``; a repeat point repeats in the mechanisms whose rates hold it."""
+    from dpscaling.grid import main_grid, repeat_grid
+    from test_config_schema import validated
+
+    training = {"mechanisms": ["dpsgd", "bandmf-b4"], "noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5],
+                "mechanism_learning_rates": {"bandmf-b4": [0.25, 0.125]}, "repeat_seeds": [1],
+                "repeat_points": [{"model": "BertTiny", "noise_batch_ratio": 0.5, "learning_rate": 0.25}]}
+    config = validated({"training": training, "models": {"names": ["BertTiny"]}})
+    assert sorted((p.mechanism, p.noise_batch_ratio, p.learning_rate) for p in main_grid(config)) == [
+        ("bandmf-b4", 0.5, 0.125), ("bandmf-b4", 0.5, 0.25), ("dpsgd", 0.0, 0.5), ("dpsgd", 0.5, 0.5)]
+    assert [(p.mechanism, p.learning_rate, p.seed) for p in repeat_grid(config)] == [("bandmf-b4", 0.25, 1)]
+    nowhere = {**training, "repeat_points": [{"model": "BertTiny", "noise_batch_ratio": 0.5, "learning_rate": 0.75}]}
+    with pytest.raises(UserError, match=r"repeat_points\[0\]\.learning_rate: 0\.75 is not in training\.learning_rates "
+                                        r"or training\.mechanism_learning_rates \(\[0\.5, 0\.25, 0\.125\]\)"):
+        repeat_grid(validated({"training": nowhere, "models": {"names": ["BertTiny"]}}))
+    stray = {**training, "mechanism_learning_rates": {"bandmf-b16": [0.25]}}
+    with pytest.raises(UserError, match=r"training\.mechanism_learning_rates: \['bandmf-b16'\] not in "
+                                        r"training\.mechanisms \(\['dpsgd', 'bandmf-b4'\]\)"):
+        main_grid(validated({"training": stray, "models": {"names": ["BertTiny"]}}))
+
 def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accountant():
     """private_model's matched audit of a BandMF plan: the canaries sampled by cyclic Poisson at the group's
     rate, BandMF's correlated noise at the σ its accountant calibrates; the negative control (no noise,

@@ -90,9 +90,10 @@ def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     training = run.training
     names = mechanisms(run)
     return [
-        TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr), seq_len, mechanism)
-        for mechanism, seq_len, model, nbr, lr in product(
-            names, run.seq_lens(), run.models.names, training.noise_batch_ratios, training.learning_rates)
+        TrainPoint(model, training.physical_batch, training.seed, float(nbr), lr, seq_len, mechanism)
+        for mechanism in names
+        for seq_len, model, nbr, lr in product(
+            run.seq_lens(), run.models.names, training.noise_batch_ratios, training.learning_rates_of(mechanism))
         if trains(mechanism, float(nbr), names)
     ]
 
@@ -118,6 +119,9 @@ def mechanisms(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
     if len(names) > 1 and len(run.seq_lens()) > 1:
         raise UserError(f"training.mechanisms: {list(names)} with training.seq_lens {list(run.seq_lens())}: "
                         "a run varies one of the two axes; run the other under its own run_name")
+    unknown = sorted(set(run.training.mechanism_learning_rates) - set(names))
+    if unknown:
+        raise UserError(f"training.mechanism_learning_rates: {unknown} not in training.mechanisms ({list(names)})")
     return names
 
 
@@ -182,7 +186,7 @@ def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
 
 def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``), at every
-    sequence length and mechanism: the seed-to-seed noise each length's bootstrap intervals resample (docs/fit.md "Intervals").
+    sequence length and mechanism whose learning rates include the point's: the seed-to-seed noise each length's bootstrap intervals resample (docs/fit.md "Intervals").
 
     Raises UserError when a point is not on the main grid or a repeat seed is the main seed.
     """
@@ -191,10 +195,12 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     seeds = [int(seed) for seed in training.repeat_seeds]
     if training.seed in seeds:
         raise UserError(f"training.repeat_seeds: {seeds} must not contain training.seed ({training.seed})")
+    names = mechanisms(run)
+    rates = {name: training.learning_rates_of(name) for name in names}
     axes = {"model": list(run.models.names), "noise_batch_ratio": [float(v) for v in training.noise_batch_ratios],
-            "learning_rate": [float(v) for v in training.learning_rates]}
+            "learning_rate": sorted({rate for values in rates.values() for rate in values}, reverse=True)}
     main_keys = {"model": "models.names", "noise_batch_ratio": "training.noise_batch_ratios",
-                 "learning_rate": "training.learning_rates"}
+                 "learning_rate": "training.learning_rates or training.mechanism_learning_rates"}
     points = []
     for index, point in enumerate(training.repeat_points):
         for key, values in axes.items():
@@ -202,10 +208,12 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
             if (value if key == "model" else float(value)) not in values:
                 raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
+        # each mechanism whose grid has the point: one that trains at other learning rates repeats its own
         points += [TrainPoint(point.model, training.physical_batch, seed, float(point.noise_batch_ratio),
                               float(point.learning_rate), seq_len, mechanism)
-                   for seed in seeds for seq_len in run.seq_lens() for mechanism in mechanisms(run)
-                   if trains(mechanism, float(point.noise_batch_ratio), mechanisms(run))]
+                   for seed in seeds for seq_len in run.seq_lens() for mechanism in names
+                   if trains(mechanism, float(point.noise_batch_ratio), names)
+                   and float(point.learning_rate) in rates[mechanism]]
     return sorted(set(points))
 
 

@@ -216,7 +216,13 @@ class TrainingBlock(Block):
     truncated_batch_size: int | None = role(LATE, PRIVATE_RUNS)
     accountant: str | None = role(LATE, PRIVATE_RUNS)
     mechanisms: tuple[str, ...] = role(SELECTS_JOBS)
+    mechanism_learning_rates: Mapping[str, tuple[float, ...]] = role(SELECTS_JOBS)
     bandmf_strategy: str = role(LATE)
+
+    def learning_rates_of(self, mechanism: str) -> tuple[float, ...]:
+        """The learning rates ``mechanism``'s noisy runs train at: its ``mechanism_learning_rates`` entry, or
+        ``learning_rates`` (a mechanism's noise changes what Adam's second moment sees, so its best rate moves)."""
+        return tuple(float(v) for v in self.mechanism_learning_rates.get(mechanism, self.learning_rates))
 
     def job_params(self, delta: float) -> dict[str, Any]:
         """The block (plus ``delta``) as a main-grid job's param, in the config's key order: the
