@@ -45,6 +45,9 @@ def test_each_mechanism_trains_its_own_runs(mechanisms_run: Path) -> None:
     # 2 models x 3 noise-batch ratios; sigma-bar = 0 adds no noise, so BandMF's law shares DP-SGD's runs there
     assert len(dpsgd) == 6 and len(bandmf) == 4
     assert not any("nbr=0/" in str(path) for path in bandmf)
+    # each mechanism's noisy runs at its own learning rate (training.mechanism_learning_rates)
+    assert all(path.parent.name == "lr=0.03125" for path in bandmf)
+    assert all(path.parent.name == "lr=0.0078125" for path in dpsgd)
     curve = pd.read_parquet(bandmf[0])
     assert set(curve["mechanism"]) == {"bandmf-b4"} and set(curve["bands"]) == {4}
     coefficients = json.loads(curve["bandmf_coefficients"].iloc[0])
@@ -139,3 +142,4 @@ def test_private_budgets_are_planned_by_the_mechanisms_laws(mechanisms_run: Path
                         truncated_batch_size=named.truncated_batch_size, mechanism="bandmf-b4")
     assert spent.epsilon <= 16.0 * 1.001 and spent.group_size == 250
     assert named.to_json()["budget"]["mechanism"] == "bandmf-b4"
+    assert named.learning_rate == 0.03125  # the rate BandMF's own runs trained at
