@@ -377,6 +377,10 @@ def test_a_mechanism_trains_its_noisy_runs_at_its_own_learning_rates():
     with pytest.raises(UserError, match=r"repeat_points\[0\]\.learning_rate: 0\.75 is not in training\.learning_rates "
                                         r"or training\.mechanism_learning_rates \(\[0\.5, 0\.25, 0\.125\]\)"):
         repeat_grid(validated({"training": nowhere, "models": {"names": ["BertTiny"]}}))
+    public = {**training, "repeat_points": [{"model": "BertTiny", "noise_batch_ratio": 0.0, "learning_rate": 0.25}]}
+    with pytest.raises(UserError, match=r"repeat_points\[0\]: .* is in no mechanism's grid \(sigma-bar = 0 trains at "
+                                        r"dpsgd's learning rates only: \[0\.5\]\)"):
+        repeat_grid(validated({"training": public, "models": {"names": ["BertTiny"]}}))
     stray = {**training, "mechanism_learning_rates": {"bandmf-b16": [0.25]}}
     with pytest.raises(UserError, match=r"training\.mechanism_learning_rates: \['bandmf-b16'\] not in "
                                         r"training\.mechanisms \(\['dpsgd', 'bandmf-b4'\]\)"):

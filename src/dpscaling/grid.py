@@ -186,9 +186,11 @@ def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
 
 def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``), at every
-    sequence length and mechanism whose learning rates include the point's: the seed-to-seed noise each length's bootstrap intervals resample (docs/fit.md "Intervals").
+    sequence length and mechanism whose learning rates include the point's: the seed-to-seed noise each
+    length's bootstrap intervals resample (docs/fit.md "Intervals").
 
-    Raises UserError when a point is not on the main grid or a repeat seed is the main seed.
+    Raises UserError when a point is not on the main grid, repeats in no mechanism, or a repeat seed is the
+    main seed.
     """
     run = _typed(config)
     training = run.training
@@ -209,11 +211,14 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
                 raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
         # each mechanism whose grid has the point: one that trains at other learning rates repeats its own
+        repeating = [mechanism for mechanism in names if trains(mechanism, float(point.noise_batch_ratio), names)
+                     and float(point.learning_rate) in rates[mechanism]]
+        if seeds and not repeating:
+            raise UserError(f"training.repeat_points[{index}]: {point.to_mapping()} is in no mechanism's grid "
+                            f"(sigma-bar = 0 trains at {names[0]}'s learning rates only: {list(rates[names[0]])})")
         points += [TrainPoint(point.model, training.physical_batch, seed, float(point.noise_batch_ratio),
                               float(point.learning_rate), seq_len, mechanism)
-                   for seed in seeds for seq_len in run.seq_lens() for mechanism in names
-                   if trains(mechanism, float(point.noise_batch_ratio), names)
-                   and float(point.learning_rate) in rates[mechanism]]
+                   for seed in seeds for seq_len in run.seq_lens() for mechanism in repeating]
     return sorted(set(points))
 
 
