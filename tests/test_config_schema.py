@@ -241,7 +241,8 @@ def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -
 
 # Per role (dpscaling.config.blocks): its training keys, and which jobs' params a change of one reaches.
 ROLE_REACH = {
-    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates"), (False, False, False)),
+    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates"),
+                     (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
     "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy"), (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),

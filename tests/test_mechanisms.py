@@ -359,7 +359,6 @@ def test_the_grid_trains_sigma_zero_once_and_every_law_shares_it():
         main_grid(both)
 
 
-
 def test_a_mechanism_trains_its_noisy_runs_at_its_own_learning_rates():
     """``training.mechanism_learning_rates``: BandMF's noisy runs at its rates, DP-SGD's (and the shared σ̄ = 0
     runs) at ``training.learning_rates``; a repeat point repeats in the mechanisms whose rates hold it."""
@@ -385,6 +384,7 @@ def test_a_mechanism_trains_its_noisy_runs_at_its_own_learning_rates():
     with pytest.raises(UserError, match=r"training\.mechanism_learning_rates: \['bandmf-b16'\] not in "
                                         r"training\.mechanisms \(\['dpsgd', 'bandmf-b4'\]\)"):
         main_grid(validated({"training": stray, "models": {"names": ["BertTiny"]}}))
+
 
 def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accountant():
     """private_model's matched audit of a BandMF plan: the canaries sampled by cyclic Poisson at the group's

@@ -198,9 +198,9 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     if training.seed in seeds:
         raise UserError(f"training.repeat_seeds: {seeds} must not contain training.seed ({training.seed})")
     names = mechanisms(run)
-    rates = {name: training.learning_rates_of(name) for name in names}
+    main = main_grid(run)
     axes = {"model": list(run.models.names), "noise_batch_ratio": [float(v) for v in training.noise_batch_ratios],
-            "learning_rate": sorted({rate for values in rates.values() for rate in values}, reverse=True)}
+            "learning_rate": sorted({grid.learning_rate for grid in main}, reverse=True)}
     main_keys = {"model": "models.names", "noise_batch_ratio": "training.noise_batch_ratios",
                  "learning_rate": "training.learning_rates or training.mechanism_learning_rates"}
     points = []
@@ -210,15 +210,14 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
             if (value if key == "model" else float(value)) not in values:
                 raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
-        # each mechanism whose grid has the point: one that trains at other learning rates repeats its own
-        repeating = [mechanism for mechanism in names if trains(mechanism, float(point.noise_batch_ratio), names)
-                     and float(point.learning_rate) in rates[mechanism]]
-        if seeds and not repeating:
+        # the main grid's runs at the point (every length, each mechanism that trains it), at the other seeds
+        key = (point.model, float(point.noise_batch_ratio), float(point.learning_rate))
+        repeated = [grid for grid in main if (grid.model, grid.noise_batch_ratio, grid.learning_rate) == key]
+        if seeds and not repeated:
             raise UserError(f"training.repeat_points[{index}]: {point.to_mapping()} is in no mechanism's grid "
-                            f"(sigma-bar = 0 trains at {names[0]}'s learning rates only: {list(rates[names[0]])})")
-        points += [TrainPoint(point.model, training.physical_batch, seed, float(point.noise_batch_ratio),
-                              float(point.learning_rate), seq_len, mechanism)
-                   for seed in seeds for seq_len in run.seq_lens() for mechanism in repeating]
+                            f"(sigma-bar = 0 trains at {names[0]}'s learning rates only: "
+                            f"{list(training.learning_rates_of(names[0]))})")
+        points += [dataclasses.replace(grid, seed=seed) for grid in repeated for seed in seeds]
     return sorted(set(points))
 
 
