@@ -159,6 +159,11 @@ def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_file(tmp_path
     assert "Terminated" in log.read_text()
 
 
+# A corrupted array fails one of orbax's concurrent reads; the reads still pending are abandoned, and
+# orbax's read coroutine turns the GeneratorExit of their finalisation into an "Exception ignored"
+# report. That report, and only it, is expected here (CI once saw it).
+@pytest.mark.filterwarnings("ignore:Exception ignored in. <coroutine object _read_array_index_and_device_put"
+                            ":pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("corrupted", ["latest", "all", "swapped"])
 def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference, interrupted, tmp_path, caplog,
                                                              corrupted):
@@ -180,6 +185,7 @@ def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference
             _corrupt_checkpoint(state / str(step))
     with caplog.at_level(logging.INFO, logger="dpscaling"):
         summary = _rerun(corpus, tmp_path)
+    gc.collect()  # any read orbax abandoned is finalised in this test, under its filter
     messages = [record.getMessage() for record in caplog.records if record.name.startswith("dpscaling")]
     for step in steps:
         assert any(m.startswith(f"checkpoint step {step} is not the state that was saved") for m in messages), messages
