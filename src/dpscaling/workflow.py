@@ -87,8 +87,7 @@ def accounting_spec(config: Config, mechanism: str | None = None) -> dict[str, A
 
 def accounting_chunks(spec: dict[str, Any]) -> list[int]:
     """Indices of the table's chunks: one Snakemake job each."""
-    from dpscaling.accounting.table import plan_table
-    from dpscaling.accounting.table_spec import TableSpec
+    from dpscaling.accounting.table_spec import TableSpec, plan_table
 
     return [chunk.index for chunk in plan_table(TableSpec.from_mapping(dict(spec)))]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ import pandas as pd
 
 from dpscaling.accounting import gaussian, interpolation, sweep
 from dpscaling.accounting.branches import DETERMINISTIC_BRANCH, POISSON_BRANCH, SAMPLINGS
-from dpscaling.accounting.table_spec import TableSpec
+from dpscaling.accounting.table_spec import Chunk, TableSpec, plan_table  # noqa: F401 - the table's API
 from dpscaling.accounting.validation import AccountingRefused
 from dpscaling.errors import UserError
 from dpscaling.io import read_parquet_verified, write_parquet_atomic
@@ -44,21 +43,6 @@ _REASONS = {
 }
 STATUS_OK, STATUS_REFUSED = "ok", "refused"
 _SPEC_METADATA_KEY = b"dpscaling.accounting.spec"
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One unit of work: all (ε, T) for a few sampling probabilities."""
-    index: int
-    sampling_probabilities: tuple[float, ...]
-
-
-def plan_table(spec: TableSpec) -> list[Chunk]:
-    """Consecutive runs of ``q_per_chunk`` sampling probabilities, smallest (slowest) first."""
-    qs = spec.sampling_probabilities()
-    size = spec.q_per_chunk
-    return [Chunk(i, tuple(float(q) for q in qs[start:start + size]))
-            for i, start in enumerate(range(0, len(qs), size))]
 
 
 def compute_chunk(spec: TableSpec, chunk: Chunk) -> pd.DataFrame:

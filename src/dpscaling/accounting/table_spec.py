@@ -10,6 +10,9 @@ near the knee has neighbouring columns), T and q at ~factor-2 steps (each (T, q)
 pair costs a walk), queried by cubic interpolation at fixed σ
 (:mod:`dpscaling.accounting.interpolation`), measured within 0.5% of direct
 calibration off the grid (see README "Privacy accounting").
+
+The grid's chunks (:func:`plan_table`: one Snakemake job each) live here, not in
+:mod:`dpscaling.accounting.table`, so that planning them imports no accountant.
 """
 
 from __future__ import annotations
@@ -92,3 +95,18 @@ class TableSpec:
 
     def size(self) -> int:
         return len(self.epsilons()) * len(self.steps()) * len(self.sampling_probabilities())
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One unit of work: all (ε, T) for a few sampling probabilities."""
+    index: int
+    sampling_probabilities: tuple[float, ...]
+
+
+def plan_table(spec: TableSpec) -> list[Chunk]:
+    """Consecutive runs of ``q_per_chunk`` sampling probabilities, smallest (slowest) first."""
+    qs = spec.sampling_probabilities()
+    size = spec.q_per_chunk
+    return [Chunk(i, tuple(float(q) for q in qs[start:start + size]))
+            for i, start in enumerate(range(0, len(qs), size))]
