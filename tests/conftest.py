@@ -8,12 +8,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-# This process's own jitted functions (each test's small programs, compiled once and run a few
-# times) compile with LLVM at -O0: ~40% less compile time, which is most of an in-process test.
-# Subprocess jobs (Snakemake, training, Slurm) keep XLA's default: the flag is set only while
-# this process's backend starts, and removed from the environment they inherit.
-# A subprocess whose numbers a test compares bit for bit with this process's (a job killed and
-# resumed here) runs with the same flags: fixture ``in_process_env``.
+# Every program the tests compile -- in this process and in every subprocess job (Snakemake, training,
+# Slurm), which inherit XLA_FLAGS -- is compiled with LLVM at -O0: the smoke-sized programs run a few
+# dozen steps, so compiling is most of their time (-O0: ~40% less in-process; the BERT smoke and
+# mechanism end-to-end tests 4% less CPU). The same flags everywhere also let a job load a program
+# this process compiled (the flags are part of the compilation cache's key), and keep a job killed
+# and resumed in this process bit-identical to the run it repeats. Users' jobs keep XLA's default.
 # On a GPU, every test process and job (subprocesses inherit both settings): deterministic kernels, as
 # a workflow job has them (dpscaling.train.distributed.configure_job), so runs repeat bit for bit; and
 # exact float32 products, so that two algorithms of one result (vmap and ghost clipping, one device and
@@ -21,16 +21,10 @@ from pathlib import Path
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_deterministic_ops=true".strip()
-_XLA_FLAGS = os.environ.get("XLA_FLAGS")
-IN_PROCESS_XLA_FLAGS = f"{_XLA_FLAGS or ''} --xla_backend_optimization_level=0".strip()
-os.environ["XLA_FLAGS"] = IN_PROCESS_XLA_FLAGS
+if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 import jax  # noqa: E402
 
-jax.devices()  # the backend reads XLA_FLAGS once, here
-if _XLA_FLAGS is None:
-    del os.environ["XLA_FLAGS"]
-else:
-    os.environ["XLA_FLAGS"] = _XLA_FLAGS
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +120,3 @@ def job_env(compile_cache) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
 
 
-@pytest.fixture(scope="session")
-def in_process_env(job_env) -> dict[str, str]:
-    """``job_env`` with this process's XLA flags: for a job whose curve must equal one computed here."""
-    return job_env | {"XLA_FLAGS": IN_PROCESS_XLA_FLAGS}

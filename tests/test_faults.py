@@ -60,10 +60,10 @@ def reference(corpus, compile_cache, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def interrupted(corpus, reference, in_process_env, tmp_path_factory) -> Path:
+def interrupted(corpus, reference, job_env, tmp_path_factory) -> Path:
     """A run killed with SIGKILL after step 15 (before its checkpoint): checkpoints 5 and 10."""
     out = tmp_path_factory.mktemp("interrupted")
-    _killed_job(corpus, out, "after-step=15", in_process_env)
+    _killed_job(corpus, out, "after-step=15", job_env)
     assert sorted(p.name for p in (out / "ckpt" / "state").iterdir()) == ["10", "5"]
     return out
 
@@ -115,8 +115,8 @@ def test_kill_during_training_resumes_to_the_identical_curve(corpus, reference, 
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
 
 
-def test_kill_during_checkpoint_save_never_commits_a_half_saved_checkpoint(corpus, reference, tmp_path, in_process_env):
-    _killed_job(corpus, tmp_path, "in-save=10", in_process_env)
+def test_kill_during_checkpoint_save_never_commits_a_half_saved_checkpoint(corpus, reference, tmp_path, job_env):
+    _killed_job(corpus, tmp_path, "in-save=10", job_env)
     state = tmp_path / "ckpt" / "state"
     leftovers = [p.name for p in state.iterdir() if p.name.startswith("10")]
     assert leftovers and all("tmp" in name for name in leftovers), leftovers  # written, never committed
@@ -127,8 +127,8 @@ def test_kill_during_checkpoint_save_never_commits_a_half_saved_checkpoint(corpu
     _assert_same_curve(tmp_path / "metrics.parquet", reference)
 
 
-def test_kill_during_metrics_write_leaves_no_final_file(corpus, reference, tmp_path, in_process_env):
-    _killed_job(corpus, tmp_path, "in-metrics-write", in_process_env)
+def test_kill_during_metrics_write_leaves_no_final_file(corpus, reference, tmp_path, job_env):
+    _killed_job(corpus, tmp_path, "in-metrics-write", job_env)
     assert not (tmp_path / "metrics.parquet").exists()  # only the temporary holds the half file
     assert [p.name for p in tmp_path.glob(".metrics.parquet.tmp-*")]
     summary = _rerun(corpus, tmp_path)

@@ -311,7 +311,7 @@ def test_bandmf_state_holds_b_minus_1_draws_and_resumes_exactly(private_bandmf, 
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_bandmf_study_run_killed_mid_run_resumes_to_the_identical_curve(corpus, tmp_path, in_process_env):
+def test_bandmf_study_run_killed_mid_run_resumes_to_the_identical_curve(corpus, tmp_path, job_env):
     """kill -9 after step 15 (checkpoints at 5 and 10), rerun: the uninterrupted curve, bit for bit."""
     config = TrainConfig(model="custom", model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
                          batch_size=8, warmup_steps=2, noise_batch_ratio=0.05, learning_rate=2.0**-8, num_steps=20,
@@ -321,7 +321,7 @@ def test_bandmf_study_run_killed_mid_run_resumes_to_the_identical_curve(corpus, 
     killed = tmp_path / "killed"
     result = subprocess.run([sys.executable, str(JOB), json.dumps(config.to_dict()), str(corpus),
                              str(killed / "metrics.parquet"), str(killed / "ckpt"), "after-step=15"],
-                            env=in_process_env, capture_output=True, text=True, timeout=600)
+                            env=job_env, capture_output=True, text=True, timeout=600)
     assert result.returncode == -9, result.stderr[-3000:]
     summary = run_training(config, corpus, killed / "metrics.parquet", killed / "ckpt")
     assert summary.resumed_from_step == 10

@@ -142,7 +142,8 @@ def test_private_ghost_clipping_multiplies_exactly_whatever_the_device_default(s
 
 def test_padded_gradients_shard_over_two_devices(tmp_path):
     # two host-platform devices (JAX_PLATFORMS: the CPU's, also on a machine with an accelerator)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent),
                                            str(Path(__file__).parents[1] / "src"),
                                            os.environ.get("PYTHONPATH", "")]))

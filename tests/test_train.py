@@ -176,7 +176,7 @@ def test_one_and_four_devices_give_the_same_curve(corpus, tmp_path, job_env):
     # host-platform devices: both runs on the CPU, also on a machine with an accelerator
     cpu_env = job_env | {"JAX_PLATFORMS": "cpu"}
     _run_job(config, corpus, tmp_path / "one", cpu_env)
-    four_env = cpu_env | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    four_env = cpu_env | {"XLA_FLAGS": f"{job_env['XLA_FLAGS']} --xla_force_host_platform_device_count=4"}
     _run_job(config, corpus, tmp_path / "four", four_env)
     one, four = _curve(tmp_path / "one" / "metrics.parquet"), _curve(
         tmp_path / "four" / "metrics.parquet"
