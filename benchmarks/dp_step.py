@@ -39,6 +39,7 @@ import dataclasses
 import json
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -88,7 +89,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--rounds", type=int, default=3, help="rounds over all variants; min of round medians"
     )
-    parser.add_argument("--no-opacus", action="store_true")
+    parser.add_argument("--no-opacus", action="store_true", help="skip the PyTorch + Opacus comparison")
+    parser.add_argument(
+        "--compile-threads", type=int, default=1,
+        help="variants compiled at once (XLA releases the GIL; on a GPU compilation dominates a run)",
+    )
     parser.add_argument("--family", choices=("bert", "decoder"), default="bert")
     parser.add_argument(
         "--mechanisms", default="",
@@ -154,10 +159,14 @@ def objective_of(config: TrainConfig, args: argparse.Namespace) -> MaskedLM | Ca
 
 
 class JaxVariant:
-    """One compiled training step (a TrainConfig variant) and its memory footprint."""
+    """One compiled training step (a TrainConfig variant) and its memory footprint.
+
+    Lowered at construction; :meth:`compile` may run in a thread beside other variants' (XLA releases the
+    GIL while it compiles, and on a GPU compilation and autotuning, not the steps, take most of a run's
+    time); :meth:`warm_up` runs two steps, one variant at a time."""
 
     def __init__(
-        self, name: str, config: TrainConfig, args: argparse.Namespace, tokens: np.ndarray
+        self, name: str, config: TrainConfig, args: argparse.Namespace, tokens: np.ndarray, compile_now: bool = True
     ):
         self.name = name
         model = config.model_family.module_class()(config.model_config(args.vocab_size))
@@ -166,12 +175,24 @@ class JaxVariant:
         step = jax.jit(make_train_step(model, objective, config), donate_argnums=0)
         self.state = init_state(model, objective, optimizer, config, args.seq_len)
         self.inputs = (step_hyperparams(config), jnp.asarray(tokens))
-        self.step = step.lower(self.state, *self.inputs).compile()
+        self.lowered = step.lower(self.state, *self.inputs)
+        self.times: list[float] = []
+        self.compile_s = float("nan")
+        if compile_now:
+            self.compile()
+            self.warm_up()
+
+    def compile(self, compiler_options: dict | None = None) -> "JaxVariant":
+        tick = time.perf_counter()
+        self.step = self.lowered.compile(compiler_options=compiler_options)
+        self.compile_s = time.perf_counter() - tick
         memory = self.step.memory_analysis()
         self.temp_mb = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
         self.footprint_gb = footprint_bytes(memory) / 2**30 if memory is not None else float("nan")
-        self.times: list[float] = []
-        self.run(2)  # warm-up
+        return self
+
+    def warm_up(self) -> None:
+        self.run(2)
 
     def run(self, n: int) -> list[float]:
         out = []
@@ -181,6 +202,39 @@ class JaxVariant:
             jax.block_until_ready(metrics["loss"])
             out.append(time.perf_counter() - tick)
         return out
+
+
+def build_variants(
+    specs: list[tuple[str, TrainConfig]], args: argparse.Namespace, tokens: np.ndarray, threads: int
+) -> list[JaxVariant]:
+    """Each (name, config) as a warmed-up :class:`JaxVariant`: lowered in turn, compiled ``threads`` at a
+    time, warmed up in turn. A variant that fails (an accelerator's out-of-memory) is reported and left out."""
+
+    def failed(name: str, error: Exception) -> None:
+        print(f"{name}: failed, {str(error).splitlines()[0][:160]}", flush=True)
+
+    lowered = []
+    for name, config in specs:
+        try:
+            lowered.append(JaxVariant(name, config, args, tokens, compile_now=False))
+        except Exception as error:  # noqa: BLE001 - report, go on
+            failed(name, error)
+    compiled = []
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for variant, future in [(v, pool.submit(v.compile)) for v in lowered]:
+            try:
+                compiled.append(future.result())
+                print(f"{variant.name}: compiled in {variant.compile_s:.0f} s", flush=True)
+            except Exception as error:  # noqa: BLE001
+                failed(variant.name, error)
+    ready = []
+    for variant in compiled:
+        try:
+            variant.warm_up()
+            ready.append(variant)
+        except Exception as error:  # noqa: BLE001
+            failed(variant.name, error)
+    return ready
 
 
 def footprint_bytes(memory) -> int:
@@ -212,21 +266,28 @@ def base_config(args: argparse.Namespace, batch: int) -> dict:
     )
 
 
-def fitting_size(config: TrainConfig, args: argparse.Namespace, budget: float, probe: int = 8) -> int:
-    """The largest power of two B whose step (``config`` at batch = microbatch = B) fits in ``budget``
-    bytes, from one compilation at B = ``probe``: XLA's footprint there, less the float32 state
-    (parameters, two Adam moments and the gradient: 16 bytes per parameter), is ``probe`` examples'
-    activations, which grow linearly in B."""
+def lower_probe(config: TrainConfig, args: argparse.Namespace, probe: int = 8):
+    """``config``'s step at batch = microbatch = ``probe``, lowered from shapes alone (no state allocated)."""
     config = dataclasses.replace(config, batch_size=probe, microbatch_size=probe)
-    model_config = config.model_config(args.vocab_size)
-    model = config.model_family.module_class()(model_config)
+    model = config.model_family.module_class()(config.model_config(args.vocab_size))
     objective = objective_of(config, args)
     optimizer = make_optimizer(config)
     state = jax.eval_shape(lambda: init_state(model, objective, optimizer, config, args.seq_len))
     tokens = jax.ShapeDtypeStruct((probe, args.seq_len), jnp.int32)
     step = jax.jit(make_train_step(model, objective, config), donate_argnums=0)
-    footprint = footprint_bytes(step.lower(state, step_hyperparams(config), tokens).compile().memory_analysis())
-    fixed = 16 * model_config.param_count().total
+    return step.lower(state, step_hyperparams(config), tokens)
+
+
+def fitting_size(
+    config: TrainConfig, args: argparse.Namespace, budget: float, probe: int = 8, lowered=None
+) -> int:
+    """The largest power of two B whose step (``config`` at batch = microbatch = B) fits in ``budget``
+    bytes, from one compilation at B = ``probe`` (``lowered``: :func:`lower_probe`'s, if already made):
+    XLA's footprint there, less the float32 state (parameters, two Adam moments and the gradient: 16 bytes
+    per parameter), is ``probe`` examples' activations, which grow linearly in B."""
+    lowered = lowered if lowered is not None else lower_probe(config, args, probe)
+    footprint = footprint_bytes(lowered.compile().memory_analysis())
+    fixed = 16 * config.model_config(args.vocab_size).param_count().total
     per_example = max((footprint - fixed) / probe, 1.0)
     fits = max(1, int((budget - fixed) / per_example))
     return 1 << (fits.bit_length() - 1)
@@ -245,7 +306,7 @@ def _accelerator_variant(clipping: str, whole_batch: bool) -> bool:
 def jax_variants(args: argparse.Namespace, tokens: np.ndarray, n_params: int) -> list[JaxVariant]:
     sizes = [args.batch] + [int(m) for m in args.microbatches.split(",") if int(m) < args.batch]
     limit = device_bytes()
-    variants = []
+    specs = []
     for clipping in ("none", "vmap", "ghost"):
         for m in sizes:
             if args.variants == "accelerator" and not _accelerator_variant(clipping, m == args.batch):
@@ -263,19 +324,16 @@ def jax_variants(args: argparse.Namespace, tokens: np.ndarray, n_params: int) ->
                 **base_config(args, args.batch), clipping=clipping, microbatch_size=m,
                 noise_batch_ratio=noise,
             )
-            try:
-                variants.append(JaxVariant(name, config, args, tokens))
-            except Exception as error:  # noqa: BLE001 - an accelerator's out-of-memory: report, go on
-                print(f"{name}: failed, {str(error).splitlines()[0][:160]}")
+            specs.append((name, config))
     # The same DP steps with correlated noise (docs/mechanisms.md): b − 1 more parameter copies to read and write.
     for mechanism in [m for m in args.mechanisms.split(",") if m]:
         for clipping in ("vmap", "ghost"):
-            if not any(v.name == f"DP {clipping}, whole batch" for v in variants):
+            if not any(name == f"DP {clipping}, whole batch" for name, _ in specs):
                 continue
             config = TrainConfig(**base_config(args, args.batch), clipping=clipping, microbatch_size=args.batch,
                                  noise_batch_ratio=2.0**-10, mechanism=mechanism, num_steps=args.mechanism_steps)
-            variants.append(JaxVariant(f"DP {clipping}, whole batch, {mechanism}", config, args, tokens))
-    return variants
+            specs.append((f"DP {clipping}, whole batch, {mechanism}", config))
+    return build_variants(specs, args, tokens, args.compile_threads)
 
 
 def time_rounds(variants, args) -> dict[str, float]:
@@ -440,6 +498,8 @@ def main() -> None:
         f"({device.device_kind}), jax {jax.__version__}"
     )
     variants = jax_variants(args, tokens, n_params)
+    if not any(v.name.startswith("non-private") for v in variants) or not any(v.name.startswith("DP") for v in variants):
+        raise SystemExit(f"no ratio: the variants that compiled and ran are {[v.name for v in variants]}")
     ms = time_rounds(variants, args)
     best_nonprivate = min(v for k, v in ms.items() if k.startswith("non-private"))
     nonprivate = ms.get("non-private, whole batch", best_nonprivate)
@@ -462,6 +522,7 @@ def main() -> None:
     best_by_path = {
         path: min(v for k, v in dp.items() if k.startswith(f"DP {path}"))
         for path in ("vmap", "ghost")
+        if any(k.startswith(f"DP {path}") for k in dp)
     }
 
     torch_ms = None if args.no_opacus or args.family != "bert" else opacus_times(args, tokens, n_predictions)
@@ -493,6 +554,7 @@ def main() -> None:
         "temp_mb": {v.name: round(v.temp_mb, 1) for v in variants},
         "footprint_gib": {v.name: round(v.footprint_gb, 2) for v in variants},
         "ms": {k: round(v, 2) for k, v in ms.items()},
+        "compile_s": {v.name: round(v.compile_s, 1) for v in variants},
         "tokens_per_s": {k: round(args.batch * args.seq_len / (v / 1e3)) for k, v in ms.items()},
         "mfu": None if not peak else {k: round(flops / (v / 1e3) / peak, 4) for k, v in ms.items()},
         "training_flops_per_step": flops,

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The accelerator measurements of docs/train.md ("Measured on an H100"), as one script per lease.
 #
-#   benchmarks/gpu_session.sh measure   # environment, paper-config job, DP step at scale, throughput, bf16 vs fp32
-#   benchmarks/gpu_session.sh tests     # the training tests on the accelerator, then float32 throughput
+#   benchmarks/gpu_session.sh measure   # environment, compiler options, DP step at scale, throughput per BERT size
+#   benchmarks/gpu_session.sh tests     # the training tests on the accelerator, bf16 against fp32, the paper job
+#
+# Compilation, not computation, takes most of a GPU run: `measure` first times one DP step's compilation
+# under XLA's options (benchmarks/compile_probe.py) and applies the option it chooses (saved in
+# $WORK/xla_flags, which a later part on the same machine reuses) to everything after it.
 #
 # Runs on a machine whose python3 has jax with a CUDA plugin. Wheels of the other dependencies in
 # .whl/ are installed to /tmp/site first (pip download, docs/train.md); the packed paper data is
@@ -23,6 +27,9 @@ fi
 export PYTHONPATH="/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 DATA=results/paper/data/packed/seq=512
 SPEC=.gpu/paper_berttiny.json
+if [ -s "$WORK/xla_flags" ]; then
+    export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }$(cat "$WORK/xla_flags")"
+fi
 
 # box SECONDS NAME COMMAND...: run COMMAND for at most SECONDS (less if the deadline is nearer)
 box() {
@@ -57,26 +64,30 @@ for _ in range(10):
 times.sort()
 print(f"bf16 {n}^3 matmul: {2 * n**3 / times[5] / 1e12:.0f} TFLOP/s (median of 10)")
 EOF
-    box 80 paper_job python3 benchmarks/gpu_training.py job --spec $SPEC --data $DATA --out /tmp/job \
-        --steps 150 --log-every 50 --fallback-microbatch 128 --json-out "$WORK/paper_job.json"
-    box 120 dp_step_bertbase python3 benchmarks/dp_step.py --model BertBase --seq-len 512 --dtype bfloat16 \
-        --batch auto --microbatches 16 --variants accelerator --steps 5 --rounds 2 --no-opacus \
+    box 110 compile_probe python3 benchmarks/compile_probe.py --model BertMini --batch 256 --seq-len 512 \
+        --flags-out "$WORK/xla_flags" --json-out "$WORK/compile_probe.json"
+    if [ -s "$WORK/xla_flags" ]; then
+        export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }$(cat "$WORK/xla_flags")"
+    fi
+    echo "XLA_FLAGS=${XLA_FLAGS:-}" | tee -a "$WORK/summary.txt"
+    box 110 dp_step_bertbase python3 benchmarks/dp_step.py --model BertBase --seq-len 512 --dtype bfloat16 \
+        --batch auto --microbatches 16 --variants accelerator --steps 5 --rounds 2 --no-opacus --compile-threads 4 \
         --json-out "$WORK/dp_step_bertbase.json"
-    box 120 dp_step_gpt2small python3 benchmarks/dp_step.py --model GPT2Small --seq-len 1024 --dtype bfloat16 \
-        --batch auto --microbatches 8 --variants accelerator --steps 5 --rounds 2 --no-opacus \
+    box 100 dp_step_gpt2small python3 benchmarks/dp_step.py --model GPT2Small --seq-len 1024 --dtype bfloat16 \
+        --batch auto --microbatches 8 --variants accelerator --steps 5 --rounds 2 --no-opacus --compile-threads 4 \
         --json-out "$WORK/dp_step_gpt2small.json"
-    box 150 throughput_bf16 python3 benchmarks/throughput.py --dtype bfloat16 --deadline 120 \
+    box 140 throughput_bf16 python3 benchmarks/throughput.py --dtype bfloat16 --compile-threads 6 \
         --json-out "$WORK/throughput_bf16.json"
-    box 65 precision python3 benchmarks/gpu_training.py precision --spec $SPEC --data $DATA --out /tmp/precision \
-        --steps 2000 --batch 32 --json-out "$WORK/precision.json"
 elif [ "$part" = tests ]; then
     # several pytest workers share the one device: no preallocation of its memory
-    XLA_PYTHON_CLIENT_PREALLOCATE=false box 160 tests python3 -m pytest -q -n 8 -p no:cacheprovider \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false box 150 tests python3 -m pytest -q -n 8 -p no:cacheprovider \
         --junitxml="$WORK/tests.xml" tests/test_dp.py tests/test_model.py tests/test_decoder.py tests/test_train.py \
         tests/test_private_training.py tests/test_finetune_init.py tests/test_faults.py tests/test_samplers.py \
         tests/test_truncation.py
-    box 70 throughput_fp32 python3 benchmarks/throughput.py --dtype float32 --deadline 45 \
-        --json-out "$WORK/throughput_fp32.json"
+    box 60 precision python3 benchmarks/gpu_training.py precision --spec $SPEC --data $DATA --out /tmp/precision \
+        --steps 2000 --batch 32 --json-out "$WORK/precision.json"
+    box 60 paper_job python3 benchmarks/gpu_training.py job --spec $SPEC --data $DATA --out /tmp/job \
+        --steps 150 --log-every 50 --fallback-microbatch 128 --json-out "$WORK/paper_job.json"
 fi
 echo "== total $(($(date +%s) - start)) s" | tee -a "$WORK/summary.txt"
 tar czf "$OUT/$part.tgz" -C "$WORK" .

@@ -16,13 +16,13 @@ import argparse
 import json
 import statistics
 import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dp_step import JaxVariant, base_config, device_bytes, fitting_size, token_batch  # noqa: E402
+from dp_step import base_config, build_variants, device_bytes, fitting_size, lower_probe, token_batch  # noqa: E402
 
 from dpscaling.cluster import PAPER_THROUGHPUT  # noqa: E402
 from dpscaling.models.family import BERT_PRESETS, PAPER_PARAMS  # noqa: E402
@@ -39,7 +39,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=1024, help="physical batch (the paper's 1024)")
     parser.add_argument("--seq-len", type=int, default=512, help="sequence length (the paper's 512)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per model, after one warm-up")
-    parser.add_argument("--deadline", type=float, default=None, help="seconds; later models are skipped")
+    parser.add_argument("--compile-threads", type=int, default=6, help="models compiled at once")
     parser.add_argument("--json-out", default=None, help="also write the result JSON to this file")
     args = parser.parse_args()
     unknown = sorted(set(args.models.split(",")) - set(BERT_PRESETS))
@@ -47,48 +47,63 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--models: {unknown} are not BERT presets {sorted(BERT_PRESETS)}")
     # what dp_step's helpers read
     args.family, args.vocab_size, args.layers = "bert", 30522, None
+    args.mechanisms = ""
     return args
 
 
-def fitting_microbatch(args: argparse.Namespace, limit: int | None) -> int:
-    """The largest power-of-two microbatch (≤ batch) whose DP step fits in 70% of ``limit``."""
+def model_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "model": name})
+
+
+def fitting_microbatches(args: argparse.Namespace, names: list[str], limit: int | None) -> dict[str, int]:
+    """Per model, the largest power-of-two microbatch (≤ batch) whose DP step fits in 70% of ``limit``;
+    the probe compilations run ``--compile-threads`` at a time."""
     if limit is None:  # a CPU reports no limit
-        return min(args.batch, 8)
-    probe = TrainConfig(**base_config(args, 8), clipping=args.clipping, noise_batch_ratio=2.0**-10)
-    return min(args.batch, fitting_size(probe, args, 0.7 * limit))
+        return {name: min(args.batch, 8) for name in names}
+    probes = {name: TrainConfig(**base_config(model_args(args, name), 8), clipping=args.clipping,
+                                noise_batch_ratio=2.0**-10) for name in names}
+    lowered = {name: lower_probe(config, model_args(args, name)) for name, config in probes.items()}
+    with ThreadPoolExecutor(max(1, args.compile_threads)) as pool:
+        fits = {name: pool.submit(fitting_size, probes[name], model_args(args, name), 0.7 * limit, lowered=lowered[name])
+                for name in names}
+        return {name: min(args.batch, future.result()) for name, future in fits.items()}
 
 
-def measure(args: argparse.Namespace, name: str, microbatch: int) -> dict:
-    config = TrainConfig(**base_config(args, args.batch), clipping=args.clipping, microbatch_size=microbatch,
-                         noise_batch_ratio=2.0**-10)
-    variant = JaxVariant(f"{name} DP {args.clipping}", config, args, token_batch(args))
-    ms = 1e3 * statistics.median(variant.run(args.steps))
-    return {"microbatch": microbatch, "ms_per_step": round(ms, 1), "records_per_s": round(args.batch / ms * 1e3, 1),
-            "footprint_gib": round(variant.footprint_gb, 2)}
+def variant_specs(args: argparse.Namespace, microbatches: dict[str, int]) -> list[tuple[str, TrainConfig]]:
+    return [(name, TrainConfig(**base_config(model_args(args, name), args.batch), clipping=args.clipping,
+                               microbatch_size=m, noise_batch_ratio=2.0**-10)) for name, m in microbatches.items()]
 
 
 def main() -> None:
     args = parse_args()
-    started, limit = time.perf_counter(), device_bytes()
+    limit = device_bytes()
     paper = dict(zip(PAPER_PARAMS.values(), PAPER_THROUGHPUT))
     device = jax.devices()[0].device_kind
+    names = args.models.split(",")
+    tokens = token_batch(args)
+    microbatches = fitting_microbatches(args, names, limit)
+    variants = {v.name: v for v in build_variants(variant_specs(args, microbatches), args, tokens, args.compile_threads)}
+    # out of memory at the estimated microbatch: once more at half
+    retry = {name: max(1, m // 2) for name, m in microbatches.items() if name not in variants}
+    if retry:
+        print(f"halving the microbatch of {sorted(retry)}", flush=True)
+        microbatches.update(retry)
+        variants.update({v.name: v for v in build_variants(variant_specs(args, retry), args, tokens, args.compile_threads)})
     rows = {}
-    for name in args.models.split(","):
-        if args.deadline and time.perf_counter() - started > args.deadline:
-            rows[name] = {"skipped": "deadline"}
+    for name in names:
+        if name not in variants:
+            rows[name] = {"microbatch": microbatches[name], "error": "did not fit or compile"}
             continue
-        args.model = name
-        microbatch = fitting_microbatch(args, limit)
-        try:
-            rows[name] = measure(args, name, microbatch)
-        except Exception as error:  # noqa: BLE001 - out of memory at this microbatch: once more at half
-            print(f"{name}: microbatch {microbatch} failed ({str(error).splitlines()[0][:120]}); halving")
-            rows[name] = measure(args, name, max(1, microbatch // 2))
-        rows[name]["paper_records_per_s_per_tpuv3_core"] = paper[PAPER_PARAMS[name]][1]
-        rows[name]["over_tpuv3_core"] = round(rows[name]["records_per_s"] / paper[PAPER_PARAMS[name]][1], 2)
-        print(f"{name:11s} m={microbatch:5d} {rows[name]['ms_per_step']:9.1f} ms/step "
-              f"{rows[name]['records_per_s']:9.1f} records/s  paper TPUv3 core {paper[PAPER_PARAMS[name]][1]:6.1f}  "
-              f"ratio {rows[name]['over_tpuv3_core']:6.2f}", flush=True)
+        variant = variants.pop(name)
+        ms = 1e3 * statistics.median(variant.run(args.steps))
+        del variant  # its state's device memory
+        paper_rate = paper[PAPER_PARAMS[name]][1]
+        rows[name] = {"microbatch": microbatches[name], "ms_per_step": round(ms, 1),
+                      "records_per_s": round(args.batch / ms * 1e3, 1),
+                      "paper_records_per_s_per_tpuv3_core": paper_rate,
+                      "over_tpuv3_core": round(args.batch / ms * 1e3 / paper_rate, 2)}
+        print(f"{name:11s} m={microbatches[name]:5d} {ms:9.1f} ms/step {rows[name]['records_per_s']:9.1f} records/s  "
+              f"paper TPUv3 core {paper_rate:6.1f}  ratio {rows[name]['over_tpuv3_core']:6.2f}", flush=True)
     result = {"device": device, "dtype": args.dtype, "clipping": args.clipping, "batch": args.batch,
               "seq_len": args.seq_len, "jax": jax.__version__, "models": rows}
     print(json.dumps(result))
