@@ -5,7 +5,7 @@ from dpscaling.train.distributed import configure_job
 
 # Before JAX starts its CPU backend: use the cores this job was given, not all of them, and the
 # shared compilation cache (read from the config, not a param: it never changes what a job computes).
-configure_job(snakemake.threads, snakemake.config["compilation_cache"])
+configure_job(snakemake.threads, snakemake.config["compilation_cache"], snakemake.config["deterministic_gpu_ops"])
 
 import sys  # noqa: E402
 

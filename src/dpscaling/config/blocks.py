@@ -531,6 +531,7 @@ class RunConfig(Block):
     run_name: str
     host_threads: int
     compilation_cache: str | None
+    deterministic_gpu_ops: bool
     results_csv: str | None
     data: DataBlock
     models: ModelsBlock

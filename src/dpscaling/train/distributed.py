@@ -32,7 +32,8 @@ def limit_host_threads(threads: int) -> None:
 
 # XLA's switch for run-to-run determinism on GPUs (sorted scatter instead of atomics, deterministic
 # autotuning). Without it, two processes training the same job on an H100 differed in the 7th digit
-# of the first logged loss, so a resumed run did not repeat its curve. CPUs and TPUs ignore it.
+# of the first logged loss, so a resumed run did not repeat its curve; with it, a BertMini DP step
+# took 2.8 times as long on an H200 (docs/runs.md). CPUs and TPUs ignore it.
 DETERMINISTIC_GPU_FLAG = "--xla_gpu_deterministic_ops=true"
 
 
@@ -45,12 +46,16 @@ def deterministic_accelerators() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISTIC_GPU_FLAG}".strip()
 
 
-def configure_job(threads: int, compilation_cache: str | os.PathLike | None) -> None:
+def configure_job(
+    threads: int, compilation_cache: str | os.PathLike | None, deterministic_gpu_ops: bool = False
+) -> None:
     """A training or evaluation job's start-up, before JAX creates its backend: the cores it was
-    given (:func:`limit_host_threads`), deterministic GPU kernels (:func:`deterministic_accelerators`)
-    and the shared compilation cache (:func:`use_compilation_cache`)."""
+    given (:func:`limit_host_threads`), deterministic GPU kernels if the config asks for them
+    (``deterministic_gpu_ops``, :func:`deterministic_accelerators`) and the shared compilation cache
+    (:func:`use_compilation_cache`)."""
     limit_host_threads(threads)
-    deterministic_accelerators()
+    if deterministic_gpu_ops:
+        deterministic_accelerators()
     use_compilation_cache(compilation_cache)
 
 
