@@ -74,10 +74,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json-out", default=None, help="also write the summary JSON to this file")
     parser.add_argument(
         "--variants",
-        choices=("all", "accelerator"),
+        choices=("all", "accelerator", "minimal"),
         default="all",
         help="all: every path at every size; accelerator: non-private and ghost whole-batch, "
-        "ghost and vmap at each --microbatches size (fewer compilations)",
+        "ghost and vmap at each --microbatches size (fewer compilations); minimal: non-private and ghost, "
+        "whole batch only (two compilations, for a GPU where one takes minutes)",
     )
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=128)
@@ -298,9 +299,14 @@ def fitting_batch(args: argparse.Namespace, limit: int) -> int:
     return fitting_size(TrainConfig(**base_config(args, 8), clipping="none"), args, 0.85 * limit)
 
 
-def _accelerator_variant(clipping: str, whole_batch: bool) -> bool:
-    """``--variants accelerator``: non-private and ghost over the whole batch; ghost and vmap in microbatches."""
-    return clipping in (("none", "ghost") if whole_batch else ("ghost", "vmap"))
+def _wanted_variant(variants: str, clipping: str, whole_batch: bool) -> bool:
+    """``--variants accelerator``: non-private and ghost over the whole batch, ghost and vmap in microbatches;
+    ``minimal``: non-private and ghost over the whole batch; ``all``: every one."""
+    if variants == "all":
+        return True
+    if whole_batch:
+        return clipping in ("none", "ghost")
+    return variants == "accelerator" and clipping in ("ghost", "vmap")
 
 
 def jax_variants(args: argparse.Namespace, tokens: np.ndarray, n_params: int) -> list[JaxVariant]:
@@ -309,7 +315,7 @@ def jax_variants(args: argparse.Namespace, tokens: np.ndarray, n_params: int) ->
     specs = []
     for clipping in ("none", "vmap", "ghost"):
         for m in sizes:
-            if args.variants == "accelerator" and not _accelerator_variant(clipping, m == args.batch):
+            if not _wanted_variant(args.variants, clipping, m == args.batch):
                 continue
             noise = 0.0 if clipping == "none" else 2.0**-10
             label = "non-private" if clipping == "none" else f"DP {clipping}"
