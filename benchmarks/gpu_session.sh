@@ -13,7 +13,8 @@
 #
 # Compilation, not computation, takes most of a GPU run: a BertMini DP step compiled in 37-46 s on an
 # H200 and a BertBase step in over 100 s (docs/runs.md). So `scale` names the batches an earlier lease
-# found (--batch auto costs one more compilation) and compiles only the two steps of the ratio, at once;
+# found (--batch auto costs one more compilation) and compiles only the steps of the ratio (non-private, ghost
+# over the whole batch, ghost in four microbatches in case the whole batch does not fit), at once;
 # each part's box is sized for that. A lease of 15 minutes fits `env scale` in one call and `tests` in a
 # second.
 #
@@ -81,10 +82,10 @@ EOF
         ;;
     scale)
         box 240 dp_step_bertbase python3 benchmarks/dp_step.py --model BertBase --seq-len 512 --dtype bfloat16 \
-            --batch 128 --variants minimal --steps 5 --rounds 2 --no-opacus --compile-threads 2 \
+            --batch 128 --microbatches 32 --variants minimal --steps 5 --rounds 2 --no-opacus --compile-threads 3 \
             --json-out "$WORK/dp_step_bertbase.json"
         box 240 dp_step_gpt2small python3 benchmarks/dp_step.py --model GPT2Small --seq-len 1024 --dtype bfloat16 \
-            --batch 64 --variants minimal --steps 5 --rounds 2 --no-opacus --compile-threads 2 \
+            --batch 64 --microbatches 16 --variants minimal --steps 5 --rounds 2 --no-opacus --compile-threads 3 \
             --json-out "$WORK/dp_step_gpt2small.json"
         ;;
     tests)
