@@ -177,7 +177,6 @@ class JaxVariant:
         self.state = init_state(model, objective, optimizer, config, args.seq_len)
         self.inputs = (step_hyperparams(config), jnp.asarray(tokens))
         self.lowered = step.lower(self.state, *self.inputs)
-        self.times: list[float] = []
         self.compile_s = float("nan")
         if compile_now:
             self.compile()

@@ -47,7 +47,6 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--models: {unknown} are not BERT presets {sorted(BERT_PRESETS)}")
     # what dp_step's helpers read
     args.family, args.vocab_size, args.layers = "bert", 30522, None
-    args.mechanisms = ""
     return args
 
 
@@ -60,11 +59,12 @@ def fitting_microbatches(args: argparse.Namespace, names: list[str], limit: int 
     the probe compilations run ``--compile-threads`` at a time."""
     if limit is None:  # a CPU reports no limit
         return {name: min(args.batch, 8) for name in names}
-    probes = {name: TrainConfig(**base_config(model_args(args, name), 8), clipping=args.clipping,
-                                noise_batch_ratio=2.0**-10) for name in names}
-    lowered = {name: lower_probe(config, model_args(args, name)) for name, config in probes.items()}
+    each = {name: model_args(args, name) for name in names}
+    probes = {name: TrainConfig(**base_config(each[name], 8), clipping=args.clipping, noise_batch_ratio=2.0**-10)
+              for name in names}
+    lowered = {name: lower_probe(probes[name], each[name]) for name in names}
     with ThreadPoolExecutor(max(1, args.compile_threads)) as pool:
-        fits = {name: pool.submit(fitting_size, probes[name], model_args(args, name), 0.7 * limit, lowered=lowered[name])
+        fits = {name: pool.submit(fitting_size, probes[name], each[name], 0.7 * limit, lowered=lowered[name])
                 for name in names}
         return {name: min(args.batch, future.result()) for name, future in fits.items()}
 
@@ -96,10 +96,12 @@ def main() -> None:
             continue
         variant = variants.pop(name)
         ms = 1e3 * statistics.median(variant.run(args.steps))
+        footprint_gib, compile_s = variant.footprint_gb, variant.compile_s
         del variant  # its state's device memory
         paper_rate = paper[PAPER_PARAMS[name]][1]
         rows[name] = {"microbatch": microbatches[name], "ms_per_step": round(ms, 1),
                       "records_per_s": round(args.batch / ms * 1e3, 1),
+                      "footprint_gib": round(footprint_gib, 2), "compile_s": round(compile_s, 1),
                       "paper_records_per_s_per_tpuv3_core": paper_rate,
                       "over_tpuv3_core": round(args.batch / ms * 1e3 / paper_rate, 2)}
         print(f"{name:11s} m={microbatches[name]:5d} {ms:9.1f} ms/step {rows[name]['records_per_s']:9.1f} records/s  "

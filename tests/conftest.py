@@ -15,9 +15,9 @@ from pathlib import Path
 # this process compiled (the flags are part of the compilation cache's key), and keep a job killed
 # and resumed in this process bit-identical to the run it repeats. Users' jobs keep XLA's default.
 # On a GPU, every test process and job (subprocesses inherit both settings): deterministic kernels, as
-# a workflow job has them (dpscaling.train.distributed.configure_job), so runs repeat bit for bit; and
-# exact float32 products, so that two algorithms of one result (vmap and ghost clipping, one device and
-# four) agree to float32 rounding, not to TF32's. A CPU multiplies exactly either way.
+# a workflow job has them with deterministic_gpu_ops: true (dpscaling.train.distributed.configure_job),
+# so runs repeat bit for bit; and exact float32 products, so that two algorithms of one result (vmap and
+# ghost clipping, one device and four) agree to float32 rounding, not to TF32's. A CPU multiplies exactly either way.
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_deterministic_ops=true".strip()
