@@ -10,8 +10,8 @@ turn: compilation seconds, and ms per step (median of ``--steps`` after two warm
 ``--flags-out`` receives, as ``XLA_FLAGS`` text, the option set among ``SPEEDUPS`` that compiles fastest
 while its step stays within ``--tolerance`` of the default's (empty when none does, or when it saves less
 than a fifth of the default's compilation), so that a session
-script can apply it to the measurements that follow. ``deterministic_ops`` (what every workflow job sets
-for exact resume) is measured for its step cost only. The last line printed is one JSON object.
+script can apply it to the measurements that follow. ``deterministic_ops`` (what a workflow job sets with
+``deterministic_gpu_ops: true``, for exact resume) is measured for its step cost only. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> None:
     config = TrainConfig(**base_config(args, args.batch), clipping=args.clipping, microbatch_size=args.batch,
                          noise_batch_ratio=2.0**-10)
     tokens = token_batch(args)
-    variants = {name: JaxVariant(name, config, args, tokens, compile_now=False) for name in OPTION_SETS}
+    variants = {name: JaxVariant(name, config, args, tokens) for name in OPTION_SETS}
     rows: dict[str, dict] = {}
     with ThreadPoolExecutor(len(variants)) as pool:
         futures = {name: pool.submit(v.compile, OPTION_SETS[name]) for name, v in variants.items()}

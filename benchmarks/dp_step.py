@@ -162,13 +162,11 @@ def objective_of(config: TrainConfig, args: argparse.Namespace) -> MaskedLM | Ca
 class JaxVariant:
     """One compiled training step (a TrainConfig variant) and its memory footprint.
 
-    Lowered at construction; :meth:`compile` may run in a thread beside other variants' (XLA releases the
+    Lowered at construction (:func:`build_variants` compiles and warms up a list of them); :meth:`compile` may run in a thread beside other variants' (XLA releases the
     GIL while it compiles, and on a GPU compilation and autotuning, not the steps, take most of a run's
     time); :meth:`warm_up` runs two steps, one variant at a time."""
 
-    def __init__(
-        self, name: str, config: TrainConfig, args: argparse.Namespace, tokens: np.ndarray, compile_now: bool = True
-    ):
+    def __init__(self, name: str, config: TrainConfig, args: argparse.Namespace, tokens: np.ndarray):
         self.name = name
         model = config.model_family.module_class()(config.model_config(args.vocab_size))
         optimizer = make_optimizer(config)
@@ -178,9 +176,6 @@ class JaxVariant:
         self.inputs = (step_hyperparams(config), jnp.asarray(tokens))
         self.lowered = step.lower(self.state, *self.inputs)
         self.compile_s = float("nan")
-        if compile_now:
-            self.compile()
-            self.warm_up()
 
     def compile(self, compiler_options: dict | None = None) -> "JaxVariant":
         tick = time.perf_counter()
@@ -216,7 +211,7 @@ def build_variants(
     lowered = []
     for name, config in specs:
         try:
-            lowered.append(JaxVariant(name, config, args, tokens, compile_now=False))
+            lowered.append(JaxVariant(name, config, args, tokens))
         except Exception as error:  # noqa: BLE001 - report, go on
             failed(name, error)
     compiled = []

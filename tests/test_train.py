@@ -220,9 +220,9 @@ def test_jobs_ask_for_deterministic_gpu_kernels_when_configured_unless_xla_flags
     validate_config(config)
     assert config["deterministic_gpu_ops"] is False
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    configure_job(2, None, config["deterministic_gpu_ops"])
+    configure_job(2, config | {"compilation_cache": None})
     assert "XLA_FLAGS" not in os.environ
-    configure_job(2, None, deterministic_gpu_ops=True)
+    configure_job(2, config | {"compilation_cache": None, "deterministic_gpu_ops": True})
     assert os.environ["XLA_FLAGS"] == DETERMINISTIC_GPU_FLAG
     deterministic_accelerators()  # idempotent
     assert os.environ["XLA_FLAGS"] == DETERMINISTIC_GPU_FLAG

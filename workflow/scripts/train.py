@@ -4,9 +4,9 @@ from pathlib import Path
 
 from dpscaling.train.distributed import configure_job
 
-# Before JAX starts its CPU backend: use the cores this job was given, not all of them, and the
-# shared compilation cache (read from the config, not a param: it never changes what a job computes).
-configure_job(snakemake.threads, snakemake.config["compilation_cache"], snakemake.config["deterministic_gpu_ops"])
+# Before JAX starts its backend: use the cores this job was given, not all of them, and the config's
+# job settings (compilation cache, deterministic GPU kernels; not params: they never change what a job computes).
+configure_job(snakemake.threads, snakemake.config)
 
 from dpscaling.cluster import relaunch_per_node  # noqa: E402
 from dpscaling.data.shards import load_meta  # noqa: E402

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 from dpscaling.cluster import launch_environment
@@ -46,17 +48,16 @@ def deterministic_accelerators() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISTIC_GPU_FLAG}".strip()
 
 
-def configure_job(
-    threads: int, compilation_cache: str | os.PathLike | None, deterministic_gpu_ops: bool = False
-) -> None:
+def configure_job(threads: int, config: Mapping[str, Any]) -> None:
     """A training or evaluation job's start-up, before JAX creates its backend: the cores it was
-    given (:func:`limit_host_threads`), deterministic GPU kernels if the config asks for them
-    (``deterministic_gpu_ops``, :func:`deterministic_accelerators`) and the shared compilation cache
+    given (:func:`limit_host_threads`), and the run config's job settings, which never change what a
+    job computes: deterministic GPU kernels if ``deterministic_gpu_ops`` asks for them
+    (:func:`deterministic_accelerators`) and the shared ``compilation_cache``
     (:func:`use_compilation_cache`)."""
     limit_host_threads(threads)
-    if deterministic_gpu_ops:
+    if config["deterministic_gpu_ops"]:
         deterministic_accelerators()
-    use_compilation_cache(compilation_cache)
+    use_compilation_cache(config["compilation_cache"])
 
 
 def use_compilation_cache(directory: str | os.PathLike | None) -> None:
