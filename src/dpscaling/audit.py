@@ -20,7 +20,8 @@ Poisson sampler with its padding (:class:`dpscaling.train.sampling.PoissonBatche
 are the dataset), :func:`dpscaling.dp.clipped_mean_grad` with ``example_weights`` and the
 expected-batch ``normaliser``, the noise transformation :func:`dpscaling.dp.add_gaussian_noise`
 with a secret key, and σ calibrated by the matched accountant
-(:func:`dpscaling.accounting.matched.account_run`). The negative control runs the same with the
+(:func:`dpscaling.accounting.pricing.price_run`); a correlated mechanism's strategy is optimised by the
+run's own criterion (``training.bandmf_strategy``). The negative control runs the same with the
 noise switched off while claiming the same ε; the audit must flag it (audited ε above the claim).
 """
 
@@ -35,11 +36,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from dpscaling.accounting.matched import account_run
+from dpscaling.accounting.pricing import price_run
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path, write_json_atomic
 from dpscaling.mechanisms import mechanism_named
-from dpscaling.samplers import POISSON
 from dpscaling.streams import Stream
 
 # Canary gradients are this many times the clip norm, so clipping always acts on them.
@@ -57,6 +57,7 @@ class AuditSettings:
     microbatch_size: int = 32
     seed: int = 0  # which canaries are included (public: the audit's own randomness)
     mechanism: str = "dpsgd"  # the noise mechanism audited (docs/mechanisms.md): its batches, noise and accountant
+    strategy: str = "mean_error"  # a correlated mechanism's strategy criterion: the run's training.bandmf_strategy
 
     def __post_init__(self) -> None:
         if self.n_canaries < 4:
@@ -106,7 +107,8 @@ def canary_scores(settings: AuditSettings, noise_batch_ratio: float, included: n
         return CANARY_GRADIENT_SCALE * p[batch["coordinate"]]
 
     # The run's own noise (for BandMF, correlated across steps: the score is then the noisy prefix sum).
-    noise = mechanism.noise_transform(noise_batch_ratio, jnp.asarray(key, jnp.uint32), settings.steps, "mean_error")
+    noise = mechanism.noise_transform(noise_batch_ratio, jnp.asarray(key, jnp.uint32), settings.steps,
+                                      settings.strategy)
 
     @jax.jit
     def step(noise_state, coordinates, weights):
@@ -137,11 +139,9 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
     rng = np.random.default_rng([settings.seed, Stream.AUDIT_CANARIES])
     included = rng.random(settings.n_canaries) < 0.5
     n_in = int(included.sum())
-    # L priced as a private training run's is (dpscaling.accounting.truncation).
-    privacy = account_run(POISSON.name, None, dataset_size=n_in,
-                          expected_batch_size=settings.expected_batch_size, steps=settings.steps,
-                          delta=settings.delta, target_epsilon=settings.epsilon,
-                          multiple=settings.microbatch_size, mechanism=settings.mechanism)
+    # Priced as a private training run is, L included (dpscaling.accounting.pricing).
+    privacy = price_run(settings.mechanism, settings.epsilon, settings.delta, n_in, settings.expected_batch_size,
+                        settings.steps, settings.microbatch_size)
     truncated = privacy.truncated_batch_size
     results = []
     for run, ratio in (("private", privacy.noise_batch_ratio), ("negative_control", 0.0)):

@@ -126,8 +126,15 @@ def bootstrap_beside(law_directory: str | os.PathLike[str]) -> Path:
 
 
 def calibration_beside(law_directory: str | os.PathLike[str]) -> Path:
-    """The calibration of the fitted law ``<run>/law/fit``: ``<run>/validate/calibration.json``."""
-    return Path(law_directory).resolve().parent.parent / CALIBRATION
+    """The calibration of the fitted law ``<run>/law/fit``: ``<run>/validate/calibration.json``; of another
+    mechanism's ``<run>/law/mechanisms/mech=M/fit``: ``<run>/validate/mech=M/calibration.json``
+    (:data:`MECHANISM_CALIBRATION`)."""
+    law = Path(law_directory).resolve().parent
+    mechanisms = Path(MECHANISM_LAW).parent  # law/mechanisms
+    if law.name.startswith("mech=") and law.parent.parts[-len(mechanisms.parts):] == mechanisms.parts:
+        run = law.parents[len(mechanisms.parts)]
+        return run / MECHANISM_CALIBRATION.format(mech=law.name.removeprefix("mech="))
+    return law.parent / CALIBRATION
 
 
 def length_replicates(lengths: str | os.PathLike[str]) -> dict[int, Path]:

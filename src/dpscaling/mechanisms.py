@@ -33,7 +33,7 @@ from typing import Any
 
 from dpscaling.errors import UserError
 
-__all__ = ["DPSGD", "MECHANISM_PATTERN", "STRATEGIES", "Mechanism", "mechanism_named", "state_copies"]
+__all__ = ["DPSGD", "MECHANISM_PATTERN", "STRATEGIES", "Mechanism", "bandmf_name", "mechanism_named", "state_copies"]
 
 # jax-privacy's optimize_banded_toeplitz reduction of the per-step squared error of the prefix sums:
 # mean (its default, RMSE-optimal), max, or the last iterate's.
@@ -73,6 +73,11 @@ class Mechanism:
 
 
 DPSGD = Mechanism("dpsgd", 1, noise_builder="dpscaling.dp.noise:gaussian_noise")
+
+
+def bandmf_name(bands: int) -> str:
+    """The name of BandMF with ``bands`` bands (b ≥ 2)."""
+    return f"bandmf-b{int(bands)}"
 
 
 def mechanism_named(name: str, block: str = "training.mechanisms") -> Mechanism:

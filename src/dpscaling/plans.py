@@ -140,9 +140,9 @@ class PrivatePlan:
     physical_batch_correction: PhysicalBatchCorrection | None
     # What asked for the configuration: the law's own answer (private_model) or a savings run's kind.
     query: LawQuery | Mapping[str, Any]
-    # A searched budget: how many of the search's best were re-priced, and how many of them the law answers.
-    candidates_repriced: int | None = None
-    candidates_answered: int | None = None
+    # A searched budget: the decision rule's record of the chosen configuration (dpscaling.law.decision: rule,
+    # score, predicted loss, half-width), its calibrated interval and flags.
+    decision: Mapping[str, Any] | None = None
     # The noise mechanism it trains with (docs/mechanisms.md), and, for a budget that chose, every mechanism's
     # plan (mechanism, model, B, T, σ̄, predicted loss) or why its law could not plan it.
     mechanism: str = "dpsgd"
@@ -160,8 +160,10 @@ class PrivatePlan:
         record |= {"budget": self.budget.to_json(),
                    "physical_batch_correction": None if correction is None else correction.to_json(),
                    "query": query.to_json() if isinstance(query, LawQuery) else dict(query)}
-        if self.candidates_repriced is None:  # nothing was searched
-            del record["candidates_repriced"], record["candidates_answered"]
+        if self.decision is None:  # nothing was searched
+            del record["decision"]
+        else:
+            record["decision"] = dict(self.decision)
         return record
 
     @classmethod

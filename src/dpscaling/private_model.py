@@ -42,15 +42,16 @@ import pandas as pd
 
 from dpscaling.config.blocks import TrainingBlock
 from dpscaling.errors import UserError
-from dpscaling.law.columns import (
-    BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA)
+from dpscaling.accounting.branches import POISSON_BRANCH
+from dpscaling.law.columns import MODEL, MODEL_SIZE
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.runnable import best_learning_rate
 from dpscaling.mechanisms import DPSGD, mechanism_named
 from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan, read_plan
 from dpscaling.samplers import POISSON, SHUFFLE
 
-if TYPE_CHECKING:  # importing the training stack pulls in JAX
+if TYPE_CHECKING:  # importing the training stack pulls in JAX; the law's answers, SciPy
+    from dpscaling.law.answers import ScalingLaw
     from dpscaling.train.config import TrainConfig
 
 BLOCK = "private_model"
@@ -92,140 +93,66 @@ def budget_by_label(block: Mapping[str, Any], default_delta: float, label: str) 
     raise UserError(f"{BLOCK}.budgets: no budget {label!r}")
 
 
-def integer_batch_sizes(data_budget: int) -> np.ndarray:
-    """The query's batch sizes 2^(k/4) rounded to whole sequences, at most the data budget."""
-    from dpscaling.law.queries import DEFAULT_BATCH_SIZES
-
-    sizes = np.unique(np.round(DEFAULT_BATCH_SIZES))
-    return sizes[sizes <= data_budget]
-
-
-def trained_models(law, models: Sequence[str]) -> pd.Series:
-    """Model Size of each of the run's ``models`` that the law was fitted on (index: model name)."""
-    sizes = law.grid[[MODEL, MODEL_SIZE]].drop_duplicates().set_index(MODEL)[MODEL_SIZE]
-    sizes = sizes[sizes.index.isin(list(models))].sort_values()
-    if sizes.empty:
-        raise UserError(f"models.names: none of {list(models)} is in the law (it has {sorted(set(law.grid[MODEL]))})")
-    return sizes
-
-
-# Candidates of the law's search (lowest loss first) re-priced with the real sampler's σ.
-RERANKED_CANDIDATES = 8
-RERANK_TOLERANCE = 0.05
-
-
-@dataclass(frozen=True)
-class RepricedCandidate:
-    """One of the search's configurations at whole steps, priced with the real sampler's σ."""
-
-    model_size: float
-    batch_size: int
-    iterations: int
-    sigma: float  # untruncated Poisson's σ on exactly N sequences at the budget's (ε, δ)
-    loss: float  # the law's loss at σ / B (corrected to B with a correction); NaN outside its range
-
-    @property
-    def answered(self) -> bool:
-        """Whether the law answers it (σ̄ inside its range)."""
-        return math.isfinite(self.loss)
-
-
-def plan_budget(law_dir: str | os.PathLike[str], budget: Budget, models: Sequence[str],
+def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, models: Sequence[str],
                 learning_rate: float | None = None, microbatch_size: int | None = None,
                 correction: PhysicalBatchCorrection | None = None,
-                fixed_sizes: Mapping[str, float] | None = None, mechanism: str = DPSGD.name) -> PrivatePlan:
-    """The law's compute-optimal configuration for ``budget`` among the run's ``models``, made trainable, or
-    the budget's fixed configuration as it stands (its model's parameter count in ``fixed_sizes``).
+                fixed_sizes: Mapping[str, float] | None = None, mechanism: str | None = None,
+                decision_rule: str | None = None) -> PrivatePlan:
+    """The law's answer for ``budget`` among the run's ``models``, made trainable, or the budget's fixed
+    configuration as it stands (its model's parameter count in ``fixed_sizes``).
 
-    The search (σ from the law's table, thousands of candidates) proposes (:func:`search`); its best
-    :data:`RERANKED_CANDIDATES` distinct (model, B, whole T) within :data:`RERANK_TOLERANCE` of its
-    optimum (:func:`whole_step_candidates`) are re-priced with the σ of the real sampler (:func:`reprice`);
-    the lowest law loss at that σ̄ wins (:func:`choose`), and its σ is then calibrated at its priced L
-    exactly as the private run will (:func:`priced_plan`). With a ``correction`` (not in the paper:
+    The answer is ``dpscaling query``'s (:meth:`dpscaling.law.answers.ScalingLaw.query`: one search, one
+    rounding, one pricing, one decision rule), asked with what the private run trains: the run's own
+    ``models``, whole microbatches, Poisson's σ (``sampling="poisson"``) and extrapolation allowed (flagged:
+    the closed loop measures it). Its configuration is then priced exactly as the private run will be
+    (:func:`priced_plan`: truncated Poisson at its priced L). ``law_dir``: a law directory (read with the
+    files the workflow writes beside it) or a loaded law. With a ``correction`` (not in the paper:
     :mod:`dpscaling.law.physical_batch`) every loss is the law's corrected to the candidate's B;
     ``law_loss`` keeps the uncorrected prediction.
     """
-    from dpscaling.law import read_law
+    from dpscaling.law.answers import ScalingLaw
 
-    law = read_law(law_dir)
-    source = law.sigma_source()
+    law = law_dir if isinstance(law_dir, ScalingLaw) else _load_one(law_dir)
+    mechanism = mechanism or law.mechanism
     if budget.configuration is not None:
-        return _fixed_plan(law, source, budget, fixed_sizes or {}, learning_rate, microbatch_size, correction,
-                           mechanism)
-    sizes = trained_models(law, models)
-    answer = search(law, source, budget, sizes, correction)
-    priced = reprice(law, budget, whole_step_candidates(answer), correction, mechanism)
-    chosen = choose(law, budget, priced)
-    model = str(sizes.index[np.flatnonzero(np.isclose(sizes.to_numpy(float), chosen.model_size))[0]])
-    plan = priced_plan(law, budget, model, chosen.model_size, chosen.batch_size, chosen.iterations, learning_rate,
-                       microbatch_size, correction, search_query(answer, source, sizes), mechanism)
-    return dataclasses.replace(plan, candidates_repriced=len(priced),
-                               candidates_answered=sum(candidate.answered for candidate in priced))
-
-
-def search(law, source, budget: Budget, sizes: pd.Series, correction: PhysicalBatchCorrection | None):
-    """The compute-optimal query of ``dpscaling query`` (paper §3.4) over the run's trained model ``sizes`` and
-    whole batch sizes, σ from the law's table: its optimum and every candidate within :data:`RERANK_TOLERANCE`."""
-    from dpscaling.law.queries import compute_optimal
-
+        return _fixed_plan(law.bundle.law, law.sigma_source(), budget, fixed_sizes or {}, learning_rate,
+                           microbatch_size, correction, mechanism)
     try:
-        return compute_optimal(budget.compute, budget.epsilon, budget.data_budget, law.loss, source.sigma,
-                               law.seq_len, sizes.to_numpy(float), law.iteration_bounds(), RERANK_TOLERANCE,
-                               integer_batch_sizes(budget.data_budget), correction=correction)
+        answer = law.query(budget.compute, budget.epsilon, users=float(budget.data_budget), delta=budget.delta,
+                           physical_batch_correction=correction or False, allow_extrapolation=True,
+                           microbatch_size=microbatch_size, optimum_interval=False, sampling=POISSON_BRANCH,
+                           models=list(models), decision_rule=decision_rule)
     except UserError as error:
         raise UserError(f"{BLOCK}.budgets {budget.label}: the law cannot answer it: {error}") from error
+    chosen = answer.runnable
+    model = chosen.measured_model or (chosen.model.name if chosen.model is not None else None)
+    if model is None or not math.isfinite(chosen.predicted_loss):
+        raise UserError(f"{BLOCK}.budgets {budget.label}: the law's answer is not runnable ({chosen.model_note})")
+    plan = priced_plan(law.bundle.law, budget, model, chosen.model_size, chosen.batch_size, chosen.iterations,
+                       learning_rate or chosen.learning_rate, microbatch_size, correction,
+                       search_query(answer, models), mechanism)
+    decision = None if chosen.decision is None else {
+        **chosen.decision.to_json(), "calibrated_interval_90": answer.to_json()["calibrated_interval_90"],
+        "flags": [flag.code for flag in answer.flags]}
+    return dataclasses.replace(plan, decision=decision)
 
 
-def whole_step_candidates(answer) -> pd.DataFrame:
-    """The search's near-optimal configurations with T rounded to whole steps: the best
-    :data:`RERANKED_CANDIDATES` distinct (M, B, T), lowest loss first."""
-    near = answer.near_optimal
-    candidates = near.assign(**{ITERATIONS: np.maximum(1, np.round(near[ITERATIONS]))})
-    return candidates.drop_duplicates([MODEL_SIZE, BATCH_SIZE, ITERATIONS]).head(RERANKED_CANDIDATES)
+def _load_one(law_dir: str | os.PathLike[str]) -> ScalingLaw:
+    """The law at ``law_dir`` with its replicates and calibration (a law across mechanisms is refused)."""
+    from dpscaling.law.answers import ScalingLaw, load_law
+
+    law = load_law(law_dir)
+    if not isinstance(law, ScalingLaw):
+        raise UserError(f"{law_dir}: a law across mechanisms plans a budget that names its mechanism")
+    return law
 
 
-def reprice(law, budget: Budget, candidates: pd.DataFrame,
-            correction: PhysicalBatchCorrection | None, mechanism: str = DPSGD.name) -> list[RepricedCandidate]:
-    """Each candidate at the σ of the sampler that will run on exactly N sequences at the budget's (ε, δ):
-    untruncated Poisson's, which truncated Poisson at its priced L matches within
-    :data:`dpscaling.accounting.truncation.EPSILON_TOLERANCE` of ε (the table's σ is the study's sampling
-    rule's, which can put the real σ̄ far from the search's); for BandMF, that of its cyclic Poisson
-    (:class:`dpscaling.accounting.matched.BandMFReduction`)."""
-    from dpscaling.accounting.calibration import calibrate_poisson
-    from dpscaling.accounting.matched import BandMFReduction
-
-    bands = mechanism_named(mechanism).bands
-    priced = []
-    for _, row in candidates.iterrows():
-        batch, steps = int(row[BATCH_SIZE]), int(row[ITERATIONS])
-        try:
-            reduced = BandMFReduction.of(budget.data_budget, batch, steps, bands)
-        except UserError:  # no group of N/b holds the batch: this mechanism cannot run it
-            continue
-        sigma = calibrate_poisson(budget.epsilon, reduced.sampling_probability, reduced.rounds, budget.delta)
-        loss = float(corrected_loss(law, correction, row[MODEL_SIZE], steps, sigma / batch, batch))
-        priced.append(RepricedCandidate(float(row[MODEL_SIZE]), batch, steps, sigma, loss))
-    return priced
-
-
-def choose(law, budget: Budget, priced: Sequence[RepricedCandidate]) -> RepricedCandidate:
-    """The re-priced candidate with the lowest law loss (the first of equals, the search's order); a budget
-    none of whose candidates the law answers is refused."""
-    answered = [candidate for candidate in priced if candidate.answered]
-    if not answered:
-        raise UserError(f"{BLOCK}.budgets {budget.label}: with the real sampler's sigma none of the law's "
-                        f"{len(priced)} best configurations is inside its range (sigma-bar "
-                        f"{min(c.sigma / c.batch_size for c in priced):.3g} and up; the law's largest is "
-                        f"{law.loss.noise_batch_ratios[-1]:.3g}): raise epsilon, data_budget or compute")
-    return min(answered, key=lambda candidate: candidate.loss)
-
-
-def search_query(answer, source, sizes: pd.Series) -> LawQuery:
-    """The search's own optimum, as its table priced it."""
+def search_query(answer, models: Sequence[str]) -> LawQuery:
+    """The search's own optimum (the paper's point optimum), as its σ source priced it."""
     optimum = answer.optimum
-    return LawQuery(float(optimum[MODEL_SIZE]), float(optimum[BATCH_SIZE]), float(optimum[ITERATIONS]),
-                    float(optimum[SIGMA]), float(optimum[NOISE_BATCH_RATIO]), float(optimum[CROSS_ENTROPY]),
-                    source.sampling, float(source.delta), answer.candidates, models=tuple(sizes.index))
+    return LawQuery(optimum.model_size, optimum.batch_size, optimum.iterations, optimum.sigma,
+                    optimum.noise_batch_ratio, optimum.predicted_loss, answer.sampling, float(answer.query["delta"]),
+                    answer.candidates, models=tuple(models))
 
 
 def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], learning_rate: float | None,
@@ -257,12 +184,10 @@ def priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, 
     private run will be: :func:`dpscaling.accounting.matched.account_run` with the plan's ``mechanism``), the
     law's loss there (corrected and not), the learning rate (:func:`plan_learning_rate`) and ``query``, what
     asked for it."""
-    from dpscaling.accounting.matched import account_run
+    from dpscaling.accounting.pricing import price_run
     from dpscaling.law.queries import compute_cost
 
-    run = account_run(POISSON.name, None, dataset_size=budget.data_budget, expected_batch_size=batch, steps=steps,
-                      delta=budget.delta, target_epsilon=budget.epsilon, multiple=microbatch_size or 1,
-                      mechanism=mechanism)
+    run = price_run(mechanism, budget.epsilon, budget.delta, budget.data_budget, batch, steps, microbatch_size or 1)
     nbr = run.sigma / batch
     return PrivatePlan(
         budget=budget, model=model, model_size=float(model_size), batch_size=int(batch), iterations=int(steps),
@@ -350,14 +275,18 @@ def twin_config_for(plan: PrivatePlan, model_param: str | Mapping[str, Any], tra
     return plan_job_config(plan, model_param, training, study, batch, float(plan.noise_batch_ratio), seed)
 
 
-def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: int | None) -> dict[str, Any]:
+def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: int | None,
+                       strategy: str | None = None) -> dict[str, Any]:
     """The matched audit's settings (:class:`dpscaling.audit.AuditSettings`): 2N canaries (≈ N of them
-    included, the run's dataset size), the run's expected batch B, steps T, ε and δ."""
+    included, the run's dataset size), the run's expected batch B, steps T, ε and δ; a correlated mechanism's
+    with the run's strategy criterion (``strategy``, training.bandmf_strategy)."""
     budget = plan.budget
+    correlated = {} if plan.mechanism == DPSGD.name else {"mechanism": plan.mechanism,
+                                                           **({"strategy": strategy} if strategy else {})}
     return {"n_canaries": 2 * int(budget.data_budget), "expected_batch_size": int(plan.batch_size),
             "steps": int(plan.iterations), "epsilon": float(budget.epsilon), "delta": float(budget.delta),
             "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan.batch_size),
-            "seed": int(audit["seed"])} | ({} if plan.mechanism == DPSGD.name else {"mechanism": plan.mechanism})
+            "seed": int(audit["seed"])} | correlated
 
 
 # ---------------------------------------------------------------------------------------- the rules' steps
@@ -368,17 +297,19 @@ def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], defaul
                fixed_sizes: Mapping[str, float] | None = None) -> PrivatePlan:
     """Rule ``private_model_plan``: the plan of budget ``label`` as JSON (corrected for the physical batch
     when the run fits the correction: ``correction_file``; a fixed configuration's model sized by
-    ``fixed_sizes``)."""
+    ``fixed_sizes``), chosen by the block's ``decision_rule``."""
     from dpscaling.io import write_json_atomic
     from dpscaling.law.physical_batch import load_correction
 
     correction = load_correction(correction_file) if correction_file else None
     budget = budget_by_label(block, default_delta, label)
+    rule = block.get("decision_rule")
     if budget.mechanism is None:
-        plan = plan_budget(law_dir, budget, models, block["learning_rate"], microbatch_size, correction, fixed_sizes)
+        plan = plan_budget(law_dir, budget, models, block["learning_rate"], microbatch_size, correction, fixed_sizes,
+                           decision_rule=rule)
     else:
         plan = plan_mechanisms(law_dir, budget, models, block["learning_rate"], microbatch_size, correction,
-                               fixed_sizes)
+                               fixed_sizes, rule)
     write_json_atomic(out, plan.to_json())
     return plan
 
@@ -386,26 +317,26 @@ def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], defaul
 def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequence[str],
                     learning_rate: float | None = None, microbatch_size: int | None = None,
                     correction: PhysicalBatchCorrection | None = None,
-                    fixed_sizes: Mapping[str, float] | None = None) -> PrivatePlan:
+                    fixed_sizes: Mapping[str, float] | None = None, decision_rule: str | None = None) -> PrivatePlan:
     """A budget that names its mechanism, planned by that mechanism's law, or, with ``mechanism: choose``, by
-    every mechanism's law (``laws``: law/mechanisms, or its mechanisms.json), the lowest predicted loss
-    winning; the plan lists what each mechanism's law planned. The physical-batch correction, fitted on the
-    primary mechanism's runs, applies to that mechanism's plan only."""
-    from dpscaling.law.mechanisms import mechanism_entries
+    every mechanism's law (``laws``: law/mechanisms, or its mechanisms.json), the decision rule's lowest score
+    winning (:mod:`dpscaling.law.decision`, as ``dpscaling query`` chooses); the plan lists what each
+    mechanism's law planned. The physical-batch correction, fitted on the primary mechanism's runs, applies
+    to every mechanism's plan alike, so that they compare at the same physical batch."""
+    from dpscaling.law.mechanisms import LawAcrossMechanisms
 
     laws = Path(laws)
-    entries = mechanism_entries(laws.parent if laws.is_file() else laws)
-    primary = next(iter(entries))
-    wanted = list(entries) if budget.mechanism == CHOOSE else [budget.mechanism]
-    unknown = [name for name in wanted if name not in entries]
+    across = LawAcrossMechanisms(laws.parent if laws.is_file() else laws)
+    wanted = across.mechanisms if budget.mechanism == CHOOSE else [budget.mechanism]
+    unknown = [name for name in wanted if name not in across.mechanisms]
     if unknown:
         raise UserError(f"{BLOCK}.budgets {budget.label}: mechanism {unknown[0]!r} is not one of this run's "
-                        f"training.mechanisms {list(entries)} (or {CHOOSE!r})")
+                        f"training.mechanisms {across.mechanisms} (or {CHOOSE!r})")
     plans, compared = {}, []
     for name in wanted:
         try:
-            plans[name] = plan_budget(entries[name]["law"], budget, models, learning_rate, microbatch_size,
-                                      correction if name == primary else None, fixed_sizes, name)
+            plans[name] = plan_budget(across.law(name), budget, models, learning_rate, microbatch_size, correction,
+                                      fixed_sizes, name, decision_rule)
         except UserError as error:
             compared.append({"mechanism": name, "planned": False, "reason": str(error)})
             if len(wanted) == 1:
@@ -414,12 +345,17 @@ def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequen
         plan = plans[name]
         compared.append({"mechanism": name, "planned": True, "model": plan.model, "batch_size": plan.batch_size,
                          "iterations": plan.iterations, "noise_batch_ratio": plan.noise_batch_ratio,
-                         "predicted_loss": plan.predicted_loss})
+                         "predicted_loss": plan.predicted_loss, "decision": plan.decision})
     if not plans:
         raise UserError(f"{BLOCK}.budgets {budget.label}: no mechanism's law plans it: "
                         + "; ".join(f"{row['mechanism']}: {row['reason']}" for row in compared))
-    best = min(plans, key=lambda name: plans[name].predicted_loss)
+    best = min(plans, key=lambda name: plan_score(plans[name]))
     return dataclasses.replace(plans[best], mechanisms_compared=tuple(compared))
+
+
+def plan_score(plan: PrivatePlan) -> float:
+    """The decision rule's score of a plan (its predicted loss for a fixed configuration, which has none)."""
+    return float(plan.predicted_loss if plan.decision is None else plan.decision["score"])
 
 
 def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], training: Mapping[str, Any],
@@ -459,10 +395,11 @@ def discard_other_plans_checkpoint(checkpoint_dir: str | os.PathLike[str], confi
 
 
 def audit_budget(plan_path: str | os.PathLike[str], audit: Mapping[str, Any], microbatch: int | None,
-                 summary_path: str | os.PathLike[str], table_path: str | os.PathLike[str]) -> dict[str, Any]:
+                 summary_path: str | os.PathLike[str], table_path: str | os.PathLike[str],
+                 strategy: str | None = None) -> dict[str, Any]:
     """Rule ``private_model_audit``: the matched one-run audit of the plan (and its negative control)."""
     from dpscaling.audit import write_audit
 
-    settings = audit_settings_for(read_plan(plan_path), audit, microbatch)
+    settings = audit_settings_for(read_plan(plan_path), audit, microbatch, strategy)
     delta = settings.pop("delta")
     return write_audit(settings, delta, summary_path, table_path)

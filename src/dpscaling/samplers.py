@@ -11,6 +11,10 @@ checks, the private runs and :mod:`dpscaling.cluster` ask the sampler; none test
 
 * ``shuffle`` — the study mode of the paper's grid: seeded per-epoch permutations, the epoch's
   remainder dropped; accounted as deterministic batches with its true participation bound.
+* ``cyclic`` — fixed-order epochs: one seeded permutation, then the same order every epoch, so an example's
+  participations lie exactly ⌊N/B⌋ steps apart; accounted as deterministic batches. The fixed batches a
+  correlated mechanism (BandMF) needs: its b-banded strategy's columns of one example never overlap when
+  ⌊N/B⌋ ≥ b (:mod:`dpscaling.accounting.pricing`).
 * ``poisson`` — private training: jax-privacy's Poisson batch selection truncated at a static L,
   accounted with jax-privacy's truncated DP-SGD event.
 
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 
 from dpscaling.errors import UserError
 
-__all__ = ["POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
+__all__ = ["CYCLIC", "POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
            "truncating_samplers"]
 
 
@@ -55,6 +59,8 @@ class Sampler:
     # Most steps one example joins, from (N, B, T); None: unbounded (each step samples independently).
     participation_bound: Callable[[int, int, int], int] | None
     describes: str
+    # Fewest steps between two participations of one example, from (N, B); 1: any two may be adjacent.
+    min_separation: Callable[[int, int], int] = lambda n_rows, batch_size: 1
 
     def batch_source(self) -> type:
         """The class that yields a run's step inputs (imported on demand: it needs JAX)."""
@@ -70,11 +76,16 @@ SHUFFLE = Sampler(
     name="shuffle", batches="dpscaling.train.sampling:ShuffledStepBatches", accountant="deterministic",
     private=False, truncated=False, participation_bound=shuffle_max_participations,
     describes="seeded per-epoch permutations (the study mode of the paper's grid)")
+CYCLIC = Sampler(
+    name="cyclic", batches="dpscaling.train.sampling:CyclicStepBatches", accountant="deterministic",
+    private=False, truncated=False, participation_bound=shuffle_max_participations,
+    describes="one seeded permutation in the same order every epoch (participations N // B steps apart)",
+    min_separation=lambda n_rows, batch_size: n_rows // batch_size)
 POISSON = Sampler(
     name="poisson", batches="dpscaling.train.sampling:PoissonStepBatches", accountant="truncated_poisson",
     private=True, truncated=True, participation_bound=None,
     describes="truncated Poisson sampling at a padded static batch L (private training)")
-SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (SHUFFLE, POISSON)}
+SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (SHUFFLE, CYCLIC, POISSON)}
 
 
 def sampler_named(name: str, block: str = "train") -> Sampler:

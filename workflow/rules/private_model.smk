@@ -144,6 +144,8 @@ rule private_model_audit:
     params:
         audit=config["audit"],
         microbatch=config["training"]["microbatch_size"],
+        # a correlated mechanism's strategy criterion, as its private run optimises it
+        strategy=config["training"].get("bandmf_strategy"),
     script:
         "../scripts/private_model_audit.py"
 

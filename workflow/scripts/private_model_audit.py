@@ -8,5 +8,6 @@ with log_to_file(snakemake.log[0]) as log:
         snakemake.params.microbatch,
         snakemake.output.summary,
         snakemake.output.table,
+        snakemake.params.strategy,
     )
     log.info("matched audit: %s", summary)

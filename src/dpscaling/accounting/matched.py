@@ -15,7 +15,11 @@ Each sampler's record (:mod:`dpscaling.samplers`) names its accountant:
   ``truncated_poisson``: jax-privacy's ``truncated_dpsgd_event`` (Chua et al. 2024,
   arXiv 2411.04205) composed by dp-accounting's PLD accountant, add/remove adjacency,
   with L chosen by its privacy price unless the run fixes it
-  (:mod:`dpscaling.accounting.truncation`).
+  (:mod:`dpscaling.accounting.truncation`). A BandMF run's cyclic Poisson splits the data into b
+  equal groups, which jax-privacy supports under zero-out adjacency only: its record says so
+  (``adjacency``), and the PLD of its event is the same under either relation (a test checks it).
+* ``cyclic`` → ``deterministic`` as ``shuffle``, its participations ⌊N/B⌋ apart (the
+  sensitivity a correlated mechanism's strategy has at that separation).
 
 ``poisson`` (untruncated Poisson PLD, the study table's accountant) describes no sampler
 a run executes here, so a run asking for it is refused, as is any other pairing of a
@@ -29,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpscaling.accounting import gaussian
+from dpscaling.accounting.branches import ADD_REMOVE, ZERO_OUT
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import DPSGD, mechanism_named
@@ -90,6 +95,9 @@ class RunPrivacy:
     group_size: int | None = None  # poisson + BandMF: examples per cyclic group, N // b (N mod b never sampled)
     accounted_rounds: int | None = None  # poisson + BandMF: ⌈T/b⌉, the steps one group (one example) can join
     sensitivity: float | None = None  # shuffle + BandMF: L2 sensitivity of C over the k participations
+    # The neighbouring relation of the guarantee: add/remove for Poisson DP-SGD; zero-out for fixed batches and
+    # for BandMF's cyclic Poisson, whose equal split into b groups jax-privacy supports under zero-out only.
+    adjacency: str = ADD_REMOVE
 
     def record(self) -> dict[str, Any]:
         values = asdict(self)
@@ -164,7 +172,7 @@ def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: flo
     else:
         reduced = BandMFReduction.of(common["dataset_size"], batch, common["steps"], bands)
         q, rounds, population = reduced.sampling_probability, reduced.rounds, reduced.group_size
-        extra = {"group_size": reduced.group_size, "accounted_rounds": reduced.rounds}
+        extra = {"group_size": reduced.group_size, "accounted_rounds": reduced.rounds, "adjacency": ZERO_OUT}
         common = common | {"sampling_probability": q}
     run = truncated_poisson_run(
         q=q, steps=rounds, dataset_size=population, delta=common["delta"], multiple=multiple,
@@ -182,8 +190,9 @@ def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: flo
 def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None, noise_batch_ratio: float,
                    truncated_batch_size: int | None, multiple: int, coefficients: Any) -> RunPrivacy:
     """One Gaussian mechanism of sensitivity Δ over the k participations the sampler allows: Δ² = k for
-    DP-SGD; for BandMF the strategy's sensitivity with k participations at any separation (shuffled epochs
-    can place two one step apart), jax-privacy's ``minsep_sensitivity_squared``."""
+    DP-SGD; for BandMF the strategy's sensitivity with k participations at the sampler's minimum separation
+    (shuffled epochs can place two one step apart; the cyclic sampler keeps them ⌊N/B⌋ apart),
+    jax-privacy's ``minsep_sensitivity_squared``."""
     batch, delta = common["expected_batch_size"], common["delta"]
     participations = sampler.participation_bound(common["dataset_size"], batch, common["steps"])
     extra = {}
@@ -194,7 +203,8 @@ def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float |
             raise ValueError("a correlated mechanism's deterministic accounting needs its strategy coefficients")
         from dpscaling.dp.correlated import sensitivity_squared
 
-        sensitivity = math.sqrt(sensitivity_squared(coefficients, common["steps"], participations, 1))
+        separation = sampler.min_separation(common["dataset_size"], batch)
+        sensitivity = math.sqrt(sensitivity_squared(coefficients, common["steps"], participations, separation))
         extra = {"sensitivity": sensitivity}
     if epsilon is not None:
         sigma = sensitivity * gaussian.analytic_gaussian_sigma(epsilon, delta)
@@ -202,7 +212,7 @@ def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float |
         sigma = noise_batch_ratio * batch
     spent = math.inf if sigma == 0 else gaussian.gaussian_epsilon(sigma / sensitivity, delta)
     return RunPrivacy(**common, epsilon=spent, sigma=sigma, noise_batch_ratio=sigma / batch,
-                      truncated_batch_size=None, max_participations=participations, **extra)
+                      truncated_batch_size=None, max_participations=participations, adjacency=ZERO_OUT, **extra)
 
 
 # How a run is accounted, by the accountant its sampler names.

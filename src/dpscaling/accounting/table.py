@@ -11,8 +11,8 @@ grid with factor-2 steps in T and q within 0.5% — so the table costs a fractio
 of the compute. ``method="linear"`` gives the authors' scheme.
 
 The Poisson branch is tabulated; the deterministic branch is exact and cheap
-(√⌈qT⌉ · s_AG(ε, δ)), so :class:`SigmaTable` evaluates it directly at the query
-instead of interpolating a ceiling function.
+(√⌈qT⌉ · s_AG(ε, δ); for a BandMF table the cyclic sampler's k, :mod:`dpscaling.accounting.pricing`),
+so :class:`SigmaTable` evaluates it directly at the query instead of interpolating a ceiling function.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class SigmaTable:
     dropping them, as the authors' analysis drops out-of-range queries).
     """
 
-    def __init__(self, frame: pd.DataFrame, delta: float | None = None, method: str = "cubic"):
+    def __init__(self, frame: pd.DataFrame, delta: float | None = None, method: str = "cubic", bands: int = 1):
         deltas = frame["delta"].unique()
         if len(deltas) != 1:
             raise UserError(f"accounting table mixes several delta values: {deltas}")
@@ -145,13 +145,14 @@ class SigmaTable:
         self.epsilons, self.steps, self.sampling_probabilities, cube = _grid_array(frame)
         if np.isnan(cube).all():
             raise UserError("accounting table has no usable cells")
-        self.frame, self.method = frame, method
+        self.frame, self.method, self.bands = frame, method, int(bands)
         self._log_axes = (np.log(self.epsilons), np.log(self.steps), np.log(self.sampling_probabilities))
         self._log_cube = np.log(cube)
 
     @classmethod
     def load(cls, path: str | Path) -> SigmaTable:
-        return cls(read_frame(path)[0])
+        frame, spec = read_frame(path)
+        return cls(frame, bands=1 if spec is None else spec.bands)
 
     def _check_range(self, values: np.ndarray, axis: np.ndarray, name: str) -> None:
         low, high = axis[0] * (1 - 1e-12), axis[-1] * (1 + 1e-12)
@@ -204,9 +205,18 @@ class SigmaTable:
         return self._refuse(eps, t, q, sigma, reason, on_missing)
 
     def deterministic(self, epsilon, steps, q) -> np.ndarray:
+        """√k · s_AG(ε, δ): the paper's k = ⌈qT⌉ for DP-SGD; for a table of b ≥ 2 bands (BandMF) the cyclic
+        sampler's k = ⌈T/⌊1/q⌋⌉, participations ⌊1/q⌋ ≥ b apart, NaN where ⌊1/q⌋ < b
+        (:mod:`dpscaling.accounting.pricing`)."""
         eps, t, q = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(steps, float),
                                         np.asarray(q, float))
-        k = np.maximum(1, np.ceil(q * t * (1 - gaussian._PARTICIPATION_ROUNDING)))  # noqa: SLF001
+        rounding = gaussian._PARTICIPATION_ROUNDING  # noqa: SLF001
+        if self.bands == 1:
+            k = np.maximum(1, np.ceil(q * t * (1 - rounding)))
+        else:
+            with np.errstate(divide="ignore"):
+                separation = np.floor(1.0 / q * (1 + rounding))
+            k = np.where(separation >= self.bands, np.ceil(t / np.maximum(separation, 1) * (1 - rounding)), np.nan)
         unique_eps, inverse = np.unique(eps, return_inverse=True)
         s_ag = np.array([gaussian.analytic_gaussian_sigma(float(e), self.delta) for e in unique_eps])
         return np.sqrt(k) * s_ag[inverse].reshape(eps.shape)
@@ -224,7 +234,9 @@ class SigmaTable:
         # Where the Poisson branch alone is refused for near-steps it exceeds the
         # deterministic σ by ≥ 10% (more than its error), so the min rule is exact there.
         eps, t, q, poisson, reason = self._interpolated(epsilon, steps, q, on_missing)
-        return self._refuse(eps, t, q, np.minimum(poisson, self.deterministic(eps, t, q)), reason, on_missing)
+        fixed = self.deterministic(eps, t, q)  # NaN only where no BandMF run has fixed batches
+        lower = np.where(np.isnan(fixed), poisson, np.minimum(poisson, fixed))
+        return self._refuse(eps, t, q, lower, reason, on_missing)
 
     def noise_batch_ratio(self, epsilon, users, batch, steps, sampling: str = "min",
                           on_missing: str = "raise") -> np.ndarray:

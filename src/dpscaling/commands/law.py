@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from dpscaling.accounting.branches import SAMPLINGS
 from dpscaling.accounting.validation import DEFAULT_DELTA
 from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.errors import UserError
@@ -26,7 +27,8 @@ from dpscaling.law.answers import Answer, ScalingLaw, load_law
 from dpscaling.law.artifact import Law, read_law
 from dpscaling.law.bundle import write_bundle
 from dpscaling.law.collect import RESULTS_FORMATS
-from dpscaling.law.mechanisms import MechanismChoice, choose_mechanism, is_law_across_mechanisms, load_mechanism_laws
+from dpscaling.law.decision import DECISION_RULES, DEFAULT_DECISION_RULE
+from dpscaling.law.mechanisms import LawAcrossMechanisms, MechanismChoice
 from dpscaling.law.pipeline import fit_from_files
 from dpscaling.law.queries import SATURATION_TOLERANCE, model_size_grid, saturating_table
 from dpscaling.law.sequence_length import PRIVACY_UNITS
@@ -157,8 +159,16 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                              "compute is the fine-tuning's own (docs/finetune.md)")
     parser.add_argument("--mechanism", metavar="NAME",
                         help="with a law across mechanisms (<run>/law/mechanisms): answer with this mechanism only "
-                             "(dpsgd or bandmf-b<b>); default: every mechanism's law answers and the lowest "
-                             "predicted loss wins (docs/mechanisms.md)")
+                             "(dpsgd or bandmf-b<b>); default: every mechanism's law answers and the decision "
+                             "rule chooses (docs/mechanisms.md)")
+    parser.add_argument("--decision-rule", choices=DECISION_RULES, default=DEFAULT_DECISION_RULE,
+                        help="how the answer is chosen among the law's candidates and mechanisms: "
+                             "calibrated_upper = the lowest upper end of the calibrated 90%% interval (default; "
+                             "charges extrapolation), point = the lowest predicted loss (the paper's criterion); "
+                             "docs/query.md")
+    parser.add_argument("--sampling", choices=SAMPLINGS,
+                        help="the sampling rule σ is priced under (default: the law's, the paper's min of Poisson "
+                             "and fixed batches; poisson = what the workflow's private runs train)")
     parser.add_argument("--train-config", metavar="YAML",
                         help="also write the config block that trains the answer with `snakemake private_model` "
                              "to this file (layer it over the run's config)")
@@ -258,11 +268,12 @@ def _progress(message: str) -> None:
     print(f"dpscaling: {message}", file=sys.stderr)
 
 
-def _load(args: argparse.Namespace) -> ScalingLaw:
+def _load(args: argparse.Namespace) -> ScalingLaw | LawAcrossMechanisms:
     correction = args.physical_batch_correction if isinstance(args.physical_batch_correction, str) else None
     return load_law(args.law, bootstrap=getattr(args, "bootstrap", None),
                     calibration=getattr(args, "calibration", None), physical_batch_correction=correction,
-                    accounting_amplified=args.accounting_amplified, accounting_unamplified=args.accounting_unamplified)
+                    accounting_amplified=args.accounting_amplified, accounting_unamplified=args.accounting_unamplified,
+                    mechanism=getattr(args, "mechanism", None))
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -296,24 +307,15 @@ def run_query(args: argparse.Namespace) -> int:
         raise UserError(f"--inference-tokens must be >= 0, got {args.inference_tokens:g}")
     if args.microbatch_size is not None and args.microbatch_size < 1:
         raise UserError(f"--microbatch-size must be >= 1, got {args.microbatch_size}")
-    def ask(law: ScalingLaw) -> Answer:
-        return law.query(args.compute, args.epsilon, users=args.users, tokens=args.tokens, delta=args.delta,
-                         privacy_unit=args.privacy_unit, seq_len=args.seq_len, tolerance=args.tolerance,
-                         model_size_range=tuple(args.model_size_range) if args.model_size_range else None,
-                         physical_batch_correction=bool(args.physical_batch_correction),
-                         allow_extrapolation=args.allow_extrapolation, inference_tokens=args.inference_tokens,
-                         microbatch_size=args.microbatch_size, count_pretraining=args.count_pretraining,
-                         progress=_progress)
-
-    choice = None
-    if is_law_across_mechanisms(args.law):
-        choice = choose_mechanism(load_mechanism_laws(args.law, args.mechanism), ask)
-        answer = choice.answer
-    elif args.mechanism is not None:
-        raise UserError(f"--mechanism: {args.law} is one mechanism's law; give <run>/law/mechanisms (a run whose "
-                        "training.mechanisms lists several) to choose among mechanisms")
-    else:
-        answer = ask(_load(args))
+    result = _load(args).query(args.compute, args.epsilon, users=args.users, tokens=args.tokens, delta=args.delta,
+                       privacy_unit=args.privacy_unit, seq_len=args.seq_len, tolerance=args.tolerance,
+                       model_size_range=tuple(args.model_size_range) if args.model_size_range else None,
+                       physical_batch_correction=bool(args.physical_batch_correction),
+                       allow_extrapolation=args.allow_extrapolation, inference_tokens=args.inference_tokens,
+                       microbatch_size=args.microbatch_size, count_pretraining=args.count_pretraining,
+                       progress=_progress, decision_rule=args.decision_rule, sampling=args.sampling)
+    choice = result if isinstance(result, MechanismChoice) else None
+    answer = result.answer if choice is not None else result
     if args.train_config:
         block = answer.runnable.train_config()
         if not block:
@@ -332,12 +334,16 @@ def run_query(args: argparse.Namespace) -> int:
 
 def render_choice(choice: MechanismChoice) -> str:
     """The chosen mechanism's answer, then every mechanism's predicted loss at its own optimum."""
-    lines = [f"mechanism    {choice.mechanism} (b = {mechanism_named(choice.mechanism).bands}), the lowest predicted "
-             f"loss of {len(choice.answers)} answered", render_answer(choice.answer), "", "mechanisms compared:"]
+    decision = choice.answer.runnable.decision
+    rule = decision.rule if decision is not None else "point"
+    lines = [f"mechanism    {choice.mechanism} (b = {mechanism_named(choice.mechanism).bands}), the decision rule's "
+             f"({rule}) choice of {len(choice.answers)} answered; the lowest predicted loss alone: "
+             f"{choice.point_choice}", render_answer(choice.answer), "", "mechanisms compared:"]
     for row in choice.comparison():
         interval = row["calibrated_interval"]
         lines.append(f"  {row['mechanism']:<12} loss {row['predicted_loss']:.4g}"
                      + (f" [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "")
+                     + f"  score {row['decision_score']:.4g}"
                      + f"  M {row['model_size']:,}  B {row['batch_size']}  T {row['iterations']}"
                      + f"  sigma-bar {row['noise_batch_ratio']:.3g}")
     for name, reason in choice.without_answer.items():
@@ -386,8 +392,10 @@ def render_answer(answer: Answer) -> str:
         f"{runnable.tokens / runnable.model_size:.3g} tokens per parameter)",
         f"learning     rate {runnable.learning_rate:g}" if runnable.learning_rate is not None
         else "learning     rate: none measured for this model",
-        f"noise        σ = {runnable.sigma:.5g} on the summed clipped gradients ({runnable.sampling} batches), "
-        f"σ̄ = σ/B = {runnable.noise_batch_ratio:.4g}",
+        f"noise        σ = {runnable.sigma:.5g} on the summed clipped gradients ({runnable.sampling} batches, "
+        f"{runnable.mechanism}), σ̄ = σ/B = {runnable.noise_batch_ratio:.4g}",
+        *([f"privacy      sampler {runnable.price.sampler}, {runnable.price.adjacency} adjacency, "
+           + _event_line(runnable.price.event.to_json())] if runnable.price is not None else []),
         f"loss         {runnable.predicted_loss:.4g}   seed-only 90% {_interval(runnable.seed_only_interval)}   "
         f"calibrated 90% {_interval(runnable.calibrated_interval)}" if math.isfinite(runnable.predicted_loss)
         else f"loss         none: {runnable.model_note}",
@@ -395,6 +403,13 @@ def render_answer(answer: Answer) -> str:
     ]
     if runnable.calibrated_interval is None and math.isfinite(runnable.predicted_loss):
         lines.append(f"             calibrated interval: {answer.calibration_note}")
+    if runnable.decision is not None:
+        decision = runnable.decision
+        lines.append(f"chosen by    {decision.applied}: score {decision.score:.4g}"
+                     + (f" = predicted {decision.predicted_loss:.4g} + half-width {decision.half_width:.3g}"
+                        if decision.half_width is not None else "")
+                     + ("" if decision.applied == decision.rule else
+                        f" ({decision.rule} asked; no calibrated interval in this law)"))
     if answer.flags:
         lines += [f"flag         {flag.code}: {flag.message}" for flag in answer.flags]
     else:
@@ -426,12 +441,30 @@ def render_answer(answer: Answer) -> str:
     return "\n".join(lines)
 
 
+def _event_line(event: dict[str, Any]) -> str:
+    """An accounting event in one line."""
+    if "sampling_probability" in event:
+        return (f"{event['compositions']:,} Poisson-subsampled Gaussian steps at q = {event['sampling_probability']:.4g} "
+                f"of {event['population']:,} examples")
+    return (f"one Gaussian of sensitivity {event['sensitivity']:.4g} ({event['participations']} participations, "
+            f"{event['min_separation']} steps apart)")
+
+
+def _one_law(args: argparse.Namespace) -> ScalingLaw:
+    """One mechanism's law: a law across mechanisms is refused by name."""
+    law = _load(args)
+    if isinstance(law, LawAcrossMechanisms):
+        raise UserError(f"--law {args.law}: a law across mechanisms; give one mechanism's law (its mechanisms.json "
+                        "names each one's directory)")
+    return law
+
+
 def _query_configs(args: argparse.Namespace) -> int:
     from dpscaling.law.pipeline import existing_file
 
     path = existing_file(args.configs, "--configs")
     configs = pd.read_csv(path, skipinitialspace=True)
-    law = _load(args)
+    law = _one_law(args)
     try:
         evaluated = law.evaluate(configs, delta=args.delta,
                                  physical_batch_correction=bool(args.physical_batch_correction))
@@ -473,6 +506,8 @@ def default_compute_range(law: Law, model_sizes: np.ndarray) -> tuple[float, flo
 def run_table_saturating(args: argparse.Namespace) -> int:
     scaling = load_law(args.law, accounting_amplified=args.accounting_amplified,
                        accounting_unamplified=args.accounting_unamplified)
+    if isinstance(scaling, LawAcrossMechanisms):
+        raise UserError(f"--law {args.law}: a law across mechanisms; give one mechanism's law")
     law = scaling.bundle.law
     source = scaling.sigma_source(args.delta, _progress)
     model_sizes = model_size_grid(*(args.model_size_range or law.model_size_range()))

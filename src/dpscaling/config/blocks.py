@@ -446,6 +446,7 @@ class PrivateModelBlock(Block):
     NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"budgets": BudgetEntry}
     budgets: tuple[BudgetEntry, ...]
     learning_rate: float | None
+    decision_rule: str
     evaluation: Evaluation
 
 
@@ -471,6 +472,7 @@ class SavingsBlock(Block):
     neighbours: tuple[str, ...]
     neighbour_factor: float
     physical_batch_correction: bool
+    decision_rule: str
     evaluation: Evaluation
 
 

@@ -19,6 +19,7 @@ and where the law came from. ``dpscaling query`` prints exactly this object.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -29,28 +30,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpscaling.accounting import pricing
+from dpscaling.accounting.pricing import Price
 from dpscaling.errors import UserError
 from dpscaling.law.bootstrap import Replicates, band, interval, optimum_intervals, replicate_files
 from dpscaling import layout
 from dpscaling.law.bundle import Bundle, is_bundle, load_bundle
 from dpscaling.law.calibration import Calibration, calibrated_interval
+from dpscaling.law.decision import Decision, DecisionRule, rule_named
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA)
 from dpscaling.law.interpolation import reason_counts
+from dpscaling.law.mechanisms import LawAcrossMechanisms, is_law_across_mechanisms
 from dpscaling.law.noise import SigmaSource, read_accounting_csv
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.pipeline import existing_file
 from dpscaling.law.queries import (
-    DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, ComputeOptimal,
+    DECISION_SCORE, DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, ComputeOptimal,
     InferenceAware, best_loss_per_compute, compute_cost, compute_optimal, constant_compute_configurations,
     evaluate_configurations, inference_aware, model_size_grid, saturating_compute)
 from dpscaling.law.range_checks import (
     ExtrapolationRefused, Flag, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
-    one_line, refusal, saturation_flag, sigma_flags)
+    one_line, point_optimum_flags, refusal, saturation_flag, sigma_flags)
 from dpscaling.law.runnable import (
-    ModelShape, best_learning_rate, exact_sigma, nearest_measured, nearest_shape, train_config, whole_batch,
-    whole_steps)
+    ModelShape, best_learning_rate, nearest_measured, nearest_shape, train_config, whole_batch, whole_steps)
 from dpscaling.law.sequence_length import (
     PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, is_law_across_lengths, length_tradeoff)
 
@@ -127,6 +131,12 @@ class Runnable:
     model_note: str = ""
     # A fine-tuning law's answer: the pretrained checkpoint its first step starts from (docs/finetune.md).
     init_checkpoint: str | None = None
+    # How σ was priced (dpscaling.accounting.pricing): mechanism, sampler, adjacency and the event; None where
+    # the accountant refused and the table's σ stands.
+    price: Price | None = None
+    mechanism: str = "dpsgd"
+    decision: Decision | None = None  # the decision rule's score of this configuration
+    measured_model: str | None = None  # the law's measured model of exactly this size, when the answer is one
 
     @property
     def compute(self) -> float:
@@ -139,7 +149,7 @@ class Runnable:
     def train_config(self) -> dict[str, Any]:
         """The config block that trains exactly this configuration with ``snakemake private_model``."""
         return train_config(self.model, self.batch_size, self.iterations, self.learning_rate, self.epsilon,
-                            self.delta, self.data_budget, self.compute, self.init_checkpoint)
+                            self.delta, self.data_budget, self.compute, self.init_checkpoint, self.mechanism)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,10 +158,14 @@ class Runnable:
             "seq_len": self.seq_len, "compute": self.compute, "tokens": self.tokens,
             "tokens_per_parameter": self.tokens / self.model_size, "epsilon": self.epsilon, "delta": self.delta,
             "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "sampling": self.sampling,
+            "mechanism": self.mechanism, "sampler": None if self.price is None else self.price.sampler,
+            "adjacency": None if self.price is None else self.price.adjacency,
+            "accounting_event": None if self.price is None else self.price.event.to_json(),
             "accountant": self.accountant, "predicted_loss": self.predicted_loss,
             "seed_only_interval_90": _pair(self.seed_only_interval),
             "calibrated_interval_90": _pair(self.calibrated_interval), "learning_rate": self.learning_rate,
             "model_note": self.model_note or None, "init_checkpoint": self.init_checkpoint,
+            "decision_rule": None if self.decision is None else self.decision.to_json(),
             "train_config": self.train_config() or None}
 
 
@@ -281,7 +295,7 @@ class ScalingLaw:
     def __init__(self, bundle: Bundle, accounting: tuple[Any, Any] | None = None):
         self.bundle = bundle
         self._accounting = accounting  # the authors' accounting tables given by the caller
-        self._sources: dict[float | None, SigmaSource] = {}
+        self._sources: dict[tuple, SigmaSource] = {}
         self._optima: dict[tuple, pd.Series | None] = {}  # per-budget optima of saturation scans
 
     @property
@@ -292,21 +306,30 @@ class ScalingLaw:
     def seq_len(self) -> int:
         return int(self.bundle.law.seq_len)
 
+    @property
+    def mechanism(self) -> str:
+        """The noise mechanism whose price σ̄ is (dpscaling.mechanisms)."""
+        return self.bundle.law.mechanism
+
     def info(self) -> dict[str, Any]:
         """The bundle's manifest: provenance, validated ranges, loss units, contents."""
         return self.bundle.manifest()
 
-    def sigma_source(self, delta: float | None = None, progress: Callable[[str], None] | None = None) -> SigmaSource:
-        """σ(ε, T, q) at ``delta`` (None: the bundle's δ): the bundle's table, else built on demand."""
-        if delta not in self._sources:
-            source = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress)
+    def sigma_source(self, delta: float | None = None, progress: Callable[[str], None] | None = None,
+                     sampling: str | None = None) -> SigmaSource:
+        """σ(ε, T, q) at ``delta`` (None: the bundle's δ) under ``sampling`` (None: the law's rule): the
+        bundle's table, else built on demand."""
+        key = (delta, sampling)
+        if key not in self._sources:
+            source = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress,
+                                                  sampling=sampling)
             if self.bundle.root is not None and "accounting table" in source.description:
                 # the bundle's own table, named by its place in the bundle: the answer is the same wherever it lies
                 source = SigmaSource(source.sigma, source.delta, source.sampling,
                                      f"the bundle's σ table (sigma_table.parquet, {source.sampling} rule, "
                                      f"δ = {source.delta:g})")
-            self._sources[delta] = source
-        return self._sources[delta]
+            self._sources[key] = source
+        return self._sources[key]
 
     def shape_near(self, model_size: float, seq_len: int | None = None,
                    bounds: tuple[float, float] | None = None) -> ModelShape:
@@ -333,10 +356,16 @@ class ScalingLaw:
         training from scratch)."""
         return dict(self.bundle.provenance.get("pretrained") or {})
 
-    @property
+    @functools.cached_property
     def measured_sizes(self) -> pd.Series:
         """The law's measured models: name → Model Size."""
         return self.bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE]
+
+    def _measured_model(self, model_size: float) -> str | None:
+        """The measured model of exactly ``model_size`` parameters, if any."""
+        sizes = self.measured_sizes
+        hits = sizes.index[np.isclose(sizes.to_numpy(float), model_size, rtol=1e-9, atol=0.5)]
+        return str(hits[0]) if len(hits) else None
 
     def candidate_sizes(self, model_size_range: tuple[float, float]) -> np.ndarray:
         """The model sizes a query searches: a grid over ``model_size_range``; for a fine-tuning law only the
@@ -363,7 +392,9 @@ class ScalingLaw:
               physical_batch_correction: bool | PhysicalBatchCorrection = False,
               allow_extrapolation: bool = False, inference_tokens: float | None = None,
               microbatch_size: int | None = None, optimum_interval: bool = True,
-              count_pretraining: bool = False, progress: Callable[[str], None] | None = None) -> Answer:
+              count_pretraining: bool = False, progress: Callable[[str], None] | None = None,
+              decision_rule: str | DecisionRule | None = None, sampling: str | None = None,
+              models: Sequence[str] | None = None) -> Answer:
         """The compute-optimal configuration for compute ``compute`` FLOPs, privacy budget (``epsilon``,
         ``delta``) and a data budget of ``users`` privacy units or ``tokens`` tokens (one sequence per unit).
 
@@ -373,17 +404,22 @@ class ScalingLaw:
         replicates' own optima (``optimum_interval``, the slowest part of an answer; a sweep of many
         budgets leaves it out); the answer's loss, intervals and flags do not depend on it.
         ``count_pretraining`` (a fine-tuning law only): ``compute`` also pays for each pretrained model's
-        public pretraining (:meth:`_query_counting_pretraining`).
+        public pretraining (:meth:`_query_counting_pretraining`). ``decision_rule`` picks the runnable
+        configuration among the candidates (:mod:`dpscaling.law.decision`; default ``calibrated_upper``);
+        ``sampling`` the rule σ is priced under (default the law's; ``poisson``: what a private run trains);
+        ``models`` restricts the search to those measured models (a run's own, for ``private_model``).
         """
         if not (compute > 0 and epsilon > 0):
             raise UserError(f"--compute and --epsilon must be positive, got {compute!r} and {epsilon!r}")
+        rule = rule_named(decision_rule)
         if count_pretraining:
             return self._query_counting_pretraining(
                 compute, epsilon, users=users, tokens=tokens, delta=delta, privacy_unit=privacy_unit,
                 seq_len=seq_len, tolerance=tolerance, model_size_range=model_size_range,
                 physical_batch_correction=physical_batch_correction, allow_extrapolation=allow_extrapolation,
                 inference_tokens=inference_tokens, microbatch_size=microbatch_size,
-                optimum_interval=optimum_interval, progress=progress)
+                optimum_interval=optimum_interval, progress=progress, decision_rule=rule, sampling=sampling,
+                models=models)
         if (users is None) == (tokens is None):
             raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
         unit = privacy_unit or ("sequence" if tokens is not None else "user")
@@ -391,21 +427,25 @@ class ScalingLaw:
             raise UserError(f"--privacy-unit: must be one of {PRIVACY_UNITS}, got {unit!r}")
         data = DataBudget(unit, tokens, users)
         tolerance = self.default_tolerance() if tolerance is None else float(tolerance)
-        source = self.sigma_source(delta, progress)
+        source = self.sigma_source(delta, progress, sampling)
         correction = self._correction(physical_batch_correction)
         lengths = self.bundle.lengths
         if lengths is not None and (seq_len is None or float(seq_len) != self.seq_len or
                                     self.seq_len not in lengths.across.lengths):
+            if models is not None:
+                raise UserError("models: a query across sequence lengths searches each length's own models")
             return self._query_across_lengths(compute, epsilon, data, seq_len, tolerance, source, correction,
                                               allow_extrapolation, microbatch_size, model_size_range,
-                                              optimum_interval)
+                                              optimum_interval, rule)
         if seq_len is not None and float(seq_len) != self.seq_len:
             raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
         surface = self._surface(self.seq_len)
         units = data.units(self.seq_len)
-        sizes = self.candidate_sizes(model_size_range or surface.model_size_range)
+        sizes = (self.sizes_of(models) if models is not None
+                 else self.candidate_sizes(model_size_range or surface.model_size_range))
         answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
-                                 surface.iteration_bounds, tolerance, correction=correction)
+                                 surface.iteration_bounds, tolerance, correction=correction,
+                                 rank=self._rank(rule, surface))
         self._remember_optimum(answer, compute, epsilon, units, surface, sizes, source, correction)
         self._refuse_beyond_validation(answer, compute, epsilon, units, surface, sizes, source, tolerance,
                                        correction, allow_extrapolation)
@@ -418,7 +458,25 @@ class ScalingLaw:
         saturation = self._saturation(compute, epsilon, units, surface, sizes, source, correction)
         return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
                             allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
-                            inference=inference)
+                            rule, inference=inference)
+
+    def sizes_of(self, models: Sequence[str]) -> np.ndarray:
+        """The Model Size of each of ``models`` the law measured (refused when none is)."""
+        measured = self.measured_sizes
+        inside = sorted(float(measured[name]) for name in dict.fromkeys(models) if name in measured)
+        if not inside:
+            raise UserError(f"models: none of {list(models)} is a model of this law (it measured "
+                            f"{sorted(measured.index)})")
+        return np.array(inside)
+
+    @staticmethod
+    def _rank(rule: DecisionRule, surface: _Surface) -> Callable[[pd.DataFrame], np.ndarray]:
+        """The decision rule's score of a search's answered rows (:mod:`dpscaling.law.decision`)."""
+        def rank(rows: pd.DataFrame) -> np.ndarray:
+            return rule.scores(rows[CROSS_ENTROPY].to_numpy(float), surface.calibration,
+                               rows[MODEL_SIZE].to_numpy(float), rows[ITERATIONS].to_numpy(float),
+                               rows[NOISE_BATCH_RATIO].to_numpy(float))
+        return rank
 
     def _query_counting_pretraining(self, compute: float, epsilon: float, *, model_size_range=None,
                                     **query: Any) -> Answer:
@@ -453,14 +511,14 @@ class ScalingLaw:
         if not answers:
             raise UserError(f"--count-pretraining: no pretrained model answers {compute:.3g} FLOPs: "
                             + "; ".join(refusals))
-        answer, pretraining = min(answers, key=lambda pair: pair[0].predicted_loss)
+        answer, pretraining = min(answers, key=lambda pair: pair[0].runnable.decision.score)
         split = {"compute": float(compute), "pretraining_compute": pretraining,
                  "finetuning_compute": float(compute) - pretraining}
         return dataclasses.replace(answer, query={**answer.query, **split})
 
     def _query_across_lengths(self, compute, epsilon, data: DataBudget, seq_len, tolerance, source, correction,
                               allow_extrapolation, microbatch_size, model_size_range,
-                              optimum_interval: bool = True) -> Answer:
+                              optimum_interval: bool = True, rule: DecisionRule | None = None) -> Answer:
         """The best (M, S, B, T) over the bundle's lengths (or at ``seq_len``, interpolated in log S)."""
         lengths = self.bundle.lengths
         if correction is not None:
@@ -492,7 +550,7 @@ class ScalingLaw:
                        "batch_size": float(row[BATCH_SIZE]), "iterations": float(row[ITERATIONS])}
                       for _, row in found.per_length.iterrows()]
         return self._answer(found.answer, compute, epsilon, data, units, surface, sizes, source, None,
-                            allow_extrapolation, microbatch_size, tolerance, bands, note, None,
+                            allow_extrapolation, microbatch_size, tolerance, bands, note, None, rule_named(rule),
                             per_length=per_length, lengths_without_answer=found.unanswered_lengths)
 
     # --------------------------------------------------------------------------------- the parts
@@ -536,7 +594,7 @@ class ScalingLaw:
         """The policy (:mod:`dpscaling.law.range_checks`): an optimum beyond the validated T is refused, naming
         the best configuration inside the validated range at this budget and the largest budget whose
         optimum stays inside it."""
-        flag = refusal(iteration_flags(float(answer.optimum[ITERATIONS]), self.ranges, allow_extrapolation))
+        flag = refusal(iteration_flags(_chosen_iterations(answer), self.ranges, allow_extrapolation))
         if flag is None:
             return
         limit = min(self.ranges.validated_iterations, surface.iteration_bounds[1])
@@ -667,13 +725,19 @@ class ScalingLaw:
                 "answer": Configuration.from_row(row, surface.seq_len).to_json()}
 
     def _runnable(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, source: SigmaSource,
-                  correction, microbatch_size) -> Runnable:
-        """The search's leading candidates (best first, :data:`RUNNABLE_CANDIDATES` distinct after rounding)
-        made runnable and re-priced exactly; the lowest finite predicted loss wins. Rounding can move a
-        candidate out of the law's range (σ' below its smallest σ̄, say); the next then answers."""
+                  correction, microbatch_size, rule: DecisionRule) -> Runnable:
+        """The search's leading candidates (best first by the decision rule, :data:`RUNNABLE_CANDIDATES`
+        distinct after rounding) made runnable and re-priced exactly; the first with a finite predicted loss
+        wins. Rounding can move a candidate out of the law's range (σ' below its smallest σ̄, say); the next
+        then answers."""
+        leading = answer.leading
+        if DECISION_SCORE not in leading:  # a search that ranked by loss (across lengths): rank it here
+            leading = leading.assign(**{DECISION_SCORE: self._rank(rule, surface)(leading)}).sort_values(
+                DECISION_SCORE, kind="stable")
         tried, first = set(), None
-        for _, row in answer.leading.iterrows():
-            runnable = self._rounded(row, compute, epsilon, units, surface, source, correction, microbatch_size)
+        for _, row in leading.iterrows():
+            runnable = self._rounded(row, compute, epsilon, units, surface, source, correction, microbatch_size,
+                                     rule)
             key = (runnable.model_size, runnable.batch_size, runnable.iterations)
             if key in tried:
                 continue
@@ -689,22 +753,30 @@ class ScalingLaw:
             f"{self.ranges.noise_batch_ratio[0]:.4g}..{self.ranges.noise_batch_ratio[1]:.4g})"))
 
     def _rounded(self, optimum: pd.Series, compute, epsilon, units, surface: _Surface, source: SigmaSource,
-                 correction, microbatch_size) -> Runnable:
-        """One candidate rounded (:mod:`dpscaling.law.runnable`): shape, whole microbatches and steps, exact σ."""
+                 correction, microbatch_size, rule: DecisionRule) -> Runnable:
+        """One candidate rounded (:mod:`dpscaling.law.runnable`): shape, whole microbatches and steps, σ priced
+        exactly for the law's mechanism (:func:`dpscaling.accounting.pricing.price`), the rule's score."""
         bundle = self.bundle
         microbatch = int(microbatch_size or bundle.provenance.get("microbatch_size") or 1)
         shape, note = None, ""
+        measured = self._measured_model(float(optimum[MODEL_SIZE])) if surface.seq_len == self.seq_len else None
         try:
-            shape = self.shape_near(float(optimum[MODEL_SIZE]), surface.seq_len, bounds=surface.model_size_range)
+            if measured is not None:  # a measured model as it stands (a search over the law's own models)
+                shape = next((known for known in bundle.shapes if known.name == measured), None)
+            else:
+                shape = self.shape_near(float(optimum[MODEL_SIZE]), surface.seq_len, bounds=surface.model_size_range)
         except UserError as error:
             note = str(error)
-        model_size = shape.param_count if shape is not None else int(round(float(optimum[MODEL_SIZE])))
+        model_size = (shape.param_count if shape is not None and measured is None
+                      else int(round(float(optimum[MODEL_SIZE]))))
         batch = whole_batch(float(optimum[BATCH_SIZE]), microbatch, units)
         low, high = surface.iteration_bounds
         steps = min(max(whole_steps(compute, model_size, batch, surface.seq_len), math.ceil(low)), math.floor(high))
+        priced = None
         try:
-            found = exact_sigma(epsilon, source.delta, batch, units, steps, source.sampling)
-            sigma, branch, accountant = found.sigma, found.sampling, f"dpscaling.accounting ({source.sampling} rule)"
+            priced = pricing.price(self.mechanism, source.sampling, epsilon, source.delta, units, batch, steps)
+            sigma, branch = priced.sigma, priced.branch
+            accountant = f"dpscaling.accounting.pricing ({self.mechanism}, {source.sampling} rule)"
         except UserError as error:  # the accountant's hard corner: the table's σ, said so
             sigma = float(source.sigma(np.array([epsilon]), np.array([steps]), np.array([batch / units]))[0])
             branch, accountant = source.sampling, f"{source.description} (direct calibration refused: {error})"
@@ -726,16 +798,21 @@ class ScalingLaw:
         except UserError:
             rate = None
         start = self.pretrained.get(shape.name) if shape is not None else None
+        decision = (rule.decide(predicted, surface.calibration, m[0], t[0], s[0]) if math.isfinite(predicted)
+                    else None)
         return Runnable(shape, int(model_size), batch, steps, microbatch, surface.seq_len, float(epsilon),
                         float(source.delta), float(units), float(sigma), float(nbr), branch, accountant, predicted,
-                        seed_only, calibrated, rate, note, start)
+                        seed_only, calibrated, rate, note, start, priced, self.mechanism, decision, measured)
 
     def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: _Surface, sizes,
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
-                saturation, per_length=None, lengths_without_answer=None, inference=None) -> Answer:
+                saturation, rule: DecisionRule, per_length=None, lengths_without_answer=None,
+                inference=None) -> Answer:
         optimum = Configuration.from_row(answer.optimum, surface.seq_len)
-        runnable = self._runnable(answer, compute, epsilon, units, surface, source, correction, microbatch_size)
+        runnable = self._runnable(answer, compute, epsilon, units, surface, source, correction, microbatch_size,
+                                  rule)
         flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
+                 *point_optimum_flags(optimum.iterations, float(runnable.iterations), self.ranges),
                  *model_size_flags(optimum.model_size, (float(sizes[0]), float(sizes[-1])), self.ranges.model_size),
                  *noise_flags(optimum.noise_batch_ratio, self.ranges.noise_batch_ratio),
                  *data_flags(runnable.batch_size, runnable.iterations, units, data.privacy_unit, self.ranges),
@@ -788,6 +865,14 @@ class ScalingLaw:
         return evaluated
 
 
+def _chosen_iterations(answer: ComputeOptimal) -> float:
+    """T of the candidate the decision rule ranked first (the search's optimum when it ranked by loss)."""
+    leading = answer.leading
+    if leading is not None and DECISION_SCORE in leading and len(leading):
+        return float(leading.iloc[0][ITERATIONS])
+    return float(answer.optimum[ITERATIONS])
+
+
 def workflow_files(directory: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None,
                    calibration: str | os.PathLike[str] | None) -> dict[str, Any]:
     """The files a law directory that is not a bundle is read with (:func:`bundle_from_law`): those given,
@@ -806,11 +891,26 @@ def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] 
              calibration: str | os.PathLike[str] | None = None,
              physical_batch_correction: str | os.PathLike[str] | None = None,
              accounting_amplified: str | os.PathLike[str] | None = None,
-             accounting_unamplified: str | os.PathLike[str] | None = None) -> ScalingLaw:
+             accounting_unamplified: str | os.PathLike[str] | None = None,
+             mechanism: str | None = None) -> ScalingLaw | LawAcrossMechanisms:
     """A law to query: a bundle directory (``results/<run>/law/bundle``, everything inside), or a law
     directory of ``dpscaling fit`` with the files given here (bootstrap replicates, calibration.json, a
     physical-batch correction, the authors' accounting CSVs); a workflow's law directory (``law/fit``,
-    ``law/lengths``) is read with the files the workflow writes beside it unless they are given."""
+    ``law/lengths``) is read with the files the workflow writes beside it unless they are given. A run's
+    ``law/mechanisms`` gives a :class:`~dpscaling.law.mechanisms.LawAcrossMechanisms` (every mechanism's law,
+    or ``mechanism``'s only), whose ``query`` chooses among them with the decision rule."""
+    if is_law_across_mechanisms(path):
+        given = [name for name, value in (("bootstrap", bootstrap), ("calibration", calibration),
+                                          ("physical_batch_correction", physical_batch_correction),
+                                          ("accounting_amplified", accounting_amplified),
+                                          ("accounting_unamplified", accounting_unamplified)) if value is not None]
+        if given:
+            raise UserError(f"{path}: a law across mechanisms names each mechanism's files itself "
+                            f"(mechanisms.json); drop {', '.join(given)}")
+        return LawAcrossMechanisms(path, mechanism)
+    if mechanism is not None:
+        raise UserError(f"--mechanism: {path} is one mechanism's law; give <run>/law/mechanisms (a run whose "
+                        "training.mechanisms lists several) to choose among mechanisms")
     files = {"bootstrap": bootstrap, "calibration": calibration}
     if not is_bundle(path):
         files = workflow_files(path, **files)

@@ -42,6 +42,7 @@ from dpscaling.law.noise import (
     SigmaSource, sigma_from_accountant, sigma_from_sigma_table, sigma_from_tables, sigma_on_demand)
 from dpscaling.law.settings import LawSettings
 from dpscaling.law.smoothing import smooth_results
+from dpscaling.mechanisms import mechanism_named
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -65,6 +66,7 @@ class Law:
     # {"path": dpscaling σ table, "sampling": poisson | deterministic | min}: the run's accounting table.
     sigma_table: dict[str, str] | None = None
     family: str = "bert"  # the model family of the curves (dpscaling.models.family)
+    mechanism: str = "dpsgd"  # the noise mechanism of its noisy curves (dpscaling.mechanisms): what σ̄ costs
 
     def __post_init__(self) -> None:
         self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss)
@@ -87,7 +89,8 @@ class Law:
         4. with ``per_row``, dpscaling's accountant at ``delta``, once per distinct (ε, T, q) (a few rows);
         5. otherwise σ built on demand at ``delta`` (:mod:`dpscaling.accounting.on_demand`, cached).
 
-        The authors' tables price :attr:`LawSettings.table_sampling`. A ``delta`` other than the found
+        The authors' tables price :attr:`LawSettings.table_sampling`; ``sampling`` overrides the rule of every
+        other source (``poisson``: what a private run trains). A ``delta`` other than the found
         source's is answered on demand under the same sampling rule (the table cannot answer it); without
         any source the rule is :attr:`LawSettings.table_sampling` and δ defaults to 1e-8.
         """
@@ -105,20 +108,22 @@ class Law:
             if not path.is_file():
                 raise UserError(f"this law's accounting table {path} does not exist: build it (`snakemake "
                                 "accounting`), or query the run's law bundle (<run>/law/bundle)")
-            sigma, found = sigma_from_sigma_table(path, rule)
+            sigma, found = sigma_from_sigma_table(path, rule, self.mechanism)
             source = SigmaSource(sigma, found, rule, f"the run's accounting table {path} ({rule})")
         else:
-            rule, at = self.settings.table_sampling, DEFAULT_DELTA if delta is None else delta
+            rule, at = sampling or self.settings.table_sampling, DEFAULT_DELTA if delta is None else delta
             if per_row:
-                return SigmaSource(sigma_from_accountant(at, rule), at, rule, f"dpscaling.accounting ({rule})")
-            return SigmaSource(sigma_on_demand(at, rule, progress), at, rule,
+                return SigmaSource(sigma_from_accountant(at, rule, self.mechanism), at, rule,
+                                   f"dpscaling.accounting ({rule})")
+            return SigmaSource(sigma_on_demand(at, rule, progress, self.mechanism), at, rule,
                                f"dpscaling.accounting on demand ({rule}, δ = {at:g}; no accounting table in the law)")
         if delta is not None and not np.isclose(delta, source.delta, rtol=1e-9, atol=0):
             if per_row:
-                return SigmaSource(sigma_from_accountant(delta, source.sampling), delta, source.sampling,
+                return SigmaSource(sigma_from_accountant(delta, source.sampling, self.mechanism), delta, source.sampling,
                                    f"dpscaling.accounting ({source.sampling}, δ = {delta:g} instead of the "
                                    f"table's {source.delta:g})")
-            return SigmaSource(sigma_on_demand(delta, source.sampling, progress), delta, source.sampling,
+            return SigmaSource(sigma_on_demand(delta, source.sampling, progress, self.mechanism), delta,
+                               source.sampling,
                                f"dpscaling.accounting on demand ({source.sampling}, δ = {delta:g} instead of the "
                                f"table's {source.delta:g})")
         return source
@@ -131,6 +136,7 @@ class Law:
             "seq_len": self.seq_len,
             "physical_batch": self.physical_batch,
             "family": self.family,
+            "mechanism": self.mechanism,
             "accounting": sorted(self.accounting) or None,
             "model_sizes": [float(m) for m in self.loss.model_sizes],
             "iterations": list(self.iteration_bounds()),
@@ -202,11 +208,13 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
             seq_len: int = PAPER_SEQUENCE_LENGTH, physical_batch: int = PAPER_PHYSICAL_BATCH,
             accounting_amplified: pd.DataFrame | None = None, accounting_unamplified: pd.DataFrame | None = None,
             parametric: bool = False, sources: dict[str, Any] | None = None,
-            sigma_table: str | os.PathLike[str] | None = None, sampling: str = "min") -> Law:
+            sigma_table: str | os.PathLike[str] | None = None, sampling: str = "min",
+            mechanism: str | None = None) -> Law:
     """Tidy measurements → a :class:`Law` (smoothing → extrapolation → σ̄ fill → interpolants).
 
     ``sigma_table``: a dpscaling accounting table (the run's ``accounting/sigma_table.parquet``) the law
-    points to, with the ``sampling`` rule (poisson / deterministic / min) its σ is read with.
+    points to, with the ``sampling`` rule (poisson / deterministic / min) its σ is read with. ``mechanism``:
+    the noise mechanism of the curves (None: DP-SGD), whose price σ̄ is.
     Raises UserError if nothing survives the warm-up cut or the grid cannot be interpolated.
     """
     if sigma_table is not None:
@@ -239,7 +247,8 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     accounting = {kind: table for kind, table in zip(ACCOUNTING_KINDS, (accounting_amplified, accounting_unamplified))
                   if table is not None}
     law = Law(grid, fits, settings, int(seq_len), int(physical_batch), accounting, report, sources or {},
-              sigma_table={"path": str(sigma_table), "sampling": sampling} if sigma_table else None, family=family)
+              sigma_table={"path": str(sigma_table), "sampling": sampling} if sigma_table else None, family=family,
+              mechanism=mechanism_named(mechanism or "dpsgd", "mechanism").name)
     if accounting:
         law.sigma_source()  # validate the tables now, not at the first query
     if parametric:
@@ -278,4 +287,16 @@ def read_law(directory: str | os.PathLike[str]) -> Law:
         physical_batch=manifest["physical_batch"], accounting=accounting, report=manifest["report"],
         sources=manifest["sources"], parametric=manifest.get("parametric"),
         parametric_diagnostics=pd.read_parquet(diagnostics_path) if diagnostics_path.is_file() else None,
-        sigma_table=sigma_table, family=manifest.get("family", "bert"))
+        sigma_table=sigma_table, family=manifest.get("family", "bert"),
+        mechanism=manifest.get("mechanism") or _table_mechanism(sigma_table))
+
+
+def _table_mechanism(sigma_table: dict[str, str] | None) -> str:
+    """The mechanism of a law saved before laws recorded theirs: its σ table's (its bands), else DP-SGD."""
+    from dpscaling.accounting.table import read_frame
+    from dpscaling.mechanisms import DPSGD, bandmf_name
+
+    if not sigma_table or not Path(sigma_table["path"]).is_file():
+        return DPSGD.name
+    _, spec = read_frame(sigma_table["path"])
+    return DPSGD.name if spec is None or spec.bands == 1 else bandmf_name(spec.bands)

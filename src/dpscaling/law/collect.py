@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -72,6 +73,10 @@ def tidy_training_curve(curve: pd.DataFrame) -> pd.DataFrame:
     return _with_finite_losses(pd.DataFrame(columns, index=curve.index)[TIDY_COLUMNS])
 
 
+# The noise mechanism of a law's curves (dpscaling.mechanisms), a run constant that is a name.
+MECHANISM_CONSTANT = "mechanism"
+
+
 def run_constants(curves: Iterable[pd.DataFrame]) -> dict[str, int]:
     """The physical batch and sequence length shared by all runs (a mix would make C ambiguous)."""
     found: dict[str, set[int]] = {name: set() for name in RUN_CONSTANT_COLUMNS}
@@ -102,7 +107,8 @@ def collect_training_curves(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd
         raise UserError(f"training curves mix noise mechanisms {sorted(mechanisms)}; a law is fitted on one "
                         "mechanism's curves (docs/mechanisms.md)")
     tidy = pd.concat([tidy_training_curve(curve) for curve in curves], ignore_index=True)
-    return tidy, run_constants(curves)
+    # The law's mechanism rides along with the run constants (a law of σ̄ = 0 curves only is DP-SGD's).
+    return tidy, {**run_constants(curves), MECHANISM_CONSTANT: mechanisms.pop() if mechanisms else "dpsgd"}
 
 
 CURVE_REMEDY = ("delete it and rerun snakemake to retrain the run "
@@ -181,7 +187,10 @@ def load_results(path: str | Path, results_format: str = "dpscaling") -> tuple[p
             raise UserError(f"--results {path}: not a tidy results table; expected columns "
                             f"{', '.join(TIDY_COLUMNS[:6])} (or use --results-format reference)")
         return collect_training_curves([source])
-    return read_tidy_results(source), run_constants([raw])
+    constants: dict[str, Any] = run_constants([raw])
+    if MECHANISM_CONSTANT in raw.columns:  # a table collect_to_parquet wrote
+        constants[MECHANISM_CONSTANT] = str(raw[MECHANISM_CONSTANT].dropna().iloc[0])
+    return read_tidy_results(source), constants
 
 
 def primary_seed(results: pd.DataFrame) -> int | None:

@@ -4,8 +4,10 @@ open question, "better underlying mechanisms"; docs/mechanisms.md).
 Each mechanism of ``training.mechanisms`` has its own law L_m(M, T, σ̄), fitted on its own curves in the
 same pipeline, and its own accounting table σ_m(ε, T, q) (:mod:`dpscaling.mechanisms`: σ̄ prices one
 participation the same in every mechanism; b groups, ⌈T/b⌉ participations at rate b·q are in the table).
-A budget (C, ε, N) is answered by every mechanism's law with its own σ_m, and the lowest predicted loss
-wins: :func:`choose_mechanism`. ``law/mechanisms/mechanisms.json`` (:func:`write_mechanisms`) names each
+A budget (C, ε, N) is answered by every mechanism's law with its own σ_m, each runnable answer priced for
+its mechanism (:mod:`dpscaling.accounting.pricing`), and the decision rule's lowest score wins
+(:func:`choose_mechanism`, :mod:`dpscaling.law.decision`): :class:`LawAcrossMechanisms`, what
+``dpscaling.load_law`` returns for ``law/mechanisms``. ``law/mechanisms/mechanisms.json`` (:func:`write_mechanisms`) names each
 mechanism's law directory, replicates and calibration, so ``dpscaling query --law <run>/law/mechanisms``
 answers from the run's files.
 """
@@ -86,15 +88,21 @@ def load_mechanism_laws(directory: str | os.PathLike[str], only: str | None = No
 
 @dataclass
 class MechanismChoice:
-    """The best mechanism's answer to one budget, and what every other mechanism's law answered."""
+    """The mechanism whose answer the decision rule scores best, and what every other mechanism's law
+    answered (each runnable, priced by its own mechanism)."""
 
     mechanism: str
     answer: Answer
     answers: dict[str, Answer]
     without_answer: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def point_choice(self) -> str:
+        """The mechanism the lowest predicted loss alone would choose (the rule's choice is shown beside it)."""
+        return min(self.answers, key=lambda name: self.answers[name].predicted_loss)
+
     def comparison(self) -> list[dict[str, Any]]:
-        """One row per answered mechanism: its bands, runnable configuration and predicted loss."""
+        """One row per answered mechanism: its bands, runnable configuration, predicted loss and the rule's score."""
         rows = []
         for name, answer in self.answers.items():
             runnable = answer.runnable
@@ -103,19 +111,27 @@ class MechanismChoice:
                          "batch_size": runnable.batch_size, "iterations": runnable.iterations,
                          "noise_batch_ratio": runnable.noise_batch_ratio,
                          "calibrated_interval": (None if answer.calibrated_interval is None
-                                                 else list(answer.calibrated_interval))})
+                                                 else list(answer.calibrated_interval)),
+                         "decision_score": _score(answer),
+                         "flags": [flag.code for flag in answer.flags]})
         return rows
 
     def to_json(self) -> dict[str, Any]:
         """The chosen answer's JSON with its mechanism and bands, and the comparison beside it."""
         return {**self.answer.to_json(), "mechanism": self.mechanism, "bands": mechanism_named(self.mechanism).bands,
-                "mechanisms": self.comparison(), "mechanisms_without_answer": self.without_answer}
+                "mechanisms": self.comparison(), "mechanisms_without_answer": self.without_answer,
+                "point_prediction_choice": self.point_choice}
+
+
+def _score(answer: Answer) -> float:
+    decision = answer.runnable.decision
+    return float(answer.predicted_loss) if decision is None else decision.score
 
 
 def choose_mechanism(laws: Mapping[str, ScalingLaw], query: Callable[[ScalingLaw], Answer]) -> MechanismChoice:
-    """``query`` asked of every mechanism's law; the lowest predicted loss wins (ties: the earlier, i.e. the
-    primary mechanism). A mechanism whose law refuses the budget is listed with its reason; if all refuse,
-    the first refusal is raised."""
+    """``query`` asked of every mechanism's law; the lowest decision-rule score of the runnable answers wins
+    (:mod:`dpscaling.law.decision`; ties: the earlier, i.e. the primary mechanism). A mechanism whose law
+    refuses the budget is listed with its reason; if all refuse, the first refusal is raised."""
     answers: dict[str, Answer] = {}
     refused: dict[str, str] = {}
     first_error: UserError | None = None
@@ -128,5 +144,35 @@ def choose_mechanism(laws: Mapping[str, ScalingLaw], query: Callable[[ScalingLaw
     if not answers:
         assert first_error is not None
         raise first_error
-    best = min(answers, key=lambda name: answers[name].predicted_loss)
+    best = min(answers, key=lambda name: _score(answers[name]))
     return MechanismChoice(best, answers[best], answers, refused)
+
+
+class LawAcrossMechanisms:
+    """The laws of a run's mechanisms (``<run>/law/mechanisms``), answering as one: :meth:`query` asks every
+    mechanism's law (or ``mechanism``'s) and chooses with the decision rule, exactly as ``dpscaling query``
+    does. ``dpscaling.load_law`` returns one for a directory with mechanisms.json."""
+
+    def __init__(self, directory: str | os.PathLike[str], only: str | None = None):
+        self.directory = Path(directory)
+        self.laws = load_mechanism_laws(directory, only)
+
+    @property
+    def mechanisms(self) -> list[str]:
+        return list(self.laws)
+
+    def law(self, mechanism: str) -> ScalingLaw:
+        if mechanism not in self.laws:
+            raise UserError(f"--mechanism: must be one of {list(self.laws)} (the mechanisms this run measured), "
+                            f"got {mechanism!r}")
+        return self.laws[mechanism]
+
+    def query(self, compute: float, epsilon: float, users: float | None = None, tokens: float | None = None, *,
+              mechanism: str | None = None, **options: Any) -> MechanismChoice:
+        """:meth:`dpscaling.law.answers.ScalingLaw.query` of every mechanism's law (``mechanism``: that one's
+        only), the decision rule choosing."""
+        laws = self.laws if mechanism is None else {mechanism: self.law(mechanism)}
+        return choose_mechanism(laws, lambda law: law.query(compute, epsilon, users, tokens, **options))
+
+    def info(self) -> dict[str, Any]:
+        return {"mechanisms": {name: law.info() for name, law in self.laws.items()}}

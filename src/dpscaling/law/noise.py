@@ -110,40 +110,49 @@ def sigma_from_tables(amplified: pd.DataFrame | None, unamplified: pd.DataFrame 
     return (functions[0] if len(functions) == 1 else LowerSigma(functions)), deltas.pop()
 
 
-def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min") -> tuple[SigmaFunction, float]:
+def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min",
+                           mechanism: str = "dpsgd") -> tuple[SigmaFunction, float]:
     """σ function and δ from dpscaling's accounting table (``accounting/sigma_table.parquet`` of a run).
 
     ``sampling`` is the rule σ comes from: ``poisson``, ``deterministic`` or ``min`` (the lower of the two,
-    the paper's). Cells the accountant refused answer NaN, so queries there carry a reason.
+    the paper's). Cells the accountant refused answer NaN, so queries there carry a reason. A table of
+    another ``mechanism`` (its bands) is refused.
     """
     from dpscaling.accounting.table import SigmaTable
+    from dpscaling.mechanisms import mechanism_named
 
     table = SigmaTable.load(path)
+    if table.bands != mechanism_named(mechanism, "mechanism").bands:
+        raise UserError(f"{path}: a σ table of {table.bands} band(s), but the law is {mechanism}'s: σ̄ would be "
+                        "priced for another mechanism")
 
     def sigma(epsilon, steps, q) -> np.ndarray:
         return table.sigma(epsilon, steps, q, sampling=sampling, on_missing="nan")
     return sigma, table.delta
 
 
-def sigma_from_accountant(delta: float, sampling: str = "min") -> SigmaFunction:
-    """σ calibrated by dpscaling's accountant once per distinct (ε, T, q) (the accountant counts whole
-    steps): exact, but seconds per row, so for a handful of configurations, never a search."""
-    from dpscaling.accounting.calibration import calibrate_sigma
+def sigma_from_accountant(delta: float, sampling: str = "min", mechanism: str = "dpsgd") -> SigmaFunction:
+    """σ priced by :func:`dpscaling.accounting.pricing.sigma_at_rate` once per distinct (ε, T, q) (the
+    accountant counts whole steps): exact, but seconds per row, so for a handful of configurations, never a
+    search."""
+    from dpscaling.accounting.pricing import sigma_at_rate
 
     def sigma(epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> np.ndarray:
         rows = np.column_stack([np.atleast_1d(epsilon), np.ceil(np.atleast_1d(steps)), np.atleast_1d(q)])
         distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-        values = np.array([calibrate_sigma(float(e), float(p), int(t), delta, sampling) for e, t, p in distinct])
+        values = np.array([sigma_at_rate(mechanism, sampling, float(e), delta, float(p), int(t))
+                           for e, t, p in distinct])
         return values[inverse.ravel()]
     return sigma
 
 
-def sigma_on_demand(delta: float, sampling: str = "min", progress=None) -> SigmaFunction:
+def sigma_on_demand(delta: float, sampling: str = "min", progress=None, mechanism: str = "dpsgd") -> SigmaFunction:
     """σ at any ``delta`` from tables built for the queried ε and cached (:mod:`dpscaling.accounting.on_demand`):
-    for a law without an accounting table, or a δ other than its table's."""
+    for a law without an accounting table, or a δ other than its table's; built for ``mechanism``'s bands."""
     from dpscaling.accounting.on_demand import OnDemandSigma
+    from dpscaling.mechanisms import mechanism_named
 
-    return OnDemandSigma(delta, sampling, progress=progress)
+    return OnDemandSigma(delta, sampling, progress=progress, bands=mechanism_named(mechanism, "mechanism").bands)
 
 
 @dataclass(frozen=True)

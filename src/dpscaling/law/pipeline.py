@@ -77,4 +77,5 @@ def fit_from_files(
         sources=sources,
         sigma_table=sigma_table,
         sampling=sampling,
+        mechanism=constants.get("mechanism"),
     )

@@ -12,6 +12,7 @@ paper's over-training remark in its limitations).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,8 @@ DEFAULT_TOLERANCE = 0.01
 REFERENCE_BAND_TOLERANCE = 0.02
 SATURATION_TOLERANCE = 0.01
 LEADING_CANDIDATES = 32
+# A decision rule's score of each answered candidate (dpscaling.law.decision), lower is better.
+DECISION_SCORE = "Decision Score"
 BATCH_LARGER_THAN_DATA = "batch size larger than the data budget (q = B/N > 1)"
 NO_SIGMA = "accounting cannot calibrate sigma here (outside its table)"
 RANGE_COLUMNS = (MODEL_SIZE, BATCH_SIZE, ITERATIONS, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)
@@ -113,7 +116,8 @@ class ComputeOptimal:
     unanswered: dict[str, int] = field(default_factory=dict)
     # The sampling rates q = B/N of the candidates without σ (None: every candidate had one).
     unpriced_sampling_rates: tuple[float, float] | None = None
-    # The best answered candidates, lowest loss first (the near-optimal set may hold only the optimum).
+    # The best answered candidates, lowest loss first (the near-optimal set may hold only the optimum); with a
+    # ``rank``, lowest rank first, in its column DECISION_SCORE.
     leading: pd.DataFrame | None = None
 
     def ranges(self) -> dict[str, tuple[float, float]]:
@@ -126,8 +130,10 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
                     seq_len: float, model_sizes: np.ndarray, iteration_bounds: tuple[float, float],
                     tolerance: float = DEFAULT_TOLERANCE,
                     batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES,
-                    correction: PhysicalBatchCorrection | None = None) -> ComputeOptimal:
-    """Best constant-compute configuration and every one within ``tolerance`` of its loss.
+                    correction: PhysicalBatchCorrection | None = None,
+                    rank: Callable[[pd.DataFrame], np.ndarray] | None = None) -> ComputeOptimal:
+    """Best constant-compute configuration and every one within ``tolerance`` of its loss; ``leading`` holds
+    the best candidates by loss, or by ``rank`` (a decision rule's score of the answered rows) when given.
 
     Raises UserError when no candidate has a finite predicted loss (the budget
     is outside the law's range), naming why the candidates failed.
@@ -150,9 +156,12 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
     near = answered[within(answered[CROSS_ENTROPY], best[CROSS_ENTROPY], tolerance)]
     unpriced = evaluated[evaluated[REASON] == NO_SIGMA]
     rates = unpriced[BATCH_SIZE] / unpriced[DATA_BUDGET]
+    leading = answered
+    if rank is not None:
+        leading = answered.assign(**{DECISION_SCORE: rank(answered)}).sort_values(DECISION_SCORE, kind="stable")
     return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered,
                           (float(rates.min()), float(rates.max())) if len(rates) else None,
-                          answered.head(LEADING_CANDIDATES).reset_index(drop=True))
+                          leading.head(LEADING_CANDIDATES).reset_index(drop=True))
 
 
 def inference_cost(model_size, inference_tokens: float):

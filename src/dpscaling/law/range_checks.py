@@ -12,6 +12,8 @@ T ≥ ``calibration_iterations_from``. An answer is checked against those ranges
 ``iterations_extrapolated``      H < T ≤ factor·H: beyond the trained horizon, inside the validated factor
 ``iterations_beyond_validated``  T > factor·H: beyond what validation measured. **Refused** unless the
                                  caller allows extrapolation; then a warning
+``point_optimum_beyond_validated`` the law's point optimum lies beyond the validated extrapolation, the
+                                 decision rule's choice inside it (:mod:`dpscaling.law.decision`)
 ``iterations_below_calibration`` T below the calibrated interval's region
 ``model_size_at_edge``           the optimum is the largest (or smallest) model the search may pick: a
                                  larger (smaller) model might be better, and the law cannot say
@@ -123,6 +125,19 @@ def iteration_flags(iterations: float, ranges: ValidatedRanges, allow_extrapolat
             f"T = {iterations:,.0f} is below the calibrated interval's region (T ≥ {start:,.0f}): its coverage "
             "was not measured there", iterations, start))
     return flags
+
+
+def point_optimum_flags(optimum_iterations: float, chosen_iterations: float, ranges: ValidatedRanges) -> list[Flag]:
+    """The law's point optimum beyond the validated extrapolation while the decision rule's choice is not
+    (:mod:`dpscaling.law.decision`): the choice stepped back from it, and says so."""
+    validated = ranges.validated_iterations * (1 + 1e-9)
+    if optimum_iterations > validated and chosen_iterations <= validated:
+        return [Flag("point_optimum_beyond_validated", WARNING,
+                     f"the law's point optimum (T = {optimum_iterations:,.0f}, {optimum_iterations / ranges.horizon:.3g}× "
+                     f"the trained horizon) lies beyond the validated {ranges.extrapolation_factor:g}×; the decision "
+                     f"rule chose T = {chosen_iterations:,.0f}, inside it", optimum_iterations,
+                     ranges.validated_iterations)]
+    return []
 
 
 def model_size_flags(model_size: float, searched: tuple[float, float], measured: tuple[float, float]) -> list[Flag]:

@@ -10,8 +10,10 @@
   name.
 * **B and T.** B in whole microbatches (a multiple of the microbatch size the law's runs trained with),
   at most N; T = C/(6·M'·B'·S) rounded to a whole step, so the compute stays C up to the rounding.
-* **σ.** Recomputed for (ε, δ, q = B'/N, T') by dpscaling's accountant (dp-accounting PLD, a direct
-  calibration, not the table's interpolation) under the law's sampling rule; then σ̄ = σ'/B'.
+* **σ.** Priced for (ε, δ, N, B', T') by :func:`dpscaling.accounting.pricing.price` for the law's mechanism
+  under its sampling rule (dp-accounting PLD, a direct calibration, not the table's interpolation); then
+  σ̄ = σ'/B'. The answer names the sampler, adjacency and accounting event of that price.
+* **Choice.** The candidates are tried in the decision rule's order (:mod:`dpscaling.law.decision`).
 * **Loss.** The law (and, when asked, its physical-batch correction) at (M', T', σ̄'), with the seed-only
   interval of that fixed configuration over the bootstrap replicates and the calibrated one.
 * **Learning rate.** The one that won on the law's measured grid for the measured model nearest M' at the
@@ -158,17 +160,12 @@ def nearest_measured(model_size: float, sizes: Mapping[str, float]) -> str:
     return min(sizes, key=lambda name: abs(math.log(sizes[name] / model_size)))
 
 
-def exact_sigma(epsilon: float, delta: float, batch: int, units: float, steps: int, sampling: str):
-    """σ for (ε, δ, q = B/N, T) by dpscaling's accountant under ``sampling`` (a direct calibration)."""
-    from dpscaling.accounting.calibration import calibrate
-
-    return calibrate(epsilon, batch / units, steps, delta, sampling)
-
-
 def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate: float | None, epsilon: float,
-                 delta: float, units: float, compute: float, init_checkpoint: str | None = None) -> dict[str, Any]:
+                 delta: float, units: float, compute: float, init_checkpoint: str | None = None,
+                 mechanism: str = "dpsgd") -> dict[str, Any]:
     """The config block that trains this configuration with the ``private_model`` target (a fine-tuning law's
-    answer, which starts from ``init_checkpoint``, as a ``pretrained`` budget of the run that pretrained it)."""
+    answer, which starts from ``init_checkpoint``, as a ``pretrained`` budget of the run that pretrained it;
+    a BandMF law's with its ``mechanism``)."""
     if shape is None:
         return {}
     configuration = {"model": shape.name, "batch_size": int(batch), "iterations": int(steps)}
@@ -181,5 +178,7 @@ def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate
               "configuration": configuration}
     if init_checkpoint is not None:  # the run that pretrained it fine-tunes from its checkpoint
         budget["pretrained"] = True
+    if mechanism != "dpsgd":  # trained with that mechanism's noise and batches (docs/mechanisms.md)
+        budget["mechanism"] = mechanism
     block["private_model"] = {"budgets": [budget]}
     return block

@@ -29,6 +29,7 @@ from typing import Any
 
 from dpscaling.errors import UserError
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY
+from dpscaling.law.decision import DEFAULT_DECISION_RULE, rule_named
 from dpscaling.law.queries import compute_cost
 from dpscaling.law.runnable import ModelShape, whole_batch, whole_steps
 from dpscaling.plans import Budget, PrivatePlan
@@ -71,6 +72,7 @@ class SavingsSettings:
     neighbours: tuple[str, ...]
     neighbour_factor: float
     physical_batch_correction: bool
+    decision_rule: str = DEFAULT_DECISION_RULE
 
     @classmethod
     def from_mapping(cls, block: Mapping[str, Any], default_delta: float) -> SavingsSettings:
@@ -102,7 +104,8 @@ class SavingsSettings:
         if not factor > 1:
             raise UserError(f"{BLOCK}.neighbour_factor: must be > 1, got {factor}")
         return cls(budgets, fractions, seeds, tuple(styles), neighbours, factor,
-                   bool(block.get("physical_batch_correction", True)))
+                   bool(block.get("physical_batch_correction", True)),
+                   rule_named(block.get("decision_rule")).name)
 
     def fraction_role(self, fraction: float) -> str:
         return f"answer_c{1 / fraction:.4g}"
@@ -159,14 +162,15 @@ def plan_savings(bundle_dir: str | os.PathLike[str], settings: SavingsSettings, 
     units = float(budget.data_budget)
     try:
         answer = law.query(budget.compute, budget.epsilon, users=units, delta=budget.delta,
-                           physical_batch_correction=correction is not None, microbatch_size=microbatch)
+                           physical_batch_correction=correction is not None, microbatch_size=microbatch,
+                           decision_rule=settings.decision_rule)
     except UserError as error:
         raise UserError(f"{BLOCK}.budgets {label}: the law does not answer it inside its validated range "
                         f"({error}); pick a budget `dpscaling query` answers without --allow-extrapolation") from error
     chosen = answer.runnable
     if chosen.model is None or not math.isfinite(chosen.predicted_loss):
         raise UserError(f"{BLOCK}.budgets {label}: the law's answer is not runnable ({chosen.model_note})")
-    planner = _Planner(law, budget, microbatch, correction)
+    planner = _Planner(law, budget, microbatch, correction, settings.decision_rule)
     spent = chosen.compute
     runs: dict[str, dict[str, Any]] = {}
     for index, seed in enumerate(settings.seeds):
@@ -190,8 +194,9 @@ def plan_savings(bundle_dir: str | os.PathLike[str], settings: SavingsSettings, 
 class _Planner:
     """Prices the runs of one budget against one law."""
 
-    def __init__(self, law, budget: Budget, microbatch: int, correction):
+    def __init__(self, law, budget: Budget, microbatch: int, correction, decision_rule: str):
         self.law, self.budget, self.microbatch, self.correction = law, budget, microbatch, correction
+        self.decision_rule = decision_rule
         self.seq_len = law.seq_len
         self.units = float(budget.data_budget)
         self._priced: dict[tuple, PrivatePlan] = {}  # a configuration trained with several seeds is priced once
@@ -206,7 +211,8 @@ class _Planner:
         key = (shape.name, shape.param_count, int(batch), int(steps), budget.compute)
         if key not in self._priced:
             self._priced[key] = priced_plan(self.law.bundle.law, budget, shape.name, shape.param_count, int(batch),
-                                            int(steps), None, self.microbatch, self.correction, {"kind": kind})
+                                            int(steps), None, self.microbatch, self.correction, {"kind": kind},
+                                            self.law.mechanism)
         return self._priced[key].to_json() | {"role": role, "kind": kind, "seed": int(seed),
                                                "model_shape": shape.to_json(),
                                                "model_param": shape.job_param(self.seq_len)}
@@ -216,7 +222,8 @@ class _Planner:
         try:
             answer = self.law.query(compute, self.budget.epsilon, users=self.units, delta=self.budget.delta,
                                     physical_batch_correction=self.correction is not None,
-                                    microbatch_size=self.microbatch, allow_extrapolation=True)
+                                    microbatch_size=self.microbatch, allow_extrapolation=True,
+                                    decision_rule=self.decision_rule)
         except UserError as error:
             return {"role": role, "kind": FRACTION, "fraction": fraction, "skipped": f"the law has no answer: {error}"}
         chosen = answer.runnable

@@ -144,7 +144,8 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
         plan = read_plan(plan)
         own = (law, replicates, correction, calibration)
         if by_mechanism and plan.mechanism != next(iter(by_mechanism)):
-            own = (*by_mechanism[plan.mechanism][:2], None, by_mechanism[plan.mechanism][2])
+            # the physical-batch correction applies to every mechanism alike, as the plan's choice applied it
+            own = (*by_mechanism[plan.mechanism][:2], correction, by_mechanism[plan.mechanism][2])
         row = report_row(plan, pd.read_parquet(curve), read_json(evaluation), read_json(audit), own[0], own[1],
                          law_settings.rolling_window,
                          {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)}, own[2], own[3])

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 STATE_DIR = "state"
 PARTIAL_METRICS = "metrics.partial.parquet"
 CONFIG_FILE = "config.json"
+# The vocabulary the run trains on (its size and sha256): a fine-tuning start from this checkpoint checks it.
+VOCABULARY_FILE = "vocabulary.json"
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +185,17 @@ def restore_verified_read_only(manager: ocp.CheckpointManager, template: Any, wh
 def config_record(config: TrainConfig) -> dict[str, Any]:
     """``config`` as its checkpoint records it (``config.json``: JSON types, so a read-back compares equal)."""
     return json.loads(json.dumps(config.to_dict(), sort_keys=True))
+
+
+def vocabulary_record(meta: Any) -> dict[str, Any]:
+    """The vocabulary of a run's data (:class:`dpscaling.data.shards.DatasetMeta`) as its checkpoint records it."""
+    return {"vocab_size": int(meta.vocab_size), "vocab_sha256": str(meta.vocab_sha256), "tokenizer": meta.tokenizer}
+
+
+def recorded_vocabulary(checkpoint_dir: str | Path) -> dict[str, Any] | None:
+    """The vocabulary a checkpoint directory's run trained on, or None when it records none."""
+    path = Path(checkpoint_dir) / VOCABULARY_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def recorded_config(checkpoint_dir: str | Path) -> dict[str, Any] | None:

@@ -22,17 +22,19 @@ from dpscaling.streams import Stream
 class BatchSampler:
     """Row indices of the physical batch of any step; batches never straddle epochs."""
 
-    def __init__(self, n_rows: int, batch_size: int, seed: int):
+    def __init__(self, n_rows: int, batch_size: int, seed: int, reshuffle: bool = True):
         if n_rows < batch_size:
             raise UserError(
                 f"train.batch_size: {batch_size} exceeds the {n_rows} training sequences"
             )
         self.n_rows, self.batch_size, self.seed = n_rows, batch_size, seed
+        self.reshuffle = reshuffle  # False: every epoch in the first epoch's order (the cyclic sampler)
         self.steps_per_epoch = n_rows // batch_size
         self._epoch, self._order = -1, np.empty(0, np.int64)
 
     def indices(self, step: int) -> np.ndarray:
         epoch, within = divmod(step, self.steps_per_epoch)
+        epoch = epoch if self.reshuffle else 0
         if epoch != self._epoch:
             rng = np.random.default_rng([self.seed, Stream.DATA, epoch])
             self._epoch, self._order = epoch, rng.permutation(self.n_rows)

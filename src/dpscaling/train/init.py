@@ -6,7 +6,8 @@ finetuning instead of pretraining"; docs/train.md, "Starting from a pretrained c
 Its latest checkpoint is restored only after its arrays are proven to be the ones saved
 (:func:`dpscaling.train.evaluate.restore_params`), and only its parameters are taken: the optimiser starts
 fresh (Adam's moments at zero, step 0), as a fine-tuning run does. A checkpoint of another family or of
-another shape is refused before anything trains, naming both.
+another shape, or one trained on another vocabulary (its ``vocabulary.json`` against the run's data), is
+refused before anything trains, naming both.
 """
 
 from __future__ import annotations
@@ -21,11 +22,21 @@ from dpscaling.train.config import TrainConfig
 
 
 def pretrained_params(checkpoint_dir: str | Path, config: TrainConfig, model, objective, vocab_size: int,
-                      seq_len: int) -> tuple[Any, int]:
+                      seq_len: int, vocab_sha256: str | None = None) -> tuple[Any, int]:
     """(parameters, step) of the checkpoint in ``checkpoint_dir``, checked to fit ``config``'s model
-    (``model``, built at ``vocab_size``): same family, same parameter tree, same shapes."""
+    (``model``, built at ``vocab_size``): the same vocabulary (``vocab_sha256``, the run's data's; one of the
+    same size but other tokens would start it on scrambled embeddings), family, parameter tree and shapes."""
+    from dpscaling.train.checkpoint import VOCABULARY_FILE, recorded_vocabulary
     from dpscaling.train.evaluate import load_run_config, restore_params
 
+    if vocab_sha256 is not None:
+        recorded = recorded_vocabulary(checkpoint_dir)
+        found = None if recorded is None else recorded.get("vocab_sha256")
+        if found != vocab_sha256:
+            held = (f"records no vocabulary ({VOCABULARY_FILE}: written before checkpoints recorded theirs; "
+                    "retrain it)" if found is None else f"was trained on the vocabulary sha256 {found}")
+            raise UserError(f"train.init_checkpoint: {checkpoint_dir} {held}, but this run's data uses the "
+                            f"vocabulary sha256 {vocab_sha256}: its embeddings would start on other tokens")
     source = load_run_config(checkpoint_dir)
     where = f"train.init_checkpoint: {checkpoint_dir} holds {_described(source, vocab_size)}"
     wanted = f"this run trains {_described(config, vocab_size)}"

@@ -45,11 +45,13 @@ from dpscaling.train.checkpoint import (
     CONFIG_FILE,
     PARTIAL_METRICS,
     STATE_DIR,
+    VOCABULARY_FILE,
     config_differences,
     config_record,
     open_manager,
     restore_latest_verified,
     save_checkpoint,
+    vocabulary_record,
 )
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
@@ -99,7 +101,7 @@ def run_training(
         _check_divisible(config, parallel)
     try:  # a read-only or full results directory fails here, in one line, before any training
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        _check_same_config(checkpoint_dir, config, jax.process_index() == 0)
+        _check_same_config(checkpoint_dir, config, jax.process_index() == 0, meta)
         manager = open_manager(checkpoint_dir / STATE_DIR)
     except OSError as error:
         raise_if_storage_full_or_read_only(error, f"cannot write checkpoints to {checkpoint_dir}")
@@ -299,7 +301,8 @@ def _start_from(config: TrainConfig, state, model, objective, meta: DatasetMeta,
     """``state`` with the parameters of ``config.init_checkpoint`` (the optimiser's state stays fresh)."""
     from dpscaling.train.init import pretrained_params
 
-    params, step = pretrained_params(config.init_checkpoint, config, model, objective, meta.vocab_size, meta.seq_len)
+    params, step = pretrained_params(config.init_checkpoint, config, model, objective, meta.vocab_size, meta.seq_len,
+                                     meta.vocab_sha256)
     logger.info("starting from the parameters of %s (step %d)", config.init_checkpoint, step)
     return state._replace(params=jax.device_put(params, parallel.replicated))
 
@@ -349,14 +352,17 @@ def _privacy_columns(privacy: RunPrivacy) -> dict[str, Any]:
     return record
 
 
-def _check_same_config(checkpoint_dir: Path, config: TrainConfig, writer: bool) -> None:
-    """Refuse to resume a checkpoint written for a different configuration."""
+def _check_same_config(checkpoint_dir: Path, config: TrainConfig, writer: bool, meta: DatasetMeta) -> None:
+    """Refuse to resume a checkpoint written for a different configuration; a new one records the config and
+    the vocabulary it trains on (what a fine-tuning start checks: :mod:`dpscaling.train.init`)."""
     changed = config_differences(checkpoint_dir, config)
     if changed:
         raise UserError(
             f"checkpoint {str(checkpoint_dir)!r} was written for a different configuration "
             f"(differs in {changed}); delete it to start over"
         )
+    if writer and not (checkpoint_dir / VOCABULARY_FILE).is_file():
+        write_json_atomic(checkpoint_dir / VOCABULARY_FILE, vocabulary_record(meta))
     if changed is None and writer:
         write_json_atomic(checkpoint_dir / CONFIG_FILE, config_record(config))
 

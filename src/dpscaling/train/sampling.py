@@ -11,6 +11,9 @@ example therefore takes part in up to ⌈T / ⌊N/B⌋⌉ steps
 which can exceed ⌈q·T⌉ (N = 1000, B = 300, T = 10: 4 against 3); the matched accountant
 (:mod:`dpscaling.accounting.matched`) uses this true maximum.
 
+``cyclic`` (:class:`CyclicStepBatches`) is the same with one permutation for every epoch: participations
+exactly ⌊N/B⌋ steps apart, the fixed batches a correlated mechanism's deterministic accounting needs.
+
 ``poisson`` (:class:`PoissonStepBatches`) is jax-privacy's ``CyclicPoissonSampling`` (cycle length 1, so every example is
 eligible at every step; ``PartitionType.INDEPENDENT``, the partition compatible with add/remove
 adjacency) with ``truncated_batch_size`` = the physical batch L (chosen by its privacy price,
@@ -119,10 +122,12 @@ class ShuffledStepBatches:
     ``cycle_length``: the study prices participation after the fact (a BandMF study run's own ε uses the
     strategy's sensitivity at any separation: :mod:`dpscaling.accounting.matched`)."""
 
+    reshuffle = True
+
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
                  key: np.ndarray | None = None, cycle_length: int = 1):
         self._rows = rows
-        self._shuffle = BatchSampler(len(rows), batch_size, seed)
+        self._shuffle = BatchSampler(len(rows), batch_size, seed, reshuffle=self.reshuffle)
 
     def indices(self, step: int) -> np.ndarray:
         """Row indices of the step's batch."""
@@ -131,6 +136,13 @@ class ShuffledStepBatches:
     def __call__(self, parallel, step: int) -> tuple:
         """``(tokens, None)``: every example of a shuffled batch has weight 1."""
         return parallel.global_batch(self._rows, self.indices(step)), None
+
+
+class CyclicStepBatches(ShuffledStepBatches):
+    """The ``cyclic`` sampler's step inputs: the shuffled sampler's first epoch, repeated in the same order, so
+    an example's participations lie exactly ⌊N/B⌋ steps apart (:mod:`dpscaling.samplers`)."""
+
+    reshuffle = False
 
 
 class PoissonStepBatches:

@@ -1,0 +1,197 @@
+"""One price for a configuration: (mechanism, sampling, ε, δ, N, B, T) → σ, σ̄ = σ/B and the accounting
+event that proves the guarantee (docs/accounting.md, "Pricing a configuration"). Not in the paper, which
+prices hypothetical batches in a table (§3.1, §3.4); this is what a configuration someone will train costs.
+
+Every caller that turns a budget into noise prices here: ``dpscaling query`` and ``load_law(...).query``
+(the runnable answer), the explorer (through the query), ``private_model`` and ``savings`` (through the
+query, then :func:`price_run` for the truncated sampler they train with) and the audit (:func:`price_run`).
+
+**The study's rules** (:func:`price`, the paper's ``poisson``, ``deterministic`` and ``min``, computed
+directly, not interpolated), for every mechanism of :mod:`dpscaling.mechanisms`:
+
+* ``poisson`` — each example joins each step independently. DP-SGD: T compositions of the
+  Poisson-subsampled Gaussian at q = B/N on N examples, add/remove adjacency. DP-BandMF with b bands: cyclic
+  Poisson with jax-privacy's equal split (what its private runs execute, :mod:`dpscaling.train.sampling`):
+  ⌈T/b⌉ compositions at q_g = B/⌊N/b⌋ on ⌊N/b⌋ examples (:class:`dpscaling.accounting.matched.BandMFReduction`,
+  jax-privacy's amplified BandMF event), zero-out adjacency (the equal split's). Trained by the ``poisson``
+  sampler (truncated at a priced L: :func:`price_run`).
+* ``deterministic`` — fixed batches, each example in at most k steps, one Gaussian of sensitivity √k
+  (zero-out adjacency: an example replaced by a null one). k is that of a sampler that exists: the shuffled
+  sampler's ⌈T/⌊N/B⌋⌉ for DP-SGD; for BandMF the ``cyclic`` sampler's (one permutation, then the same order
+  every epoch), whose participations lie exactly ⌊N/B⌋ ≥ b steps apart, so the b-banded strategy's columns
+  of one example do not overlap and the sensitivity is √k (with the shuffled sampler two participations can
+  be adjacent and it is larger: :mod:`dpscaling.accounting.matched`). ⌊N/B⌋ < b is no BandMF run: refused.
+* ``min`` — the lower σ of the two (the paper's rule), naming the branch and its sampler.
+
+The σ table (:class:`dpscaling.accounting.table.SigmaTable`) interpolates the same events for the law's
+search; a runnable answer is then re-priced here, exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dpscaling.accounting import gaussian
+from dpscaling.accounting.branches import (
+    ADD_REMOVE, DETERMINISTIC_BRANCH, MIN_RULE, POISSON_BRANCH, SAMPLINGS, ZERO_OUT)
+from dpscaling.accounting.validation import check_delta, check_epsilon
+from dpscaling.errors import UserError
+from dpscaling.mechanisms import Mechanism, mechanism_named
+from dpscaling.samplers import CYCLIC, POISSON, SHUFFLE, check_batch_fits
+
+POISSON_EVENT, GAUSSIAN_EVENT = "poisson_subsampled_gaussian", "gaussian"
+
+
+@dataclass(frozen=True)
+class AccountingEvent:
+    """What the guarantee composes: ``compositions`` releases of a Gaussian of ``sensitivity`` (in clip norms)
+    with noise σ, each Poisson-subsampled at ``sampling_probability`` from ``population`` examples (None: not
+    subsampled), under ``adjacency``."""
+
+    kind: str
+    compositions: int
+    sensitivity: float
+    adjacency: str
+    sampling_probability: float | None = None
+    population: int | None = None
+    participations: int | None = None  # deterministic: the most steps one example joins
+    min_separation: int | None = None  # deterministic: the fewest steps between two of them
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+@dataclass(frozen=True)
+class Price:
+    """σ of one configuration, how it was priced and the event that proves it."""
+
+    mechanism: str
+    bands: int
+    rule: str  # asked: poisson | deterministic | min
+    branch: str  # what priced it: poisson | deterministic
+    sampler: str  # the sampler (dpscaling.samplers) that trains it with this guarantee
+    epsilon: float
+    delta: float
+    dataset_size: int  # N, privacy units
+    batch_size: int  # B (expected under Poisson)
+    steps: int  # T
+    sigma: float  # on the summed clipped gradients
+    event: AccountingEvent
+
+    @property
+    def noise_batch_ratio(self) -> float:
+        return self.sigma / self.batch_size
+
+    @property
+    def adjacency(self) -> str:
+        return self.event.adjacency
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism, "bands": self.bands, "rule": self.rule, "branch": self.branch,
+                "sampler": self.sampler, "adjacency": self.adjacency, "epsilon": self.epsilon, "delta": self.delta,
+                "dataset_size": self.dataset_size, "batch_size": self.batch_size, "steps": self.steps,
+                "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "event": self.event.to_json()}
+
+
+def poisson_event(mechanism: Mechanism, dataset_size: int, batch_size: int, steps: int) -> AccountingEvent:
+    """The Poisson branch's event (module docstring): plain for DP-SGD, the cyclic reduction for BandMF."""
+    from dpscaling.accounting.matched import BandMFReduction
+
+    reduced = BandMFReduction.of(dataset_size, batch_size, steps, mechanism.bands)
+    return AccountingEvent(POISSON_EVENT, reduced.rounds, 1.0, ZERO_OUT if mechanism.correlated else ADD_REMOVE,
+                           reduced.sampling_probability, reduced.group_size)
+
+
+def deterministic_sampler(mechanism: Mechanism) -> str:
+    """The sampler whose fixed batches the deterministic branch prices: ``cyclic`` for a correlated mechanism
+    (participations ⌊N/B⌋ apart), ``shuffle`` for DP-SGD (the same k)."""
+    return CYCLIC.name if mechanism.correlated else SHUFFLE.name
+
+
+def deterministic_event(mechanism: Mechanism, dataset_size: int, batch_size: int, steps: int) -> AccountingEvent:
+    """The deterministic branch's event (module docstring): k = ⌈T/⌊N/B⌋⌉ participations ⌊N/B⌋ apart, one
+    Gaussian of sensitivity √k; refused for BandMF when ⌊N/B⌋ < b (its columns would overlap)."""
+    check_batch_fits(dataset_size, batch_size)
+    separation = dataset_size // batch_size
+    if separation < mechanism.bands:
+        raise UserError(f"{mechanism.name}: fixed batches of {batch_size} from {dataset_size} examples repeat an "
+                        f"example every {separation} steps, closer than its {mechanism.bands} bands")
+    participations = math.ceil(steps / separation)
+    return AccountingEvent(GAUSSIAN_EVENT, 1, math.sqrt(participations), ZERO_OUT,
+                           participations=participations, min_separation=separation)
+
+
+def price(mechanism: str | Mechanism, rule: str, epsilon: float, delta: float, dataset_size: float,
+          batch_size: int, steps: int) -> Price:
+    """σ for (ε, δ) of ``batch_size`` of ``dataset_size`` units over ``steps`` steps under the study's ``rule``
+    (poisson, deterministic or min), for ``mechanism``: a direct calibration (dp-accounting PLD for Poisson,
+    the analytic Gaussian for fixed batches). Raises UserError where no branch can price it."""
+    from dpscaling.accounting.calibration import calibrate_poisson
+
+    noise = mechanism if isinstance(mechanism, Mechanism) else mechanism_named(mechanism)
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    if rule not in SAMPLINGS:
+        raise UserError(f"sampling rule: must be one of {SAMPLINGS}, got {rule!r}")
+    units, batch, steps = int(dataset_size), int(batch_size), int(steps)
+    branches = (POISSON_BRANCH, DETERMINISTIC_BRANCH) if rule == MIN_RULE else (rule,)
+    priced: list[Price] = []
+    refused: list[str] = []
+    for branch in branches:
+        try:
+            if branch == POISSON_BRANCH:
+                event = poisson_event(noise, units, batch, steps)
+                sigma = calibrate_poisson(epsilon, event.sampling_probability, event.compositions, delta)
+                sampler = POISSON.name
+            else:
+                event = deterministic_event(noise, units, batch, steps)
+                sigma = event.sensitivity * gaussian.analytic_gaussian_sigma(epsilon, delta)
+                sampler = deterministic_sampler(noise)
+        except UserError as error:
+            refused.append(f"{branch}: {error}")
+            continue
+        priced.append(Price(noise.name, noise.bands, rule, branch, sampler, epsilon, delta, units, batch, steps,
+                            float(sigma), event))
+    if not priced:
+        raise UserError(f"no {rule} price for B = {batch}, T = {steps}, N = {units}: " + "; ".join(refused))
+    return min(priced, key=lambda found: found.sigma)
+
+
+def sigma_at_rate(mechanism: str | Mechanism, rule: str, epsilon: float, delta: float, q: float, steps: int) -> float:
+    """σ with only the rate q = B/N known, in the σ table's coordinates (the law's ``evaluate`` of a few
+    rows): :func:`price`'s events at N/B = 1/q, with the paper's k = ⌈qT⌉ for DP-SGD's fixed batches. NaN
+    where no branch prices it."""
+    from dpscaling.accounting.calibration import calibrate_poisson
+
+    noise = mechanism if isinstance(mechanism, Mechanism) else mechanism_named(mechanism)
+    bands, candidates = noise.bands, []
+    if rule in (POISSON_BRANCH, MIN_RULE) and bands * q <= 1 + 1e-12:
+        candidates.append(calibrate_poisson(epsilon, min(1.0, bands * q), math.ceil(steps / bands), delta))
+    if rule in (DETERMINISTIC_BRANCH, MIN_RULE):
+        if bands == 1:
+            candidates.append(gaussian.sigma_deterministic(epsilon, delta, q, steps))
+        elif (separation := math.floor(1.0 / q * (1 + 1e-9))) >= bands:
+            candidates.append(math.sqrt(math.ceil(steps / separation)) * gaussian.analytic_gaussian_sigma(epsilon, delta))
+    return float(min(candidates)) if candidates else math.nan
+
+
+def epsilon_of(found: Price) -> float:
+    """ε that ``found``'s σ spends under its own event (dp-accounting: the check of a price)."""
+    from dpscaling.accounting.calibration import poisson_epsilon
+
+    event = found.event
+    if event.kind == POISSON_EVENT:
+        return poisson_epsilon(found.sigma, event.sampling_probability, event.compositions, found.delta)
+    return gaussian.gaussian_epsilon(found.sigma / event.sensitivity, found.delta)
+
+
+def price_run(mechanism: str, epsilon: float, delta: float, dataset_size: int, batch_size: int, steps: int,
+              multiple: int = 1):
+    """The private run's price: truncated Poisson (cyclic for BandMF) at its priced L, σ calibrated for (ε, δ)
+    by the run's matched accountant (:func:`dpscaling.accounting.matched.account_run`), as the run itself will."""
+    from dpscaling.accounting.matched import account_run
+
+    return account_run(POISSON.name, None, dataset_size=int(dataset_size), expected_batch_size=int(batch_size),
+                       steps=int(steps), delta=delta, target_epsilon=epsilon, multiple=int(multiple or 1),
+                       mechanism=mechanism)
