@@ -80,3 +80,45 @@ def write_two_length_bundle(run: Path, out: Path) -> Bundle:
     return write_bundle(out, law / "fit", provenance=shapes_provenance(),
                         sigma_table=run / "accounting" / "sigma_table.parquet", bootstrap=law / "bootstrap",
                         calibration=run / "validate" / "calibration.json", lengths=law / "lengths")
+
+
+def write_mechanism_run(root: Path, bandmf_gain: float = 0.15, bandmf_half_width: float = 0.5) -> Path:
+    """A run of two mechanisms laid out as the workflow writes it: the run of :func:`write_run` (DP-SGD, q =
+    0.05 nats) and a BandMF law with b = 4 under ``law/mechanisms/mech=bandmf-b4/`` (the same curves,
+    ``bandmf_gain`` nats lower, its own σ table of 4 bands at ``accounting/mech=bandmf-b4/`` and its own,
+    wider, calibration ``validate/mech=bandmf-b4/calibration.json``), and ``law/mechanisms/mechanisms.json``.
+    The point predictions favour BandMF; its calibrated upper ends favour DP-SGD when the half-width is wider
+    by more than the gain."""
+    from dpscaling.accounting.table import COLUMNS, STATUS_OK, save_table
+    from dpscaling.accounting.table_spec import TableSpec
+    from dpscaling.law.bootstrap import replicate_grids, write_replicates
+    from dpscaling.law.calibration import Calibration, write_calibration
+    from dpscaling.law.mechanisms import write_mechanisms
+
+    write_run(root)
+    e, t, q = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(-1, 6), np.geomspace(10, 2e5, 16),
+                                              2.0 ** np.arange(-18, 1), indexing="ij"))
+    table = root / "accounting" / "mech=bandmf-b4" / "sigma_table.parquet"
+    table.parent.mkdir(parents=True)
+    # The closed form at amplified BandMF's coordinates (⌈T/4⌉ participations of 4q): the wiring, not the accountant.
+    sigma = np.where(4 * q <= 1, DeterministicGaussianSigma()(e, np.ceil(t / 4), np.minimum(4 * q, 1.0)), np.nan)
+    save_table(pd.DataFrame({"epsilon": e, "steps": t, "sampling_probability": q, "delta": 1e-8, "sigma": sigma,
+                             "status": STATUS_OK})[list(COLUMNS)], table, TableSpec(bands=4))
+    results = seeded_results(steps=2000, log_every=50, learning_rates=(2.0**-7,))
+    results = results.assign(**{"Cross Entropy": results["Cross Entropy"] - bandmf_gain})
+    settings = LawSettings.create(False, warmup_steps=100)
+    law = root / "law" / "mechanisms" / "mech=bandmf-b4"
+    fit_law(results, settings, seq_len=128, physical_batch=32, sigma_table=table, sampling="min",
+            mechanism="bandmf-b4").save(law / "fit")
+    write_replicates(replicate_grids(results, settings, range(4), seq_len=128, physical_batch=32),
+                     law / "bootstrap" / "replicates.parquet")
+    calibration = root / "validate" / "mech=bandmf-b4" / "calibration.json"
+    calibration.parent.mkdir(parents=True)
+    write_calibration({"paper": Calibration("paper", False, bandmf_half_width,
+                                            ("horizon (fit T <= 1000, predict the rest)", "noise sigma-bar 2^-10"),
+                                            2 / 3, 0.9, 0.5, iterations_from=500.0)}, calibration)
+    write_mechanisms(root / "law" / "mechanisms", {
+        "dpsgd": {"law": root / "law" / "fit", "bootstrap": root / "law" / "bootstrap",
+                  "calibration": root / "validate" / "calibration.json"},
+        "bandmf-b4": {"law": law / "fit", "bootstrap": law / "bootstrap", "calibration": calibration}})
+    return root

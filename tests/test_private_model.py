@@ -11,7 +11,7 @@ import pytest
 from dpscaling.errors import UserError
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
-from dpscaling.private_model import audit_settings_for, budgets, integer_batch_sizes, twin_config_for
+from dpscaling.private_model import audit_settings_for, budgets, twin_config_for
 from dpscaling.tables.private_model import achieved_training_loss, cause_split
 
 BUDGET = Budget(8.0, 1e-8, 50000, 1e15)
@@ -39,17 +39,15 @@ def test_budgets_take_accounting_delta_unless_given_and_refuse_duplicates() -> N
         budgets({"budgets": [{"epsilon": 4.0, "data_budget": 1000, "compute": -1.0}]}, 1e-8)
 
 
-def test_batch_sizes_are_whole_and_within_the_data_budget() -> None:
-    sizes = integer_batch_sizes(300)
-    assert (sizes == sizes.round()).all() and sizes.max() <= 300 and sizes.min() == 1
-    assert len(sizes) == len(set(sizes))
-
-
 def test_the_matched_audit_has_the_runs_parameters() -> None:
     plan = a_plan(Budget(8.0, 1e-7, 5000, 1e12), batch_size=64, iterations=120)
-    settings = audit_settings_for(plan, {"significance": 0.05, "seed": 3}, microbatch=8)
+    settings = audit_settings_for(plan, {"significance": 0.05, "seed": 3}, microbatch=8, strategy="max_error")
     assert settings == {"n_canaries": 10000, "expected_batch_size": 64, "steps": 120, "epsilon": 8.0,
                         "delta": 1e-7, "significance": 0.05, "microbatch_size": 8, "seed": 3}
+    # A BandMF run's audit correlates its noise with the strategy the run optimised, not a fixed criterion.
+    bandmf = audit_settings_for(dataclasses.replace(plan, mechanism="bandmf-b4"), {"significance": 0.05, "seed": 3},
+                                microbatch=8, strategy="max_error")
+    assert bandmf == settings | {"mechanism": "bandmf-b4", "strategy": "max_error"}
 
 
 def test_achieved_loss_is_the_trailing_mean_the_law_smooths_with() -> None:
@@ -147,7 +145,7 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
     assert budget.label.endswith("_BertL2H96_B=64_T=300")  # two configurations at one budget stay apart
     plan = plan_budget(tmp_path / "law", budget, ["Synthetic0"], fixed_sizes={"BertL2H96": 2.5e5})
     assert (plan.model, plan.model_size, plan.batch_size, plan.iterations) == ("BertL2H96", 2.5e5, 64, 300)
-    assert plan.learning_rate == 0.004 and plan.query.fixed and plan.candidates_repriced is None
+    assert plan.learning_rate == 0.004 and plan.query.fixed and plan.decision is None
     assert plan.compute == pytest.approx(6 * 2.5e5 * 64 * 128 * 300)
     assert plan.sigma >= plan.untruncated_sigma and plan.truncated_batch_size >= 64
     assert plan.noise_batch_ratio == pytest.approx(plan.sigma / 64)
@@ -158,7 +156,8 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("plan", [
-    a_plan(candidates_repriced=8, candidates_answered=5),
+    a_plan(decision={"rule": "calibrated_upper", "applied": "calibrated_upper", "score": 5.3,
+                     "predicted_loss": 5.1, "half_width": 0.2, "flags": []}),
     a_plan(Budget(4.0, 1e-6, 1000, 1e11, FixedConfiguration("BertNano", 40, 24)),
            query=dataclasses.replace(QUERY, models=None, candidates=1, fixed=True),
            physical_batch_correction=PhysicalBatchCorrection(0.1, 32, 10, 0.01)),
@@ -167,7 +166,7 @@ def test_a_plan_reads_back_what_it_wrote(plan: PrivatePlan) -> None:
     """plan.json holds exactly the plan's record (its keys, its values' types), and reading it gives the plan."""
     record = json.loads(json.dumps(plan.to_json()))
     assert PrivatePlan.from_json(record) == plan and plan.to_json() == record
-    assert ("candidates_repriced" in record) == (plan.candidates_repriced is not None)
+    assert ("decision" in record) == (plan.decision is not None)
     assert record["budget"]["label"] == plan.budget.label
     assert PrivatePlan.from_json(record | {"role": "answer", "seed": 0}) == plan  # a savings run's own keys
 

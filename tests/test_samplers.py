@@ -12,7 +12,7 @@ import pytest
 from dpscaling.accounting.matched import _ACCOUNTED_BY, ACCOUNTANT_ASSUMES, MATCHED_ACCOUNTANT, account_run
 from dpscaling.config.schema import schema
 from dpscaling.errors import UserError
-from dpscaling.samplers import POISSON, SAMPLERS, SHUFFLE, sampler_named, shuffle_max_participations
+from dpscaling.samplers import CYCLIC, POISSON, SAMPLERS, SHUFFLE, sampler_named, shuffle_max_participations
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
@@ -55,8 +55,28 @@ def test_records_say_what_each_sampler_is() -> None:
     assert POISSON.private and POISSON.truncated
     assert SHUFFLE.participation_bound(1000, 300, 10) == 4 == shuffle_max_participations(1000, 300, 10)
     assert SHUFFLE.physical_batch(8, None) == 8 and POISSON.physical_batch(8, None) is None
-    with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'poisson'\), got 'x'"):
+    with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'cyclic', 'poisson'\), "
+                                        r"got 'x'"):
         sampler_named("x", "training")
+    assert SHUFFLE.min_separation(1000, 300) == 1 and CYCLIC.min_separation(1000, 300) == 3
+
+
+def test_the_cyclic_sampler_repeats_one_order_so_participations_lie_n_over_b_apart() -> None:
+    """Every example of the first ⌊N/B⌋ · B joins exactly every ⌊N/B⌋-th step (the separation BandMF's
+    deterministic price assumes); the shuffled sampler reorders epochs, so it places some two apart by less."""
+    rows = np.arange(50 * 2, dtype=np.int32).reshape(50, 2)
+    cyclic, shuffled = CYCLIC.batch_source()(rows, 0, 8, 8, 5), SHUFFLE.batch_source()(rows, 0, 8, 8, 5)
+    assert np.array_equal(cyclic.indices(0), shuffled.indices(0))  # the same first epoch
+    steps = {}
+    for step in range(60):
+        for example in cyclic.indices(step):
+            steps.setdefault(int(example), []).append(step)
+    gaps = {gap for joined in steps.values() for gap in np.diff(joined)}
+    assert gaps == {CYCLIC.min_separation(50, 8)} == {6}
+    assert max(map(len, steps.values())) == CYCLIC.participation_bound(50, 8, 60) == 10
+    shuffled_gaps = [gap for step in [sorted(s for s in range(60) if e in shuffled.indices(s)) for e in range(50)]
+                     for gap in np.diff(step)]
+    assert min(shuffled_gaps) < 6
 
 
 def test_no_module_outside_the_registry_compares_sampler_names() -> None:

@@ -14,7 +14,8 @@ relative to it::
     lengths/lengths.json            with several sequence lengths: every length's law,
     lengths/seq=S/law/, lengths/seq=S/bootstrap/   ... each with its replicates beside it
 
-**Provenance** (what the loss means and where it came from): the model family and its objective, the
+**Provenance** (what the loss means and where it came from): the noise mechanism whose price σ̄ is, with
+each sampling branch's sampler and adjacency (:mod:`dpscaling.accounting.pricing`), the model family and its objective, the
 tokenizer and vocabulary size (and the vocabulary's sha256), S, the privacy unit, δ and the sampling rule
 of the σ table, the corpus (source and sha256), the sha256 of the config blocks that decide the law, the
 physical batch and microbatch the curves trained with, the law's mode, and every measured model's shape.
@@ -143,9 +144,20 @@ def law_provenance(law: Law) -> dict[str, Any]:
     """What the law itself knows of its provenance (a bundle written by the workflow knows more)."""
     from dpscaling.models.family import family_named
 
+    from dpscaling.accounting.pricing import deterministic_sampler
+    from dpscaling.accounting.branches import ADD_REMOVE, ZERO_OUT
+    from dpscaling.mechanisms import mechanism_named
+    from dpscaling.samplers import POISSON
+
+    mechanism = mechanism_named(law.mechanism, "mechanism")
     provenance: dict[str, Any] = {
         "family": law.family, "objective": family_named(law.family).objective, "seq_len": int(law.seq_len),
         "physical_batch": int(law.physical_batch),
+        # What σ̄ costs (dpscaling.accounting.pricing): the mechanism, and per branch of the sampling rule the
+        # sampler that trains an answer and the neighbouring relation of its guarantee.
+        "mechanism": mechanism.name, "bands": mechanism.bands,
+        "samplers": {"poisson": POISSON.name, "deterministic": deterministic_sampler(mechanism)},
+        "adjacency": {"poisson": ZERO_OUT if mechanism.correlated else ADD_REMOVE, "deterministic": ZERO_OUT},
         "mode": "reference-compatible" if law.settings.reference_compatible else "paper",
         "results": law.sources.get("results")}
     if law.sigma_table:
