@@ -82,6 +82,30 @@ def test_a_checkpoint_of_another_shape_or_family_is_refused_naming_both(corpus, 
         run_training(bert, corpus, tmp_path / "b.parquet", tmp_path / "b")
 
 
+def test_a_checkpoint_of_another_vocabulary_is_refused_naming_both_hashes(corpus, pretrained, tmp_path):
+    """Same size, other tokens: the shapes agree, so only the vocabulary's sha256 (recorded with the checkpoint)
+    tells; a checkpoint that records none is refused too."""
+    import json
+    import shutil
+
+    from dpscaling.train.checkpoint import VOCABULARY_FILE
+
+    recorded = json.loads((pretrained / VOCABULARY_FILE).read_text())
+    ours = load_meta(corpus).vocab_sha256
+    assert recorded["vocab_sha256"] == ours and recorded["vocab_size"] == load_meta(corpus).vocab_size
+    other = tmp_path / "other"
+    shutil.copytree(pretrained, other)
+    (other / VOCABULARY_FILE).write_text(json.dumps({**recorded, "vocab_sha256": "0" * 64}))
+    finetune = dataclasses.replace(PRETRAIN, init_checkpoint=str(other), num_steps=2, log_every=1, checkpoint_every=2)
+    with pytest.raises(UserError) as caught:
+        run_training(finetune, corpus, tmp_path / "v.parquet", tmp_path / "v")
+    assert "0" * 64 in str(caught.value) and ours in str(caught.value)
+    (other / VOCABULARY_FILE).unlink()
+    with pytest.raises(UserError, match=f"records no vocabulary .*{ours}"):
+        run_training(finetune, corpus, tmp_path / "v.parquet", tmp_path / "v")
+    assert not (tmp_path / "v.parquet").exists()
+
+
 def test_a_study_run_s_checkpoint_record_is_unchanged_by_the_new_field() -> None:
     assert "init_checkpoint" not in PRETRAIN.to_dict()
     assert dataclasses.replace(PRETRAIN, init_checkpoint="x").to_dict()["init_checkpoint"] == "x"

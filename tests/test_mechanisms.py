@@ -184,6 +184,11 @@ def test_study_accounting_of_a_correlated_mechanism_uses_the_strategys_sensitivi
     assert bandmf.epsilon == pytest.approx(gaussian_epsilon(0.5 * 20 / bandmf.sensitivity, 1e-6))
     assert bandmf.epsilon > dpsgd.epsilon
     assert "mechanism" not in dpsgd.record() and bandmf.record()["bands"] == 4
+    assert dpsgd.adjacency == bandmf.adjacency == "zero-out"  # fixed batches: an example replaced by a null one
+    # The cyclic sampler keeps participations N // B = 5 ≥ b apart: the strategy's columns do not overlap, √k.
+    cyclic = account_run("cyclic", None, **common, mechanism="bandmf-b4", coefficients=coefficients)
+    assert cyclic.max_participations == 6 and cyclic.sensitivity == pytest.approx(math.sqrt(6), rel=1e-5)
+    assert cyclic.epsilon == pytest.approx(dpsgd.epsilon, rel=1e-5) and cyclic.epsilon < bandmf.epsilon
     with pytest.raises(ValueError, match="needs its strategy coefficients"):
         account_run("shuffle", None, **common, mechanism="bandmf-b4")
 
@@ -283,6 +288,15 @@ def test_private_bandmf_epsilon_recomputed_independently(private_bandmf, corpus)
 
     assert row["epsilon"] == pytest.approx(epsilon(float(row["sigma"])), rel=0.01)
     assert row["epsilon"] <= 4.0 * (1 + 1e-9) and epsilon(float(row["sigma"])) == pytest.approx(4.0, rel=0.01)
+    # The equal split into b groups is jax-privacy's under zero-out adjacency only: the record says so, and the
+    # same event under zero-out (dp-accounting's REPLACE_SPECIAL) spends the same ε as under add/remove.
+    assert row["adjacency"] == "zero-out"
+    event = accounting.truncated_amplified_bandmf_event(
+        float(row["sigma"]), int(row["accounted_steps"]), num_bands=4, sampling_prob=float(row["sampling_probability"]),
+        largest_group_size=n // 4, truncated_batch_size=int(row["truncated_batch_size"]))
+    zero_out = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_SPECIAL,
+                                               value_discretization_interval=1e-4).compose(event)
+    assert zero_out.get_epsilon(float(row["delta"])) == pytest.approx(epsilon(float(row["sigma"])), rel=1e-9)
     assert epsilon(0.97 * float(row["sigma"])) > 4.0  # calibrated, not merely below
     assert summary.privacy["epsilon"] == pytest.approx(row["epsilon"])
     assert json.loads(row["bandmf_coefficients"]) == pytest.approx(

@@ -101,37 +101,98 @@ def _first_not_above(flat: np.ndarray, base: np.ndarray, n: int, y: np.ndarray) 
     return low
 
 
-def _column_log_epsilon(flat: np.ndarray, base: np.ndarray, log_eps: np.ndarray, y: np.ndarray) -> np.ndarray:
+class Columns:
+    """What every fixed-σ query reads of the cube, built once per table:
+
+    * its columns with ε last, (n_T, n_q, n_ε) contiguous, read in place;
+    * the keys that find where each column crosses a σ with one ``searchsorted`` instead of a bisection per
+      column: col·K − log σ, increasing along the whole array when every column is non-increasing after its
+      refused (NaN) prefix, NaN keyed below the column's finite values (without that order the bisection
+      stands);
+    * for every column and cubic stencil, the inverse cubic log ε(log σ) in Newton form (its divided
+      differences and first three nodes), so that a query evaluates it with three multiply-adds: the same
+      polynomial as the Lagrange form through the same four nodes, to rounding.
+    """
+
+    def __init__(self, cube: np.ndarray, log_eps: np.ndarray):
+        self.values = np.ascontiguousarray(np.moveaxis(cube, 0, -1))
+        columns = self.values.reshape(-1, self.values.shape[-1])
+        n = columns.shape[1]
+        self.newton = None
+        if n >= 4:
+            stencil = np.arange(n - 3)[:, None] + np.arange(4)
+            y, x = columns[:, stencil], np.broadcast_to(log_eps[stencil], (len(columns), n - 3, 4))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                first = [(x[..., i + 1] - x[..., i]) / (y[..., i + 1] - y[..., i]) for i in range(3)]
+                second = [(first[i + 1] - first[i]) / (y[..., i + 2] - y[..., i]) for i in range(2)]
+                third = (second[1] - second[0]) / (y[..., 3] - y[..., 0])
+            # one flat array per coefficient: a query gathers each with np.take (3× a row gather's speed)
+            self.newton = tuple(np.ascontiguousarray(part).ravel() for part in (
+                x[..., 0], first[0], second[0], third, y[..., 0], y[..., 1], y[..., 2]))
+        finite = np.isfinite(columns)
+        self.bound = float(np.max(np.abs(columns[finite]))) + 1.0 if finite.any() else 1.0
+        prefix = np.cumsum(finite, axis=1) == 0  # NaN before the first finite value
+        above = np.where(finite, columns, self.bound)  # the prefix above every finite value
+        ordered = bool(np.all(finite | prefix)) and bool(np.all(np.diff(above, axis=1) <= 0))
+        self.spacing = 2.0 * self.bound + 2.0
+        if ordered:
+            offsets = np.arange(len(columns))[:, None] * self.spacing
+            self.keys = (offsets - np.where(finite, columns, self.bound + 0.5)).ravel()
+        else:
+            self.keys = None
+
+    def first_not_above(self, base: np.ndarray, n: int, y: np.ndarray) -> np.ndarray:
+        """Per column (starting at flat index ``base``), the index of the first value ≤ y (NaN counts as
+        above), as :func:`_first_not_above`."""
+        flat = self.values.ravel()
+        if self.keys is None:
+            return _first_not_above(flat, base, n, y)
+        column = base // n
+        wanted = column * self.spacing - np.clip(y, -self.bound + 0.5, self.bound - 0.5)
+        found = np.searchsorted(self.keys, wanted, side="left") - base
+        return np.where(np.isnan(y), n, np.clip(found, 0, n))
+
+
+def _column_log_epsilon(columns: Columns, base: np.ndarray, log_eps: np.ndarray, y: np.ndarray) -> np.ndarray:
     """log ε at which each column (log σ at ``flat[base + 0..n_ε-1]``, decreasing) takes the
     value y, by cubic inverse interpolation; NaN if the stencil has NaN or y lies beyond a
     column's end by more than its last step (near the knee an extrapolated ε(σ) is meaningless)."""
     n = len(log_eps)
     size = min(4, n)
-    first = _first_not_above(flat, base, n, y)
+    flat = columns.values.ravel()
+    first = columns.first_not_above(base, n, y)
     start = np.clip(first - size // 2, 0, n - size)
-    index = start[:, None] + np.arange(size)
-    nodes = flat[base[:, None] + index]
-    result = (_lagrange_weights(nodes, y) * log_eps[index]).sum(axis=-1)
-    top, second, last, before = (flat[base + i] for i in (0, 1, n - 1, n - 2))
-    beyond = ((first == 0) & (y - top > top - second)) | ((first == n) & (last - y > before - last))
-    return np.where(beyond, np.nan, result)
+    if columns.newton is not None:  # the Newton form of the same cubic (Columns)
+        at = base // n * (n - 3) + start
+        x0, f1, f2, f3, y0, y1, y2 = (np.take(part, at) for part in columns.newton)
+        result = ((f3 * (y - y2) + f2) * (y - y1) + f1) * (y - y0) + x0
+    else:
+        index = start[:, None] + np.arange(size)
+        result = (_lagrange_weights(flat[base[:, None] + index], y) * log_eps[index]).sum(axis=-1)
+    for end, (edge, inner), outside in ((0, (0, 1), lambda edge, inner, y: y - edge > edge - inner),
+                                         (n, (n - 1, n - 2), lambda edge, inner, y: edge - y > inner - edge)):
+        at = np.flatnonzero(first == end)  # only a column's ends can be overshot
+        if at.size:
+            edge_values, inner_values = flat[base[at] + edge], flat[base[at] + inner]
+            result[at[outside(edge_values, inner_values, y[at])]] = np.nan
+    return result
 
 
-def _fixed_sigma(cube: np.ndarray, axes: tuple[np.ndarray, ...], points: np.ndarray, start: np.ndarray,
+def _fixed_sigma(columns: Columns, axes: tuple[np.ndarray, ...], points: np.ndarray, start: np.ndarray,
                  shifts: tuple[int, int]) -> np.ndarray:
     """log σ by cubic interpolation at fixed σ with the T and q stencils moved by ``shifts``;
-    NaN where a column does not reach the σ or the secant steps do not converge."""
+    NaN where a column does not reach the σ or the secant steps do not converge. ``columns``: the cube with ε
+    last, read in place (a query's 16 columns are never copied out: the table fits a cache)."""
     log_eps = axes[0]
-    n = len(log_eps)
+    n, n_q = len(log_eps), columns.values.shape[1]
     (j, wj), (k, wk) = (lagrange_stencil(axes[a], points[:, a], 4, shift) for a, shift in zip((1, 2), shifts))
-    columns = np.ascontiguousarray(np.moveaxis(cube[:, j[:, :, None], k[:, None, :]], 0, -1))
-    per_query = columns.shape[1] * columns.shape[2]
-    flat = columns.ravel()
+    per_query = j.shape[1] * k.shape[1]
+    column = (j[:, :, None] * n_q + k[:, None, :]).reshape(len(points), per_query)
     weights = (wj[:, :, None] * wk[:, None, :]).reshape(len(points), per_query)
 
     def gap(rows: np.ndarray, y: np.ndarray) -> np.ndarray:
-        base = ((rows[:, None] * per_query + np.arange(per_query)) * n).ravel()
-        log_epsilon = _column_log_epsilon(flat, base, log_eps, np.repeat(y, per_query))
+        base = (column[rows] * n).ravel()
+        log_epsilon = _column_log_epsilon(columns, base, log_eps, np.repeat(y, per_query))
         return _weighted_sum(weights[rows], log_epsilon.reshape(len(rows), per_query)) - points[rows, 0]
 
     everyone = np.arange(len(points))
@@ -159,21 +220,28 @@ def _fixed_sigma(cube: np.ndarray, axes: tuple[np.ndarray, ...], points: np.ndar
 _PLACEMENTS = ((0, 0), (0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, -1), (1, -1), (-1, 1))
 
 
-def interpolate(cube: np.ndarray, axes: tuple[np.ndarray, ...], points: np.ndarray, method: str) -> np.ndarray:
-    """log σ at ``points`` (m × 3 of log ε, log T, log q, inside the axes) from ``cube`` of log σ."""
+def interpolate(cube: np.ndarray, axes: tuple[np.ndarray, ...], points: np.ndarray, method: str,
+                columns: Columns | None = None) -> np.ndarray:
+    """log σ at ``points`` (m × 3 of log ε, log T, log q, inside the axes) from ``cube`` of log σ (``columns``:
+    its :class:`Columns`, built once by a caller that asks many times)."""
     size = STENCIL_SIZES[method]
     result = np.empty(len(points))
+    if method == "cubic" and columns is None:
+        columns = Columns(cube, axes[0])
     for begin in range(0, len(points), _QUERY_BLOCK):
         block = points[begin:begin + _QUERY_BLOCK]
         fallback = fixed_epsilon(cube, axes, block, size)
         if method == "cubic" and len(axes[0]) >= 4:
-            start = np.where(np.isfinite(fallback), fallback, fixed_epsilon(cube, axes, block, 2))
+            start = fallback.copy()
+            missing = np.flatnonzero(~np.isfinite(fallback))  # the linear start only where the cubic has none
+            if missing.size:
+                start[missing] = fixed_epsilon(cube, axes, block[missing], 2)
             value = np.full(len(block), np.nan)
             for shifts in _PLACEMENTS:
                 todo = np.flatnonzero(np.isnan(value) & np.isfinite(start))
                 if todo.size == 0:
                     break
-                value[todo] = _fixed_sigma(cube, axes, block[todo], start[todo], shifts)
+                value[todo] = _fixed_sigma(columns, axes, block[todo], start[todo], shifts)
             fallback = np.where(np.isnan(value), fallback, value)
         result[begin:begin + _QUERY_BLOCK] = fallback
     return result

@@ -148,6 +148,7 @@ class SigmaTable:
         self.frame, self.method, self.bands = frame, method, int(bands)
         self._log_axes = (np.log(self.epsilons), np.log(self.steps), np.log(self.sampling_probabilities))
         self._log_cube = np.log(cube)
+        self._columns = interpolation.Columns(self._log_cube, self._log_axes[0]) if method == "cubic" else None
 
     @classmethod
     def load(cls, path: str | Path) -> SigmaTable:
@@ -181,7 +182,8 @@ class SigmaTable:
         inside = np.all([(flat[:, n] >= axis[0]) & (flat[:, n] <= axis[-1])
                          for n, axis in enumerate(self._log_axes)], axis=0)
         log_sigma = np.full(len(flat), np.nan)
-        log_sigma[inside] = interpolation.interpolate(self._log_cube, self._log_axes, flat[inside], self.method)
+        log_sigma[inside] = interpolation.interpolate(self._log_cube, self._log_axes, flat[inside], self.method,
+                                                      self._columns)
         reason = np.where(np.isnan(log_sigma), _REFUSED_CELL, _OK)
         jump = np.zeros(len(flat), dtype=bool)
         jump[inside] = interpolation.across_participation_jump(self._log_axes, flat[inside], self.delta)

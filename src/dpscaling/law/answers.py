@@ -59,10 +59,12 @@ from dpscaling.law.sequence_length import (
     PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, is_law_across_lengths, length_tradeoff)
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
-# Budgets of the saturation scan: C·2^(-k/2) down to the law's smallest budget (at most 40 octaves), in
-# chunks of 8 octaves (most queries stop after the first).
+# Budgets of the saturation scan: C·2^(-k/2) down to the law's smallest budget (at most 40 octaves), one
+# octave first (most queries stop there: their best loss still falls with compute), then chunks twice as
+# deep each time, up to 8 octaves.
 SATURATION_STEPS_PER_OCTAVE = 2
 SATURATION_OCTAVES = 40
+SATURATION_FIRST_CHUNK_OCTAVES = 1
 SATURATION_CHUNK_OCTAVES = 8
 # The search's best candidates made runnable, in order, until one stays inside the law's range.
 RUNNABLE_CANDIDATES = 8
@@ -449,7 +451,7 @@ class ScalingLaw:
         self._remember_optimum(answer, compute, epsilon, units, surface, sizes, source, correction)
         self._refuse_beyond_validation(answer, compute, epsilon, units, surface, sizes, source, tolerance,
                                        correction, allow_extrapolation)
-        interval_bands, note = (self._optimum_interval(compute, epsilon, units, surface, sizes, source, correction)
+        interval_bands, note = (self._optimum_interval(answer, surface, correction)
                                 if optimum_interval else (None, SKIPPED_OPTIMUM_INTERVAL))
         inference = None
         if inference_tokens is not None:
@@ -635,16 +637,18 @@ class ScalingLaw:
 
     def _optima_below(self, compute, epsilon, units, surface: _Surface, sizes, source, correction, first: int = 0):
         """The compute-optimal configuration of each budget C·2^(-k/2), k from ``first`` down to the law's
-        smallest budget (at most :data:`SATURATION_OCTAVES` octaves), one chunk of
-        :data:`SATURATION_CHUNK_OCTAVES` octaves at a time: (budgets, their
+        smallest budget (at most :data:`SATURATION_OCTAVES` octaves), one chunk at a time
+        (:data:`SATURATION_FIRST_CHUNK_OCTAVES`, then twice as deep up to :data:`SATURATION_CHUNK_OCTAVES`
+        octaves): (budgets, their
         :func:`dpscaling.law.queries.best_loss_per_compute` frame) per chunk, highest budgets first; callers
         stop as soon as they have what they need."""
         lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
         deepest = int(math.floor(min(SATURATION_OCTAVES, max(0.0, math.log2(compute / lowest)))
                                  * SATURATION_STEPS_PER_OCTAVE))
-        start = first
+        start, octaves = first, SATURATION_FIRST_CHUNK_OCTAVES
         while start <= deepest:
-            stop = min(deepest, start + SATURATION_CHUNK_OCTAVES * SATURATION_STEPS_PER_OCTAVE)
+            stop = min(deepest, start + octaves * SATURATION_STEPS_PER_OCTAVE)
+            octaves = min(2 * octaves, SATURATION_CHUNK_OCTAVES)
             budgets = compute * 2.0 ** (-np.arange(start, stop + 1) / SATURATION_STEPS_PER_OCTAVE)
             yield budgets, self._remembered_optima(budgets, epsilon, units, surface, sizes, source, correction)
             start = stop + 1
@@ -685,13 +689,11 @@ class ScalingLaw:
             return pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY])
         return pd.DataFrame(rows).reset_index(drop=True).infer_objects()
 
-    def _optimum_interval(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
+    def _optimum_interval(self, searched: ComputeOptimal, surface: _Surface, correction):
         """The seed-only 90% band of the optimum (each replicate's own optimum), or why there is none."""
         if surface.replicates is None:
             return None, self.bundle.notes.get("bootstrap", "no interval: no bootstrap replicates in this law")
-        configs = constant_compute_configurations(compute, sizes, surface.seq_len, surface.iteration_bounds)
-        candidates = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: units}),
-                                             surface.loss, source.sigma, surface.seq_len, correction)
+        candidates = searched.evaluated  # the search's candidates: σ is the same for every replicate
         table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), surface.replicates,
                                   correction=correction)
         count = len(surface.replicates)

@@ -218,14 +218,22 @@ def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute:
     """
     m, t, s = (candidates[c].to_numpy(float) for c in ("Model Size", ITERATIONS, NOISE_BATCH_RATIO))
     shift = 0.0 if correction is None else correction.shift(candidates["Batch Size"].to_numpy(float), s, m)
+    codes, budgets = pd.factorize(candidates[compute], sort=True)
+    columns = {name: candidates[name].to_numpy(float) for name in OPTIMUM_COLUMNS if name != CROSS_ENTROPY}
     optima = []
     for index, loss in enumerate(replicates.losses):
-        frame = candidates.assign(**{CROSS_ENTROPY: loss(m, t, s) - shift}).dropna(subset=[CROSS_ENTROPY])
-        if frame.empty:
+        values = np.asarray(loss(m, t, s) - shift, float)
+        finite = np.isfinite(values)
+        if not finite.any():
             continue
-        best = frame.loc[frame.groupby(compute)[CROSS_ENTROPY].idxmin()].sort_values(compute)
-        optima.append(best[[compute, *OPTIMUM_COLUMNS]].assign(**{BEST: best[CROSS_ENTROPY].cummin(),
-                                                                  REPLICATE: index}))
+        # Each budget's first lowest loss (sorted by budget, then loss; stable: ties keep the candidates' order).
+        order = np.lexsort((np.where(finite, values, np.inf), codes))
+        order = order[finite[order]]
+        groups, first = np.unique(codes[order], return_index=True)
+        best = order[first]
+        optima.append(pd.DataFrame({compute: np.asarray(budgets)[groups], CROSS_ENTROPY: values[best],
+                                    **{name: column[best] for name, column in columns.items()}})
+                      .assign(**{BEST: np.minimum.accumulate(values[best]), REPLICATE: index}))
     columns = [compute] + [name for column in (BEST, *OPTIMUM_COLUMNS) for name in band(column)] + [ANSWERING]
     if not optima:
         return pd.DataFrame(columns=columns)

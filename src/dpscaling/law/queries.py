@@ -119,6 +119,8 @@ class ComputeOptimal:
     # The best answered candidates, lowest loss first (the near-optimal set may hold only the optimum); with a
     # ``rank``, lowest rank first, in its column DECISION_SCORE.
     leading: pd.DataFrame | None = None
+    # Every candidate as evaluated (σ, σ̄, loss, reason): what a caller re-scores without pricing them again.
+    evaluated: pd.DataFrame | None = None
 
     def ranges(self) -> dict[str, tuple[float, float]]:
         """Range of each hyper-parameter over the near-optimal set (the figures' bands)."""
@@ -161,7 +163,7 @@ def compute_optimal(compute: float, epsilon: float, users: float, loss: LossFunc
         leading = answered.assign(**{DECISION_SCORE: rank(answered)}).sort_values(DECISION_SCORE, kind="stable")
     return ComputeOptimal(best, near.reset_index(drop=True), tolerance, len(evaluated), unanswered,
                           (float(rates.min()), float(rates.max())) if len(rates) else None,
-                          leading.head(LEADING_CANDIDATES).reset_index(drop=True))
+                          leading.head(LEADING_CANDIDATES).reset_index(drop=True), evaluated)
 
 
 def inference_cost(model_size, inference_tokens: float):
