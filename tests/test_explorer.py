@@ -28,7 +28,7 @@ from dpscaling.cli import main as cli_main
 from dpscaling.errors import UserError
 from dpscaling.explorer import default_grid, write_explorer
 from dpscaling.explorer.sweep import RELATIVE_TOLERANCE, compute_axis, node_record
-from dpscaling.law.answers import load_law
+from dpscaling.law.loading import load_law
 from law_bundle_data import write_run, write_run_bundle, write_two_length_bundle
 
 EPSILONS, DATA = (2.0, 8.0, 32.0), (1e4, 1e5)

@@ -11,14 +11,16 @@ The Python API (docs/api.md)::
 __version__ = "0.1.0"
 
 # The API's names, imported on first use: `import dpscaling` stays free of pandas and scipy.
-_API = {"load_law", "ScalingLaw", "Answer", "Configuration", "Runnable", "ExtrapolationRefused"}
+_API = {"load_law": "loading", "ScalingLaw": "answers", "Answer": "answers", "Configuration": "answers",
+        "Runnable": "answers", "ExtrapolationRefused": "answers", "LawAcrossMechanisms": "mechanisms",
+        "MechanismChoice": "mechanisms"}
 
 
 def __getattr__(name: str):
     if name in _API:
-        from dpscaling.law import answers
+        import importlib
 
-        return getattr(answers, name)
+        return getattr(importlib.import_module(f"dpscaling.law.{_API[name]}"), name)
     raise AttributeError(f"module 'dpscaling' has no attribute {name!r}")
 
 

@@ -139,7 +139,8 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
 
 def _load_one(law_dir: str | os.PathLike[str]) -> ScalingLaw:
     """The law at ``law_dir`` with its replicates and calibration (a law across mechanisms is refused)."""
-    from dpscaling.law.answers import ScalingLaw, load_law
+    from dpscaling.law.answers import ScalingLaw
+    from dpscaling.law.loading import load_law
 
     law = load_law(law_dir)
     if not isinstance(law, ScalingLaw):
@@ -323,10 +324,13 @@ def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequen
     winning (:mod:`dpscaling.law.decision`, as ``dpscaling query`` chooses); the plan lists what each
     mechanism's law planned. The physical-batch correction, fitted on the primary mechanism's runs, applies
     to every mechanism's plan alike, so that they compare at the same physical batch."""
-    from dpscaling.law.mechanisms import LawAcrossMechanisms
+    from dpscaling.law.answers import ScalingLaw
+    from dpscaling.law.loading import load_law
 
     laws = Path(laws)
-    across = LawAcrossMechanisms(laws.parent if laws.is_file() else laws)
+    across = load_law(laws.parent if laws.is_file() else laws)
+    if isinstance(across, ScalingLaw):
+        raise UserError(f"{BLOCK}.budgets {budget.label}: {laws} is one law, not a run's laws across mechanisms")
     wanted = across.mechanisms if budget.mechanism == CHOOSE else [budget.mechanism]
     unknown = [name for name in wanted if name not in across.mechanisms]
     if unknown:

@@ -1,7 +1,7 @@
 """Rule explorer_page: the explorer page of the run's law bundle (dpscaling.explorer)."""
 
 from dpscaling.explorer import default_grid, write_explorer
-from dpscaling.law.answers import load_law
+from dpscaling.law.loading import load_law
 from dpscaling.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:

@@ -9,7 +9,7 @@ import os
 from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.explorer import default_grid, write_explorer
 from dpscaling.explorer.sweep import COMPUTE_STEPS_PER_OCTAVE, DEFAULT_EPSILONS
-from dpscaling.law.answers import load_law
+from dpscaling.law.loading import load_law
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

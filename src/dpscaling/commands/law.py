@@ -23,7 +23,8 @@ from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import mechanism_named
 from dpscaling.law import LawSettings
-from dpscaling.law.answers import Answer, ScalingLaw, load_law
+from dpscaling.law.answers import Answer, ScalingLaw
+from dpscaling.law.loading import load_law
 from dpscaling.law.artifact import Law, read_law
 from dpscaling.law.bundle import write_bundle
 from dpscaling.law.collect import RESULTS_FORMATS

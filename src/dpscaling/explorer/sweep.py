@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from dpscaling.errors import UserError
-from dpscaling.law.answers import Answer, ScalingLaw, load_law
+from dpscaling.law.answers import Answer, ScalingLaw
+from dpscaling.law.loading import load_law
 from dpscaling.law.queries import best_loss_per_compute, model_size_grid
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)

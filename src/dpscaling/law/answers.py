@@ -3,7 +3,7 @@ object a person can act on (docs/api.md, docs/query.md)::
 
     import dpscaling
 
-    law = dpscaling.load_law("results/default/law/bundle")
+    law = dpscaling.load_law("results/default/law/bundle")  # dpscaling.law.loading
     answer = law.query(compute=1e13, epsilon=4, users=1e5)
     answer.runnable.batch_size, answer.runnable.iterations, answer.predicted_loss, answer.flags
 
@@ -33,19 +33,16 @@ import pandas as pd
 from dpscaling.accounting import pricing
 from dpscaling.accounting.pricing import Price
 from dpscaling.errors import UserError
-from dpscaling.law.bootstrap import Replicates, band, interval, optimum_intervals, replicate_files
-from dpscaling import layout
-from dpscaling.law.bundle import Bundle, is_bundle, load_bundle
+from dpscaling.law.bootstrap import Replicates, band, interval, optimum_intervals
+from dpscaling.law.bundle import Bundle
 from dpscaling.law.calibration import Calibration, calibrated_interval
 from dpscaling.law.decision import Decision, DecisionRule, rule_named
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA)
 from dpscaling.law.interpolation import reason_counts
-from dpscaling.law.mechanisms import LawAcrossMechanisms, is_law_across_mechanisms
-from dpscaling.law.noise import SigmaSource, read_accounting_csv
+from dpscaling.law.noise import SigmaSource
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
-from dpscaling.law.pipeline import existing_file
 from dpscaling.law.queries import (
     DECISION_SCORE, DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, ComputeOptimal,
     InferenceAware, best_loss_per_compute, compute_cost, compute_optimal, constant_compute_configurations,
@@ -56,7 +53,7 @@ from dpscaling.law.range_checks import (
 from dpscaling.law.runnable import (
     ModelShape, best_learning_rate, nearest_measured, nearest_shape, train_config, whole_batch, whole_steps)
 from dpscaling.law.sequence_length import (
-    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, is_law_across_lengths, length_tradeoff)
+    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff)
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
 # Budgets of the saturation scan: C·2^(-k/2) down to the law's smallest budget (at most 40 octaves), one
@@ -875,52 +872,4 @@ def _chosen_iterations(answer: ComputeOptimal) -> float:
     return float(answer.optimum[ITERATIONS])
 
 
-def workflow_files(directory: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None,
-                   calibration: str | os.PathLike[str] | None) -> dict[str, Any]:
-    """The files a law directory that is not a bundle is read with (:func:`bundle_from_law`): those given,
-    else those of them the workflow wrote beside it (:mod:`dpscaling.layout`), when present."""
-    if is_law_across_lengths(directory):
-        return {"bootstrap": bootstrap, "calibration": calibration,
-                "length_replicates": layout.length_replicates(directory)}
-    if bootstrap is None and replicate_files(beside := layout.bootstrap_beside(directory)):
-        bootstrap = beside
-    if calibration is None and (found := layout.calibration_beside(directory)).is_file():
-        calibration = found
-    return {"bootstrap": bootstrap, "calibration": calibration}
-
-
-def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None = None,
-             calibration: str | os.PathLike[str] | None = None,
-             physical_batch_correction: str | os.PathLike[str] | None = None,
-             accounting_amplified: str | os.PathLike[str] | None = None,
-             accounting_unamplified: str | os.PathLike[str] | None = None,
-             mechanism: str | None = None) -> ScalingLaw | LawAcrossMechanisms:
-    """A law to query: a bundle directory (``results/<run>/law/bundle``, everything inside), or a law
-    directory of ``dpscaling fit`` with the files given here (bootstrap replicates, calibration.json, a
-    physical-batch correction, the authors' accounting CSVs); a workflow's law directory (``law/fit``,
-    ``law/lengths``) is read with the files the workflow writes beside it unless they are given. A run's
-    ``law/mechanisms`` gives a :class:`~dpscaling.law.mechanisms.LawAcrossMechanisms` (every mechanism's law,
-    or ``mechanism``'s only), whose ``query`` chooses among them with the decision rule."""
-    if is_law_across_mechanisms(path):
-        given = [name for name, value in (("bootstrap", bootstrap), ("calibration", calibration),
-                                          ("physical_batch_correction", physical_batch_correction),
-                                          ("accounting_amplified", accounting_amplified),
-                                          ("accounting_unamplified", accounting_unamplified)) if value is not None]
-        if given:
-            raise UserError(f"{path}: a law across mechanisms names each mechanism's files itself "
-                            f"(mechanisms.json); drop {', '.join(given)}")
-        return LawAcrossMechanisms(path, mechanism)
-    if mechanism is not None:
-        raise UserError(f"--mechanism: {path} is one mechanism's law; give <run>/law/mechanisms (a run whose "
-                        "training.mechanisms lists several) to choose among mechanisms")
-    files = {"bootstrap": bootstrap, "calibration": calibration}
-    if not is_bundle(path):
-        files = workflow_files(path, **files)
-    bundle = load_bundle(path, **files, correction=physical_batch_correction)
-    tables = tuple(read_accounting_csv(existing_file(csv, flag)) if csv is not None else None
-                   for csv, flag in ((accounting_amplified, "--accounting-amplified"),
-                                     (accounting_unamplified, "--accounting-unamplified")))
-    return ScalingLaw(bundle, tables if any(t is not None for t in tables) else None)
-
-
-__all__ = ["Answer", "Configuration", "ExtrapolationRefused", "Runnable", "ScalingLaw", "load_law"]
+__all__ = ["Answer", "Configuration", "ExtrapolationRefused", "Runnable", "ScalingLaw"]

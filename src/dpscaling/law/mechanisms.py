@@ -68,24 +68,6 @@ def mechanism_entries(directory: str | os.PathLike[str]) -> dict[str, dict[str, 
             for name in document.get("order", list(entries))}  # the run's order: the primary first
 
 
-def load_mechanism_laws(directory: str | os.PathLike[str], only: str | None = None) -> dict[str, ScalingLaw]:
-    """The law of each mechanism ``directory``/mechanisms.json lists (or of ``only``), each read with its own
-    replicates and calibration."""
-    from dpscaling.law.answers import load_law
-
-    entries = mechanism_entries(directory)
-    if only is not None:
-        if only not in entries:
-            raise UserError(f"--mechanism: must be one of {list(entries)} (the mechanisms this run measured), "
-                            f"got {only!r}")
-        entries = {only: entries[only]}
-    laws = {}
-    for name, entry in entries.items():
-        calibration = entry["calibration"] if entry["calibration"] and Path(entry["calibration"]).is_file() else None
-        laws[name] = load_law(entry["law"], bootstrap=entry["bootstrap"], calibration=calibration)
-    return laws
-
-
 @dataclass
 class MechanismChoice:
     """The mechanism whose answer the decision rule scores best, and what every other mechanism's law
@@ -151,11 +133,12 @@ def choose_mechanism(laws: Mapping[str, ScalingLaw], query: Callable[[ScalingLaw
 class LawAcrossMechanisms:
     """The laws of a run's mechanisms (``<run>/law/mechanisms``), answering as one: :meth:`query` asks every
     mechanism's law (or ``mechanism``'s) and chooses with the decision rule, exactly as ``dpscaling query``
-    does. ``dpscaling.load_law`` returns one for a directory with mechanisms.json."""
+    does. ``dpscaling.load_law`` returns one for a directory with mechanisms.json
+    (:func:`dpscaling.law.loading.load_mechanism_laws`)."""
 
-    def __init__(self, directory: str | os.PathLike[str], only: str | None = None):
-        self.directory = Path(directory)
-        self.laws = load_mechanism_laws(directory, only)
+    def __init__(self, laws: Mapping[str, ScalingLaw], directory: str | os.PathLike[str] | None = None):
+        self.laws = dict(laws)  # the primary mechanism first
+        self.directory = None if directory is None else Path(directory)
 
     @property
     def mechanisms(self) -> list[str]:

@@ -153,7 +153,7 @@ def plan_savings(bundle_dir: str | os.PathLike[str], settings: SavingsSettings, 
     """Every run of budget ``label``, priced (``runs``: role → a :class:`dpscaling.plans.PrivatePlan`'s
     record with ``role``, ``kind``, ``seed``, ``model_shape``; or ``{"skipped": why}``), the law's answer and its
     predicted saving."""
-    from dpscaling.law.answers import load_law
+    from dpscaling.law.loading import load_law
 
     law = load_law(bundle_dir)
     budget = settings.budget(label)
