@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from conftest import REPO
-from law_bundle_data import write_run, write_run_bundle
+from law_bundle_data import write_mechanism_run, write_run, write_run_bundle
 
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
@@ -20,6 +20,7 @@ def test_every_example_of_the_api_page_runs(tmp_path, capsys) -> None:
     bundle = write_run_bundle(write_run(tmp_path / "run"), tmp_path / "bundle").root
     workdir = tmp_path / "user"
     shutil.copytree(bundle, workdir / "results" / "default" / "law" / "bundle")
+    write_mechanism_run(workdir / "results" / "mechanisms")
     namespace: dict = {}
     cwd = os.getcwd()
     os.chdir(workdir)
@@ -36,3 +37,5 @@ def test_every_example_of_the_api_page_runs(tmp_path, capsys) -> None:
     assert namespace["extrapolated"].optimum["Iterations"] > 2 * 2000  # refused: beyond the validated 2×
     assert namespace["block"]["private_model"]["budgets"][0]["configuration"]["batch_size"] == namespace["run"].batch_size
     assert len(namespace["evaluated"]) == 2
+    assert namespace["choice"].mechanism == "dpsgd" and namespace["choice"].point_choice == "bandmf-b4"
+    assert namespace["only"].runnable.mechanism == "bandmf-b4"
