@@ -230,3 +230,20 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
     assert point.untruncated_sigma == pytest.approx(  # the private run's price, its cyclic-Poisson reduction
         dpscaling.accounting.pricing.price("bandmf-b4", "poisson", 4.0, DELTA, 1_000_000, point.batch_size,
                                            point.iterations).sigma, rel=0.01)
+
+
+def test_dpscaling_sigma_prices_a_bandmf_configuration_with_its_own_events(run) -> None:
+    """`dpscaling sigma --mechanism` is the pricing module's: BandMF's σ spends ε under the cyclic reduction
+    (recomputed with dp-accounting), its fixed batches need B to fit b times into N, and a bad name is refused."""
+    status, out, err = run("sigma", "--mechanism", "bandmf-b16", "--epsilon", 8, "--users", 20000, "--batch", 304,
+                           "--steps", 341, "--sampling", "poisson", "--json")
+    assert status == 0, err
+    printed = json.loads(out)
+    assert printed["event"]["compositions"] == 22 and printed["event"]["population"] == 1250
+    assert poisson_epsilon(printed["sigma"], 304 / 1250, 22) == pytest.approx(8.0, rel=2e-3)
+    status, _, err = run("sigma", "--mechanism", "bandmf-b16", "--epsilon", 8, "--users", 2000, "--batch", 304,
+                         "--steps", 341, "--sampling", "deterministic")
+    assert status == 2 and "closer than its 16 bands" in err
+    status, _, err = run("sigma", "--mechanism", "bandmf-b1", "--epsilon", 8, "--users", 2000, "--batch", 30,
+                         "--steps", 34)
+    assert status == 2 and "bandmf-b<b>" in err

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.accounting import calibration
+from dpscaling.accounting.sweep import bandmf_coordinates
 from dpscaling.accounting.table import SigmaTable
 from dpscaling.accounting.validation import AccountingRefused
 
@@ -59,7 +60,10 @@ def measure(table: SigmaTable, points: pd.DataFrame) -> pd.DataFrame:
         except AccountingRefused:
             interpolated = float("nan")  # the Poisson branch alone refused here (near-steps)
         started = time.perf_counter()
-        direct = calibration.calibrate_poisson(float(e), float(q), int(t), table.delta, relative_tolerance=1e-5)
+        # a BandMF table's entries are Poisson DP-SGD at its reduction's coordinates (⌈T/b⌉ steps at b·q)
+        rate, (rounds,) = bandmf_coordinates(table.bands, float(q), [int(t)])
+        direct = calibration.calibrate_poisson(float(e), min(1.0, rate), int(rounds), table.delta,
+                                               relative_tolerance=1e-5)
         seconds = time.perf_counter() - started
         deterministic = float(table.deterministic(e, t, q)[()])
         rows.append({"epsilon": e, "steps": int(t), "sampling_probability": q,

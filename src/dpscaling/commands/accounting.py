@@ -59,6 +59,14 @@ def _add_configuration_flags(parser: argparse.ArgumentParser, sampling: bool = T
 def _run_sigma(args: argparse.Namespace) -> int:
     q, steps, delta = _configuration(args)
     epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
+    if args.mechanism is not None:  # a configuration to train: the one pricing module, for its mechanism
+        from dpscaling.accounting.pricing import price
+
+        if args.users != math.floor(args.users) or args.batch != math.floor(args.batch):
+            raise UserError("--mechanism prices a configuration to train: --users and --batch must be whole numbers")
+        found = price(args.mechanism, args.sampling, epsilon, delta, int(args.users), int(args.batch), steps)
+        emit(found.to_json(), args.json)
+        return 0
     result = calibration.calibrate(epsilon, q, steps, delta, args.sampling)
     emit({"sigma": result.sigma, "noise_batch_ratio": result.sigma / args.batch,
           "epsilon": epsilon, "delta": delta, "sampling_probability": q,
@@ -207,6 +215,11 @@ def _run_truncation(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     sigma = subparsers.add_parser("sigma", help="noise multiplier σ and noise-batch ratio σ/B for (ε, δ)")
     sigma.add_argument("--epsilon", type=float, required=True, help="privacy budget ε to calibrate σ for")
+    sigma.add_argument("--mechanism", metavar="NAME",
+                       help="price a configuration to train for this noise mechanism (dpsgd or bandmf-b<b>): the "
+                            "events of the samplers that run it, BandMF's cyclic Poisson included, with its sampler, "
+                            "adjacency and event (docs/accounting.md, 'Pricing a configuration'); default: the "
+                            "paper's rule for DP-SGD's hypothetical batches")
     _add_configuration_flags(sigma)
     sigma.set_defaults(func=_run_sigma)
 
