@@ -6,11 +6,12 @@ B and iterations T and predicts the final loss (§3.4, "Using the fitted functio
 checks that promise on the run's own law, one budget at a time, in five steps (one workflow rule
 each, target ``private_model``):
 
-1. :func:`plan_budget` — the compute-optimal query (:func:`dpscaling.law.queries.compute_optimal`,
-   the code behind ``dpscaling query``) restricted to what the workflow can build: the run's own
-   trained models (not the law's continuous model-size range) and integer batch sizes; T is
-   rounded to whole steps. The learning rate is the one that won on the law's measured grid for
-   that model at the nearest noisy σ̄. The answer is a :class:`PrivatePlan`, which every later step reads.
+1. :func:`plan_budget` — the answer of ``dpscaling query`` (:meth:`dpscaling.law.answers.ScalingLaw.query`:
+   one search, one rounding, one price, one decision rule) restricted to what the workflow can build: the
+   run's own trained models, whole microbatches and steps, σ priced for Poisson batches of the law's
+   mechanism; then priced exactly as the private run will be (truncated Poisson at its priced L). The
+   learning rate is the one that won on the law's measured grid for that model at the nearest noisy σ̄.
+   The answer is a :class:`PrivatePlan`, which every later step reads.
 2. :func:`train_config_for` — a ``poisson`` (truncated Poisson, secret keys) training job at that
    (model, B, T) on exactly N training sequences, whose σ is calibrated for (ε, δ) by the run's
    matched accountant (``target_epsilon``), with the grid's learning-rate schedule.
@@ -33,12 +34,10 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dpscaling.config.blocks import TrainingBlock
 from dpscaling.errors import UserError

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +44,7 @@ from dpscaling.law.noise import SigmaSource
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import (
     DECISION_SCORE, DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, ComputeOptimal,
-    InferenceAware, best_loss_per_compute, compute_cost, compute_optimal, constant_compute_configurations,
+    InferenceAware, best_loss_per_compute, compute_cost, compute_optimal,
     evaluate_configurations, inference_aware, model_size_grid, saturating_compute)
 from dpscaling.law.range_checks import (
     ExtrapolationRefused, Flag, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
