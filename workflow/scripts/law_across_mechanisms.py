@@ -1,6 +1,7 @@
 from pathlib import Path
 
-from dpscaling.law.mechanisms import load_mechanism_laws, write_mechanisms
+from dpscaling.law.loading import load_mechanism_laws
+from dpscaling.law.mechanisms import write_mechanisms
 from dpscaling.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
