@@ -168,8 +168,8 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                              "charges extrapolation), point = the lowest predicted loss (the paper's criterion); "
                              "docs/query.md")
     parser.add_argument("--sampling", choices=SAMPLINGS,
-                        help="the sampling rule σ is priced under (default: the law's, the paper's min of Poisson "
-                             "and fixed batches; poisson = what the workflow's private runs train)")
+                        help="the sampling rule the answer's σ is priced under (default: the law's, the paper's min of "
+                             "Poisson and fixed batches; poisson = what the workflow's private runs train)")
     parser.add_argument("--train-config", metavar="YAML",
                         help="also write the config block that trains the answer with `snakemake private_model` "
                              "to this file (layer it over the run's config)")

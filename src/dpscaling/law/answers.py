@@ -404,7 +404,9 @@ class ScalingLaw:
         ``count_pretraining`` (a fine-tuning law only): ``compute`` also pays for each pretrained model's
         public pretraining (:meth:`_query_counting_pretraining`). ``decision_rule`` picks the runnable
         configuration among the candidates (:mod:`dpscaling.law.decision`; default ``calibrated_upper``);
-        ``sampling`` the rule σ is priced under (default the law's; ``poisson``: what a private run trains);
+        ``sampling`` the rule the runnable answer's σ is priced under (default the law's; ``poisson``: what a
+        private run trains; the search reads the law's table under the law's rule, and the best
+        :data:`RUNNABLE_CANDIDATES` are priced);
         ``models`` restricts the search to those measured models (a run's own, for ``private_model``).
         """
         if not (compute > 0 and epsilon > 0):
@@ -425,7 +427,9 @@ class ScalingLaw:
             raise UserError(f"--privacy-unit: must be one of {PRIVACY_UNITS}, got {unit!r}")
         data = DataBudget(unit, tokens, users)
         tolerance = self.default_tolerance() if tolerance is None else float(tolerance)
-        source = self.sigma_source(delta, progress, sampling)
+        # The search reads the law's table under its own rule (the table refuses the Poisson branch alone where
+        # it cannot interpolate it); the runnable answer is priced exactly under ``sampling``.
+        source = self.sigma_source(delta, progress)
         correction = self._correction(physical_batch_correction)
         lengths = self.bundle.lengths
         if lengths is not None and (seq_len is None or float(seq_len) != self.seq_len or
@@ -434,7 +438,7 @@ class ScalingLaw:
                 raise UserError("models: a query across sequence lengths searches each length's own models")
             return self._query_across_lengths(compute, epsilon, data, seq_len, tolerance, source, correction,
                                               allow_extrapolation, microbatch_size, model_size_range,
-                                              optimum_interval, rule)
+                                              optimum_interval, rule, sampling)
         if seq_len is not None and float(seq_len) != self.seq_len:
             raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
         surface = self._surface(self.seq_len)
@@ -456,7 +460,7 @@ class ScalingLaw:
         saturation = self._saturation(compute, epsilon, units, surface, sizes, source, correction)
         return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
                             allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
-                            rule, inference=inference)
+                            rule, inference=inference, price_rule=sampling)
 
     def sizes_of(self, models: Sequence[str]) -> np.ndarray:
         """The Model Size of each of ``models`` the law measured (refused when none is)."""
@@ -516,7 +520,8 @@ class ScalingLaw:
 
     def _query_across_lengths(self, compute, epsilon, data: DataBudget, seq_len, tolerance, source, correction,
                               allow_extrapolation, microbatch_size, model_size_range,
-                              optimum_interval: bool = True, rule: DecisionRule | None = None) -> Answer:
+                              optimum_interval: bool = True, rule: DecisionRule | None = None,
+                              price_rule: str | None = None) -> Answer:
         """The best (M, S, B, T) over the bundle's lengths (or at ``seq_len``, interpolated in log S)."""
         lengths = self.bundle.lengths
         if correction is not None:
@@ -549,7 +554,8 @@ class ScalingLaw:
                       for _, row in found.per_length.iterrows()]
         return self._answer(found.answer, compute, epsilon, data, units, surface, sizes, source, None,
                             allow_extrapolation, microbatch_size, tolerance, bands, note, None, rule_named(rule),
-                            per_length=per_length, lengths_without_answer=found.unanswered_lengths)
+                            per_length=per_length, lengths_without_answer=found.unanswered_lengths,
+                            price_rule=price_rule)
 
     # --------------------------------------------------------------------------------- the parts
 
@@ -723,35 +729,41 @@ class ScalingLaw:
                 "answer": Configuration.from_row(row, surface.seq_len).to_json()}
 
     def _runnable(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, source: SigmaSource,
-                  correction, microbatch_size, rule: DecisionRule) -> Runnable:
+                  correction, microbatch_size, rule: DecisionRule, price_rule: str) -> Runnable:
         """The search's leading candidates (best first by the decision rule, :data:`RUNNABLE_CANDIDATES`
-        distinct after rounding) made runnable and re-priced exactly; the first with a finite predicted loss
-        wins. Rounding can move a candidate out of the law's range (σ' below its smallest σ̄, say); the next
-        then answers."""
+        distinct after rounding) made runnable and re-priced exactly under ``price_rule``; the first with a
+        finite predicted loss wins. Rounding can move a candidate out of the law's range (σ' below its smallest
+        σ̄, say); the next then answers. Priced under another rule than the search's (``sampling="poisson"``
+        where the law's is ``min``), the σ̄ of each candidate moves, so all :data:`RUNNABLE_CANDIDATES` are
+        priced and the rule's lowest score wins."""
         leading = answer.leading
         if DECISION_SCORE not in leading:  # a search that ranked by loss (across lengths): rank it here
             leading = leading.assign(**{DECISION_SCORE: self._rank(rule, surface)(leading)}).sort_values(
                 DECISION_SCORE, kind="stable")
-        tried, first = set(), None
+        tried, first, answered = set(), None, []
         for _, row in leading.iterrows():
             runnable = self._rounded(row, compute, epsilon, units, surface, source, correction, microbatch_size,
-                                     rule)
+                                     rule, price_rule)
             key = (runnable.model_size, runnable.batch_size, runnable.iterations)
             if key in tried:
                 continue
             tried.add(key)
             first = first or runnable
             if math.isfinite(runnable.predicted_loss):
-                return runnable
+                if price_rule == source.sampling:
+                    return runnable
+                answered.append(runnable)
             if len(tried) >= RUNNABLE_CANDIDATES:
                 break
+        if answered:  # the first of equal scores: the search's order
+            return min(answered, key=lambda found: found.decision.score)
         return dataclasses.replace(first, model_note=(
             f"{first.model_note + '; ' if first.model_note else ''}no rounded configuration of the {len(tried)} best "
             f"is inside the law's range (σ̄ = {first.noise_batch_ratio:.4g}, the law's σ̄ range "
             f"{self.ranges.noise_batch_ratio[0]:.4g}..{self.ranges.noise_batch_ratio[1]:.4g})"))
 
     def _rounded(self, optimum: pd.Series, compute, epsilon, units, surface: _Surface, source: SigmaSource,
-                 correction, microbatch_size, rule: DecisionRule) -> Runnable:
+                 correction, microbatch_size, rule: DecisionRule, price_rule: str) -> Runnable:
         """One candidate rounded (:mod:`dpscaling.law.runnable`): shape, whole microbatches and steps, σ priced
         exactly for the law's mechanism (:func:`dpscaling.accounting.pricing.price`), the rule's score."""
         bundle = self.bundle
@@ -772,9 +784,9 @@ class ScalingLaw:
         steps = min(max(whole_steps(compute, model_size, batch, surface.seq_len), math.ceil(low)), math.floor(high))
         priced = None
         try:
-            priced = pricing.price(self.mechanism, source.sampling, epsilon, source.delta, units, batch, steps)
+            priced = pricing.price(self.mechanism, price_rule, epsilon, source.delta, units, batch, steps)
             sigma, branch = priced.sigma, priced.branch
-            accountant = f"dpscaling.accounting.pricing ({self.mechanism}, {source.sampling} rule)"
+            accountant = f"dpscaling.accounting.pricing ({self.mechanism}, {price_rule} rule)"
         except UserError as error:  # the accountant's hard corner: the table's σ, said so
             sigma = float(source.sigma(np.array([epsilon]), np.array([steps]), np.array([batch / units]))[0])
             branch, accountant = source.sampling, f"{source.description} (direct calibration refused: {error})"
@@ -805,10 +817,10 @@ class ScalingLaw:
     def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: _Surface, sizes,
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
                 saturation, rule: DecisionRule, per_length=None, lengths_without_answer=None,
-                inference=None) -> Answer:
+                inference=None, price_rule: str | None = None) -> Answer:
         optimum = Configuration.from_row(answer.optimum, surface.seq_len)
         runnable = self._runnable(answer, compute, epsilon, units, surface, source, correction, microbatch_size,
-                                  rule)
+                                  rule, price_rule or source.sampling)
         flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
                  *point_optimum_flags(optimum.iterations, float(runnable.iterations), self.ranges),
                  *model_size_flags(optimum.model_size, (float(sizes[0]), float(sizes[-1])), self.ranges.model_size),
