@@ -39,7 +39,7 @@ def test_collect_reads_every_run_and_its_constants(tmp_path) -> None:
         paths.append(tmp_path / f"run{index}.parquet")
         training_curve(nbr=nbr, status="diverged" if index else "finished").to_parquet(paths[-1])
     tidy, constants = collect_training_curves(paths)
-    assert len(tidy) == 6 and constants == {"physical_batch": 32, "seq_len": 128}
+    assert len(tidy) == 6 and constants == {"physical_batch": 32, "seq_len": 128, "mechanism": "dpsgd"}
     assert sorted(tidy[STATUS].unique()) == ["diverged", "finished"]
 
 
@@ -82,4 +82,4 @@ def test_collected_table_carries_run_constants_to_the_fit(tmp_path) -> None:
     training_curve().to_parquet(tmp_path / "run.parquet")
     collect_to_parquet([tmp_path / "run.parquet"], tmp_path / "collected.parquet")
     tidy, constants = load_results(str(tmp_path / "collected.parquet"), "dpscaling")
-    assert constants == {"physical_batch": 32, "seq_len": 128} and len(tidy) == 3
+    assert constants == {"physical_batch": 32, "seq_len": 128, "mechanism": "dpsgd"} and len(tidy) == 3

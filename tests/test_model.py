@@ -196,7 +196,9 @@ def test_one_check_says_whether_a_checkpoint_belongs_to_this_run(tmp_path):
     """The loop refuses a checkpoint of another configuration; a private budget's other plan is removed."""
     from dpscaling.errors import UserError
     from dpscaling.private_model import discard_other_plans_checkpoint
-    from dpscaling.train.checkpoint import CONFIG_FILE, config_differences
+    from types import SimpleNamespace
+
+    from dpscaling.train.checkpoint import CONFIG_FILE, config_differences, recorded_vocabulary
     from dpscaling.train.config import job_train_config
     from dpscaling.train.loop import _check_same_config
 
@@ -204,14 +206,16 @@ def test_one_check_says_whether_a_checkpoint_belongs_to_this_run(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert config_differences(empty, config) is None
-    _check_same_config(empty, config, writer=True)  # the first writer records its config
+    meta = SimpleNamespace(vocab_size=1024, vocab_sha256="a" * 64, tokenizer="train")
+    _check_same_config(empty, config, writer=True, meta=meta)  # the first writer records its config and vocabulary
     assert config_differences(empty, config) == [] and (empty / CONFIG_FILE).is_file()
+    assert recorded_vocabulary(empty) == {"vocab_size": 1024, "vocab_sha256": "a" * 64, "tokenizer": "train"}
     other = {**json.loads((empty / CONFIG_FILE).read_text()), "learning_rate": 0.5, "steps": 3}
     changed = tmp_path / "changed"
     changed.mkdir()
     (changed / CONFIG_FILE).write_text(json.dumps(other))
     assert config_differences(changed, config) == ["learning_rate", "steps"]
     with pytest.raises(UserError, match=r"differs in \['learning_rate', 'steps'\]"):
-        _check_same_config(changed, config, writer=True)
+        _check_same_config(changed, config, writer=True, meta=meta)
     assert not discard_other_plans_checkpoint(empty, config) and empty.exists()
     assert discard_other_plans_checkpoint(changed, config) and not changed.exists()
