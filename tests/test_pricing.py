@@ -215,7 +215,7 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
     from dpscaling.plans import Budget
     from dpscaling.private_model import plan_mechanisms
 
-    budget = Budget(4.0, DELTA, 1_000_000, 3e12, mechanism="choose")
+    budget = Budget(4.0, DELTA, 20_000, 1e12, mechanism="choose")
     correction = PhysicalBatchCorrection(0.1, 32, 10, 0.01)
     models = ["Synthetic0", "Synthetic1", "Synthetic2"]
     chosen = plan_mechanisms(mech_run / "law" / "mechanisms", budget, models, microbatch_size=8,
@@ -228,7 +228,7 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
                             correction=correction, decision_rule="point")
     assert point.mechanism == "bandmf-b4" and point.physical_batch_correction == correction
     assert point.untruncated_sigma == pytest.approx(  # the private run's price, its cyclic-Poisson reduction
-        dpscaling.accounting.pricing.price("bandmf-b4", "poisson", 4.0, DELTA, 1_000_000, point.batch_size,
+        dpscaling.accounting.pricing.price("bandmf-b4", "poisson", 4.0, DELTA, 20_000, point.batch_size,
                                            point.iterations).sigma, rel=0.01)
 
 
