@@ -141,29 +141,29 @@ class Columns:
         else:
             self.keys = None
 
-    def first_not_above(self, base: np.ndarray, n: int, y: np.ndarray) -> np.ndarray:
-        """Per column (starting at flat index ``base``), the index of the first value ≤ y (NaN counts as
-        above), as :func:`_first_not_above`."""
-        flat = self.values.ravel()
+    def first_not_above(self, column: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Per column (its index in the flattened (n_T, n_q) grid), the index of the first value ≤ y (NaN
+        counts as above), as :func:`_first_not_above`."""
+        n = self.values.shape[-1]
+        base = column * n
         if self.keys is None:
-            return _first_not_above(flat, base, n, y)
-        column = base // n
+            return _first_not_above(self.values.ravel(), base, n, y)
         wanted = column * self.spacing - np.clip(y, -self.bound + 0.5, self.bound - 0.5)
         found = np.searchsorted(self.keys, wanted, side="left") - base
         return np.where(np.isnan(y), n, np.clip(found, 0, n))
 
 
-def _column_log_epsilon(columns: Columns, base: np.ndarray, log_eps: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """log ε at which each column (log σ at ``flat[base + 0..n_ε-1]``, decreasing) takes the
+def _column_log_epsilon(columns: Columns, column: np.ndarray, log_eps: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log ε at which each column (log σ along ε, decreasing; ``column`` its index) takes the
     value y, by cubic inverse interpolation; NaN if the stencil has NaN or y lies beyond a
     column's end by more than its last step (near the knee an extrapolated ε(σ) is meaningless)."""
     n = len(log_eps)
     size = min(4, n)
-    flat = columns.values.ravel()
-    first = columns.first_not_above(base, n, y)
+    flat, base = columns.values.ravel(), column * n
+    first = columns.first_not_above(column, y)
     start = np.clip(first - size // 2, 0, n - size)
     if columns.newton is not None:  # the Newton form of the same cubic (Columns)
-        at = base // n * (n - 3) + start
+        at = column * (n - 3) + start
         x0, f1, f2, f3, y0, y1, y2 = (np.take(part, at) for part in columns.newton)
         result = ((f3 * (y - y2) + f2) * (y - y1) + f1) * (y - y0) + x0
     else:
@@ -184,15 +184,14 @@ def _fixed_sigma(columns: Columns, axes: tuple[np.ndarray, ...], points: np.ndar
     NaN where a column does not reach the σ or the secant steps do not converge. ``columns``: the cube with ε
     last, read in place (a query's 16 columns are never copied out: the table fits a cache)."""
     log_eps = axes[0]
-    n, n_q = len(log_eps), columns.values.shape[1]
+    n_q = columns.values.shape[1]
     (j, wj), (k, wk) = (lagrange_stencil(axes[a], points[:, a], 4, shift) for a, shift in zip((1, 2), shifts))
     per_query = j.shape[1] * k.shape[1]
     column = (j[:, :, None] * n_q + k[:, None, :]).reshape(len(points), per_query)
     weights = (wj[:, :, None] * wk[:, None, :]).reshape(len(points), per_query)
 
     def gap(rows: np.ndarray, y: np.ndarray) -> np.ndarray:
-        base = (column[rows] * n).ravel()
-        log_epsilon = _column_log_epsilon(columns, base, log_eps, np.repeat(y, per_query))
+        log_epsilon = _column_log_epsilon(columns, column[rows].ravel(), log_eps, np.repeat(y, per_query))
         return _weighted_sum(weights[rows], log_epsilon.reshape(len(rows), per_query)) - points[rows, 0]
 
     everyone = np.arange(len(points))

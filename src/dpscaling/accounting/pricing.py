@@ -176,16 +176,6 @@ def sigma_at_rate(mechanism: str | Mechanism, rule: str, epsilon: float, delta: 
     return float(min(candidates)) if candidates else math.nan
 
 
-def epsilon_of(found: Price) -> float:
-    """ε that ``found``'s σ spends under its own event (dp-accounting: the check of a price)."""
-    from dpscaling.accounting.calibration import poisson_epsilon
-
-    event = found.event
-    if event.kind == POISSON_EVENT:
-        return poisson_epsilon(found.sigma, event.sampling_probability, event.compositions, found.delta)
-    return gaussian.gaussian_epsilon(found.sigma / event.sensitivity, found.delta)
-
-
 def price_run(mechanism: str, epsilon: float, delta: float, dataset_size: int, batch_size: int, steps: int,
               multiple: int = 1):
     """The private run's price: truncated Poisson (cyclic for BandMF) at its priced L, σ calibrated for (ε, δ)

@@ -293,7 +293,7 @@ class ScalingLaw:
     def __init__(self, bundle: Bundle, accounting: tuple[Any, Any] | None = None):
         self.bundle = bundle
         self._accounting = accounting  # the authors' accounting tables given by the caller
-        self._sources: dict[tuple, SigmaSource] = {}
+        self._sources: dict[float | None, SigmaSource] = {}
         self._optima: dict[tuple, pd.Series | None] = {}  # per-budget optima of saturation scans
 
     @property
@@ -313,21 +313,17 @@ class ScalingLaw:
         """The bundle's manifest: provenance, validated ranges, loss units, contents."""
         return self.bundle.manifest()
 
-    def sigma_source(self, delta: float | None = None, progress: Callable[[str], None] | None = None,
-                     sampling: str | None = None) -> SigmaSource:
-        """σ(ε, T, q) at ``delta`` (None: the bundle's δ) under ``sampling`` (None: the law's rule): the
-        bundle's table, else built on demand."""
-        key = (delta, sampling)
-        if key not in self._sources:
-            source = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress,
-                                                  sampling=sampling)
+    def sigma_source(self, delta: float | None = None, progress: Callable[[str], None] | None = None) -> SigmaSource:
+        """σ(ε, T, q) at ``delta`` (None: the bundle's δ): the bundle's table, else built on demand."""
+        if delta not in self._sources:
+            source = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress)
             if self.bundle.root is not None and "accounting table" in source.description:
                 # the bundle's own table, named by its place in the bundle: the answer is the same wherever it lies
                 source = SigmaSource(source.sigma, source.delta, source.sampling,
                                      f"the bundle's σ table (sigma_table.parquet, {source.sampling} rule, "
                                      f"δ = {source.delta:g})")
-            self._sources[key] = source
-        return self._sources[key]
+            self._sources[delta] = source
+        return self._sources[delta]
 
     def shape_near(self, model_size: float, seq_len: int | None = None,
                    bounds: tuple[float, float] | None = None) -> ModelShape:

@@ -89,8 +89,7 @@ class Law:
         4. with ``per_row``, dpscaling's accountant at ``delta``, once per distinct (ε, T, q) (a few rows);
         5. otherwise σ built on demand at ``delta`` (:mod:`dpscaling.accounting.on_demand`, cached).
 
-        The authors' tables price :attr:`LawSettings.table_sampling`; ``sampling`` overrides the rule of every
-        other source (``poisson``: what a private run trains). A ``delta`` other than the found
+        The authors' tables price :attr:`LawSettings.table_sampling`. A ``delta`` other than the found
         source's is answered on demand under the same sampling rule (the table cannot answer it); without
         any source the rule is :attr:`LawSettings.table_sampling` and δ defaults to 1e-8.
         """
@@ -111,7 +110,7 @@ class Law:
             sigma, found = sigma_from_sigma_table(path, rule, self.mechanism)
             source = SigmaSource(sigma, found, rule, f"the run's accounting table {path} ({rule})")
         else:
-            rule, at = sampling or self.settings.table_sampling, DEFAULT_DELTA if delta is None else delta
+            rule, at = self.settings.table_sampling, DEFAULT_DELTA if delta is None else delta
             if per_row:
                 return SigmaSource(sigma_from_accountant(at, rule, self.mechanism), at, rule,
                                    f"dpscaling.accounting ({rule})")

@@ -69,8 +69,6 @@ def load_law(path: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] 
     return ScalingLaw(bundle, tables if any(t is not None for t in tables) else None)
 
 
-
-
 def load_mechanism_laws(directory: str | os.PathLike[str], only: str | None = None) -> dict[str, ScalingLaw]:
     """The law of each mechanism ``directory``/mechanisms.json lists (or of ``only``), each read with its own
     replicates and calibration."""
