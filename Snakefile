@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/run_config.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/learning_rates.smk"
 include: "workflow/rules/accounting.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/explorer.smk"
@@ -31,6 +32,7 @@ localrules:
     all,
     data,
     train,
+    learning_rates,
     accounting,
     fit,
     figures,
@@ -56,6 +58,7 @@ rule all:
     default_target: True
     input:
         rules.data.input,
+        rules.learning_rates.input,
         rules.train.input,
         rules.accounting.input,
         rules.fit.input,

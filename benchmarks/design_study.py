@@ -58,13 +58,18 @@ def self_cpu() -> float:
 def probe_data(scratch: Path, vocab_size: int, seq_len: int) -> tuple[Path, dict]:
     """Packed shards of the vendored corpus under a trained ``vocab_size`` vocabulary, and its floor."""
     from dpscaling.data.floor import unigram_floor
+    from dpscaling.config.checks import corpus_spec
     from dpscaling.data.stage import pack_documents, prepare_documents, train_vocabulary
-    from dpscaling.workflow import corpus_spec
 
     documents = scratch / "documents.parquet"
     if not documents.is_file():
-        spec = corpus_spec({"data": {"source": "core", "paths": [], "text_column": "text", "hf_dataset": None,
-                                     "hf_config": None, "hf_split": "train", "max_documents": None}}, repo=REPO)
+        import yaml
+
+        from dpscaling.config.schema import validate_config
+
+        config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+        validate_config(config)  # fills the schema's defaults
+        spec = corpus_spec(config, repo=REPO)
         prepare_documents(spec, 0.02, 0, documents)
     out = scratch / f"v{vocab_size}-s{seq_len}"
     if not (out / "packed" / "meta.json").is_file():
@@ -74,20 +79,39 @@ def probe_data(scratch: Path, vocab_size: int, seq_len: int) -> tuple[Path, dict
     return out / "packed", floor.to_dict()
 
 
+def overrides(settings: list[str]) -> list[tuple[str, object]]:
+    """``key=value`` training settings (values read as YAML: numbers, booleans, strings)."""
+    import yaml
+
+    pairs = []
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {setting!r}: expected key=value (a training key, e.g. adam_eps=1e-5)")
+        parsed = yaml.safe_load(value)
+        try:  # YAML 1.1 reads 1e-6 (no dot) as a string
+            parsed = float(parsed) if isinstance(parsed, str) else parsed
+        except ValueError:
+            pass
+        pairs.append((key, parsed))
+    return pairs
+
+
 def probe(args: argparse.Namespace) -> dict:
     from dpscaling.train.distributed import limit_host_threads
 
     limit_host_threads(1)
     import yaml
 
+    from dpscaling.config.schema import validate_config
     from dpscaling.train import run_training
-    from dpscaling.workflow import train_config, validate_config
+    from dpscaling.train.config import job_train_config
 
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     validate_config(config, REPO / "workflow" / "schemas" / "config.schema.yaml")
     training = {**config["training"], "steps": args.steps, "decay_steps": args.steps,
                 "warmup_steps": args.warmup or max(1, args.steps // 10), "physical_batch": args.batch,
-                "log_every": args.log_every, "checkpoint_every": args.steps}
+                "log_every": args.log_every, "checkpoint_every": args.steps, **dict(overrides(args.set))}
     scratch = Path(args.scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     report: dict = {"load_start": load_average(), "runs": [], "data": {}}
@@ -98,20 +122,21 @@ def probe(args: argparse.Namespace) -> dict:
                                       "cpu_s": self_cpu() - cpu0}
         print(json.dumps({"vocab": vocab_size, **report["data"][vocab_size]}), flush=True)
         for shape in args.shapes:
-            layers, hidden = (int(x) for x in shape.split("x"))
-            model = {"layers": layers, "heads": max(2, hidden // 64), "hidden": hidden,
+            # LAYERSxHIDDEN, or LAYERSxHIDDENxHEADS
+            layers, hidden, *heads = (int(x) for x in shape.split("x"))
+            model = {"layers": layers, "heads": heads[0] if heads else max(2, hidden // 64), "hidden": hidden,
                      "max_positions": args.seq_len, "type_vocab_size": 1}
             for nbr in args.nbr:
                 for lr in args.lr:
-                    name = f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}"
+                    name = "-".join([f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}", *args.set])
                     run_dir = scratch / "runs" / name
                     shutil.rmtree(run_dir, ignore_errors=True)
-                    tc = train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
+                    tc = job_train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
                                                         "batch": str(args.batch), "seed": "0"}, args.seq_len)
                     started, cpu0, load0 = time.perf_counter(), self_cpu(), load_average()
                     summary = run_training(tc, data_dir, run_dir / "curve.parquet", run_dir / "ckpt")
                     wall, cpu = time.perf_counter() - started, self_cpu() - cpu0
-                    row = {"vocab": vocab_size, "shape": shape, "nbr": nbr, "lr": lr, "steps": summary.steps,
+                    row = {"vocab": vocab_size, "shape": shape, "set": args.set, "nbr": nbr, "lr": lr, "steps": summary.steps,
                            "batch": args.batch, "seq_len": args.seq_len, "status": summary.status,
                            "params": summary.n_params, "params_non_embedding": summary.n_params_non_embedding,
                            "final_loss": summary.final_loss, "floor": floor["nats"],
@@ -230,6 +255,8 @@ def main() -> None:
     p.add_argument("--nbr", type=float, nargs="+", default=[0.000244140625])
     p.add_argument("--lr", type=float, nargs="+", default=[0.0078125])
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="training settings over the default's (e.g. adam_eps=1e-5 warmup_steps=100)")
     p.add_argument("--scratch", default="/tmp/design-probe")
     p.add_argument("--out", required=True)
     c = sub.add_parser("candidate")

@@ -83,19 +83,86 @@ def _typed(config: Mapping[str, Any] | RunConfig) -> RunConfig:
     return typed(config)
 
 
-def main_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+# Model → its chosen learning rate (the protocol's record: dpscaling.rate_protocol.read_chosen), or several
+# candidates of it (every rate the protocol may choose: :func:`possible_grid`).
+Chosen = Mapping[str, "float | Sequence[float]"]
+
+
+def main_grid(config: Mapping[str, Any] | RunConfig, chosen: Chosen | None = None) -> list[TrainPoint]:
     """The main grid: every mechanism × sequence length × model × noise-batch ratio × learning rate at the
-    physical batch (σ̄ = 0 once, under the primary mechanism: :func:`trains`)."""
+    physical batch (σ̄ = 0 once, under the primary mechanism: :func:`trains`).
+
+    With ``training.learning_rates: tuned`` the rates are per model, from ``chosen`` (the learning-rate
+    protocol's, :mod:`dpscaling.rate_protocol`): σ̄ = 0 at the chosen rate, each noisy σ̄ at it and
+    ``learning_rate_protocol.rates_below`` halvings below it (a mechanism's ``mechanism_learning_rates`` entry
+    still overrides the noisy runs' rates)."""
     run = _typed(config)
     training = run.training
     names = mechanisms(run)
+    if training.tuned and chosen is None:
+        raise ValueError("main_grid: training.learning_rates is tuned: pass the protocol's chosen rates "
+                         "(or use possible_grid for every rate it may choose)")
     return [
         TrainPoint(model, training.physical_batch, training.seed, float(nbr), lr, seq_len, mechanism)
         for mechanism in names
-        for seq_len, model, nbr, lr in product(
-            run.seq_lens(), run.models.names, training.noise_batch_ratios, training.learning_rates_of(mechanism))
+        for seq_len, model, nbr in product(run.seq_lens(), run.models.names, training.noise_batch_ratios)
         if trains(mechanism, float(nbr), names)
+        for lr in _rates(run, mechanism, model, float(nbr), chosen)
     ]
+
+
+def _rates(run: RunConfig, mechanism: str, model: str, noise_batch_ratio: float, chosen: Chosen | None
+           ) -> tuple[float, ...]:
+    from dpscaling.rate_protocol import grid_rates
+
+    fixed = run.training.learning_rates_of(mechanism)
+    if fixed is not None and (noise_batch_ratio != 0 or not run.training.tuned):
+        return fixed
+    if model not in chosen:
+        raise UserError(f"learning-rate protocol: no chosen rate for model {model!r} (chosen for {sorted(chosen)}); "
+                        "rerun the protocol (target learning_rates)")
+    picks = chosen[model]
+    picks = (picks,) if isinstance(picks, (int, float)) else tuple(picks)
+    below = 0 if noise_batch_ratio == 0 else run.learning_rate_protocol.rates_below
+    return tuple(sorted({rate for pick in picks for rate in grid_rates(float(pick), below)}, reverse=True))
+
+
+def possible_chosen(config: Mapping[str, Any] | RunConfig) -> dict[str, tuple[float, ...]] | None:
+    """Every rate the protocol may choose, per model (its ladder); None when the config gives its rates."""
+    run = _typed(config)
+    if not run.training.tuned:
+        return None
+    return {model: tuple(run.learning_rate_protocol.ladder) for model in run.models.names}
+
+
+def possible_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+    """The main and repeat grids before the protocol has chosen: every point it may name (the workflow's
+    wildcard values and run ids); the grid itself when the config gives its rates."""
+    chosen = possible_chosen(config)
+    return main_grid(config, chosen) + repeat_grid(config, chosen)
+
+
+def learning_rate_protocol_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+    """The learning-rate protocol's runs (:mod:`dpscaling.rate_protocol`): each model × ladder rate, σ̄ = 0, at
+    the grid's physical batch and seed, at ``data.seq_len``; none when the config gives its rates."""
+    run = _typed(config)
+    if not run.training.tuned:
+        return []
+    return [TrainPoint(model, run.training.physical_batch, run.training.seed, 0.0, float(rate))
+            for model, rate in product(run.models.names, run.learning_rate_protocol.ladder)]
+
+
+def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen | None) -> tuple[float, ...]:
+    """A configured grid point's learning rate(s): its number, or (``tuned``) the model's chosen rate(s)."""
+    from dpscaling.config.blocks import TUNED
+
+    if rate != TUNED:
+        return (float(rate),)
+    if chosen is None or model not in chosen:
+        raise UserError(f"learning_rate: {TUNED!r} names the protocol's rate of {model!r}, but training.learning_rates "
+                        "is not tuned (or the model is not in models.names)")
+    picks = chosen[model]
+    return (float(picks),) if isinstance(picks, (int, float)) else tuple(float(p) for p in picks)
 
 
 def trains(mechanism: str, noise_batch_ratio: float, names: Sequence[str]) -> bool:
@@ -157,7 +224,7 @@ def points_at_length(points: Iterable[TrainPoint], seq_len: int) -> list[TrainPo
     return [point for point in points if point.seq_len == int(seq_len)]
 
 
-def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+def correction_grid(config: Mapping[str, Any] | RunConfig, chosen: Chosen | None = None) -> list[TrainPoint]:
     """The physical-batch correction's runs (``fit.physical_batch_correction``): each of its points at the
     grid's physical batch (a main-grid run) and again at the correction's larger batch, main seed, at the
     primary length ``data.seq_len``; none when the correction is off. Raises UserError when a point is not on
@@ -172,19 +239,21 @@ def correction_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     if not block.points:
         raise UserError("fit.physical_batch_correction.points: list at least one main-grid point "
                         "(model, noise_batch_ratio, learning_rate) when the correction is enabled")
-    main = set(main_grid(run))
+    main = set(main_grid(run, chosen))
     points = []
     for index, point in enumerate(block.points):
-        grid = TrainPoint(point.model, training.physical_batch, training.seed, float(point.noise_batch_ratio),
-                          float(point.learning_rate), run.data.seq_len, mechanisms(run)[0])
-        if grid not in main:
-            raise UserError(f"fit.physical_batch_correction.points[{index}]: {point.to_mapping()} is not a point of "
-                            "the main grid (models.names x training.noise_batch_ratios x training.learning_rates)")
-        points += [grid, dataclasses.replace(grid, batch=int(block.physical_batch))]
+        for rate in _point_rates(run, point.model, point.learning_rate, chosen):
+            grid = TrainPoint(point.model, training.physical_batch, training.seed, float(point.noise_batch_ratio),
+                              rate, run.data.seq_len, mechanisms(run)[0])
+            if grid not in main:
+                raise UserError(f"fit.physical_batch_correction.points[{index}]: {point.to_mapping()} is not a point "
+                                "of the main grid (models.names x training.noise_batch_ratios x "
+                                "training.learning_rates)")
+            points += [grid, dataclasses.replace(grid, batch=int(block.physical_batch))]
     return sorted(set(points))
 
 
-def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
+def repeat_grid(config: Mapping[str, Any] | RunConfig, chosen: Chosen | None = None) -> list[TrainPoint]:
     """Extra seeds at a few main-grid points (``training.repeat_seeds`` × ``training.repeat_points``), at every
     sequence length and mechanism whose learning rates include the point's: the seed-to-seed noise each
     length's bootstrap intervals resample (docs/fit.md "Intervals").
@@ -198,7 +267,7 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     if training.seed in seeds:
         raise UserError(f"training.repeat_seeds: {seeds} must not contain training.seed ({training.seed})")
     names = mechanisms(run)
-    main = main_grid(run)
+    main = main_grid(run, chosen)
     axes = {"model": list(run.models.names), "noise_batch_ratio": [float(v) for v in training.noise_batch_ratios],
             "learning_rate": sorted({grid.learning_rate for grid in main}, reverse=True)}
     main_keys = {"model": "models.names", "noise_batch_ratio": "training.noise_batch_ratios",
@@ -207,17 +276,23 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     for index, point in enumerate(training.repeat_points):
         for key, values in axes.items():
             value = getattr(point, key)
+            if key == "learning_rate":
+                continue  # checked per resolved rate below
             if (value if key == "model" else float(value)) not in values:
                 raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
-        # the main grid's runs at the point (every length, each mechanism that trains it), at the other seeds
-        key = (point.model, float(point.noise_batch_ratio), float(point.learning_rate))
-        repeated = [grid for grid in main if (grid.model, grid.noise_batch_ratio, grid.learning_rate) == key]
-        if seeds and not repeated:
-            raise UserError(f"training.repeat_points[{index}]: {point.to_mapping()} is in no mechanism's grid "
-                            f"(sigma-bar = 0 trains at {names[0]}'s learning rates only: "
-                            f"{list(training.learning_rates_of(names[0]))})")
-        points += [dataclasses.replace(grid, seed=seed) for grid in repeated for seed in seeds]
+        for rate in _point_rates(run, point.model, point.learning_rate, chosen):
+            if rate not in axes["learning_rate"]:
+                raise UserError(f"training.repeat_points[{index}].learning_rate: {rate!r} is not in "
+                                f"{main_keys['learning_rate']} ({axes['learning_rate']})")
+            # the main grid's runs at the point (every length, each mechanism that trains it), at the other seeds
+            key = (point.model, float(point.noise_batch_ratio), rate)
+            repeated = [grid for grid in main if (grid.model, grid.noise_batch_ratio, grid.learning_rate) == key]
+            if seeds and not repeated:
+                raise UserError(f"training.repeat_points[{index}]: {point.to_mapping()} is in no mechanism's grid "
+                                f"(sigma-bar = 0 trains at {names[0]}'s learning rates only: "
+                                f"{sorted({g.learning_rate for g in main if g.noise_batch_ratio == 0})})")
+            points += [dataclasses.replace(grid, seed=seed) for grid in repeated for seed in seeds]
     return sorted(set(points))
 
 

@@ -72,6 +72,11 @@ PUBLIC_PACK_LOG = "logs/data/public/pack_sequences/seq={seq}.log"
 RUNS, CHECKPOINTS, LOGS, TRAIN = "runs", "checkpoints", "logs", "train"
 ABLATION = "ablation/"
 PRETRAIN, FINETUNE = "pretrain/", "finetune/"  # fine-tuning's public pretraining and private fine-tuning runs
+# The learning-rate protocol's runs, its choice (and evidence) and figure (dpscaling.rate_protocol).
+LR_PROTOCOL = "learning_rates/"
+LR_CHOSEN = "learning_rates/chosen.json"
+LR_TABLE = "tables/learning-rates"
+LR_FIGURE = "figures/learning-rates"
 
 PRIMARY_LAW = "law"
 LENGTH_LAW = "law/lengths/seq={seq}"

@@ -36,13 +36,17 @@ from dpscaling.grid import (
     correction_grid,
     finetune_grid,
     law_points,
+    learning_rate_protocol_grid,
     main_grid,
     mechanisms,
     points_at_length,
     points_with_mechanism,
+    possible_chosen,
+    possible_grid,
     pretrain_grid,
     repeat_grid,
 )
+from dpscaling.rate_protocol import CAPTION as LEARNING_RATE_CAPTION, read_chosen
 from dpscaling.io import lock_results
 from dpscaling.savings.plan import trained_roles
 from dpscaling import layout
@@ -68,6 +72,7 @@ from dpscaling.workflow import (
     savings_settings,
     training_params,
     validation_modes,
+    learning_rate_protocol_training,
 )
 
 min_version("9.0")
@@ -115,32 +120,70 @@ PUBLIC_CORPUS = public_corpus_spec(CFG, repo=workflow.basedir)
 # The one-epoch guard, when the data stage's manifest is already there (else each training job checks).
 check_epochs(CFG, CORPUS)
 VOCAB = vocab_path(CFG, repo=workflow.basedir)
-# The main grid, plus training.repeat_seeds at training.repeat_points (seed noise for the fit's intervals),
-# at every sequence length (training.seq_lens; one, data.seq_len, unless set).
-GRID = main_grid(CFG) + repeat_grid(CFG)
+# The learning-rate protocol (training.learning_rates: tuned; workflow/rules/learning_rates.smk): the grid's
+# rates are its output, so the grid is known only once its checkpoint has run. Every point the grid may hold
+# (each ladder rate) names the wildcard values and run ids; the grid itself is read in input functions.
+TUNED = CFG.training.tuned
+LR_PROTOCOL_GRID = learning_rate_protocol_grid(CFG)
+POSSIBLE_GRID = possible_grid(CFG)
+POSSIBLE_CORRECTION_GRID = correction_grid(CFG, possible_chosen(CFG))
+
+
+def chosen_rates():
+    """The protocol's chosen rate per model (None when the config gives its rates). In an input function,
+    Snakemake waits for the checkpoint and re-evaluates the function once it has run."""
+    if not TUNED:
+        return None
+    return read_chosen(checkpoints.choose_learning_rates.get().output.chosen)
+
+
+def grid_points():
+    """The main grid, plus training.repeat_seeds at training.repeat_points (seed noise for the fit's
+    intervals), at every sequence length (training.seq_lens; one, data.seq_len, unless set)."""
+    chosen = chosen_rates()
+    return main_grid(CFG, chosen) + repeat_grid(CFG, chosen)
+
+
+def primary_length_grid():
+    return points_at_length(grid_points(), PRIMARY_SEQ_LEN)
+
+
+def primary_grid():
+    """The grid at the primary length and mechanism: the paper's figures and tables."""
+    return points_with_mechanism(primary_length_grid(), PRIMARY_MECHANISM)
+
+
+def correction_points():
+    """The physical-batch correction's pairs (fit.physical_batch_correction; none unless enabled)."""
+    return correction_grid(CFG, chosen_rates())
+
+
 SEQ_LENS = list(CFG.seq_lens())
 # The primary length and mechanism (training.mechanisms' first): the paper's figures and tables, the
 # ablation and private_model run at them.
 PRIMARY_SEQ_LEN = CFG.data.seq_len
 MECHANISMS = list(mechanisms(CFG))
 PRIMARY_MECHANISM = MECHANISMS[0]
-PRIMARY_GRID = points_with_mechanism(
-    points_at_length(GRID, PRIMARY_SEQ_LEN), PRIMARY_MECHANISM
-)
 # The other mechanisms, each with its own accounting table and law at the primary length (none by default).
 OTHER_MECHANISMS = MECHANISMS[1:]
-PRIMARY_LENGTH_GRID = points_at_length(GRID, PRIMARY_SEQ_LEN)
 # The other lengths, each with its own law under law/lengths/ (none in a one-length run).
 OTHER_SEQ_LENS = [length for length in SEQ_LENS if length != PRIMARY_SEQ_LEN]
 # The physical-batch ablation's jobs (workflow/rules/ablation.smk): its own target, never in `all`.
 ABLATION_GRID = ablation_grid(CFG)
-# The physical-batch correction's pairs (fit.physical_batch_correction; none unless enabled).
-CORRECTION_GRID = correction_grid(CFG)
+CORRECTION_ENABLED = bool(POSSIBLE_CORRECTION_GRID)
 # Fine-tuning (finetune block; none without it): public pretraining, then the private fine-tuning grid.
 PRETRAIN_GRID = pretrain_grid(CFG)
 FINETUNE_GRID = finetune_grid(CFG)
-# Wildcards match the configured values only: the main grid's, the ablation's, the correction's and fine-tuning's.
-POINTS = GRID + ABLATION_GRID + CORRECTION_GRID + PRETRAIN_GRID + FINETUNE_GRID
+# Wildcards match the values the runs may take only: the main grid's, the ablation's, the correction's,
+# fine-tuning's and the learning-rate protocol's.
+POINTS = (
+    POSSIBLE_GRID
+    + ABLATION_GRID
+    + POSSIBLE_CORRECTION_GRID
+    + PRETRAIN_GRID
+    + FINETUNE_GRID
+    + LR_PROTOCOL_GRID
+)
 
 
 wildcard_constraints:
@@ -151,7 +194,8 @@ wildcard_constraints:
 # then its grid point; the ablation's runs carry no length. An axis with a default adds its level only
 # when the runs take another value on it, so the paths of runs trained before it stay.
 RUN = layout.run_id(
-    layout.RUN_AXES, [point.wildcards for point in GRID + CORRECTION_GRID]
+    layout.RUN_AXES,
+    [point.wildcards for point in POSSIBLE_GRID + POSSIBLE_CORRECTION_GRID],
 )
 ONE_LENGTH_RUN = layout.run_id(
     layout.ONE_LENGTH_AXES, [point.wildcards for point in ABLATION_GRID]
@@ -161,10 +205,13 @@ RUN_PATHS = layout.run_paths(RUN)
 ABLATION_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.ABLATION)
 PRETRAIN_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.PRETRAIN)
 FINETUNE_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.FINETUNE)
+LR_PROTOCOL_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.LR_PROTOCOL)
 
 
-def run_outputs(pattern, points=GRID):
-    """``pattern`` (containing RUN's wildcards) expanded over grid points."""
+def run_outputs(pattern, points=None):
+    """``pattern`` (containing RUN's wildcards) expanded over grid points (default: the whole grid; call it
+    inside an input function, where the grid may wait for the learning-rate protocol)."""
+    points = grid_points() if points is None else points
     return [pattern.format(**point.wildcards) for point in points]
 
 
@@ -254,6 +301,12 @@ def grid_job(wildcards, input):
         wildcards.model,
         seq_len=int(wildcards.seq),
         mechanism=wildcards.get("mech", "dpsgd"),
+    )
+
+
+def learning_rate_job(wildcards, input):
+    return grid_work(
+        CFG, wildcards.model, learning_rate_protocol_training(CFG)
     )
 
 

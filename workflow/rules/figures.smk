@@ -10,11 +10,12 @@ LAW = rules.fit_law.output[0]
 SIGMA_TABLE = rules.accounting_table.output.table
 FIGURE_FILES = ["pdf", "png", "csv"]
 # The training curves behind the run-measured tables; none when the law comes from results_csv.
-RUN_METRICS = (
-    []
-    if config["results_csv"]
-    else run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", PRIMARY_GRID)
-)
+def run_metrics(wildcards):
+    return (
+        []
+        if config["results_csv"]
+        else run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", primary_grid())
+    )
 
 
 rule figure:
@@ -54,7 +55,7 @@ rule figure:
 
 rule table_models:
     input:
-        RUN_METRICS,
+        run_metrics,
     output:
         **table_outputs(models.LABEL),
     log:
@@ -75,7 +76,7 @@ rule table_models:
 
 rule table_throughput:
     input:
-        RUN_METRICS,
+        run_metrics,
     output:
         **table_outputs(throughput.LABEL),
     log:

@@ -10,14 +10,14 @@ FIT_RESULTS = config["results_csv"] or f"{LAW_DIR}/{layout.CURVES}"
 BOOTSTRAP_CHUNKS = bootstrap_chunks(CFG)
 BOOTSTRAP = [f"{LAW_DIR}/{layout.REPLICATES}"] if BOOTSTRAP_CHUNKS else []
 # The physical-batch correction's file when it is enabled (an extension; docs/fit.md).
-CORRECTION = [f"{RESULTS}/{layout.CORRECTION}"] if CORRECTION_GRID else []
+CORRECTION = [f"{RESULTS}/{layout.CORRECTION}"] if CORRECTION_ENABLED else []
 
 
 rule collect_curves:
     input:
         # The primary length's curves only: the `train` target also lists the other lengths' and the run's
         # config.yaml, which is no curve.
-        run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", PRIMARY_GRID),
+        lambda wildcards: run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", primary_grid()),
     output:
         f"{LAW_DIR}/{layout.CURVES}",
     log:
@@ -101,7 +101,9 @@ rule bootstrap:
 # for the physical batch, fitted on the pairs of runs at the grid's batch and a larger one (docs/fit.md).
 rule physical_batch_correction:
     input:
-        run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", CORRECTION_GRID),
+        lambda wildcards: run_outputs(
+            f"{RESULTS}/{RUN_PATHS.curve}", correction_points()
+        ),
     output:
         correction=f"{RESULTS}/{layout.CORRECTION}",
         pairs=f"{RESULTS}/{layout.CORRECTION_PAIRS}",
@@ -128,7 +130,7 @@ use rule collect_curves as collect_curves_at_length with:
     input:
         lambda wildcards: run_outputs(
             f"{RESULTS}/{RUN_PATHS.curve}",
-            points_at_length(GRID, int(wildcards.seq)),
+            points_at_length(grid_points(), int(wildcards.seq)),
         ),
     output:
         f"{LENGTH_LAW}/{layout.CURVES}",
@@ -212,7 +214,7 @@ use rule collect_curves as collect_curves_for_mechanism with:
     input:
         lambda wildcards: run_outputs(
             f"{RESULTS}/{RUN_PATHS.curve}",
-            law_points(PRIMARY_LENGTH_GRID, wildcards.mech, MECHANISMS),
+            law_points(primary_length_grid(), wildcards.mech, MECHANISMS),
         ),
     output:
         f"{MECHANISM_LAW}/{layout.CURVES}",

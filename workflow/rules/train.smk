@@ -28,5 +28,5 @@ rule train_run:
 
 rule train:
     input:
-        run_outputs(f"{RESULTS}/{RUN_PATHS.curve}"),
+        lambda wildcards: run_outputs(f"{RESULTS}/{RUN_PATHS.curve}"),
         RUN_CONFIG,

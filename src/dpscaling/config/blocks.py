@@ -180,7 +180,11 @@ class GridPoint(Block):
 
     model: str
     noise_batch_ratio: float
-    learning_rate: float
+    learning_rate: float | str  # a rate, or TUNED: the model's protocol rate
+
+
+# training.learning_rates (and a grid point's learning_rate) when the learning-rate protocol chooses the rates.
+TUNED = "tuned"
 
 
 # The one job param that is not a training field: accounting.delta, handed to each job, a late key.
@@ -192,7 +196,7 @@ class TrainingBlock(Block):
     NAME: ClassVar[str] = "training"
     NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": GridPoint}
     noise_batch_ratios: tuple[float, ...] = role(GRID_AXIS)
-    learning_rates: tuple[float, ...] = role(GRID_AXIS)
+    learning_rates: tuple[float, ...] | str = role(GRID_AXIS)  # or TUNED (dpscaling.rate_protocol)
     seq_lens: tuple[int, ...] | None = role(SELECTS_JOBS)
     physical_batch: int = role(GRID_AXIS)
     seed: int
@@ -219,10 +223,17 @@ class TrainingBlock(Block):
     mechanism_learning_rates: Mapping[str, tuple[float, ...]] = role(SELECTS_JOBS)
     bandmf_strategy: str = role(LATE)
 
-    def learning_rates_of(self, mechanism: str) -> tuple[float, ...]:
+    @property
+    def tuned(self) -> bool:
+        """Whether the learning-rate protocol chooses the grid's rates (``learning_rates: tuned``)."""
+        return self.learning_rates == TUNED
+
+    def learning_rates_of(self, mechanism: str) -> tuple[float, ...] | None:
         """The learning rates ``mechanism``'s noisy runs train at: its ``mechanism_learning_rates`` entry, or
-        ``learning_rates`` (a mechanism's noise changes what Adam's second moment sees, so its best rate moves)."""
-        return tuple(float(v) for v in self.mechanism_learning_rates.get(mechanism, self.learning_rates))
+        ``learning_rates`` (a mechanism's noise changes what Adam's second moment sees, so its best rate moves);
+        None where the protocol chooses them per model (:func:`dpscaling.grid.main_grid`)."""
+        rates = self.mechanism_learning_rates.get(mechanism, self.learning_rates)
+        return None if rates == TUNED else tuple(float(v) for v in rates)
 
     def job_params(self, delta: float) -> dict[str, Any]:
         """The block (plus ``delta``) as a main-grid job's param, in the config's key order: the
@@ -243,6 +254,33 @@ class TrainingBlock(Block):
         :data:`SELECTS_JOBS` keys."""
         grid = set(fields_with(TrainingBlock, GRID_AXIS)) | set(fields_with(TrainingBlock, SELECTS_JOBS))
         return {key: value for key, value in training.items() if key not in grid}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearningRateProtocolBlock(Block):
+    """``learning_rate_protocol``: the rates tried per model, the runs' horizon and the choice rule's settings
+    (:mod:`dpscaling.rate_protocol`)."""
+
+    NAME: ClassVar[str] = "learning_rate_protocol"
+    ladder: tuple[float, ...]
+    steps: int
+    window: int
+    tolerance: float
+    rates_below: int
+
+    def __post_init__(self) -> None:
+        from dpscaling.rate_protocol import check_ladder
+
+        check_ladder(self.ladder)  # the library's callers get the schema's refusal too
+
+    def run_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
+        """A protocol job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`, so clipped as
+        the grid is) over this block's horizon, the decay compressed to it, the grid's warm-up (at most half
+        the horizon) and one checkpoint at the end."""
+        log_every = min(training.log_every, self.steps)
+        return {**training.job_params(delta), "steps": self.steps, "decay_steps": self.steps,
+                "warmup_steps": min(training.warmup_steps, self.steps // 2), "log_every": log_every,
+                "checkpoint_every": -(-self.steps // log_every) * log_every}
 
 
 # ------------------------------------------------------------------------------------------ accounting
@@ -527,7 +565,8 @@ class RunConfig(Block):
     """The whole validated config."""
 
     NESTED: ClassVar[Mapping[str, type[Block]]] = {
-        "data": DataBlock, "models": ModelsBlock, "training": TrainingBlock, "accounting": AccountingBlock,
+        "data": DataBlock, "models": ModelsBlock, "training": TrainingBlock,
+        "learning_rate_protocol": LearningRateProtocolBlock, "accounting": AccountingBlock,
         "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock,
         "savings": SavingsBlock, "explorer": ExplorerBlock, "finetune": FinetuneBlock}
     run_name: str
@@ -538,6 +577,7 @@ class RunConfig(Block):
     data: DataBlock
     models: ModelsBlock
     training: TrainingBlock
+    learning_rate_protocol: LearningRateProtocolBlock
     accounting: AccountingBlock
     fit: FitBlock
     analysis: Mapping[str, Any]  # typed as dpscaling.figures.settings.AnalysisSettings by analysis_settings()

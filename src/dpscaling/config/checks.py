@@ -42,7 +42,7 @@ def settle_run_name(config: dict[str, Any], config_files: Sequence[str | Path]) 
 def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     """Semantic checks beyond the schema; raises :class:`UserError` naming the key."""
     from dpscaling.accounting.matched import matched_accountant
-    from dpscaling.grid import repeat_grid
+    from dpscaling.grid import possible_chosen, repeat_grid
 
     run = typed(config)
     models, training, data = run.models, run.training, run.data
@@ -83,7 +83,9 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
                             f"other lengths; set training.seq_lens to null or [{data.seq_len}]")
     matched_accountant(training.sampling, training.accountant, block="training")
     check_ablation(run)
-    repeat_grid(run)  # repeat_points must be main-grid points, repeat_seeds must not hold training.seed
+    # repeat_points must be main-grid points (under a tuned config: for every rate the protocol may choose),
+    # repeat_seeds must not hold training.seed
+    repeat_grid(run, possible_chosen(run))
     if data.tokenizer == "custom" and not data.vocab_file:
         raise UserError("data.vocab_file: required when data.tokenizer is 'custom'")
     if data.tokenizer != "custom" and data.vocab_file:

@@ -1,0 +1,131 @@
+"""The learning-rate protocol (paper §3.2 "Learning Rates"): the choice rule on synthetic loss-against-rate
+tables (clear, flat, noisy, at the edge, diverged), the grid it names, and the config's refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from dpscaling.config.blocks import load_config
+from dpscaling.errors import UserError
+from dpscaling.grid import TrainPoint, learning_rate_protocol_grid, main_grid, possible_grid, repeat_grid
+from dpscaling.rate_protocol import (
+    candidate_rates, check_ladder, choice_table, choose_rate, choose_rates, final_loss, grid_rates, read_chosen,
+    write_choice)
+from test_config_schema import validated
+
+LADDER = [2.0**-k for k in range(5, 11)]  # 2^-5 .. 2^-10
+
+
+def table(*losses: float) -> dict[float, float]:
+    return dict(zip(LADDER, losses))
+
+
+def test_a_clear_optimum_is_chosen() -> None:
+    choice = choose_rate("M", table(6.3, 6.0, 5.7, 5.8, 5.9, 6.0), tolerance=0.01)
+    assert choice.rate == choice.best_rate == 2.0**-7
+    assert choice.basin == (2.0**-7,) and not choice.flat and not choice.noisy and choice.at_edge is None
+    assert not choice.ambiguous
+
+
+def test_a_flat_basin_takes_its_geometric_middle() -> None:
+    # 2^-6..2^-9 within 0.02 of the best (2^-8): the middle of four is the lower middle, 2^-8
+    choice = choose_rate("M", table(6.3, 5.71, 5.705, 5.70, 5.715, 5.9), tolerance=0.02)
+    assert choice.best_rate == 2.0**-8
+    assert choice.basin == (2.0**-6, 2.0**-7, 2.0**-8, 2.0**-9)
+    assert choice.rate == 2.0**-8 and choice.flat and choice.ambiguous
+    # an odd basin: its centre, not the best
+    choice = choose_rate("M", table(6.3, 5.705, 5.70, 5.71, 5.9, 6.0), tolerance=0.02)
+    assert choice.basin == (2.0**-6, 2.0**-7, 2.0**-8) and choice.rate == 2.0**-7
+
+
+def test_a_noisy_table_keeps_the_basin_of_the_best_and_reports_the_others() -> None:
+    # 2^-5 is within tolerance but 2^-6 between is not: noisy, not part of the basin
+    choice = choose_rate("M", table(5.705, 5.9, 5.70, 5.8, 6.0, 6.1), tolerance=0.01)
+    assert choice.basin == (2.0**-7,) and choice.noisy == (2.0**-5,)
+    assert choice.rate == 2.0**-7 and choice.ambiguous and not choice.flat
+
+
+def test_an_optimum_at_the_ladder_edge_is_flagged() -> None:
+    assert choose_rate("M", table(5.6, 5.7, 5.8, 5.9, 6.0, 6.1), 0.01).at_edge == "top"
+    assert choose_rate("M", table(6.1, 6.0, 5.9, 5.8, 5.7, 5.6), 0.01).at_edge == "bottom"
+
+
+def test_diverged_runs_count_as_infinite_and_all_diverged_is_refused() -> None:
+    choice = choose_rate("M", table(math.nan, math.inf, 5.9, 5.8, 5.85, 6.0), 0.01)
+    assert choice.rate == 2.0**-8 and math.isinf(choice.losses[2.0**-5])
+    with pytest.raises(UserError, match="every run of M diverged"):
+        choose_rate("M", {0.1: math.nan, 0.01: math.inf}, 0.01)
+
+
+def test_final_loss_is_the_mean_of_the_last_window_and_inf_when_short_or_diverged() -> None:
+    curve = pd.DataFrame({"step": [10, 20, 30, 40], "loss": [7.0, 6.0, 5.0, 4.0]})
+    assert final_loss(curve, steps=40, window=2) == 4.5
+    assert final_loss(curve, steps=50, window=2) == math.inf  # did not finish
+    assert final_loss(curve.assign(loss=[7.0, 6.0, math.nan, 4.0]), steps=40, window=2) == math.inf
+
+
+def test_grid_rates_are_the_choice_and_its_halvings() -> None:
+    assert grid_rates(2.0**-7, 2) == (2.0**-7, 2.0**-8, 2.0**-9)  # the paper's three
+    assert grid_rates(0.01, 0) == (0.01,)
+    assert candidate_rates([2.0**-6, 2.0**-7], 1) == (2.0**-6, 2.0**-7, 2.0**-8)
+
+
+@pytest.mark.parametrize("ladder", [[], [0.01, 0.0], [0.01, -0.001]])
+def test_an_empty_or_non_positive_ladder_is_refused_naming_the_key(ladder: list) -> None:
+    with pytest.raises(UserError, match=r"learning_rate_protocol\.ladder"):
+        check_ladder(ladder)
+    with pytest.raises(UserError, match=r"learning_rate_protocol\.ladder"):
+        validated({"training": {"learning_rates": "tuned"}, "learning_rate_protocol": {"ladder": ladder}})
+
+
+def tuned_config(**protocol) -> dict:
+    return validated({
+        "models": {"names": ["BertTiny", "BertMini"]},
+        "training": {"noise_batch_ratios": [0.0, 0.25, 0.5], "learning_rates": "tuned", "physical_batch": 8,
+                     "repeat_seeds": [1], "repeat_points": [{"model": "BertTiny", "noise_batch_ratio": 0.5,
+                                                             "learning_rate": "tuned"}]},
+        "learning_rate_protocol": {"ladder": [0.02, 0.01, 0.005], "rates_below": 2, **protocol},
+    })
+
+
+def test_a_tuned_grid_trains_each_model_at_its_chosen_rate_and_the_rungs_below() -> None:
+    config = tuned_config()
+    chosen = {"BertTiny": 0.02, "BertMini": 0.005}
+    grid = main_grid(config, chosen)
+    rates = {(p.model, p.noise_batch_ratio): sorted(q.learning_rate for q in grid
+                                                    if (q.model, q.noise_batch_ratio) == (p.model, p.noise_batch_ratio))
+             for p in grid}
+    assert rates[("BertTiny", 0.0)] == [0.02]  # sigma-bar 0: the tuned rate only
+    assert rates[("BertTiny", 0.5)] == [0.005, 0.01, 0.02]
+    assert rates[("BertMini", 0.25)] == [0.00125, 0.0025, 0.005]
+    assert [(p.model, p.learning_rate, p.seed) for p in repeat_grid(config, chosen)] == [("BertTiny", 0.02, 1)]
+    with pytest.raises(ValueError, match="pass the protocol's chosen rates"):
+        main_grid(config)
+    # before the choice, every rate it may name: a superset of any choice's grid
+    assert set(main_grid(config, chosen)) <= set(possible_grid(config))
+    assert len(learning_rate_protocol_grid(config)) == 2 * 3
+    assert {p.noise_batch_ratio for p in learning_rate_protocol_grid(config)} == {0.0}
+
+
+def test_tuned_point_rates_need_a_tuned_config() -> None:
+    config = validated({"models": {"names": ["BertTiny"]},
+                        "training": {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.01], "repeat_seeds": [1],
+                                     "repeat_points": [{"model": "BertTiny", "noise_batch_ratio": 0.5,
+                                                        "learning_rate": "tuned"}]}})
+    with pytest.raises(UserError, match="training.learning_rates is not tuned"):
+        repeat_grid(config)
+    assert load_config(config).learning_rate_protocol.rates_below == 2  # the paper's default
+
+
+def test_the_record_round_trips_and_names_the_grid_rates(tmp_path) -> None:
+    curves = [("A", rate, pd.DataFrame({"step": [10, 20], "loss": [6.5, loss]}))
+              for rate, loss in zip(LADDER, [6.3, 6.0, 5.7, 5.8, 5.9, 6.0])]
+    choices = choose_rates(curves, steps=20, window=1, tolerance=0.01)
+    write_choice(choices, {"rates_below": 2}, {"protocol_flops": 1.0}, tmp_path / "chosen.json")
+    assert read_chosen(tmp_path / "chosen.json") == {"A": 2.0**-7}
+    frame = choice_table(choices, rates_below=2)
+    assert frame.loc[frame["chosen"], "learning_rate"].tolist() == [2.0**-7]
+    assert sorted(frame.loc[frame["grid"], "learning_rate"]) == [2.0**-9, 2.0**-8, 2.0**-7]

@@ -1,0 +1,72 @@
+# The learning-rate protocol (paper §3.2 "Learning Rates"; docs/learning-rates.md): with
+# training.learning_rates: tuned, one clipped, noise-free run per model and rate of
+# learning_rate_protocol.ladder (rule learning_rate_run, the training job's script), the rate chosen per
+# model by a stated rule (checkpoint choose_learning_rates), and the grid trained at it: the grid's input
+# functions read the choice (workflow/rules/common.smk, grid_points). Target learning_rates.
+
+
+use rule train_run as learning_rate_run with:
+    input:
+        meta=PRIMARY_PACKED["meta"],
+        train=PRIMARY_PACKED["train"],
+    output:
+        f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}",
+    log:
+        f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.log}",
+    resources:
+        **job_resources(CFG, learning_rate_job),
+    params:
+        model=lambda wildcards: model_param(CFG, wildcards.model),
+        training=learning_rate_protocol_training(CFG),
+        checkpoint_dir=lambda wildcards: f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.checkpoints}".format(
+            **wildcards
+        ),
+
+
+checkpoint choose_learning_rates:
+    input:
+        curves=run_outputs(f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}", LR_PROTOCOL_GRID),
+    output:
+        chosen=f"{RESULTS}/{layout.LR_CHOSEN}",
+        **table_outputs("learning-rates"),
+    log:
+        f"{RESULTS}/logs/learning_rates/choose.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        settings=CFG.learning_rate_protocol.to_mapping(),
+        caption=LEARNING_RATE_CAPTION,
+    script:
+        "../scripts/choose_learning_rates.py"
+
+
+rule learning_rate_figure:
+    input:
+        table=rules.choose_learning_rates.output.csv,
+        floor=rules.unigram_floor.output[0],
+    output:
+        pdf=report(
+            f"{RESULTS}/{layout.LR_FIGURE}.pdf",
+            caption="../report/figure.rst",
+            category="Figures",
+        ),
+        png=f"{RESULTS}/{layout.LR_FIGURE}.png",
+        data=f"{RESULTS}/{layout.LR_FIGURE}.csv",
+    log:
+        f"{RESULTS}/logs/learning_rates/figure.log",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/learning_rate_figure.py"
+
+
+rule learning_rates:
+    input:
+        rules.choose_learning_rates.output.chosen if TUNED else [],
+        rules.learning_rate_figure.output.pdf if TUNED else [],
