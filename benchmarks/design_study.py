@@ -97,6 +97,32 @@ def overrides(settings: list[str]) -> list[tuple[str, object]]:
     return pairs
 
 
+def start_output_bias_at_unigram(data_dir: Path):
+    """Probe only (not a training option): start every run's MLM output bias at the train split's add-one
+    unigram log-frequencies (centred), so a run starts at the unigram floor instead of learning it, by wrapping
+    the training loop's initial state. Returns the bias."""
+    import numpy as np
+
+    import dpscaling.train.loop as loop
+    from dpscaling.data.shards import load_meta, load_split
+
+    meta = load_meta(data_dir)
+    counts = np.bincount(np.asarray(load_split(data_dir, "train")).ravel(), minlength=meta.vocab_size) + 1.0
+    counts[list(meta.special_ids)] = 1.0
+    bias = np.log(counts / counts.sum())
+    bias = (bias - bias.mean()).astype(np.float32)
+    original = loop.init_state
+
+    def init_state(model, objective, optimizer, config, seq_len, key=None):
+        state = original(model, objective, optimizer, config, seq_len, key)
+        params = dict(state.params)
+        params["mlm_output_bias"] = {"bias": bias}
+        return state._replace(params=params, opt_state=optimizer.init(params))
+
+    loop.init_state = init_state
+    return bias
+
+
 def probe(args: argparse.Namespace) -> dict:
     from dpscaling.train.distributed import limit_host_threads
 
@@ -115,12 +141,15 @@ def probe(args: argparse.Namespace) -> dict:
     scratch = Path(args.scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     report: dict = {"load_start": load_average(), "runs": [], "data": {}}
+    unigram_bias = None
     for vocab_size in args.vocab:
         started, cpu0 = time.perf_counter(), self_cpu()
         data_dir, floor = probe_data(scratch, vocab_size, args.seq_len)
         report["data"][vocab_size] = {"floor": floor, "wall_s": time.perf_counter() - started,
                                       "cpu_s": self_cpu() - cpu0}
         print(json.dumps({"vocab": vocab_size, **report["data"][vocab_size]}), flush=True)
+        if args.bias_init == "unigram":
+            unigram_bias = start_output_bias_at_unigram(data_dir)
         for shape in args.shapes:
             # LAYERSxHIDDEN, or LAYERSxHIDDENxHEADS
             layers, hidden, *heads = (int(x) for x in shape.split("x"))
@@ -128,7 +157,8 @@ def probe(args: argparse.Namespace) -> dict:
                      "max_positions": args.seq_len, "type_vocab_size": 1}
             for nbr in args.nbr:
                 for lr in args.lr:
-                    name = "-".join([f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}", *args.set])
+                    name = "-".join([f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}", *args.set,
+                                     *(["bias-unigram"] if unigram_bias is not None else [])])
                     run_dir = scratch / "runs" / name
                     shutil.rmtree(run_dir, ignore_errors=True)
                     tc = job_train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
@@ -255,6 +285,8 @@ def main() -> None:
     p.add_argument("--nbr", type=float, nargs="+", default=[0.000244140625])
     p.add_argument("--lr", type=float, nargs="+", default=[0.0078125])
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--bias-init", choices=["zeros", "unigram"], default="zeros",
+                   help="unigram: start the MLM output bias at the unigram log-frequencies (a probe, not an option)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="training settings over the default's (e.g. adam_eps=1e-5 warmup_steps=100)")
     p.add_argument("--scratch", default="/tmp/design-probe")

@@ -129,3 +129,24 @@ def test_the_record_round_trips_and_names_the_grid_rates(tmp_path) -> None:
     frame = choice_table(choices, rates_below=2)
     assert frame.loc[frame["chosen"], "learning_rate"].tolist() == [2.0**-7]
     assert sorted(frame.loc[frame["grid"], "learning_rate"]) == [2.0**-9, 2.0**-8, 2.0**-7]
+
+
+@pytest.mark.parametrize("steps", [4, 50])
+def test_protocol_steps_must_lie_between_the_warm_up_and_the_horizon(steps: int) -> None:
+    from dpscaling.config.checks import check_config
+
+    config = validated({"models": {"names": ["BertTiny"]},
+                        "training": {"learning_rates": "tuned", "steps": 40, "warmup_steps": 4, "decay_steps": 40},
+                        "learning_rate_protocol": {"steps": steps}})
+    with pytest.raises(UserError, match=r"learning_rate_protocol\.steps"):
+        check_config(config)
+    check_config({**config, "learning_rate_protocol": {**config["learning_rate_protocol"], "steps": 10}})
+
+
+def test_a_protocol_run_is_the_first_steps_of_the_grids_schedule() -> None:
+    run = load_config(validated({"training": {"learning_rates": "tuned", "steps": 400, "warmup_steps": 40,
+                                              "decay_steps": 400, "log_every": 10, "checkpoint_every": 100},
+                                 "learning_rate_protocol": {"steps": 95}}))
+    params = run.learning_rate_protocol.run_params(run.training, 1e-8)
+    assert (params["steps"], params["warmup_steps"], params["decay_steps"]) == (95, 40, 400)
+    assert params["checkpoint_every"] % params["log_every"] == 0 and params["checkpoint_every"] >= 95

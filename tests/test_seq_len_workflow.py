@@ -27,7 +27,8 @@ def seqlen_run(tmp_path_factory) -> Path:
     # Data, training and the law (with its bootstrap) at every length, the held-out length, the law across
     # lengths, the figure and its finding (the primary length's own `validate` is the BERT smoke test's).
     root = "results/smoke-seqlen"
-    run_snakemake(f"{root}/validate/seq_len_holdout.csv", f"{root}/tables/finding-seq_len.csv", "--cores", "2",
+    run_snakemake(f"{root}/validate/seq_len_holdout.csv", f"{root}/tables/finding-seq_len.csv",
+                  f"{root}/figures/learning-rates.png", "--cores", "2",
                   "--configfile", *CONFIGS, cwd=workdir, timeout=1200)
     return workdir / "results" / "smoke-seqlen"
 
@@ -43,6 +44,26 @@ def test_each_length_has_its_data_and_runs(seqlen_run: Path) -> None:
     sizes = {length: pd.read_parquet(next((seqlen_run / "runs" / f"seq={length}" / "model=DecoderNano")
                                           .rglob("metrics.parquet")))["n_params"].iloc[0] for length in LENGTHS}
     assert (sizes[32] - sizes[16], sizes[64] - sizes[32]) == (16 * 32, 32 * 32)
+
+
+def test_the_protocol_chose_a_rate_per_model_and_the_grid_trained_at_it(seqlen_run: Path) -> None:
+    """training.learning_rates: tuned (smoke-decoder.yaml): the protocol's runs, its record, table and figure,
+    and every grid run (each length, the repeat seed included) at its model's chosen rate."""
+    record = json.loads((seqlen_run / "learning_rates" / "chosen.json").read_text())
+    chosen = {model: entry["rate"] for model, entry in record["models"].items()}
+    assert set(chosen) == {"DecoderNano", "DecoderMicro"} and set(chosen.values()) <= {0.015625, 0.0078125}
+    for model, entry in record["models"].items():  # the choice is the ladder's lowest loss (tolerance 0.01)
+        finite = {float(rate): loss for rate, loss in entry["losses"].items() if loss is not None}
+        assert len(finite) == 2 and finite[entry["rate"]] <= min(finite.values()) + 0.01
+    protocol = list((seqlen_run / "learning_rates" / "runs").rglob("metrics.parquet"))
+    assert len(protocol) == 2 * 2 and all(pd.read_parquet(p)["noise_batch_ratio"].eq(0).all() for p in protocol)
+    assert 0 < record["cost"]["protocol_share"] < 0.5
+    grid = list((seqlen_run / "runs").rglob("metrics.parquet"))
+    assert grid and all(set(pd.read_parquet(p)["learning_rate"]) == {chosen[pd.read_parquet(p)["model"].iloc[0]]}
+                        for p in grid)
+    table = pd.read_csv(seqlen_run / "tables" / "learning-rates.csv")
+    assert table.groupby("model")["chosen"].sum().to_dict() == {"DecoderMicro": 1, "DecoderNano": 1}
+    assert (seqlen_run / "figures" / "learning-rates.png").stat().st_size > 0
 
 
 def test_the_primary_length_is_a_decoder_law_with_its_bootstrap(seqlen_run: Path) -> None:

@@ -166,3 +166,4 @@ def read_chosen(path: str | Path) -> dict[str, float]:
     """Model → the protocol's chosen rate, from :func:`write_choice`'s record."""
     record = json.loads(Path(path).read_text())
     return {model: float(entry["rate"]) for model, entry in record["models"].items()}
+

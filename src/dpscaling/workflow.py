@@ -45,27 +45,6 @@ def learning_rate_protocol_training(config: Config) -> dict[str, Any]:
     return run.learning_rate_protocol.run_params(run.training, run.accounting.delta)
 
 
-def learning_rate_protocol_cost(config: Config, chosen: Mapping[str, float]) -> dict[str, Any]:
-    """The protocol's cost beside the grid it tunes, in the paper's compute (6 M per token trained): its runs
-    against the main, repeat and correction runs trained at the ``chosen`` rates."""
-    from dpscaling.grid import correction_grid, main_grid, repeat_grid
-
-    run = typed(config)
-    sizes = {name: run.model_config(name).param_count().total for name in run.models.names}
-    protocol = run.learning_rate_protocol
-
-    def flops(model: str, batch: int, steps: int, seq_len: int | None = None) -> float:
-        return 6.0 * sizes[model] * batch * (seq_len or run.data.seq_len) * steps
-
-    protocol_flops = sum(flops(model, run.training.physical_batch, protocol.steps) * len(protocol.ladder)
-                         for model in run.models.names)
-    grid = main_grid(run, chosen) + repeat_grid(run, chosen) + correction_grid(run, chosen)
-    grid_flops = sum(flops(point.model, point.batch, run.training.steps, point.seq_len) for point in set(grid))
-    return {"protocol_runs": len(sizes) * len(protocol.ladder), "protocol_steps": protocol.steps,
-            "protocol_flops": protocol_flops, "grid_runs": len(set(grid)), "grid_steps": run.training.steps,
-            "grid_flops": grid_flops, "protocol_share": protocol_flops / (protocol_flops + grid_flops)}
-
-
 def ablation_training(config: Config, batch: int) -> dict[str, Any]:
     """An ablation job's ``training`` param at physical batch ``batch`` (:meth:`AblationBlock.training`)."""
     run = typed(config)

@@ -46,7 +46,7 @@ from dpscaling.grid import (
     pretrain_grid,
     repeat_grid,
 )
-from dpscaling.rate_protocol import CAPTION as LEARNING_RATE_CAPTION, read_chosen
+from dpscaling.rate_protocol import read_chosen
 from dpscaling.io import lock_results
 from dpscaling.savings.plan import trained_roles
 from dpscaling import layout

@@ -37,8 +37,8 @@ checkpoint choose_learning_rates:
         mem_mb=2000,
         runtime=10,
     params:
-        settings=CFG.learning_rate_protocol.to_mapping(),
-        caption=LEARNING_RATE_CAPTION,
+        # the block and the grid it names (the cost beside it); the curves' order is the protocol grid's
+        protocol=config["learning_rate_protocol"],
     script:
         "../scripts/choose_learning_rates.py"
 

@@ -274,12 +274,11 @@ class LearningRateProtocolBlock(Block):
         check_ladder(self.ladder)  # the library's callers get the schema's refusal too
 
     def run_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
-        """A protocol job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`, so clipped as
-        the grid is) over this block's horizon, the decay compressed to it, the grid's warm-up (at most half
-        the horizon) and one checkpoint at the end."""
+        """A protocol job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`: clipped as the
+        grid is, the grid's warm-up and decay) stopped after this block's ``steps``, so a protocol run is the
+        first ``steps`` steps of the grid's σ̄ = 0 run at its rate; one checkpoint at the end."""
         log_every = min(training.log_every, self.steps)
-        return {**training.job_params(delta), "steps": self.steps, "decay_steps": self.steps,
-                "warmup_steps": min(training.warmup_steps, self.steps // 2), "log_every": log_every,
+        return {**training.job_params(delta), "steps": self.steps, "log_every": log_every,
                 "checkpoint_every": -(-self.steps // log_every) * log_every}
 
 

@@ -60,6 +60,11 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     if training.warmup_steps >= training.steps and training.steps > 1:
         raise UserError(
             f"training.warmup_steps: {training.warmup_steps} must be below training.steps ({training.steps})")
+    protocol = run.learning_rate_protocol
+    if training.tuned and not training.warmup_steps < protocol.steps <= training.steps:
+        raise UserError(f"learning_rate_protocol.steps: {protocol.steps} must be above training.warmup_steps "
+                        f"({training.warmup_steps}) and at most training.steps ({training.steps}): a protocol run is "
+                        "the first steps of the grid's schedule")
     micro, truncated = training.microbatch_size, training.truncated_batch_size
     if sampler_named(training.sampling, "training").truncated:
         if truncated is not None and truncated < training.physical_batch:
