@@ -123,6 +123,33 @@ def start_output_bias_at_unigram(data_dir: Path):
     return bias
 
 
+def scale_output_bias_steps(factor: float) -> None:
+    """Probe only: multiply Adam's update of the MLM output bias by ``factor`` (post-processing of the noisy
+    gradient, so no privacy cost), by wrapping the training step's optimizer."""
+    import jax
+    import optax
+
+    import dpscaling.train.loop as loop
+    import dpscaling.train.step as step
+
+    original = step.make_optimizer
+
+    def scaled(tree):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: factor if any(getattr(k, "key", None) == "mlm_output_bias" for k in path) else 1.0, tree)
+
+    def make_optimizer(config, hyperparams=None):
+        base = original(config, hyperparams)
+
+        def update(updates, state, params=None):
+            updates, state = base.update(updates, state, params)
+            return jax.tree.map(lambda u, f: u * f, updates, scaled(updates)), state
+
+        return optax.GradientTransformation(base.init, update)
+
+    step.make_optimizer = loop.make_optimizer = make_optimizer
+
+
 def probe(args: argparse.Namespace) -> dict:
     from dpscaling.train.distributed import limit_host_threads
 
@@ -150,6 +177,8 @@ def probe(args: argparse.Namespace) -> dict:
         print(json.dumps({"vocab": vocab_size, **report["data"][vocab_size]}), flush=True)
         if args.bias_init == "unigram":
             unigram_bias = start_output_bias_at_unigram(data_dir)
+        if args.bias_lr_factor != 1.0:
+            scale_output_bias_steps(args.bias_lr_factor)
         for shape in args.shapes:
             # LAYERSxHIDDEN, or LAYERSxHIDDENxHEADS
             layers, hidden, *heads = (int(x) for x in shape.split("x"))
@@ -158,7 +187,8 @@ def probe(args: argparse.Namespace) -> dict:
             for nbr in args.nbr:
                 for lr in args.lr:
                     name = "-".join([f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}", *args.set,
-                                     *(["bias-unigram"] if unigram_bias is not None else [])])
+                                     *(["bias-unigram"] if unigram_bias is not None else []),
+                                     *([f"bias-lr-x{args.bias_lr_factor:g}"] if args.bias_lr_factor != 1.0 else [])])
                     run_dir = scratch / "runs" / name
                     shutil.rmtree(run_dir, ignore_errors=True)
                     tc = job_train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
@@ -287,6 +317,8 @@ def main() -> None:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--bias-init", choices=["zeros", "unigram"], default="zeros",
                    help="unigram: start the MLM output bias at the unigram log-frequencies (a probe, not an option)")
+    p.add_argument("--bias-lr-factor", type=float, default=1.0,
+                   help="multiply the MLM output bias's Adam steps by this (a probe, not an option)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="training settings over the default's (e.g. adam_eps=1e-5 warmup_steps=100)")
     p.add_argument("--scratch", default="/tmp/design-probe")

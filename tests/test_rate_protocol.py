@@ -71,6 +71,7 @@ def test_grid_rates_are_the_choice_and_its_halvings() -> None:
     assert grid_rates(2.0**-7, 2) == (2.0**-7, 2.0**-8, 2.0**-9)  # the paper's three
     assert grid_rates(0.01, 0) == (0.01,)
     assert candidate_rates([2.0**-6, 2.0**-7], 1) == (2.0**-6, 2.0**-7, 2.0**-8)
+    assert grid_rates(2.0**-7, 1, rates_above=1) == (2.0**-6, 2.0**-7, 2.0**-8)  # an option, off by default
 
 
 @pytest.mark.parametrize("ladder", [[], [0.01, 0.0], [0.01, -0.001]])

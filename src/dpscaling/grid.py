@@ -94,8 +94,8 @@ def main_grid(config: Mapping[str, Any] | RunConfig, chosen: Chosen | None = Non
 
     With ``training.learning_rates: tuned`` the rates are per model, from ``chosen`` (the learning-rate
     protocol's, :mod:`dpscaling.rate_protocol`): σ̄ = 0 at the chosen rate, each noisy σ̄ at it and
-    ``learning_rate_protocol.rates_below`` halvings below it (a mechanism's ``mechanism_learning_rates`` entry
-    still overrides the noisy runs' rates)."""
+    ``learning_rate_protocol.rates_below`` halvings below it (and ``rates_above`` doublings above it; a
+    mechanism's ``mechanism_learning_rates`` entry still overrides the noisy runs' rates)."""
     run = _typed(config)
     training = run.training
     names = mechanisms(run)
@@ -123,8 +123,9 @@ def _rates(run: RunConfig, mechanism: str, model: str, noise_batch_ratio: float,
                         "rerun the protocol (target learning_rates)")
     picks = chosen[model]
     picks = (picks,) if isinstance(picks, (int, float)) else tuple(picks)
-    below = 0 if noise_batch_ratio == 0 else run.learning_rate_protocol.rates_below
-    return tuple(sorted({rate for pick in picks for rate in grid_rates(float(pick), below)}, reverse=True))
+    protocol = run.learning_rate_protocol
+    below, above = (0, 0) if noise_batch_ratio == 0 else (protocol.rates_below, protocol.rates_above)
+    return tuple(sorted({rate for pick in picks for rate in grid_rates(float(pick), below, above)}, reverse=True))
 
 
 def possible_chosen(config: Mapping[str, Any] | RunConfig) -> dict[str, tuple[float, ...]] | None:

@@ -48,6 +48,7 @@ def run_protocol(config: Any, curve_paths: Sequence[str | Path], chosen_path: st
     curves = [(point.model, point.learning_rate, pd.read_parquet(path)) for point, path in zip(points, curve_paths)]
     choices = choose_rates(curves, settings.steps, settings.window, settings.tolerance)
     cost = protocol_cost(run, {choice.model: choice.rate for choice in choices})
-    write_table(choice_table(choices, settings.rates_below), table_stem, CAPTION, "tab:learning-rates")
+    write_table(choice_table(choices, settings.rates_below, settings.rates_above), table_stem, CAPTION,
+                "tab:learning-rates")
     write_choice(choices, settings.to_mapping(), cost, chosen_path)
     return choices

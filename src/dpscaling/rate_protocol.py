@@ -105,15 +105,15 @@ def final_loss(curve: pd.DataFrame, steps: int, window: int) -> float:
     return float(last.mean()) if np.isfinite(last).all() else math.inf
 
 
-def grid_rates(rate: float, rates_below: int) -> tuple[float, ...]:
-    """The noisy runs' rates: the tuned ``rate`` and the next ``rates_below`` halvings below it (the paper:
-    2^-7, 2^-8, 2^-9 from its tuned 2^-7)."""
-    return tuple(float(rate) * 2.0 ** -j for j in range(rates_below + 1))
+def grid_rates(rate: float, rates_below: int, rates_above: int = 0) -> tuple[float, ...]:
+    """The noisy runs' rates, descending: ``rates_above`` doublings above the tuned ``rate``, the rate, and the
+    next ``rates_below`` halvings below it (the paper: 2^-7, 2^-8, 2^-9 from its tuned 2^-7)."""
+    return tuple(float(rate) * 2.0 ** -j for j in range(-rates_above, rates_below + 1))
 
 
-def candidate_rates(ladder: Sequence[float], rates_below: int) -> tuple[float, ...]:
+def candidate_rates(ladder: Sequence[float], rates_below: int, rates_above: int = 0) -> tuple[float, ...]:
     """Every rate a tuned grid can train at, before the protocol has run (the workflow's wildcard values)."""
-    return tuple(sorted({r for rate in ladder for r in grid_rates(rate, rates_below)}, reverse=True))
+    return tuple(sorted({r for rate in ladder for r in grid_rates(rate, rates_below, rates_above)}, reverse=True))
 
 
 def check_ladder(ladder: Sequence[Any]) -> tuple[float, ...]:
@@ -136,12 +136,12 @@ def choose_rates(curves: Iterable[tuple[str, float, pd.DataFrame]], steps: int, 
     return [choose_rate(model, table, tolerance) for model, table in losses.items()]
 
 
-def choice_table(choices: Sequence[RateChoice], rates_below: int) -> pd.DataFrame:
+def choice_table(choices: Sequence[RateChoice], rates_below: int, rates_above: int = 0) -> pd.DataFrame:
     """One row per model and rung: the loss, whether it is the best, in the basin, the chosen rate, and the
     grid rates it names (the table of the evidence)."""
     rows = []
     for choice in choices:
-        named = grid_rates(choice.rate, rates_below)
+        named = grid_rates(choice.rate, rates_below, rates_above)
         for rate, loss in choice.losses.items():
             rows.append({"model": choice.model, "learning_rate": rate, "log2_learning_rate": math.log2(rate),
                          "loss": loss if math.isfinite(loss) else np.nan, "best": rate == choice.best_rate,
@@ -155,9 +155,9 @@ def write_choice(choices: Sequence[RateChoice], settings: Mapping[str, Any], cos
                  path: str | Path) -> None:
     """The protocol's record (``learning_rates/chosen.json``): the rule, settings, cost and each model's choice
     with the grid rates it names."""
-    rates_below = int(settings["rates_below"])
+    below, above = int(settings["rates_below"]), int(settings.get("rates_above", 0))
     record = {"rule": RULE, "settings": dict(settings), "cost": dict(cost),
-              "models": {choice.model: {**choice.to_json(), "grid_rates": list(grid_rates(choice.rate, rates_below))}
+              "models": {choice.model: {**choice.to_json(), "grid_rates": list(grid_rates(choice.rate, below, above))}
                          for choice in choices}}
     write_text_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 

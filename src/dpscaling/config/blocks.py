@@ -267,6 +267,7 @@ class LearningRateProtocolBlock(Block):
     window: int
     tolerance: float
     rates_below: int
+    rates_above: int
 
     def __post_init__(self) -> None:
         from dpscaling.rate_protocol import check_ladder
