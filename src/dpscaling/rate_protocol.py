@@ -10,11 +10,12 @@ chosen per model by :func:`choose_rate`, the grid's runs trained at :func:`grid_
 The choice rule, stated: each rung's loss is the mean of the run's last ``window`` logged training losses (a
 diverged or unfinished run counts as +inf). The best rung is the lowest. The rungs within ``tolerance`` nats
 of it that are contiguous with it on the ladder form its basin. A basin of one rung is a clear optimum and is
-chosen. A wider basin is *flat* and its geometric middle is chosen (the lower of the two middles for an even
-count): the optimum moves down with noise and with a longer horizon, so a rate from the middle of a flat basin
-keeps both neighbours near-optimal. Rungs within tolerance outside the basin (a worse rung between) make the
-choice *noisy*: they are reported and the basin of the best is kept. A best rung at either end of the ladder
-is *at the edge*: the optimum may lie beyond it (extend the ladder).
+chosen. A wider basin is *flat* and its largest rate is chosen: a protocol run is the first steps of the
+grid's schedule, where a larger rate has only just finished its warm-up and its lead shows later (measured on
+the default: each flat basin's largest rate was the best at the full horizon, its smallest was not; a rung
+on the unigram plateau is far outside the tolerance by then). Rungs within tolerance outside the basin (a
+worse rung between) make the choice *noisy*: they are reported and the basin of the best is kept. A best rung
+at either end of the ladder is *at the edge*: the optimum may lie beyond it (extend the ladder).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ CAPTION = ("The learning-rate protocol: each model's final training loss (mean o
            "each rate of the ladder, clipped and without noise; the chosen rate, its flat basin and the rates the "
            "grid trains.")
 RULE = ("lowest mean of the last `window` logged training losses; a basin of rungs within `tolerance` of it "
-        "(contiguous on the ladder) is flat and its geometric middle is chosen (the lower middle when even)")
+        "(contiguous on the ladder) is flat and its largest rate is chosen")
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def choose_rate(model: str, losses: Mapping[float, float], tolerance: float) -> 
     basin = tuple(ladder[low:high + 1])
     noisy = tuple(rate for index, rate in enumerate(ladder) if near[index] and not low <= index <= high)
     edge = None if len(ladder) == 1 else "top" if best == 0 else "bottom" if best == len(ladder) - 1 else None
-    return RateChoice(model=model, rate=basin[len(basin) // 2], best_rate=ladder[best],
+    return RateChoice(model=model, rate=basin[0], best_rate=ladder[best],
                       losses={rate: float(values[i]) for i, rate in enumerate(ladder)},
                       basin=basin, noisy=noisy, at_edge=edge)
 
