@@ -124,8 +124,10 @@ PER_BLOCK = [
     ({"accounting": {"check_points": 4}}, "accounting_check", {"train_run", "fit_law", "accounting_chunk", "figure"}),
     ({"fit": {"extension_doublings": 5}}, "fit_law", {"train_run", "collect_curves", "accounting_chunk"}),
     ({"analysis": {"compute_count": 7}}, "figure", {"train_run", "fit_law", "accounting_chunk", "validate_law"}),
-    # the blocks `all` does not read, and an unused model, in one layer: nothing but the record reruns
+    # the blocks `all` does not read (the learning-rate protocol's, with rates given), and an unused model, in one
+    # layer: nothing but the record reruns
     ({"ablation_batch": {"seeds": [0, 2]}, "audit": {"n_canaries": 400}, "private_model": {"learning_rate": 0.001},
+      "learning_rate_protocol": {"steps": 20},
       "models": {"custom": {"Unused": {"layers": 1, "heads": 1, "hidden": 8}}}}, None, None),
 ]
 
