@@ -31,7 +31,7 @@ def plot_learning_rates(table: pd.DataFrame, stem: str | Path, floor: float | No
     if floor is not None:
         ax.axhline(floor, color="grey", ls="--", lw=1, label="unigram floor")
     ax.set_xlabel("log2 learning rate")
-    ax.set_ylabel("final training loss (nats)")
+    ax.set_ylabel("loss at the end of the protocol run (nats)")
     ax.set_title("Learning-rate protocol: clipped, no noise (ringed: chosen; x: diverged)", fontsize=8)
     ax.legend(fontsize=7)
     return save_figure(figure, table, stem)
