@@ -139,7 +139,8 @@ def chosen_rates():
 
 def grid_points():
     """The main grid, plus training.repeat_seeds at training.repeat_points (seed noise for the fit's
-    intervals), at every sequence length (training.seq_lens; one, data.seq_len, unless set)."""
+    intervals), at every sequence length (training.seq_lens; one, data.seq_len, unless set).
+    """
     chosen = chosen_rates()
     return main_grid(CFG, chosen) + repeat_grid(CFG, chosen)
 
@@ -210,13 +211,23 @@ LR_PROTOCOL_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.LR_PROTOCOL)
 
 def run_outputs(pattern, points=None):
     """``pattern`` (containing RUN's wildcards) expanded over grid points (default: the whole grid; call it
-    inside an input function, where the grid may wait for the learning-rate protocol)."""
+    inside an input function, where the grid may wait for the learning-rate protocol).
+    """
     points = grid_points() if points is None else points
     return [pattern.format(**point.wildcards) for point in points]
 
 
 # The rules' helper functions live here (snakemake --lint: no functions beside rules).
 TABLE_FILES = {"csv": "{stem}.csv", "md": "{stem}.md", "tex": "{stem}.tex"}
+
+
+def run_metrics(wildcards):
+    """The training curves behind the run-measured tables; none when the law comes from results_csv."""
+    return (
+        []
+        if config["results_csv"]
+        else run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", primary_grid())
+    )
 
 
 def figure_inputs(wildcards):
@@ -305,9 +316,7 @@ def grid_job(wildcards, input):
 
 
 def learning_rate_job(wildcards, input):
-    return grid_work(
-        CFG, wildcards.model, learning_rate_protocol_training(CFG)
-    )
+    return grid_work(CFG, wildcards.model, learning_rate_protocol_training(CFG))
 
 
 def ablation_job(wildcards, input):

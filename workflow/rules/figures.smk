@@ -9,15 +9,9 @@ ANALYSIS = analysis_settings(CFG)
 LAW = rules.fit_law.output[0]
 SIGMA_TABLE = rules.accounting_table.output.table
 FIGURE_FILES = ["pdf", "png", "csv"]
+
+
 # The training curves behind the run-measured tables; none when the law comes from results_csv.
-def run_metrics(wildcards):
-    return (
-        []
-        if config["results_csv"]
-        else run_outputs(f"{RESULTS}/{RUN_PATHS.curve}", primary_grid())
-    )
-
-
 rule figure:
     input:
         unpack(figure_inputs),

@@ -27,8 +27,8 @@ checkpoint choose_learning_rates:
     input:
         curves=run_outputs(f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}", LR_PROTOCOL_GRID),
     output:
-        chosen=f"{RESULTS}/{layout.LR_CHOSEN}",
         **table_outputs("learning-rates"),
+        chosen=f"{RESULTS}/{layout.LR_CHOSEN}",
     log:
         f"{RESULTS}/logs/learning_rates/choose.log",
     conda:
