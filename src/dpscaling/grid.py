@@ -121,11 +121,16 @@ def _rates(run: RunConfig, mechanism: str, model: str, noise_batch_ratio: float,
     if model not in chosen:
         raise UserError(f"learning-rate protocol: no chosen rate for model {model!r} (chosen for {sorted(chosen)}); "
                         "rerun the protocol (target learning_rates)")
-    picks = chosen[model]
-    picks = (picks,) if isinstance(picks, (int, float)) else tuple(picks)
     protocol = run.learning_rate_protocol
     below, above = (0, 0) if noise_batch_ratio == 0 else (protocol.rates_below, protocol.rates_above)
-    return tuple(sorted({rate for pick in picks for rate in grid_rates(float(pick), below, above)}, reverse=True))
+    return tuple(sorted({rate for pick in _picks(chosen, model) for rate in grid_rates(pick, below, above)},
+                        reverse=True))
+
+
+def _picks(chosen: Chosen, model: str) -> tuple[float, ...]:
+    """``model``'s chosen rate, or its candidates, as a tuple of floats."""
+    picks = chosen[model]
+    return (float(picks),) if isinstance(picks, (int, float)) else tuple(float(p) for p in picks)
 
 
 def possible_chosen(config: Mapping[str, Any] | RunConfig) -> dict[str, tuple[float, ...]] | None:
@@ -162,8 +167,7 @@ def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen |
     if chosen is None or model not in chosen:
         raise UserError(f"learning_rate: {TUNED!r} names the protocol's rate of {model!r}, but training.learning_rates "
                         "is not tuned (or the model is not in models.names)")
-    picks = chosen[model]
-    return (float(picks),) if isinstance(picks, (int, float)) else tuple(float(p) for p in picks)
+    return _picks(chosen, model)
 
 
 def trains(mechanism: str, noise_batch_ratio: float, names: Sequence[str]) -> bool:
