@@ -97,7 +97,7 @@ def overrides(settings: list[str]) -> list[tuple[str, object]]:
     return pairs
 
 
-def start_output_bias_at_unigram(data_dir: Path):
+def start_output_bias_at_unigram(data_dir: Path, counts_file: str | None = None):
     """Probe only (not a training option): start every run's MLM output bias at the train split's add-one
     unigram log-frequencies (centred), so a run starts at the unigram floor instead of learning it, by wrapping
     the training loop's initial state. Returns the bias."""
@@ -107,7 +107,8 @@ def start_output_bias_at_unigram(data_dir: Path):
     from dpscaling.data.shards import load_meta, load_split
 
     meta = load_meta(data_dir)
-    counts = np.bincount(np.asarray(load_split(data_dir, "train")).ravel(), minlength=meta.vocab_size) + 1.0
+    counts = (np.load(counts_file) if counts_file else
+              np.bincount(np.asarray(load_split(data_dir, "train")).ravel(), minlength=meta.vocab_size)) + 1.0
     counts[list(meta.special_ids)] = 1.0
     bias = np.log(counts / counts.sum())
     bias = (bias - bias.mean()).astype(np.float32)
@@ -150,6 +151,42 @@ def scale_output_bias_steps(factor: float) -> None:
     step.make_optimizer = loop.make_optimizer = make_optimizer
 
 
+def warm_start_output_bias(steps: int, factor: float) -> None:
+    """Probe only: for the first ``steps`` updates apply only the MLM output bias's Adam step (times
+    ``factor``) and hold every other parameter, so the bias learns the unigram before the tied embeddings
+    can take it on (post-processing of the noisy gradient: no privacy cost)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import dpscaling.train.loop as loop
+    import dpscaling.train.step as step
+
+    original = step.make_optimizer
+
+    def is_bias(path) -> bool:
+        return any(getattr(k, "key", None) == "mlm_output_bias" for k in path)
+
+    def make_optimizer(config, hyperparams=None):
+        base = original(config, hyperparams)
+
+        def init(params):
+            return (base.init(params), jnp.zeros([], jnp.int32))
+
+        def update(updates, state, params=None):
+            inner, count = state
+            updates, inner = base.update(updates, inner, params)
+            warm = count < steps
+            updates = jax.tree_util.tree_map_with_path(
+                lambda path, u: jnp.where(warm, u * factor, u) if is_bias(path) else jnp.where(warm, 0.0, u),
+                updates)
+            return updates, (inner, count + 1)
+
+        return optax.GradientTransformation(init, update)
+
+    step.make_optimizer = loop.make_optimizer = make_optimizer
+
+
 def probe(args: argparse.Namespace) -> dict:
     from dpscaling.train.distributed import limit_host_threads
 
@@ -175,10 +212,12 @@ def probe(args: argparse.Namespace) -> dict:
         report["data"][vocab_size] = {"floor": floor, "wall_s": time.perf_counter() - started,
                                       "cpu_s": self_cpu() - cpu0}
         print(json.dumps({"vocab": vocab_size, **report["data"][vocab_size]}), flush=True)
-        if args.bias_init == "unigram":
-            unigram_bias = start_output_bias_at_unigram(data_dir)
+        if args.bias_init == "unigram" or args.bias_counts:
+            unigram_bias = start_output_bias_at_unigram(data_dir, args.bias_counts)
         if args.bias_lr_factor != 1.0:
             scale_output_bias_steps(args.bias_lr_factor)
+        if args.bias_warm_start:
+            warm_start_output_bias(args.bias_warm_start, args.bias_warm_factor)
         for shape in args.shapes:
             # LAYERSxHIDDEN, or LAYERSxHIDDENxHEADS
             layers, hidden, *heads = (int(x) for x in shape.split("x"))
@@ -187,8 +226,10 @@ def probe(args: argparse.Namespace) -> dict:
             for nbr in args.nbr:
                 for lr in args.lr:
                     name = "-".join([f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}", *args.set,
-                                     *(["bias-unigram"] if unigram_bias is not None else []),
-                                     *([f"bias-lr-x{args.bias_lr_factor:g}"] if args.bias_lr_factor != 1.0 else [])])
+                                     *(["bias-unigram" + ("-file" if args.bias_counts else "")] if unigram_bias is not None else []),
+                                     *([f"bias-lr-x{args.bias_lr_factor:g}"] if args.bias_lr_factor != 1.0 else []),
+                                     *([f"bias-warm{args.bias_warm_start}-x{args.bias_warm_factor:g}"]
+                                       if args.bias_warm_start else [])])
                     run_dir = scratch / "runs" / name
                     shutil.rmtree(run_dir, ignore_errors=True)
                     tc = job_train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
@@ -317,8 +358,13 @@ def main() -> None:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--bias-init", choices=["zeros", "unigram"], default="zeros",
                    help="unigram: start the MLM output bias at the unigram log-frequencies (a probe, not an option)")
+    p.add_argument("--bias-counts", help="with --bias-init unigram: token counts (.npy) to start from instead")
     p.add_argument("--bias-lr-factor", type=float, default=1.0,
                    help="multiply the MLM output bias's Adam steps by this (a probe, not an option)")
+    p.add_argument("--bias-warm-start", type=int, default=0, metavar="K",
+                   help="for the first K steps update only the MLM output bias (a probe, not an option)")
+    p.add_argument("--bias-warm-factor", type=float, default=1.0,
+                   help="multiply the bias's Adam steps by this during --bias-warm-start")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="training settings over the default's (e.g. adam_eps=1e-5 warmup_steps=100)")
     p.add_argument("--scratch", default="/tmp/design-probe")

@@ -31,17 +31,27 @@ def _config(finetune=None, **data):
 def test_the_two_domains_are_checked_when_the_workflow_loads() -> None:
     public = public_corpus_spec(_config(FINETUNE["finetune"]), REPO)
     assert public.sources == ("wikipedia_sample", "cia_factbook", "sotu")
-    assert public == CorpusSpec(**{**corpus_spec(_config(), REPO).__dict__, "sources": public.sources})
-    with pytest.raises(UserError, match=r"finetune.public_sources: \['sotu'\] are also in data.sources"):
-        public_corpus_spec(_config({"public_sources": ["wikipedia_sample", "sotu"]}, sources=["sotu", "moby_dick"]), REPO)
-    with pytest.raises(UserError, match=r"finetune: needs data.source 'core' and data.sources naming the private"):
+    private = corpus_spec(_config(), REPO)
+    assert public == CorpusSpec(**{**private.__dict__, "sources": public.sources})
+    with pytest.raises(UserError, match=r"data.public_sources: \['sotu'\] are also in data.sources"):
+        public_corpus_spec(_config(public_sources=["wikipedia_sample", "sotu"], sources=["sotu", "moby_dick"]), REPO)
+    with pytest.raises(UserError, match=r"data.public_sources: needs data.source 'core' and data.sources naming"):
         public_corpus_spec(_config(FINETUNE["finetune"], sources=None), REPO)
     with pytest.raises(UserError, match=r"data.sources: \['poetry'\] not among the corpus's sources"):
-        public_corpus_spec(_config({"public_sources": ["poetry"]}), REPO)
-    # without the block nothing of it exists: the run's config (and every result) is as before
-    plain = _config()
+        public_corpus_spec(_config(public_sources=["poetry"]), REPO)
+    # the stages that read the public domain are refused without one, naming the key
+    with pytest.raises(UserError, match=r"finetune: pretrains on the public domain; name it in data.public_sources"):
+        public_corpus_spec(_config(FINETUNE["finetune"], public_sources=None), REPO)
+    # without the block and the sources nothing of it exists: the run's config (and every result) is as before
+    plain = validated({**SMOKE})
     assert public_corpus_spec(plain, REPO) is None and load_config(plain).finetune is None
     assert "finetune" not in config_yaml(plain)
+
+
+def test_the_public_sources_moved_out_of_the_finetune_block() -> None:
+    old = {**SMOKE, "finetune": {**FINETUNE["finetune"], "public_sources": ["wikipedia_sample"]}}
+    with pytest.raises(UserError, match=r"config key 'finetune.public_sources': moved to 'data.public_sources'"):
+        validated(old)
 
 
 def test_pretraining_and_the_fine_tuning_grid() -> None:

@@ -65,6 +65,9 @@ RUN_AXES: tuple[Axis, ...] = (MECHANISM, LENGTH, Axis("model", "model"), Axis("b
 ONE_LENGTH_AXES: tuple[Axis, ...] = tuple(axis for axis in RUN_AXES if axis != LENGTH)
 
 PACKED = "data/packed/seq={seq}"
+# With a public domain: its unigram beside each length's private shards (dpscaling.data.public_unigram).
+PUBLIC_UNIGRAM_FILE = "public_unigram.json"
+PUBLIC_UNIGRAM = f"{PACKED}/{PUBLIC_UNIGRAM_FILE}"
 PACK_LOG = "logs/data/pack_sequences/seq={seq}.log"
 PUBLIC_DOCUMENTS = "data/public/documents.parquet"
 PUBLIC_PACKED = "data/public/packed/seq={seq}"

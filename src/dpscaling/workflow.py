@@ -184,7 +184,7 @@ def finetune_bundle_provenance(config: Config, checkpoints: Mapping[str, str]) -
     return {**bundle_provenance(config), "regime": "fine-tuning",
             "pretraining_tokens": {name: tokens for name in run.models.names if name not in run.finetune.checkpoints},
             "finetune_sha256": _sha256(block),
-            "public_sources": list(run.finetune.public_sources), "private_sources": list(run.data.sources or ()),
+            "public_sources": list(run.data.public_sources or ()), "private_sources": list(run.data.sources or ()),
             "pretrained": {name: str(checkpoints[name]) for name in run.models.names}}
 
 

@@ -114,8 +114,7 @@ if LEGACY_MOVES:
 
 # Vendored resources are found next to the Snakefile, so --directory works.
 CORPUS = corpus_spec(CFG, repo=workflow.basedir)
-# A fine-tuning run's public domain (finetune.public_sources; None without a finetune block): CORPUS is then
-# the private domain.
+# The public domain (data.public_sources; None without one): CORPUS is then the private domain.
 PUBLIC_CORPUS = public_corpus_spec(CFG, repo=workflow.basedir)
 # The one-epoch guard, when the data stage's manifest is already there (else each training job checks).
 check_epochs(CFG, CORPUS)

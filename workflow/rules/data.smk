@@ -18,7 +18,7 @@ rule prepare_documents:
         "../scripts/prepare_documents.py"
 
 
-# A fine-tuning run's public domain (finetune.public_sources of the same corpus, split the same way).
+# The public domain (data.public_sources of the same corpus, split the same way).
 rule prepare_public_documents:
     input:
         corpus_inputs(CORPUS),
@@ -40,7 +40,7 @@ rule prepare_public_documents:
 
 
 # data.tokenizer 'train': a WordPiece vocabulary of data.vocab_size entries, trained on the train
-# split only (docs/data.md); VOCAB is then this rule's output. A fine-tuning run trains it on the
+# split only (docs/data.md); VOCAB is then this rule's output. With a public domain it is trained on the
 # public domain's train split: the vocabulary sees no private text.
 rule train_vocabulary:
     input:
@@ -65,15 +65,27 @@ rule train_vocabulary:
         "../scripts/train_vocabulary.py"
 
 
-# One set of packed shards per sequence length (training.seq_lens; dpscaling.layout.PACKED).
+# One set of packed shards per sequence length (training.seq_lens; dpscaling.layout.PACKED). With a public
+# domain, the public train split's unigram beside them (dpscaling.data.public_unigram: where
+# training.output_bias public_unigram starts the output bias).
 rule pack_sequences:
     input:
         documents=rules.prepare_documents.output[0],
         vocab=VOCAB,
+        **(
+            {"public_meta": f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json"}
+            if PUBLIC_CORPUS
+            else {}
+        ),
     output:
         meta=f"{RESULTS}/{layout.PACKED}/meta.json",
         train=directory(f"{RESULTS}/{layout.PACKED}/train"),
         heldout=directory(f"{RESULTS}/{layout.PACKED}/heldout"),
+        **(
+            {"public_unigram": f"{RESULTS}/{layout.PUBLIC_UNIGRAM}"}
+            if PUBLIC_CORPUS
+            else {}
+        ),
     log:
         f"{RESULTS}/{layout.PACK_LOG}",
     conda:
@@ -87,6 +99,7 @@ rule pack_sequences:
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
         source=CORPUS.record(),
+        **({"objective": CFG.models.run_family().objective} if PUBLIC_CORPUS else {}),
     script:
         "../scripts/pack_sequences.py"
 

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from dpscaling.data.public_unigram import write_public_unigram
 from dpscaling.data.stage import pack_documents
 from dpscaling.logs import log_to_file
 
@@ -14,3 +15,7 @@ with log_to_file(snakemake.log[0]) as log:
         source=snakemake.params.source,
     )
     log.info("packed %d train and %d held-out sequences of %d tokens", meta.n_train, meta.n_heldout, meta.seq_len)
+    if hasattr(snakemake.output, "public_unigram"):
+        unigram = write_public_unigram(Path(snakemake.input.public_meta).parent, Path(snakemake.output.meta).parent,
+                                       snakemake.params.objective)
+        log.info("counted %d public tokens for the output bias's start", unigram.tokens)

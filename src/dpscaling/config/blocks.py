@@ -96,6 +96,7 @@ class DataBlock(Block):
     hf_split: str
     max_documents: int | None
     sources: tuple[str, ...] | None = None  # no schema default: absent unless set (results before it stay)
+    public_sources: tuple[str, ...] | None = None  # the public domain beside the private one (likewise)
     tokenizer: str
     vocab_size: int | None
     vocab_file: str | None
@@ -222,6 +223,7 @@ class TrainingBlock(Block):
     mechanisms: tuple[str, ...] = role(SELECTS_JOBS)
     mechanism_learning_rates: Mapping[str, tuple[float, ...]] = role(SELECTS_JOBS)
     bandmf_strategy: str = role(LATE)
+    output_bias: str = role(LATE)
 
     @property
     def tuned(self) -> bool:
@@ -432,11 +434,12 @@ class AblationBlock(Block):
         """The ``training`` param of an ablation job at physical batch ``batch``: the ablation's own
         horizon and logging (:data:`ABLATION_OWN`) and microbatch, the training block's
         :data:`ABLATION_SHARED` settings and its :data:`LATE` ones where not at their default; never the
-        :data:`PRIVATE_RUNS` keys (the ablation runs the study's sampler)."""
+        :data:`PRIVATE_RUNS` keys (the ablation runs the study's sampler), nor ``output_bias`` (its model may be
+        of a family without one, and where the bias starts is the same at every batch it compares)."""
         shared = training.to_mapping()
         micro = self.microbatch_size
         late = set(fields_with(TrainingBlock, LATE)) | set(LATE_EXTRA)
-        private = fields_with(TrainingBlock, PRIVATE_RUNS)
+        private = {*fields_with(TrainingBlock, PRIVATE_RUNS), "output_bias"}
         return {
             **{key: shared[key] for key in fields_with(TrainingBlock, ABLATION_SHARED)},
             **{key: value for key, value in training.job_params(_default_delta()).items()
@@ -525,11 +528,11 @@ class PretrainBlock(Block):
 
 @dataclass(frozen=True, kw_only=True)
 class FinetuneBlock(Block):
-    """DP fine-tuning from public pretraining (docs/finetune.md); the private domain is ``data.sources``."""
+    """DP fine-tuning from public pretraining (docs/finetune.md); the private domain is ``data.sources``, the
+    public one ``data.public_sources``."""
 
     NAME: ClassVar[str] = "finetune"
     NESTED: ClassVar[Mapping[str, type[Block]]] = {"pretrain": PretrainBlock}
-    public_sources: tuple[str, ...]
     pretrain: PretrainBlock
     learning_rates: tuple[float, ...]
     checkpoints: Mapping[str, str]
@@ -542,8 +545,10 @@ class FinetuneBlock(Block):
                 "decay_steps": pretrain.steps, "physical_batch": pretrain.physical_batch, "clipping": "none"}
 
     def finetune_params(self, training: TrainingBlock, delta: float, init_checkpoint: str) -> dict[str, Any]:
-        """A fine-tuning job's ``training`` param: the grid's, starting from ``init_checkpoint``."""
-        return {**training.job_params(delta), "init_checkpoint": init_checkpoint}
+        """A fine-tuning job's ``training`` param: the grid's, starting from ``init_checkpoint`` (whose output bias
+        is the start: ``output_bias`` is left out)."""
+        params = {key: value for key, value in training.job_params(delta).items() if key != "output_bias"}
+        return {**params, "init_checkpoint": init_checkpoint}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,6 +17,7 @@ from typing import Any
 from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.data.documents import CorpusSpec, source_of_documents
 from dpscaling.data.epochs import check_one_epoch
+from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, ZEROS
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED
 from dpscaling.models.family import PRESETS
@@ -56,7 +57,10 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     for name, arch in models.custom.items():
         if arch.hidden % arch.heads:
             raise UserError(f"models.custom.{name}: hidden ({arch.hidden}) must be divisible by heads ({arch.heads})")
-    models.run_family()  # one family per run: its law is fitted on one family
+    family = models.run_family()  # one family per run: its law is fitted on one family
+    if training.output_bias != ZEROS and family.output_bias is None:
+        raise UserError(f"training.output_bias: {training.output_bias!r} starts the output bias, which the "
+                        f"{family.name} family does not have; set it to {ZEROS!r}")
     if training.warmup_steps >= training.steps and training.steps > 1:
         raise UserError(
             f"training.warmup_steps: {training.warmup_steps} must be below training.steps ({training.steps})")
@@ -163,23 +167,31 @@ def corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -
 
 
 def public_corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -> CorpusSpec | None:
-    """The public domain of a fine-tuning run (``finetune.public_sources`` of the vendored corpus), or None
-    without a ``finetune`` block. Refused unless the private domain is named too (``data.sources``, from
-    the same vendored corpus) and the two share no source: the privacy unit lives in the private domain,
-    and the vocabulary and the pretraining see only the public one."""
+    """The public domain (``data.public_sources`` of the vendored corpus), or None where none is named.
+    Refused unless the private domain is named too (``data.sources``, from the same vendored corpus) and the
+    two share no source: the privacy unit lives in the private domain, and what is built from the public one
+    (the vocabulary, a pretraining, the output bias's start) sees no private text. The stages that need a
+    public domain (``finetune``, ``training.output_bias: public_unigram``) are refused without one."""
     run = typed(config)
-    if run.finetune is None:
+    names = run.data.public_sources
+    if not names:
+        for needs, why in ((run.finetune is not None, "finetune: pretrains on the public domain"),
+                           (run.training.output_bias == PUBLIC_UNIGRAM,
+                            f"training.output_bias: {PUBLIC_UNIGRAM} starts from the public domain's unigram")):
+            if needs:
+                raise UserError(f"{why}; name it in data.public_sources (sources of the vendored corpus, none of "
+                                "them in data.sources)")
         return None
     private = corpus_spec(config, repo)
     if run.data.source != "core" or not private.sources:
-        raise UserError("finetune: needs data.source 'core' and data.sources naming the private domain "
+        raise UserError("data.public_sources: needs data.source 'core' and data.sources naming the private domain "
                         f"(sources of the vendored corpus), got source {run.data.source!r}, "
                         f"sources {list(private.sources) or None}")
-    shared = sorted(set(run.finetune.public_sources) & set(private.sources))
+    shared = sorted(set(names) & set(private.sources))
     if shared:
-        raise UserError(f"finetune.public_sources: {shared} are also in data.sources; the public and the "
+        raise UserError(f"data.public_sources: {shared} are also in data.sources; the public and the "
                         "private domain must share no source")
-    public = dataclasses.replace(private, sources=tuple(run.finetune.public_sources))
+    public = dataclasses.replace(private, sources=tuple(names))
     if Path(public.paths[0]).is_file():
         source_of_documents(public.paths[0], public.sources)  # unknown names, when the workflow loads
     return public

@@ -58,6 +58,7 @@ def validate_config(config: dict[str, Any], path: str | Path = SCHEMA) -> None:
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
+    check_moved_keys(config)
     try:
         validate(config, str(path))
     except WorkflowError as error:
@@ -65,6 +66,19 @@ def validate_config(config: dict[str, Any], path: str | Path = SCHEMA) -> None:
         if not isinstance(cause, ValidationError):
             raise
         raise UserError(describe_schema_error(cause)) from error
+
+
+# Keys that moved: the old place → the new one (a config that still sets the old one is told where it went).
+MOVED_KEYS: dict[str, str] = {"finetune.public_sources": "data.public_sources"}
+
+
+def check_moved_keys(config: dict[str, Any]) -> None:
+    """Refuse a key of :data:`MOVED_KEYS` at its old place, naming the new one."""
+    for old, new in MOVED_KEYS.items():
+        block, key = old.split(".")
+        if isinstance(config.get(block), dict) and key in config[block]:
+            raise UserError(f"config key '{old}': moved to '{new}' (the public domain serves more than "
+                            "fine-tuning); set it there")
 
 
 def describe_schema_error(error: Any) -> str:

@@ -55,6 +55,9 @@ class Family:
     trained_rows: tuple[str, ...]  # the embedding-row settings a custom size sets to what it trains
     throughput: str  # how cluster jobs are sized (dpscaling.cluster.param_tokens_per_gpu_second)
     preset_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per-preset shape fields
+    # The output layer's bias (a path in the parameter tree), which training.output_bias may start away
+    # from zero (dpscaling.data.public_unigram); None: the family has none (its logits are the tied embedding's)
+    output_bias: tuple[str, ...] | None = None
 
     def config(self, name: str, *, vocab_size: int, max_positions: int | None = None, dtype: str = "float32",
                **overrides: Any) -> ModelConfig:
@@ -129,7 +132,8 @@ PAPER_PARAMS: dict[str, float] = {
 
 BERT = Family(name="bert", presets=BERT_PRESETS, shape=BertConfig, module="dpscaling.models.bert:BertMlm",
               objective="masked_lm", max_positions=BERT_MAX_POSITIONS, vocab_size=BERT_VOCAB_SIZE,
-              trained_rows=("max_positions", "type_vocab_size"), throughput="paper_table")
+              trained_rows=("max_positions", "type_vocab_size"), throughput="paper_table",
+              output_bias=("mlm_output_bias", "bias"))
 
 # GPT-2's sizes (Radford et al. 2019). NanoDO30M: NanoDO's default width (D 512, 8 heads, F 2048,
 # context 512) with 4 blocks instead of 6, so that at NanoDO's 32,101-entry vocabulary it has 29.3M

@@ -11,6 +11,7 @@ import optax
 
 from dpscaling.accounting.matched import matched_accountant
 from dpscaling.config.schema import default as schema_default
+from dpscaling.data.public_unigram import OUTPUT_BIAS_STARTS, ZEROS
 from dpscaling.dp import CLIPPING_METHODS
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import DPSGD, STRATEGIES, Mechanism, mechanism_named
@@ -42,6 +43,7 @@ CONFIG_KEYS: dict[str, str] = {
     "truncated_batch_size": "training.truncated_batch_size",
     "accountant": "training.accountant",
     "bandmf_strategy": "training.bandmf_strategy",
+    "output_bias": "training.output_bias",
     "delta": "accounting.delta",
 }
 
@@ -103,6 +105,9 @@ class TrainConfig:
     # banded Toeplitz strategy is optimised for.
     mechanism: str = "dpsgd"
     bandmf_strategy: str = _default("bandmf_strategy")
+    # Where the output bias starts (dpscaling.data.public_unigram): zeros, or the public domain's unigram
+    # written beside the data's shards. A start from init_checkpoint takes the checkpoint's bias instead.
+    output_bias: str = _default("output_bias")
 
     def __post_init__(self) -> None:
         def need(condition: bool, name: str, message: str) -> None:
@@ -132,6 +137,11 @@ class TrainConfig:
         need(0 < self.delta < 1, "delta", "must be in (0, 1)")
         mechanism_named(self.mechanism, "train.mechanism")  # refuses an unknown name, naming the forms
         need(self.bandmf_strategy in STRATEGIES, "bandmf_strategy", f"must be one of {STRATEGIES}")
+        need(self.output_bias in OUTPUT_BIAS_STARTS, "output_bias", f"must be one of {OUTPUT_BIAS_STARTS}")
+        need(self.output_bias == ZEROS or self.model_family.output_bias is not None, "output_bias",
+             f"starts the output bias, which the {self.family} family does not have: must be {ZEROS!r}")
+        need(self.output_bias == ZEROS or self.init_checkpoint is None, "output_bias",
+             f"a start from init_checkpoint takes the checkpoint's output bias: must be {ZEROS!r}")
         need(self.num_steps >= self.noise_mechanism.bands, "num_steps",
              f"must be >= the {self.noise_mechanism.bands} bands of {self.mechanism}")
         need(
@@ -237,7 +247,7 @@ _LATE_DEFAULTS: dict[str, Any] = {
     for f in dataclasses.fields(TrainConfig)
     if f.name
     in ("family", "sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences",
-        "init_checkpoint", "mechanism", "bandmf_strategy")
+        "init_checkpoint", "mechanism", "bandmf_strategy", "output_bias")
 }
 
 

@@ -1,6 +1,7 @@
-"""Starting a run from a pretrained checkpoint of this project instead of random weights: the first step
-towards DP fine-tuning, the paper's first open question (§6, "how do the scaling laws change when doing
-finetuning instead of pretraining"; docs/train.md, "Starting from a pretrained checkpoint").
+"""Starting a run from something other than its random initialisation: a pretrained checkpoint of this project
+(the first step towards DP fine-tuning, the paper's first open question, §6, "how do the scaling laws change
+when doing finetuning instead of pretraining"; docs/train.md, "Starting from a pretrained checkpoint"), or an
+output bias at the public domain's unigram (:func:`with_output_bias`; not in the paper).
 
 ``train.init_checkpoint`` names a training job's checkpoint directory (its ``config.json`` and ``state/``).
 Its latest checkpoint is restored only after its arrays are proven to be the ones saved
@@ -18,7 +19,25 @@ from typing import Any
 import jax
 
 from dpscaling.errors import UserError
+from dpscaling.models.family import Family
 from dpscaling.train.config import TrainConfig
+
+
+def with_output_bias(params: Any, family: Family, bias: Any) -> Any:
+    """``params`` with ``family``'s output bias (:attr:`Family.output_bias`) replaced by ``bias``, of its shape."""
+    if family.output_bias is None:
+        raise UserError(f"training.output_bias: the {family.name} family has no output bias to start")
+    *parents, leaf = family.output_bias
+    tree = dict(params)
+    node = tree
+    for key in parents:  # copy the path down to the bias, leaving the rest of the tree shared
+        node[key] = dict(node[key])
+        node = node[key]
+    if tuple(node[leaf].shape) != tuple(bias.shape):
+        raise UserError(f"training.output_bias: the start has {bias.shape[0]} entries, the model's bias "
+                        f"{node[leaf].shape[0]} (another vocabulary)")
+    node[leaf] = jax.numpy.asarray(bias, dtype=node[leaf].dtype)
+    return tree
 
 
 def pretrained_params(checkpoint_dir: str | Path, config: TrainConfig, model, objective, vocab_size: int,

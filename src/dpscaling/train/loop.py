@@ -34,6 +34,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from dpscaling.data.epochs import check_one_epoch, epochs_seen
+from dpscaling.data.public_unigram import ZEROS, load_public_unigram
 from dpscaling.accounting.matched import RunPrivacy, account_run
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
 from dpscaling.dp.correlated import strategy_coefficients
@@ -55,6 +56,7 @@ from dpscaling.train.checkpoint import (
 )
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
+from dpscaling.train.init import with_output_bias
 from dpscaling.train.metrics import code_version, write_metrics
 from dpscaling.train.objectives import run_objective
 from dpscaling.train.sampling import secret_key
@@ -106,10 +108,13 @@ def run_training(
     except OSError as error:
         raise_if_storage_full_or_read_only(error, f"cannot write checkpoints to {checkpoint_dir}")
         raise
+    # Where the output bias starts, checked against the shards' vocabulary before anything trains.
+    output_bias = None if config.output_bias == ZEROS else load_public_unigram(data_dir, meta)
     try:
         return _train(
             config,
             meta,
+            output_bias,
             training_rows(load_split(data_dir, "train"), config),
             parallel,
             manager,
@@ -124,6 +129,7 @@ def run_training(
 def _train(
     config: TrainConfig,
     meta: DatasetMeta,
+    output_bias: np.ndarray | None,
     rows: np.ndarray,
     parallel: DataParallel,
     manager: ocp.CheckpointManager,
@@ -163,6 +169,8 @@ def _train(
     counts = model_config.param_count()
     # A run started from pretrained weights names them (a column only such runs have).
     started_from = {} if config.init_checkpoint is None else {"init_checkpoint": str(config.init_checkpoint)}
+    if config.output_bias != ZEROS:  # likewise a run whose output bias starts elsewhere than zero
+        started_from["output_bias"] = config.output_bias
     # A correlated mechanism's curve names its strategy (the sensitivity of any participation follows).
     if config.noise_mechanism.correlated:
         started_from["bandmf_coefficients"] = json.dumps([float(c) for c in coefficients])
@@ -181,6 +189,10 @@ def _train(
         logger.info("resuming from verified step %d (%d logged intervals)", start_step, len(curve))
     elif config.init_checkpoint is not None:  # a fresh start from pretrained weights (a resume has its own)
         state = _start_from(config, state, model, objective, meta, parallel)
+    elif output_bias is not None:  # a fresh start with the output bias at the public domain's unigram
+        params = with_output_bias(state.params, config.model_family, output_bias)
+        state = state._replace(params=jax.device_put(params, parallel.replicated))
+        logger.info("starting the output bias at the public domain's unigram")
     key = None
     if config.sampler.private:
         state, key = _private_key(state, fresh=not start_step, parallel=parallel)
