@@ -38,7 +38,7 @@ def test_the_vocabulary_sees_only_the_public_train_split_and_the_floor_is_privat
     public, private = pd.read_parquet(data / "public" / "documents.parquet"), pd.read_parquet(data / "documents.parquet")
     corpus = REPO / "resources" / "corpus" / "core.txt.xz"
     # each domain holds exactly its sources' documents (the first max_documents of them)
-    for frame, names in ((public, FINETUNE["finetune"]["public_sources"]), (private, FINETUNE["data"]["sources"])):
+    for frame, names in ((public, FINETUNE["data"]["public_sources"]), (private, FINETUNE["data"]["sources"])):
         expected = load_documents(CorpusSpec(paths=(str(corpus),), sources=tuple(names), max_documents=40))
         assert sorted(frame["text"]) == sorted(expected)
     assert not set(public["text"]) & set(private["text"])
@@ -50,7 +50,7 @@ def test_the_vocabulary_sees_only_the_public_train_split_and_the_floor_is_privat
              (("public", data / "public" / "packed" / "seq=64"), ("private", data / "packed" / "seq=64"))}
     assert metas["public"]["vocab_sha256"] == metas["private"]["vocab_sha256"]
     assert metas["private"]["source"]["sources"] == FINETUNE["data"]["sources"]
-    assert metas["public"]["source"]["sources"] == FINETUNE["finetune"]["public_sources"]
+    assert metas["public"]["source"]["sources"] == FINETUNE["data"]["public_sources"]
     # the floor to beat is the private domain's held-out unigram entropy
     floor = json.loads((data / "unigram_floor.json").read_text())
     assert floor == unigram_floor(data / "packed" / "seq=64").to_dict()
