@@ -104,7 +104,8 @@ rule pack_sequences:
         "../scripts/pack_sequences.py"
 
 
-# The public domain's shards, packed with the same vocabulary (the pretraining reads them).
+# The public domain's shards, packed with the same vocabulary (the pretraining reads them), and their
+# unigram beside them (a pretraining run may start its output bias there too).
 rule pack_public_sequences:
     input:
         documents=rules.prepare_public_documents.output[0],
@@ -113,6 +114,7 @@ rule pack_public_sequences:
         meta=f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json",
         train=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/train"),
         heldout=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/heldout"),
+        public_unigram=f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PUBLIC_UNIGRAM_FILE}",
     log:
         f"{RESULTS}/{layout.PUBLIC_PACK_LOG}",
     conda:
@@ -126,6 +128,7 @@ rule pack_public_sequences:
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
         source=PUBLIC_CORPUS.record() if PUBLIC_CORPUS else None,
+        objective=CFG.models.run_family().objective,
     script:
         "../scripts/pack_sequences.py"
 

@@ -15,7 +15,8 @@ with log_to_file(snakemake.log[0]) as log:
         source=snakemake.params.source,
     )
     log.info("packed %d train and %d held-out sequences of %d tokens", meta.n_train, meta.n_heldout, meta.seq_len)
-    if hasattr(snakemake.output, "public_unigram"):
-        unigram = write_public_unigram(Path(snakemake.input.public_meta).parent, Path(snakemake.output.meta).parent,
-                                       snakemake.params.objective)
+    if hasattr(snakemake.output, "public_unigram"):  # counted on the public shards (these, or the public domain's)
+        packed = Path(snakemake.output.meta).parent
+        public = Path(snakemake.input.public_meta).parent if hasattr(snakemake.input, "public_meta") else packed
+        unigram = write_public_unigram(public, packed, snakemake.params.objective)
         log.info("counted %d public tokens for the output bias's start", unigram.tokens)
