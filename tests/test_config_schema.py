@@ -211,7 +211,7 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "clipping": "ghost", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
                     "log_every": 3, "checkpoint_every": 41, "microbatch_size": 4,
                     "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
-                    "bandmf_strategy": "max_error"}
+                    "bandmf_strategy": "max_error", "output_bias": "zeros"}
 
 
 def _reached(key: str) -> dict[str, bool]:
@@ -246,6 +246,7 @@ ROLE_REACH = {
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
     "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy"), (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),
+    "model_start": (("output_bias",), (True, True, False)),
     "ablation_shared": (("decay_factor", "mask_rate", "clip_norm", "clipping"), (True, True, True)),
     # No role: the grid's and the private runs'; the ablation has its own horizon, logging, microbatch, seeds.
     "none": (("seed", "steps", "warmup_steps", "decay_steps", "log_every", "checkpoint_every", "microbatch_size"),
@@ -384,7 +385,9 @@ def test_unknown_corpus_sources_are_refused_when_the_workflow_loads() -> None:
     base = load("config.yaml")
     fiction = validated({**base, "data": {**base["data"], "sources": ["moby_dick", "jane_austen"]}})
     assert corpus_spec(fiction, repo=REPO).sources == ("moby_dick", "jane_austen")
-    assert "sources" not in validated(base)["data"]  # unset: the run's config is what it was before the key
+    unset = {key: value for key, value in base["data"].items() if key not in ("sources", "public_sources")}
+    # unset: the run's config is what it was before the keys
+    assert not {"sources", "public_sources"} & set(validated({**base, "data": unset})["data"])
     unknown = validated({**base, "data": {**base["data"], "sources": ["poetry"]}})
     with pytest.raises(UserError, match=r"data\.sources: \['poetry'\] not among the corpus's sources"):
         corpus_spec(unknown, repo=REPO)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dpscaling.config.roles import (
-    ABLATION_OWN, ABLATION_SHARED, FIGURE_RUNS, GRID_AXIS, LATE, PRIVATE_RUNS, SELECTS_JOBS, fields_with, role)
+    ABLATION_OWN, ABLATION_SHARED, FIGURE_RUNS, GRID_AXIS, LATE, MODEL_START, PRIVATE_RUNS, SELECTS_JOBS, fields_with,
+    role)
 from dpscaling.errors import UserError
 
 
@@ -223,7 +224,7 @@ class TrainingBlock(Block):
     mechanisms: tuple[str, ...] = role(SELECTS_JOBS)
     mechanism_learning_rates: Mapping[str, tuple[float, ...]] = role(SELECTS_JOBS)
     bandmf_strategy: str = role(LATE)
-    output_bias: str = role(LATE)
+    output_bias: str = role(LATE, MODEL_START)
 
     @property
     def tuned(self) -> bool:
@@ -434,12 +435,11 @@ class AblationBlock(Block):
         """The ``training`` param of an ablation job at physical batch ``batch``: the ablation's own
         horizon and logging (:data:`ABLATION_OWN`) and microbatch, the training block's
         :data:`ABLATION_SHARED` settings and its :data:`LATE` ones where not at their default; never the
-        :data:`PRIVATE_RUNS` keys (the ablation runs the study's sampler), nor ``output_bias`` (its model may be
-        of a family without one, and where the bias starts is the same at every batch it compares)."""
+        :data:`PRIVATE_RUNS` keys (the ablation runs the study's sampler) nor the :data:`MODEL_START` ones."""
         shared = training.to_mapping()
         micro = self.microbatch_size
         late = set(fields_with(TrainingBlock, LATE)) | set(LATE_EXTRA)
-        private = {*fields_with(TrainingBlock, PRIVATE_RUNS), "output_bias"}
+        private = {*fields_with(TrainingBlock, PRIVATE_RUNS), *fields_with(TrainingBlock, MODEL_START)}
         return {
             **{key: shared[key] for key in fields_with(TrainingBlock, ABLATION_SHARED)},
             **{key: value for key, value in training.job_params(_default_delta()).items()
@@ -545,9 +545,10 @@ class FinetuneBlock(Block):
                 "decay_steps": pretrain.steps, "physical_batch": pretrain.physical_batch, "clipping": "none"}
 
     def finetune_params(self, training: TrainingBlock, delta: float, init_checkpoint: str) -> dict[str, Any]:
-        """A fine-tuning job's ``training`` param: the grid's, starting from ``init_checkpoint`` (whose output bias
-        is the start: ``output_bias`` is left out)."""
-        params = {key: value for key, value in training.job_params(delta).items() if key != "output_bias"}
+        """A fine-tuning job's ``training`` param: the grid's without its :data:`MODEL_START` keys, starting from
+        ``init_checkpoint``."""
+        start = fields_with(TrainingBlock, MODEL_START)
+        params = {key: value for key, value in training.job_params(delta).items() if key not in start}
         return {**params, "init_checkpoint": init_checkpoint}
 
 

@@ -27,11 +27,14 @@ LATE = "late"
 PRIVATE_RUNS = "private_runs"
 # Shared with the physical-batch ablation: its jobs read it from this block.
 ABLATION_SHARED = "ablation_shared"
+# Where a model's parameters start: a grid and private job's param, never the ablation's (its model may be of
+# another family, and the batches it compares share the start) nor a fine-tuning job's (the checkpoint is its start).
+MODEL_START = "model_start"
 # (The ablation_batch block's fields) the ablation job's own training setting: its horizon and logging.
 ABLATION_OWN = "ablation_own"
 # (The ablation_batch block's fields) which ablation run belongs to which figure: the ablation figures' param.
 FIGURE_RUNS = "figure_runs"
-ROLES = (SELECTS_JOBS, GRID_AXIS, LATE, PRIVATE_RUNS, ABLATION_SHARED, ABLATION_OWN, FIGURE_RUNS)
+ROLES = (SELECTS_JOBS, GRID_AXIS, LATE, PRIVATE_RUNS, MODEL_START, ABLATION_SHARED, ABLATION_OWN, FIGURE_RUNS)
 
 
 def role(*roles: str, position: int | None = None, **default: Any) -> Any:
