@@ -70,22 +70,22 @@ rule train_vocabulary:
 # training.output_bias public_unigram starts the output bias).
 rule pack_sequences:
     input:
-        documents=rules.prepare_documents.output[0],
-        vocab=VOCAB,
         **(
             {"public_meta": f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json"}
             if PUBLIC_CORPUS
             else {}
         ),
+        documents=rules.prepare_documents.output[0],
+        vocab=VOCAB,
     output:
-        meta=f"{RESULTS}/{layout.PACKED}/meta.json",
-        train=directory(f"{RESULTS}/{layout.PACKED}/train"),
-        heldout=directory(f"{RESULTS}/{layout.PACKED}/heldout"),
         **(
             {"public_unigram": f"{RESULTS}/{layout.PUBLIC_UNIGRAM}"}
             if PUBLIC_CORPUS
             else {}
         ),
+        meta=f"{RESULTS}/{layout.PACKED}/meta.json",
+        train=directory(f"{RESULTS}/{layout.PACKED}/train"),
+        heldout=directory(f"{RESULTS}/{layout.PACKED}/heldout"),
     log:
         f"{RESULTS}/{layout.PACK_LOG}",
     conda:
@@ -95,11 +95,11 @@ rule pack_sequences:
         mem_mb=8000,
         runtime=60,
     params:
+        **({"objective": CFG.models.run_family().objective} if PUBLIC_CORPUS else {}),
         tokenizer=config["data"]["tokenizer"],
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
         source=CORPUS.record(),
-        **({"objective": CFG.models.run_family().objective} if PUBLIC_CORPUS else {}),
     script:
         "../scripts/pack_sequences.py"
 
