@@ -52,6 +52,7 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "training.mechanisms": (["dpsgd"], "§2 Algorithm 1: DP-SGD's independent noise (correlated noise is its open question)"),
     "training.mechanism_learning_rates": ({}, "§3.2 Learning Rates: one grid of rates (a mechanism's own is not the paper's)"),
     "training.bandmf_strategy": ("mean_error", NOT_STATED + " (BandMF only: jax-privacy's default)"),
+    "training.output_bias": ("zeros", NOT_STATED + " (BERT's own initialisation starts the MLM output bias at zero)"),
     "training.allow_repeats": (False, "§3.2 Metrics: less than a single epoch, so training loss estimates evaluation loss"),
     "training.repeat_seeds": ([], "the paper trains one seed per grid point and reports no intervals"),
     "training.repeat_points": ([], "the paper trains one seed per grid point and reports no intervals"),
