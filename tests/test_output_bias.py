@@ -108,8 +108,8 @@ def test_what_cannot_start_there_is_refused_naming_the_key(domains, tmp_path) ->
         load_public_unigram(other)
     decoder = dict(model="custom", family="decoder", model_name="DecoderTiny",
                    model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32))
-    with pytest.raises(UserError, match=r"train.output_bias: starts the output bias, which the decoder family "
-                                        r"does not have"):
+    with pytest.raises(UserError, match=r"train.output_bias: 'public_unigram' starts the output bias, which the "
+                                        r"decoder family does not have; set it to 'zeros'"):
         TrainConfig(**decoder, output_bias=PUBLIC_UNIGRAM)
     with pytest.raises(UserError, match=r"train.output_bias: a start from init_checkpoint takes the checkpoint's"):
         dataclasses.replace(BERT, output_bias=PUBLIC_UNIGRAM, init_checkpoint=str(tmp_path))

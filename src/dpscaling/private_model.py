@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpscaling.config.blocks import TrainingBlock
-from dpscaling.config.roles import MODEL_START, fields_with
 from dpscaling.errors import UserError
 from dpscaling.accounting.branches import POISSON_BRANCH
 from dpscaling.law.columns import MODEL, MODEL_SIZE
@@ -377,10 +376,7 @@ def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], tra
         if plan.model not in init_checkpoints:
             raise UserError(f"private_model.budgets {plan.budget.label}: no pretrained checkpoint for "
                             f"{plan.model!r} (have {sorted(init_checkpoints)})")
-        training["init_checkpoint"] = str(init_checkpoints[plan.model])
-        # the checkpoint is the start: its output bias too (the MODEL_START keys are left out, as for fine-tuning)
-        for key in fields_with(TrainingBlock, MODEL_START):
-            training.pop(key, None)
+        training = TrainingBlock.starting_from(training, str(init_checkpoints[plan.model]))
     model, seed = models[plan.model], int(training["seed"])
     config = (train_config_for(plan, model, training, seed) if twin is None
               else twin_config_for(plan, model, training, twin, int(grid_batch), seed))

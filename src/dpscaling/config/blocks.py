@@ -252,6 +252,14 @@ class TrainingBlock(Block):
                 if not (key in late and value == late[key]) and key not in never}
 
     @staticmethod
+    def starting_from(params: Mapping[str, Any], init_checkpoint: str) -> dict[str, Any]:
+        """A job's ``training`` param ``params`` that starts from ``init_checkpoint``: the checkpoint is the
+        start, its output bias too, so the :data:`MODEL_START` keys are left out (fine-tuning, pretrained
+        private runs)."""
+        start = fields_with(TrainingBlock, MODEL_START)
+        return {**{key: value for key, value in params.items() if key not in start}, "init_checkpoint": init_checkpoint}
+
+    @staticmethod
     def private_params(training: Mapping[str, Any]) -> dict[str, Any]:
         """The config's ``training`` mapping as a private run's param: without the :data:`GRID_AXIS` and
         :data:`SELECTS_JOBS` keys."""
@@ -547,9 +555,7 @@ class FinetuneBlock(Block):
     def finetune_params(self, training: TrainingBlock, delta: float, init_checkpoint: str) -> dict[str, Any]:
         """A fine-tuning job's ``training`` param: the grid's without its :data:`MODEL_START` keys, starting from
         ``init_checkpoint``."""
-        start = fields_with(TrainingBlock, MODEL_START)
-        params = {key: value for key, value in training.job_params(delta).items() if key not in start}
-        return {**params, "init_checkpoint": init_checkpoint}
+        return TrainingBlock.starting_from(training.job_params(delta), init_checkpoint)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from typing import Any
 from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.data.documents import CorpusSpec, source_of_documents
 from dpscaling.data.epochs import check_one_epoch
-from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, ZEROS
+from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, check_output_bias_start
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED
 from dpscaling.models.family import PRESETS
@@ -58,9 +58,7 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
         if arch.hidden % arch.heads:
             raise UserError(f"models.custom.{name}: hidden ({arch.hidden}) must be divisible by heads ({arch.heads})")
     family = models.run_family()  # one family per run: its law is fitted on one family
-    if training.output_bias != ZEROS and family.output_bias is None:
-        raise UserError(f"training.output_bias: {training.output_bias!r} starts the output bias, which the "
-                        f"{family.name} family does not have; set it to {ZEROS!r}")
+    check_output_bias_start(training.output_bias, family, "training.output_bias")
     if training.warmup_steps >= training.steps and training.steps > 1:
         raise UserError(
             f"training.warmup_steps: {training.warmup_steps} must be below training.steps ({training.steps})")

@@ -75,12 +75,31 @@ TARGETS = {
 }
 
 
+def objective_targets(objective: str):
+    """``objective``'s (targets of packed rows, ids that are never a target) from :data:`TARGETS`, refused by
+    name if unknown."""
+    if objective not in TARGETS:
+        raise UserError(f"objective: {objective!r} is not one of {sorted(TARGETS)}")
+    return TARGETS[objective]
+
+
+def never_target_mask(vocab_size: int, never) -> np.ndarray:
+    """A boolean mask over the vocabulary, True at the ids in ``never`` (outside the support)."""
+    excluded = np.zeros(vocab_size, dtype=bool)
+    excluded[list(never)] = True
+    return excluded
+
+
+def add_one_log_counts(ids: np.ndarray, vocab_size: int) -> np.ndarray:
+    """log(count(v) + 1) of the ids ``ids`` for every v of the vocabulary (add-one smoothing's numerator)."""
+    return np.log(np.bincount(ids, minlength=vocab_size).astype(np.float64) + 1.0)
+
+
 def unigram_entropy(train: np.ndarray, heldout: np.ndarray, vocab_size: int, never: tuple[int, ...],
                     objective: str = "masked_lm") -> UnigramFloor:
     """Cross-entropy (nats) of ``heldout``'s target tokens under add-one-smoothed unigram frequencies of
     ``train``'s (token ids in ``[0, vocab_size)``); ids in ``never`` are no target and no part of the support."""
-    excluded = np.zeros(vocab_size, dtype=bool)
-    excluded[list(never)] = True
+    excluded = never_target_mask(vocab_size, never)
     train_ids = np.asarray(train).ravel()
     held_ids = np.asarray(heldout).ravel()
     for name, ids in (("train", train_ids), ("heldout", held_ids)):
@@ -91,18 +110,15 @@ def unigram_entropy(train: np.ndarray, heldout: np.ndarray, vocab_size: int, nev
     if held_ids.size == 0:
         raise UserError("data: the held-out split has no target tokens")
     support = int(vocab_size - excluded.sum())
-    counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64)
-    log_p = np.log(counts + 1.0) - np.log(train_ids.size + support)
+    log_p = add_one_log_counts(train_ids, vocab_size) - np.log(train_ids.size + support)
     nats = float(-log_p[held_ids].mean())
     return UnigramFloor(nats, int(train_ids.size), int(held_ids.size), support, objective=objective)
 
 
 def unigram_floor(data_dir: str | Path, objective: str = "masked_lm") -> UnigramFloor:
     """:func:`unigram_entropy` of a packed data directory's ``objective`` targets (:mod:`dpscaling.data.shards`)."""
-    if objective not in TARGETS:
-        raise UserError(f"objective: {objective!r} is not one of {sorted(TARGETS)}")
+    targets, never = objective_targets(objective)
     meta = load_meta(data_dir)
-    targets, never = TARGETS[objective]
     return unigram_entropy(targets(load_split(data_dir, "train"), meta), targets(load_split(data_dir, "heldout"), meta),
                            meta.vocab_size, tuple(never(meta)), objective)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpscaling.data.floor import TARGETS
+from dpscaling.data.floor import add_one_log_counts, never_target_mask, objective_targets
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
 from dpscaling.errors import UserError
 from dpscaling.io import write_json_atomic
@@ -50,19 +50,25 @@ class PublicUnigram:
 
 def count_public_unigram(public_dir: str | Path, objective: str) -> PublicUnigram:
     """The public packed train split's :class:`PublicUnigram` under ``objective``'s targets."""
-    if objective not in TARGETS:
-        raise UserError(f"objective: {objective!r} is not one of {sorted(TARGETS)}")
+    targets, never = objective_targets(objective)
     meta = load_meta(public_dir)
-    targets, never = TARGETS[objective]
     ids = targets(load_split(public_dir, "train"), meta)
-    excluded = np.zeros(meta.vocab_size, dtype=bool)
-    excluded[list(never(meta))] = True
-    ids = ids[~excluded[ids]]
-    log_counts = np.log(np.bincount(ids, minlength=meta.vocab_size).astype(np.float64) + 1.0)
+    ids = ids[~never_target_mask(meta.vocab_size, never(meta))[ids]]
+    log_counts = add_one_log_counts(ids, meta.vocab_size)
     centred = log_counts - log_counts.mean()
     sources = tuple((meta.source or {}).get("sources") or ())
     return PublicUnigram(meta.vocab_size, meta.vocab_sha256, sources, objective, int(ids.size),
                          tuple(float(x) for x in centred))
+
+
+def check_output_bias_start(start: str, family, key: str) -> None:
+    """Refuse, naming ``key``, an output-bias start that is unknown or that ``family`` (a
+    :class:`dpscaling.models.family.Family`) has no output bias for."""
+    if start not in OUTPUT_BIAS_STARTS:
+        raise UserError(f"{key}: {start!r} is not one of {list(OUTPUT_BIAS_STARTS)}")
+    if start != ZEROS and family.output_bias is None:
+        raise UserError(f"{key}: {start!r} starts the output bias, which the {family.name} family does not have; "
+                        f"set it to {ZEROS!r}")
 
 
 def write_public_unigram(public_dir: str | Path, data_dir: str | Path, objective: str) -> PublicUnigram:

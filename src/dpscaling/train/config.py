@@ -11,7 +11,7 @@ import optax
 
 from dpscaling.accounting.matched import matched_accountant
 from dpscaling.config.schema import default as schema_default
-from dpscaling.data.public_unigram import OUTPUT_BIAS_STARTS, ZEROS
+from dpscaling.data.public_unigram import ZEROS, check_output_bias_start
 from dpscaling.dp import CLIPPING_METHODS
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import DPSGD, STRATEGIES, Mechanism, mechanism_named
@@ -137,9 +137,7 @@ class TrainConfig:
         need(0 < self.delta < 1, "delta", "must be in (0, 1)")
         mechanism_named(self.mechanism, "train.mechanism")  # refuses an unknown name, naming the forms
         need(self.bandmf_strategy in STRATEGIES, "bandmf_strategy", f"must be one of {STRATEGIES}")
-        need(self.output_bias in OUTPUT_BIAS_STARTS, "output_bias", f"must be one of {OUTPUT_BIAS_STARTS}")
-        need(self.output_bias == ZEROS or self.model_family.output_bias is not None, "output_bias",
-             f"starts the output bias, which the {self.family} family does not have: must be {ZEROS!r}")
+        check_output_bias_start(self.output_bias, self.model_family, "train.output_bias")
         need(self.output_bias == ZEROS or self.init_checkpoint is None, "output_bias",
              f"a start from init_checkpoint takes the checkpoint's output bias: must be {ZEROS!r}")
         need(self.num_steps >= self.noise_mechanism.bands, "num_steps",
