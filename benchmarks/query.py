@@ -27,8 +27,8 @@ from dpscaling.errors import UserError
 
 GOAL_CPU_SECONDS = 0.2
 PARTS = {"search (compute_optimal)": "compute_optimal", "runnable and its price (_runnable)": "_runnable",
-         "saturation scan (_saturation)": "_saturation", "bootstrap band (_optimum_interval)": "_optimum_interval",
-         "refusal check (_refuse_beyond_validation)": "_refuse_beyond_validation"}
+         "saturation scan (saturation)": "saturation", "bootstrap band (optimum_band)": "optimum_band",
+         "refusal check (refuse_beyond_validation)": "refuse_beyond_validation"}
 
 
 def budgets(law, count: int, users: float) -> list[dict]:

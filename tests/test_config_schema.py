@@ -230,7 +230,7 @@ def _reached(key: str) -> dict[str, bool]:
 def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -> None:
     from dataclasses import fields
 
-    from dpscaling.config.blocks import TrainingBlock
+    from dpscaling.config.training_blocks import TrainingBlock
     from dpscaling.config.roles import ROLES
 
     names = {f.name for f in fields(TrainingBlock)} - {"keys"}
@@ -256,7 +256,7 @@ ROLE_REACH = {
 
 @pytest.mark.parametrize("role", list(ROLE_REACH))
 def test_each_role_reaches_its_jobs(role) -> None:
-    from dpscaling.config.blocks import TrainingBlock
+    from dpscaling.config.training_blocks import TrainingBlock
     from dpscaling.config.roles import fields_with
 
     keys, (grid, private, ablation) = ROLE_REACH[role]

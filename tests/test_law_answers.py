@@ -261,7 +261,7 @@ def test_the_noise_edge_is_flagged() -> None:
 
 
 def test_a_fine_tuning_law_answers_with_a_pretrained_model_and_names_its_checkpoint(run, run_dir, tmp_path) -> None:
-    from dpscaling.commands.law import render_answer
+    from dpscaling.commands.answer_text import render_answer
     from dpscaling.law.bundle import write_bundle
     from law_bundle_data import shapes_provenance
 

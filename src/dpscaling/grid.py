@@ -160,7 +160,7 @@ def learning_rate_protocol_grid(config: Mapping[str, Any] | RunConfig) -> list[T
 
 def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen | None) -> tuple[float, ...]:
     """A configured grid point's learning rate(s): its number, or (``tuned``) the model's chosen rate(s)."""
-    from dpscaling.config.blocks import TUNED
+    from dpscaling.config.training_blocks import TUNED
 
     if rate != TUNED:
         return (float(rate),)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpscaling.config.blocks import TrainingBlock
+from dpscaling.config.training_blocks import TrainingBlock
 from dpscaling.errors import UserError
 from dpscaling.accounting.branches import POISSON_BRANCH
 from dpscaling.law.columns import MODEL, MODEL_SIZE

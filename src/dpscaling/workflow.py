@@ -13,7 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dpscaling.config.blocks import AblationBlock, RunConfig, typed
+from dpscaling.config.blocks import RunConfig, typed
+from dpscaling.config.training_blocks import AblationBlock
 from dpscaling.config.roles import FIGURE_RUNS, fields_with
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.errors import UserError
@@ -53,7 +54,7 @@ def ablation_training(config: Config, batch: int) -> dict[str, Any]:
 
 def ablation_figure_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """The ablation figures' param: the ``ablation_batch`` keys that decide which run belongs to which
-    figure (role :data:`~dpscaling.config.blocks.FIGURE_RUNS`), as the config gives them."""
+    figure (role :data:`~dpscaling.config.roles.FIGURE_RUNS`), as the config gives them."""
     block = config["ablation_batch"]
     return {key: block[key] for key in fields_with(AblationBlock, FIGURE_RUNS)}
 

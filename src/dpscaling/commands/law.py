@@ -8,22 +8,20 @@ queries), print. ``query`` prints exactly the :class:`~dpscaling.law.answers.Ans
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from dpscaling.accounting.branches import SAMPLINGS
 from dpscaling.accounting.validation import DEFAULT_DELTA
 from dpscaling.commands._output import add_json_flag, emit
+from dpscaling.commands.answer_text import render_answer, render_choice, train_config_yaml
 from dpscaling.errors import UserError
-from dpscaling.mechanisms import mechanism_named
 from dpscaling.law import LawSettings
-from dpscaling.law.answers import Answer, ScalingLaw
+from dpscaling.law.answers import ScalingLaw
 from dpscaling.law.loading import load_law
 from dpscaling.law.artifact import Law, read_law
 from dpscaling.law.bundle import write_bundle
@@ -318,12 +316,12 @@ def run_query(args: argparse.Namespace) -> int:
     choice = result if isinstance(result, MechanismChoice) else None
     answer = result.answer if choice is not None else result
     if args.train_config:
-        block = answer.runnable.train_config()
+        block = answer.runnable.train_config() if choice is None else choice.train_config()
         if not block:
             raise UserError(f"--train-config: {answer.runnable.model_note}")
         from dpscaling.io import write_text_atomic
 
-        write_text_atomic(args.train_config, train_config_yaml(answer, None if choice is None else choice.mechanism))
+        write_text_atomic(args.train_config, train_config_yaml(answer, block))
     if args.json:
         emit(answer.to_json() if choice is None else choice.to_json(), True)
         for flag in answer.flags:  # the text answer shows them itself
@@ -331,124 +329,6 @@ def run_query(args: argparse.Namespace) -> int:
     else:
         print(render_answer(answer) if choice is None else render_choice(choice))
     return 0
-
-
-def render_choice(choice: MechanismChoice) -> str:
-    """The chosen mechanism's answer, then every mechanism's predicted loss at its own optimum."""
-    decision = choice.answer.runnable.decision
-    rule = decision.rule if decision is not None else "point"
-    lines = [f"mechanism    {choice.mechanism} (b = {mechanism_named(choice.mechanism).bands}), the decision rule's "
-             f"({rule}) choice of {len(choice.answers)} answered; the lowest predicted loss alone: "
-             f"{choice.point_choice}", render_answer(choice.answer), "", "mechanisms compared:"]
-    for row in choice.comparison():
-        interval = row["calibrated_interval"]
-        lines.append(f"  {row['mechanism']:<12} loss {row['predicted_loss']:.4g}"
-                     + (f" [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "")
-                     + f"  score {row['decision_score']:.4g}"
-                     + f"  M {row['model_size']:,}  B {row['batch_size']}  T {row['iterations']}"
-                     + f"  sigma-bar {row['noise_batch_ratio']:.3g}")
-    for name, reason in choice.without_answer.items():
-        lines.append(f"  {name:<12} no answer: {reason}")
-    return "\n".join(lines)
-
-
-def train_config_yaml(answer: Answer, mechanism: str | None = None) -> str:
-    """The runnable answer's config block as YAML, with a header saying what it trains; a ``mechanism`` chosen
-    among a run's (docs/mechanisms.md) is its budget's, so private_model trains with that mechanism's noise."""
-    runnable = answer.runnable
-    block = runnable.train_config()
-    if mechanism is not None:
-        block["private_model"]["budgets"][0]["mechanism"] = mechanism
-    header = (f"# Trains the answer of `dpscaling query` (compute {answer.query['compute']:g}, epsilon "
-              f"{runnable.epsilon:g}, delta {runnable.delta:g}) with `snakemake private_model`: layer this file over\n"
-              f"# the run's config (snakemake private_model --configfile <run config> this.yaml). B is a multiple of\n"
-              f"# training.microbatch_size = {runnable.microbatch_size}; the private run trains on data_budget "
-              "sequences of the run's corpus.\n")
-    return header + yaml.safe_dump(block, sort_keys=False)
-
-
-def _interval(pair) -> str:
-    return "none" if pair is None else f"[{pair[0]:.4g}, {pair[1]:.4g}]"
-
-
-def render_answer(answer: Answer) -> str:
-    """The answer for a person: what to train, what to expect, how far to trust it."""
-    query, runnable, optimum = answer.query, answer.runnable, answer.optimum
-    budget = (f"{query['tokens']:,.0f} tokens = {query['data_budget_units']:,.0f} sequences"
-              if query["privacy_unit"] == "sequence" else f"{query['data_budget_units']:,.0f} users")
-    shape = runnable.model
-    model = (f"{shape.name}: {shape.family}, {shape.layers} layers, {shape.heads} heads, hidden {shape.hidden}"
-             if shape is not None else runnable.model_note)
-    batches = runnable.batch_size // runnable.microbatch_size
-    lines = [
-        f"query        compute {query['compute']:.3g} FLOPs, ε = {query['epsilon']:g}, δ = {query['delta']:g}, "
-        f"N = {budget}, S = {runnable.seq_len}",
-        f"model        {runnable.model_size:,} parameters ({model})",
-        *([f"start        fine-tuned from the pretrained checkpoint {runnable.init_checkpoint} (public "
-           + (f"pretraining: {query['pretraining_compute']:.4g} of the {query['compute']:.3g} FLOPs, "
-              f"{query['finetuning_compute']:.4g} left to fine-tune)" if "pretraining_compute" in query
-              else "pretraining; its compute is not in this answer's)")] if runnable.init_checkpoint else []),
-        f"batch        B = {runnable.batch_size:,} sequences ({batches:,} microbatches of {runnable.microbatch_size})",
-        f"steps        T = {runnable.iterations:,}   (compute {runnable.compute:.4g} FLOPs, "
-        f"{runnable.tokens / runnable.model_size:.3g} tokens per parameter)",
-        f"learning     rate {runnable.learning_rate:g}" if runnable.learning_rate is not None
-        else "learning     rate: none measured for this model",
-        f"noise        σ = {runnable.sigma:.5g} on the summed clipped gradients ({runnable.sampling} batches, "
-        f"{runnable.mechanism}), σ̄ = σ/B = {runnable.noise_batch_ratio:.4g}",
-        *([f"privacy      sampler {runnable.price.sampler}, {runnable.price.adjacency} adjacency, "
-           + _event_line(runnable.price.event.to_json())] if runnable.price is not None else []),
-        f"loss         {runnable.predicted_loss:.4g}   seed-only 90% {_interval(runnable.seed_only_interval)}   "
-        f"calibrated 90% {_interval(runnable.calibrated_interval)}" if math.isfinite(runnable.predicted_loss)
-        else f"loss         none: {runnable.model_note}",
-        f"             {answer.loss_units}",
-    ]
-    if runnable.calibrated_interval is None and math.isfinite(runnable.predicted_loss):
-        lines.append(f"             calibrated interval: {answer.calibration_note}")
-    if runnable.decision is not None:
-        decision = runnable.decision
-        lines.append(f"chosen by    {decision.applied}: score {decision.score:.4g}"
-                     + (f" = predicted {decision.predicted_loss:.4g} + half-width {decision.half_width:.3g}"
-                        if decision.half_width is not None else "")
-                     + ("" if decision.applied == decision.rule else
-                        f" ({decision.rule} asked; no calibrated interval in this law)"))
-    if answer.flags:
-        lines += [f"flag         {flag.code}: {flag.message}" for flag in answer.flags]
-    else:
-        lines.append("flags        none: inside the measured and validated ranges")
-    lines.append(f"law optimum  M = {optimum.model_size:,.0f}, B = {optimum.batch_size:,.4g}, "
-                 f"T = {optimum.iterations:,.1f}, "
-                 f"predicted {optimum.predicted_loss:.4g}; {answer.near_optimal_count} configurations within "
-                 f"{query['tolerance']:.0%} ({answer.candidates} candidates)")
-    if answer.saturation is not None:
-        best = answer.saturation["answer"]
-        lines.append(f"saturation   at {answer.saturation['compute']:.3g} FLOPs: M = {best['model_size']:,.0f}, "
-                     f"B = {best['batch_size']:,.4g}, T = {best['iterations']:,.1f}, "
-                     f"predicted {best['predicted_loss']:.4g}")
-    if answer.per_length is not None:
-        lines.append("lengths      " + ", ".join(f"S={row['seq_len']}: {row['predicted_loss']:.4g}"
-                                               for row in answer.per_length))
-    if answer.inference is not None:
-        choice = answer.inference.choice
-        lines.append(f"inference    with {answer.inference.inference_tokens:.3g} tokens served: M = "
-                     f"{float(choice['Model Size']):,.0f}, T = {float(choice['Iterations']):,.1f}, total FLOPs "
-                     f"{float(choice['Total FLOPs']):.4g}")
-    lines.append(f"accounting   {answer.accounting}; exact σ: {runnable.accountant}")
-    lines.append(f"interval     {answer.interval_note}")
-    block = runnable.train_config()
-    if block:
-        lines.append("train with   snakemake private_model, this block layered over the run's config "
-                     "(--train-config FILE writes it):")
-        lines += ["  " + line for line in yaml.safe_dump(block, sort_keys=False).splitlines()]
-    return "\n".join(lines)
-
-
-def _event_line(event: dict[str, Any]) -> str:
-    """An accounting event in one line."""
-    if "sampling_probability" in event:
-        return (f"{event['compositions']:,} Poisson-subsampled Gaussian steps at q = {event['sampling_probability']:.4g} "
-                f"of {event['population']:,} examples")
-    return (f"one Gaussian of sensitivity {event['sensitivity']:.4g} ({event['participations']} participations, "
-            f"{event['min_separation']} steps apart)")
 
 
 def _one_law(args: argparse.Namespace) -> ScalingLaw:

@@ -4,7 +4,7 @@ behind ``dpscaling query`` (docs/explorer.md).
 
 The grid is the product of its axes: privacy unit × sequence length (several only for a law across lengths)
 × ε × data budget × compute. Compute steps by powers of 2^(1/2) (by default 2), on the saturation scan's own
-lattice, so the queries of one (ε, N) column share their scans (``ScalingLaw._remembered_optima``). Every node is queried with
+lattice, so the queries of one (ε, N) column share their scans (``dpscaling.law.budget_scan.BudgetScan``). Every node is queried with
 ``allow_extrapolation``: a node beyond the validated range keeps its answer, flagged, and the refusal that
 ``dpscaling query`` gives there without the flag. Columns run in parallel processes, each with its own law.
 """

@@ -22,269 +22,42 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dpscaling.accounting import pricing
-from dpscaling.accounting.pricing import Price
 from dpscaling.errors import UserError
-from dpscaling.law.bootstrap import Replicates, band, interval, optimum_intervals
+from dpscaling.law.answer_types import Answer, Configuration, Runnable
+from dpscaling.law.bootstrap import band, interval
+from dpscaling.law.budget_scan import BudgetScan
 from dpscaling.law.bundle import Bundle
-from dpscaling.law.calibration import Calibration, calibrated_interval
-from dpscaling.law.decision import Decision, DecisionRule, rule_named
+from dpscaling.law.calibration import calibrated_interval
+from dpscaling.law.decision import DecisionRule, rule_named
 from dpscaling.law.columns import (
-    BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
-    PRIVACY_BUDGET, REASON, SIGMA)
+    BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
+    REASON)
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.noise import SigmaSource
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import (
-    DECISION_SCORE, DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE, ComputeOptimal,
-    InferenceAware, best_loss_per_compute, compute_cost, compute_optimal,
-    evaluate_configurations, inference_aware, model_size_grid, saturating_compute)
+    DECISION_SCORE, DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE,
+    ComputeOptimal, compute_cost, compute_optimal, evaluate_configurations, inference_aware, model_size_grid)
 from dpscaling.law.range_checks import (
-    ExtrapolationRefused, Flag, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
-    one_line, point_optimum_flags, refusal, saturation_flag, sigma_flags)
+    ExtrapolationRefused, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
+    point_optimum_flags, refusal, saturation_flag, sigma_flags)
 from dpscaling.law.runnable import (
-    ModelShape, best_learning_rate, nearest_measured, nearest_shape, train_config, whole_batch, whole_steps)
+    ModelShape, best_learning_rate, nearest_measured, nearest_shape, whole_batch, whole_steps)
 from dpscaling.law.sequence_length import (
     PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff)
+from dpscaling.law.surface import Surface, surface_at
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
-# Budgets of the saturation scan: C·2^(-k/2) down to the law's smallest budget (at most 40 octaves), one
-# octave first (most queries stop there: their best loss still falls with compute), then chunks twice as
-# deep each time, up to 8 octaves.
-SATURATION_STEPS_PER_OCTAVE = 2
-SATURATION_OCTAVES = 40
-SATURATION_FIRST_CHUNK_OCTAVES = 1
-SATURATION_CHUNK_OCTAVES = 8
 # The search's best candidates made runnable, in order, until one stays inside the law's range.
 RUNNABLE_CANDIDATES = 8
 SKIPPED_OPTIMUM_INTERVAL = "not computed (optimum_interval=False)"
-# Per-budget optima a law remembers across queries (:meth:`ScalingLaw._remembered_optima`) before forgetting them.
-OPTIMA_REMEMBERED = 100_000
 
-
-@dataclass(frozen=True)
-class Configuration:
-    """One training configuration and the law's prediction for it (σ on the summed clipped gradients,
-    σ̄ = σ/B the noise std on their mean, compute C = 6·M·B·S·T)."""
-
-    model_size: float
-    batch_size: float
-    iterations: float
-    seq_len: int
-    sigma: float
-    noise_batch_ratio: float
-    compute: float
-    predicted_loss: float
-
-    @property
-    def tokens(self) -> float:
-        return self.batch_size * self.iterations * self.seq_len
-
-    @property
-    def tokens_per_parameter(self) -> float:
-        return self.tokens / self.model_size
-
-    @classmethod
-    def from_row(cls, row: pd.Series, seq_len: float) -> Configuration:
-        m, b, t = float(row[MODEL_SIZE]), float(row[BATCH_SIZE]), float(row[ITERATIONS])
-        return cls(m, b, t, int(seq_len), float(row[SIGMA]), float(row[NOISE_BATCH_RATIO]),
-                   float(compute_cost(m, b, t, seq_len)), float(row[CROSS_ENTROPY]))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"model_size": self.model_size, "batch_size": self.batch_size, "iterations": self.iterations,
-                "seq_len": self.seq_len, "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio,
-                "compute": self.compute, "tokens": self.tokens, "tokens_per_parameter": self.tokens_per_parameter,
-                "predicted_loss": self.predicted_loss}
-
-
-@dataclass(frozen=True)
-class Runnable:
-    """The optimum rounded to what can be trained (:mod:`dpscaling.law.runnable`), with its own σ (exact, at
-    the asked ε and δ), predicted loss and intervals."""
-
-    model: ModelShape | None
-    model_size: int
-    batch_size: int
-    iterations: int
-    microbatch_size: int
-    seq_len: int
-    epsilon: float
-    delta: float
-    data_budget: float
-    sigma: float
-    noise_batch_ratio: float
-    sampling: str  # the batching whose σ this is: poisson or deterministic
-    accountant: str
-    predicted_loss: float
-    seed_only_interval: tuple[float, float] | None
-    calibrated_interval: tuple[float, float] | None
-    learning_rate: float | None
-    model_note: str = ""
-    # A fine-tuning law's answer: the pretrained checkpoint its first step starts from (docs/finetune.md).
-    init_checkpoint: str | None = None
-    # How σ was priced (dpscaling.accounting.pricing): mechanism, sampler, adjacency and the event; None where
-    # the accountant refused and the table's σ stands.
-    price: Price | None = None
-    mechanism: str = "dpsgd"
-    decision: Decision | None = None  # the decision rule's score of this configuration
-    measured_model: str | None = None  # the law's measured model of exactly this size, when the answer is one
-
-    @property
-    def compute(self) -> float:
-        return float(compute_cost(self.model_size, self.batch_size, self.iterations, self.seq_len))
-
-    @property
-    def tokens(self) -> float:
-        return float(self.batch_size) * self.iterations * self.seq_len
-
-    def train_config(self) -> dict[str, Any]:
-        """The config block that trains exactly this configuration with ``snakemake private_model``."""
-        return train_config(self.model, self.batch_size, self.iterations, self.learning_rate, self.epsilon,
-                            self.delta, self.data_budget, self.compute, self.init_checkpoint, self.mechanism)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": None if self.model is None else self.model.to_json(), "model_size": self.model_size,
-            "batch_size": self.batch_size, "microbatch_size": self.microbatch_size, "iterations": self.iterations,
-            "seq_len": self.seq_len, "compute": self.compute, "tokens": self.tokens,
-            "tokens_per_parameter": self.tokens / self.model_size, "epsilon": self.epsilon, "delta": self.delta,
-            "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "sampling": self.sampling,
-            "mechanism": self.mechanism, "sampler": None if self.price is None else self.price.sampler,
-            "adjacency": None if self.price is None else self.price.adjacency,
-            "accounting_event": None if self.price is None else self.price.event.to_json(),
-            "accountant": self.accountant, "predicted_loss": self.predicted_loss,
-            "seed_only_interval_90": _pair(self.seed_only_interval),
-            "calibrated_interval_90": _pair(self.calibrated_interval), "learning_rate": self.learning_rate,
-            "model_note": self.model_note or None, "init_checkpoint": self.init_checkpoint,
-            "decision_rule": None if self.decision is None else self.decision.to_json(),
-            "train_config": self.train_config() or None}
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The answer to one (compute, privacy, data) question: see the module docstring."""
-
-    query: dict[str, Any]
-    runnable: Runnable
-    optimum: Configuration
-    near_optimal: dict[str, tuple[float, float]]
-    near_optimal_count: int
-    candidates: int
-    candidates_without_answer: dict[str, int]
-    optimum_interval: dict[str, tuple[float, float]] | None
-    interval_note: str
-    calibration: Calibration | None
-    calibration_note: str
-    flags: tuple[Flag, ...]
-    saturation: dict[str, Any] | None
-    accounting: str
-    sampling: str
-    loss_units: str
-    provenance: dict[str, Any]
-    correction: PhysicalBatchCorrection | None = None
-    per_length: list[dict[str, Any]] | None = None
-    lengths_without_answer: dict[int, str] = field(default_factory=dict)
-    inference: InferenceAware | None = None
-    # With allow_extrapolation: why the same query without it is refused ("" when it is answered).
-    refusal: str = ""
-
-    @property
-    def predicted_loss(self) -> float:
-        """The runnable configuration's predicted loss (see :attr:`loss_units`)."""
-        return self.runnable.predicted_loss
-
-    @property
-    def seed_only_interval(self) -> tuple[float, float] | None:
-        return self.runnable.seed_only_interval
-
-    @property
-    def calibrated_interval(self) -> tuple[float, float] | None:
-        return self.runnable.calibrated_interval
-
-    @property
-    def warning(self) -> str:
-        """Every flag in one line for a person ("" when none)."""
-        return one_line(list(self.flags))
-
-    def to_json(self) -> dict[str, Any]:
-        """What ``dpscaling query --json`` prints: the runnable answer at the top level, the law's continuous
-        optimum under ``law_optimum``."""
-        runnable = self.runnable.to_json()
-        optimum = {**self.optimum.to_json(), "near_optimal_count": self.near_optimal_count,
-                   "tolerance": self.query["tolerance"], "candidates": self.candidates,
-                   "candidates_without_answer": self.candidates_without_answer}
-        for column, (low, high) in self.near_optimal.items():
-            optimum[f"near_optimal_{_snake(column)}"] = [low, high]
-        if self.optimum_interval:
-            for key, pair in self.optimum_interval.items():
-                optimum[key] = list(pair)
-        calibration: Any = self.calibration_note
-        if self.calibration is not None:
-            # half_width: the interval's at this answer; q: at a measured point (the same with a constant scale).
-            calibration = {"method": self.calibration.method, "mode": self.calibration.mode,
-                           "level": self.calibration.level, "guaranteed_level": self.calibration.guaranteed_level,
-                           "half_width": (None if self.runnable.calibrated_interval is None else
-                                          self.calibration.half_width_at(self.runnable.model_size,
-                                                                         self.runnable.iterations,
-                                                                         self.runnable.noise_batch_ratio)),
-                           "q": self.calibration.half_width,
-                           "interval_scale": "constant" if self.calibration.scale is None else "distance",
-                           "sets": len(self.calibration.sets), "iterations_from": self.calibration.iterations_from}
-        document = {
-            "query": self.query, **{key: runnable[key] for key in runnable if key != "train_config"},
-            "loss_units": self.loss_units, "interval": self.interval_note, "calibration": calibration,
-            "flags": [flag.to_json() for flag in self.flags], "warning": self.warning or None,
-            "law_optimum": optimum, "saturation": self.saturation,
-            "physical_batch_correction": ("off (the paper's law)" if self.correction is None
-                                          else self.correction.to_json()),
-            "train_config": runnable["train_config"], "accounting": self.accounting, "sampling_rule": self.sampling,
-            "provenance": self.provenance}
-        if self.per_length is not None:
-            document["per_length"] = self.per_length
-            document["lengths_without_answer"] = {str(k): v for k, v in self.lengths_without_answer.items()}
-        if self.inference is not None:
-            document["inference_aware"] = _inference_json(self.inference)
-        if self.query["allow_extrapolation"]:
-            document["refused_without_allow_extrapolation"] = self.refusal or None
-        return document
-
-
-def _pair(values) -> list[float] | None:
-    return None if values is None else [float(values[0]), float(values[1])]
-
-
-def _snake(column: str) -> str:
-    return column.lower().replace(" / ", "_per_").replace(" ", "_")
-
-
-def _inference_json(served: InferenceAware) -> dict[str, Any]:
-    columns = {"model_size": MODEL_SIZE, "batch_size": BATCH_SIZE, "iterations": ITERATIONS, "sigma": SIGMA,
-               "noise_batch_ratio": NOISE_BATCH_RATIO, "predicted_loss": CROSS_ENTROPY,
-               "training_flops": "Training FLOPs", "inference_flops": "Inference FLOPs", "total_flops": "Total FLOPs"}
-    return {"inference_tokens": served.inference_tokens,
-            **{key: float(served.choice[column]) for key, column in columns.items()},
-            "compute_optimal_total_flops": float(served.compute_optimal["Total FLOPs"]),
-            "candidates": served.candidates, "candidates_without_answer": served.unanswered}
-
-
-@dataclass(frozen=True)
-class _Surface:
-    """The law at one sequence length: its loss, ranges, replicates and calibration."""
-
-    seq_len: int
-    loss: Callable
-    iteration_bounds: tuple[float, float]
-    model_size_range: tuple[float, float]
-    replicates: Replicates | None
-    calibration: Calibration | None
-    calibration_note: str
 
 
 class ScalingLaw:
@@ -294,7 +67,7 @@ class ScalingLaw:
         self.bundle = bundle
         self._accounting = accounting  # the authors' accounting tables given by the caller
         self._sources: dict[float | None, SigmaSource] = {}
-        self._optima: dict[tuple, pd.Series | None] = {}  # per-budget optima of saturation scans
+        self._scan = BudgetScan()  # per-budget optima of saturation scans, remembered across queries
 
     @property
     def ranges(self) -> ValidatedRanges:
@@ -437,23 +210,23 @@ class ScalingLaw:
                                               optimum_interval, rule, sampling)
         if seq_len is not None and float(seq_len) != self.seq_len:
             raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
-        surface = self._surface(self.seq_len)
+        surface = surface_at(self.bundle, self.seq_len)
         units = data.units(self.seq_len)
         sizes = (self.sizes_of(models) if models is not None
                  else self.candidate_sizes(model_size_range or surface.model_size_range))
         answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
                                  surface.iteration_bounds, tolerance, correction=correction,
                                  rank=self._rank(rule, surface))
-        self._remember_optimum(answer, compute, epsilon, units, surface, sizes, source, correction)
-        self._refuse_beyond_validation(answer, compute, epsilon, units, surface, sizes, source, tolerance,
-                                       correction, allow_extrapolation)
-        interval_bands, note = (self._optimum_interval(answer, surface, correction)
+        self._scan.remember(answer, compute, epsilon, units, surface, sizes, source, correction)
+        self._scan.refuse_beyond_validation(answer, compute, epsilon, units, surface, sizes, source, tolerance,
+                                            correction, self.ranges, allow_extrapolation)
+        interval_bands, note = (surface.optimum_band(answer, correction, self.bundle.notes)
                                 if optimum_interval else (None, SKIPPED_OPTIMUM_INTERVAL))
         inference = None
         if inference_tokens is not None:
             inference = inference_aware(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
                                         surface.iteration_bounds, inference_tokens, correction=correction)
-        saturation = self._saturation(compute, epsilon, units, surface, sizes, source, correction)
+        saturation = self._scan.saturation(compute, epsilon, units, surface, sizes, source, correction)
         return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
                             allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
                             rule, inference=inference, price_rule=sampling)
@@ -468,7 +241,7 @@ class ScalingLaw:
         return np.array(inside)
 
     @staticmethod
-    def _rank(rule: DecisionRule, surface: _Surface) -> Callable[[pd.DataFrame], np.ndarray]:
+    def _rank(rule: DecisionRule, surface: Surface) -> Callable[[pd.DataFrame], np.ndarray]:
         """The decision rule's score of a search's answered rows (:mod:`dpscaling.law.decision`)."""
         def rank(rows: pd.DataFrame) -> np.ndarray:
             return rule.scores(rows[CROSS_ENTROPY].to_numpy(float), surface.calibration,
@@ -529,11 +302,11 @@ class ScalingLaw:
         found = compute_optimal_across_lengths(compute, epsilon, lengths.across, source.sigma, data.privacy_unit,
                                                tokens=data.tokens, users=data.users, seq_len=seq_len,
                                                tolerance=tolerance)
-        surface = self._surface(found.seq_len)
+        surface = surface_at(self.bundle, found.seq_len)
         units = data.units(found.seq_len)
         sizes = model_size_grid(*surface.model_size_range)
-        self._refuse_beyond_validation(found.answer, compute, epsilon, units, surface, sizes, source, tolerance,
-                                       None, allow_extrapolation)
+        self._scan.refuse_beyond_validation(found.answer, compute, epsilon, units, surface, sizes, source, tolerance,
+                                            None, self.ranges, allow_extrapolation)
         bands, note = None, lengths.note
         if not optimum_interval:
             note = SKIPPED_OPTIMUM_INTERVAL
@@ -565,166 +338,7 @@ class ScalingLaw:
                             "did not enable fit.physical_batch_correction); pass its correction.json instead")
         return self.bundle.correction
 
-    def _surface(self, seq_len: int) -> _Surface:
-        bundle = self.bundle
-        lengths = bundle.lengths
-        at_primary = seq_len == self.seq_len and (lengths is None or self.seq_len in lengths.laws)
-        if lengths is not None and not (at_primary and bundle.replicates is not None):
-            iteration_bounds, model_range = lengths.across.bounds_at(float(seq_len))
-            replicates = (Replicates([replicate.loss_at(float(seq_len)) for replicate in lengths.replicates])
-                          if lengths.replicates else None)
-            loss = lengths.across.loss_at(float(seq_len))
-        else:
-            law = bundle.law
-            iteration_bounds, model_range, replicates, loss = (law.iteration_bounds(), law.model_size_range(),
-                                                                bundle.replicates, law.loss)
-        if at_primary:
-            calibration, note = bundle.calibration, bundle.notes.get("calibration", "")
-        else:
-            calibration, note = None, (f"no calibrated interval at S = {seq_len}: validate calibrates the law at "
-                                       f"S = {self.seq_len} only")
-        if calibration is not None and not math.isfinite(calibration.half_width):
-            calibration, note = None, (f"no calibrated interval: its calibration ({Path(calibration.source).name}) "
-                                       "pools no answered held-out set")
-        return _Surface(int(seq_len), loss, iteration_bounds, model_range, replicates, calibration,
-                        note or "no calibration in this law")
-
-    def _refuse_beyond_validation(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, sizes,
-                                  source, tolerance, correction, allow_extrapolation: bool) -> None:
-        """The policy (:mod:`dpscaling.law.range_checks`): an optimum beyond the validated T is refused, naming
-        the best configuration inside the validated range at this budget and the largest budget whose
-        optimum stays inside it."""
-        flag = refusal(iteration_flags(_chosen_iterations(answer), self.ranges, allow_extrapolation))
-        if flag is None:
-            return
-        limit = min(self.ranges.validated_iterations, surface.iteration_bounds[1])
-        inside_bounds = (surface.iteration_bounds[0], limit)
-        within = None
-        if limit > surface.iteration_bounds[0]:
-            try:
-                within = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
-                                         inside_bounds, tolerance, correction=correction).optimum
-            except UserError:
-                within = None
-        parts = []
-        if within is not None:
-            best = Configuration.from_row(within, surface.seq_len)
-            parts.append(f"inside it the best at this budget is M = {best.model_size:,.0f}, B = {best.batch_size:,.0f}, "
-                         f"T = {best.iterations:,.0f}, predicted loss {best.predicted_loss:.4g} (the extrapolated "
-                         f"optimum: {float(answer.optimum[CROSS_ENTROPY]):.4g})")
-        else:
-            parts.append("no configuration at this budget stays inside it")
-        smaller = self._largest_budget_inside(compute, epsilon, units, surface, sizes, source, correction, limit)
-        if smaller is not None:
-            parts.append(f"the largest budget whose optimum stays inside it is about {smaller.compute:.3g} FLOPs "
-                         f"(M = {smaller.model_size:,.0f}, B = {smaller.batch_size:,.0f}, T = {smaller.iterations:,.0f}, "
-                         f"predicted loss {smaller.predicted_loss:.4g})")
-        raise ExtrapolationRefused(
-            f"{flag.message}. Refused: {'; '.join(parts)}; --allow-extrapolation answers anyway, flagged "
-            "(docs/query.md)", answer=answer, within=within)
-
-    def _largest_budget_inside(self, compute, epsilon, units, surface: _Surface, sizes, source, correction,
-                               limit: float) -> Configuration | None:
-        """The largest budget C·2^(-k/2) below C whose compute-optimal T is at most ``limit``, or None."""
-        for _, per_compute in self._optima_below(compute, epsilon, units, surface, sizes, source, correction,
-                                                 first=1):
-            inside = per_compute[per_compute[ITERATIONS] <= limit * (1 + 1e-9)]
-            if len(inside):  # chunks come highest budget first: the first hit holds the largest
-                return Configuration.from_row(inside.loc[inside[COMPUTE].idxmax()], surface.seq_len)
-        return None
-
-    def _optima_below(self, compute, epsilon, units, surface: _Surface, sizes, source, correction, first: int = 0):
-        """The compute-optimal configuration of each budget C·2^(-k/2), k from ``first`` down to the law's
-        smallest budget (at most :data:`SATURATION_OCTAVES` octaves), one chunk at a time
-        (:data:`SATURATION_FIRST_CHUNK_OCTAVES`, then twice as deep up to :data:`SATURATION_CHUNK_OCTAVES`
-        octaves): (budgets, their
-        :func:`dpscaling.law.queries.best_loss_per_compute` frame) per chunk, highest budgets first; callers
-        stop as soon as they have what they need."""
-        lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
-        deepest = int(math.floor(min(SATURATION_OCTAVES, max(0.0, math.log2(compute / lowest)))
-                                 * SATURATION_STEPS_PER_OCTAVE))
-        start, octaves = first, SATURATION_FIRST_CHUNK_OCTAVES
-        while start <= deepest:
-            stop = min(deepest, start + octaves * SATURATION_STEPS_PER_OCTAVE)
-            octaves = min(2 * octaves, SATURATION_CHUNK_OCTAVES)
-            budgets = compute * 2.0 ** (-np.arange(start, stop + 1) / SATURATION_STEPS_PER_OCTAVE)
-            yield budgets, self._remembered_optima(budgets, epsilon, units, surface, sizes, source, correction)
-            start = stop + 1
-
-    @staticmethod
-    def _scan(epsilon, units, surface: _Surface, sizes, source, correction) -> tuple:
-        """What a saturation scan's optima depend on besides the budget."""
-        return float(epsilon), float(units), surface.seq_len, hash(sizes.tobytes()), id(source), id(correction)
-
-    @staticmethod
-    def _budget_key(budget: float) -> float:
-        return float(f"{budget:.12g}")
-
-    def _remember_optimum(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, sizes, source,
-                          correction) -> None:
-        """The search's optimum is the saturation scan's row at its own budget (the same candidates)."""
-        scan = self._scan(epsilon, units, surface, sizes, source, correction)
-        self._optima[(scan, self._budget_key(compute))] = answer.optimum.copy()
-
-    def _remembered_optima(self, budgets: np.ndarray, epsilon, units, surface: _Surface, sizes, source,
-                           correction) -> pd.DataFrame:
-        """:func:`best_loss_per_compute` at ``budgets``, each budget's row computed once per law: queries on a
-        lattice of budgets a factor 2^(1/2) apart (a sweep, :mod:`dpscaling.explorer`) share their saturation
-        scans. Budgets are matched to 12 significant digits (the same budget reached by different products)."""
-        scan = self._scan(epsilon, units, surface, sizes, source, correction)
-        keys = [(scan, self._budget_key(budget)) for budget in budgets]
-        missing = [budget for budget, key in zip(budgets, keys) if key not in self._optima]
-        if missing:
-            if len(self._optima) > OPTIMA_REMEMBERED:
-                self._optima.clear()
-            found = best_loss_per_compute(np.array(missing), epsilon, units, surface.loss, source.sigma,
-                                          surface.seq_len, sizes, surface.iteration_bounds, correction=correction)
-            rows = {self._budget_key(row[COMPUTE]): row for _, row in found.iterrows()}
-            for budget in missing:
-                self._optima[(scan, self._budget_key(budget))] = rows.get(self._budget_key(budget))
-        rows = [self._optima[key] for key in keys if self._optima[key] is not None]
-        if not rows:
-            return pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY])
-        return pd.DataFrame(rows).reset_index(drop=True).infer_objects()
-
-    def _optimum_interval(self, searched: ComputeOptimal, surface: _Surface, correction):
-        """The seed-only 90% band of the optimum (each replicate's own optimum), or why there is none."""
-        if surface.replicates is None:
-            return None, self.bundle.notes.get("bootstrap", "no interval: no bootstrap replicates in this law")
-        candidates = searched.evaluated  # the search's candidates: σ is the same for every replicate
-        table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), surface.replicates,
-                                  correction=correction)
-        count = len(surface.replicates)
-        if table.empty:
-            return None, f"no interval: none of the {count} replicates answers this query"
-        row = table.iloc[0]
-        bands = {key: (float(row[band(column)[0]]), float(row[band(column)[1]])) for column, key in (
-            (CROSS_ENTROPY, "seed_only_interval_90"), (MODEL_SIZE, "model_size_5_95"),
-            (BATCH_SIZE, "batch_size_5_95"), (ITERATIONS, "iterations_5_95"))}
-        return bands, f"90% over {count} bootstrap replicates (seed noise only)"
-
-    def _saturation(self, compute, epsilon, units, surface: _Surface, sizes, source, correction):
-        """The smallest budget ≤ C within the saturation tolerance of the best loss up to C (paper Table 2's
-        saturating compute), over the budgets C·2^(-k/2), further down only while the lowest budget scanned
-        is still within the tolerance."""
-        frames, scanned = [], 0
-        for budgets, chunk in self._optima_below(compute, epsilon, units, surface, sizes, source, correction):
-            scanned += len(budgets)
-            frames.append(chunk)
-            per_compute = pd.concat([frame for frame in frames if len(frame)] or frames, ignore_index=True)
-            if per_compute.empty:
-                break
-            row = saturating_compute(per_compute, SATURATION_TOLERANCE)
-            if float(row[COMPUTE]) > float(budgets[-1]) * (1 + 1e-9):
-                break  # the saturating budget lies above the lowest one scanned: found
-        if per_compute.empty:
-            return None
-        row = saturating_compute(per_compute.sort_values(COMPUTE), SATURATION_TOLERANCE)
-        return {"compute": float(row[COMPUTE]), "tolerance": SATURATION_TOLERANCE, "budgets_scanned": scanned,
-                "resolution": f"2^(1/{SATURATION_STEPS_PER_OCTAVE}) in compute",
-                "answer": Configuration.from_row(row, surface.seq_len).to_json()}
-
-    def _runnable(self, answer: ComputeOptimal, compute, epsilon, units, surface: _Surface, source: SigmaSource,
+    def _runnable(self, answer: ComputeOptimal, compute, epsilon, units, surface: Surface, source: SigmaSource,
                   correction, microbatch_size, rule: DecisionRule, price_rule: str) -> Runnable:
         """The search's leading candidates (best first by the decision rule, :data:`RUNNABLE_CANDIDATES`
         distinct after rounding) made runnable and re-priced exactly under ``price_rule``; the first with a
@@ -758,7 +372,7 @@ class ScalingLaw:
             f"is inside the law's range (σ̄ = {first.noise_batch_ratio:.4g}, the law's σ̄ range "
             f"{self.ranges.noise_batch_ratio[0]:.4g}..{self.ranges.noise_batch_ratio[1]:.4g})"))
 
-    def _rounded(self, optimum: pd.Series, compute, epsilon, units, surface: _Surface, source: SigmaSource,
+    def _rounded(self, optimum: pd.Series, compute, epsilon, units, surface: Surface, source: SigmaSource,
                  correction, microbatch_size, rule: DecisionRule, price_rule: str) -> Runnable:
         """One candidate rounded (:mod:`dpscaling.law.runnable`): shape, whole microbatches and steps, σ priced
         exactly for the law's mechanism (:func:`dpscaling.accounting.pricing.price`), the rule's score."""
@@ -810,7 +424,7 @@ class ScalingLaw:
                         float(source.delta), float(units), float(sigma), float(nbr), branch, accountant, predicted,
                         seed_only, calibrated, rate, note, start, priced, self.mechanism, decision, measured)
 
-    def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: _Surface, sizes,
+    def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: Surface, sizes,
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
                 saturation, rule: DecisionRule, per_length=None, lengths_without_answer=None,
                 inference=None, price_rule: str | None = None) -> Answer:
@@ -869,14 +483,6 @@ class ScalingLaw:
         evaluated.attrs.update(accounting=source.description, sampling=source.sampling,
                                unanswered=reason_counts(evaluated[REASON].to_numpy()))
         return evaluated
-
-
-def _chosen_iterations(answer: ComputeOptimal) -> float:
-    """T of the candidate the decision rule ranked first (the search's optimum when it ranked by loss)."""
-    leading = answer.leading
-    if leading is not None and DECISION_SCORE in leading and len(leading):
-        return float(leading.iloc[0][ITERATIONS])
-    return float(answer.optimum[ITERATIONS])
 
 
 __all__ = ["Answer", "Configuration", "ExtrapolationRefused", "Runnable", "ScalingLaw"]

@@ -98,6 +98,14 @@ class MechanismChoice:
                          "flags": [flag.code for flag in answer.flags]})
         return rows
 
+    def train_config(self) -> dict[str, Any]:
+        """The chosen answer's ``private_model`` block, its budget naming the chosen mechanism (DP-SGD too: a
+        run of several mechanisms trains the one named); {} where the answer has none."""
+        block = self.answer.runnable.train_config()
+        if block:
+            block["private_model"]["budgets"][0]["mechanism"] = self.mechanism
+        return block
+
     def to_json(self) -> dict[str, Any]:
         """The chosen answer's JSON with its mechanism and bands, and the comparison beside it."""
         return {**self.answer.to_json(), "mechanism": self.mechanism, "bands": mechanism_named(self.mechanism).bands,

@@ -1,0 +1,325 @@
+"""The blocks of what is trained (docs/config.md): ``data``, ``models``, ``training`` (each key's roles say which
+jobs it reaches, :mod:`dpscaling.config.roles`), ``learning_rate_protocol``, ``ablation_batch`` and ``finetune``,
+with the training params each job's rule passes (:meth:`TrainingBlock.job_params` and the ones built on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dpscaling.config.block import Block
+from dpscaling.config.roles import (
+    ABLATION_OWN, ABLATION_SHARED, FIGURE_RUNS, GRID_AXIS, LATE, MODEL_START, PRIVATE_RUNS, SELECTS_JOBS, fields_with,
+    role)
+from dpscaling.errors import UserError
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+VENDORED_VOCAB_SIZES = {"bert-base-uncased": 30522, "wordpiece-core-8192": 8192}  # resources/vocab/
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataBlock(Block):
+    NAME: ClassVar[str] = "data"
+    source: str
+    paths: tuple[str, ...]
+    text_column: str
+    hf_dataset: str | None
+    hf_config: str | None
+    hf_split: str
+    max_documents: int | None
+    sources: tuple[str, ...] | None = None  # no schema default: absent unless set (results before it stay)
+    public_sources: tuple[str, ...] | None = None  # the public domain beside the private one (likewise)
+    tokenizer: str
+    vocab_size: int | None
+    vocab_file: str | None
+    seq_len: int
+    heldout_fraction: float
+    split_seed: int
+    shard_sequences: int
+
+    def model_vocab_size(self) -> int:
+        """The vocabulary size models are built with: ``vocab_size`` when the data stage trains the
+        vocabulary, a vendored vocabulary's size, or a custom file's line count (before that file exists,
+        BERT's 30,522: only job sizing asks that early)."""
+        if self.tokenizer == "train":
+            return int(self.vocab_size)
+        if self.tokenizer in VENDORED_VOCAB_SIZES:
+            return VENDORED_VOCAB_SIZES[self.tokenizer]
+        if self.vocab_file and Path(self.vocab_file).exists():
+            with open(self.vocab_file, encoding="utf-8") as handle:
+                return sum(1 for _ in handle)
+        return VENDORED_VOCAB_SIZES["bert-base-uncased"]
+
+
+# -------------------------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True, kw_only=True)
+class CustomModel(Block):
+    """A ``models.custom`` entry: a model of free shape in one family (absent ``family`` = ``bert``)."""
+
+    layers: int
+    heads: int
+    hidden: int
+    intermediate: int | None = None
+    family: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelsBlock(Block):
+    NAME: ClassVar[str] = "models"
+    NESTED_MAPS: ClassVar[Mapping[str, type[Block]]] = {"custom": CustomModel}
+    names: tuple[str, ...]
+    custom: Mapping[str, CustomModel]
+
+    def known_names(self) -> tuple[str, ...]:
+        """Every family's presets and the config's custom sizes."""
+        from dpscaling.models.family import PRESETS
+
+        return tuple(PRESETS) + tuple(sorted(self.custom))
+
+    def family(self, name: str):
+        """The :class:`~dpscaling.models.family.Family` of model ``name``."""
+        from dpscaling.models.family import family_of
+
+        return family_of(name, {key: entry.to_mapping() for key, entry in self.custom.items()})
+
+    def run_family(self):
+        """The one family of the run's models (a law is fitted on one family); refused when they mix."""
+        families = {}
+        for name in self.names:
+            families.setdefault(self.family(name).name, []).append(name)
+        if len(families) > 1:
+            mixed = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
+            raise UserError(f"models.names: a law is fitted on one model family, but these mix families ({mixed}); "
+                            "run each family under its own run_name")
+        return self.family(self.names[0])
+
+    def param(self, name: str, seq_len: int) -> str | dict[str, Any]:
+        """A training job's ``model`` param: a preset's name, or a ``models.custom`` entry with the embedding
+        rows it creates at ``seq_len`` (:meth:`dpscaling.models.family.Family.rows_trained_at`), so a change
+        of those rows reruns the job."""
+        if name not in self.custom:
+            return name
+        return {**self.custom[name].to_mapping(), **self.family(name).rows_trained_at(seq_len)}
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridPoint(Block):
+    """A point of the main grid (training.repeat_points, fit.physical_batch_correction.points)."""
+
+    model: str
+    noise_batch_ratio: float
+    learning_rate: float | str  # a rate, or TUNED: the model's protocol rate
+
+
+# training.learning_rates (and a grid point's learning_rate) when the learning-rate protocol chooses the rates.
+TUNED = "tuned"
+
+
+# The one job param that is not a training field: accounting.delta, handed to each job, a late key.
+LATE_EXTRA = {"delta": "accounting.delta"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingBlock(Block):
+    NAME: ClassVar[str] = "training"
+    NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": GridPoint}
+    noise_batch_ratios: tuple[float, ...] = role(GRID_AXIS)
+    learning_rates: tuple[float, ...] | str = role(GRID_AXIS)  # or TUNED (dpscaling.rate_protocol)
+    seq_lens: tuple[int, ...] | None = role(SELECTS_JOBS)
+    physical_batch: int = role(GRID_AXIS)
+    seed: int
+    repeat_seeds: tuple[int, ...] = role(SELECTS_JOBS)
+    repeat_points: tuple[GridPoint, ...] = role(SELECTS_JOBS)
+    steps: int
+    warmup_steps: int
+    decay_steps: int
+    decay_factor: float = role(ABLATION_SHARED, position=0)
+    log_every: int
+    checkpoint_every: int
+    mask_rate: float = role(ABLATION_SHARED, position=3)
+    clip_norm: float = role(ABLATION_SHARED, position=1)
+    microbatch_size: int | None
+    adam_b1: float = role(LATE)
+    adam_b2: float = role(LATE)
+    adam_eps: float = role(LATE)
+    allow_repeats: bool = role(LATE)
+    clipping: str = role(ABLATION_SHARED, position=2)
+    sampling: str = role(LATE, PRIVATE_RUNS)
+    truncated_batch_size: int | None = role(LATE, PRIVATE_RUNS)
+    accountant: str | None = role(LATE, PRIVATE_RUNS)
+    mechanisms: tuple[str, ...] = role(SELECTS_JOBS)
+    mechanism_learning_rates: Mapping[str, tuple[float, ...]] = role(SELECTS_JOBS)
+    bandmf_strategy: str = role(LATE)
+    output_bias: str = role(LATE, MODEL_START)
+
+    @property
+    def tuned(self) -> bool:
+        """Whether the learning-rate protocol chooses the grid's rates (``learning_rates: tuned``)."""
+        return self.learning_rates == TUNED
+
+    def learning_rates_of(self, mechanism: str) -> tuple[float, ...] | None:
+        """The learning rates ``mechanism``'s noisy runs train at: its ``mechanism_learning_rates`` entry, or
+        ``learning_rates`` (a mechanism's noise changes what Adam's second moment sees, so its best rate moves);
+        None where the protocol chooses them per model (:func:`dpscaling.grid.main_grid`)."""
+        rates = self.mechanism_learning_rates.get(mechanism, self.learning_rates)
+        return None if rates == TUNED else tuple(float(v) for v in rates)
+
+    def job_params(self, delta: float) -> dict[str, Any]:
+        """The block (plus ``delta``) as a main-grid job's param, in the config's key order: the
+        :data:`LATE` keys only where they differ from the schema's default, the :data:`SELECTS_JOBS` keys
+        never."""
+        from dpscaling.config.schema import default
+
+        values = {**self.to_mapping(), "delta": delta}
+        late = {key: default(f"training.{key}") for key in fields_with(TrainingBlock, LATE)}
+        late.update({key: default(where) for key, where in LATE_EXTRA.items()})
+        never = fields_with(TrainingBlock, SELECTS_JOBS)
+        return {key: value for key, value in values.items()
+                if not (key in late and value == late[key]) and key not in never}
+
+    @staticmethod
+    def starting_from(params: Mapping[str, Any], init_checkpoint: str) -> dict[str, Any]:
+        """A job's ``training`` param ``params`` that starts from ``init_checkpoint``: the checkpoint is the
+        start, its output bias too, so the :data:`MODEL_START` keys are left out (fine-tuning, pretrained
+        private runs)."""
+        start = fields_with(TrainingBlock, MODEL_START)
+        return {**{key: value for key, value in params.items() if key not in start}, "init_checkpoint": init_checkpoint}
+
+    @staticmethod
+    def private_params(training: Mapping[str, Any]) -> dict[str, Any]:
+        """The config's ``training`` mapping as a private run's param: without the :data:`GRID_AXIS` and
+        :data:`SELECTS_JOBS` keys."""
+        grid = set(fields_with(TrainingBlock, GRID_AXIS)) | set(fields_with(TrainingBlock, SELECTS_JOBS))
+        return {key: value for key, value in training.items() if key not in grid}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearningRateProtocolBlock(Block):
+    """``learning_rate_protocol``: the rates tried per model, the runs' horizon and the choice rule's settings
+    (:mod:`dpscaling.rate_protocol`)."""
+
+    NAME: ClassVar[str] = "learning_rate_protocol"
+    ladder: tuple[float, ...]
+    steps: int
+    window: int
+    tolerance: float
+    rates_below: int
+    rates_above: int
+
+    def __post_init__(self) -> None:
+        from dpscaling.rate_protocol import check_ladder
+
+        check_ladder(self.ladder)  # the library's callers get the schema's refusal too
+
+    def run_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
+        """A protocol job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`: clipped as the
+        grid is, the grid's warm-up and decay) stopped after this block's ``steps``, so a protocol run is the
+        first ``steps`` steps of the grid's σ̄ = 0 run at its rate; one checkpoint at the end."""
+        log_every = min(training.log_every, self.steps)
+        return {**training.job_params(delta), "steps": self.steps, "log_every": log_every,
+                "checkpoint_every": -(-self.steps // log_every) * log_every}
+
+
+# ------------------------------------------------------------------------------------------ ablation
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep(Block):
+    noise_batch_ratio: float
+    learning_rates: tuple[float, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation(Block):
+    examples: int
+    batch_size: int
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationBlock(Block):
+    NAME: ClassVar[str] = "ablation_batch"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"sweep": Sweep, "evaluation": Evaluation}
+    model: str = role(FIGURE_RUNS)
+    noise_batch_ratios: tuple[float, ...] = role(FIGURE_RUNS)
+    physical_batches: tuple[int, ...] = role(FIGURE_RUNS)
+    seeds: tuple[int, ...] = role(FIGURE_RUNS)
+    learning_rate: float = role(FIGURE_RUNS)
+    steps: int = role(ABLATION_OWN)
+    warmup_steps: int = role(ABLATION_OWN)
+    decay_steps: int = role(ABLATION_OWN)
+    log_every: int = role(ABLATION_OWN)
+    checkpoint_every: int = role(ABLATION_OWN)
+    microbatch_size: int | None
+    sweep: Sweep = role(FIGURE_RUNS)
+    evaluation: Evaluation
+
+    def training(self, training: TrainingBlock, batch: int) -> dict[str, Any]:
+        """The ``training`` param of an ablation job at physical batch ``batch``: the ablation's own
+        horizon and logging (:data:`ABLATION_OWN`) and microbatch, the training block's
+        :data:`ABLATION_SHARED` settings and its :data:`LATE` ones where not at their default; never the
+        :data:`PRIVATE_RUNS` keys (the ablation runs the study's sampler) nor the :data:`MODEL_START` ones."""
+        shared = training.to_mapping()
+        micro = self.microbatch_size
+        late = set(fields_with(TrainingBlock, LATE)) | set(LATE_EXTRA)
+        private = {*fields_with(TrainingBlock, PRIVATE_RUNS), *fields_with(TrainingBlock, MODEL_START)}
+        return {
+            **{key: shared[key] for key in fields_with(TrainingBlock, ABLATION_SHARED)},
+            **{key: value for key, value in training.job_params(_default_delta()).items()
+               if key in late and key not in private},
+            **{key: getattr(self, key) for key in fields_with(AblationBlock, ABLATION_OWN)},
+            "microbatch_size": None if micro is None or micro >= batch else micro,
+            "physical_batch": int(batch),
+        }
+
+
+def _default_delta() -> float:
+    from dpscaling.config.schema import default
+
+    return default("accounting.delta")
+
+
+# ------------------------------------------------------------------------------------------ finetune
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainBlock(Block):
+    steps: int
+    warmup_steps: int
+    physical_batch: int
+    learning_rate: float
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneBlock(Block):
+    """DP fine-tuning from public pretraining (docs/finetune.md); the private domain is ``data.sources``, the
+    public one ``data.public_sources``."""
+
+    NAME: ClassVar[str] = "finetune"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"pretrain": PretrainBlock}
+    pretrain: PretrainBlock
+    learning_rates: tuple[float, ...]
+    checkpoints: Mapping[str, str]
+
+    def pretrain_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
+        """A pretraining job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`) with this
+        block's horizon and batch, no clipping and no noise (public data)."""
+        pretrain = self.pretrain
+        return {**training.job_params(delta), "steps": pretrain.steps, "warmup_steps": pretrain.warmup_steps,
+                "decay_steps": pretrain.steps, "physical_batch": pretrain.physical_batch, "clipping": "none"}
+
+    def finetune_params(self, training: TrainingBlock, delta: float, init_checkpoint: str) -> dict[str, Any]:
+        """A fine-tuning job's ``training`` param: the grid's without its :data:`MODEL_START` keys, starting from
+        ``init_checkpoint``."""
+        return TrainingBlock.starting_from(training.job_params(delta), init_checkpoint)
