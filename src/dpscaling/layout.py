@@ -1,4 +1,5 @@
-"""Where the workflow's outputs live in a results directory (``results/<run>/``), all paths relative to it.
+"""Where the workflow's outputs live in a results directory (``results/<run>/``), all paths relative to it:
+the rules (workflow/rules/) take every path they write or read there from here, as ``{RESULTS}/{layout.X}``.
 
 Documented in docs/cluster.md, "Reruns after an upgrade" (README.md, "Where results land": the tree).
 
@@ -18,10 +19,17 @@ public domain has its own documents and shards under ``data/public/`` (:data:`PU
 **The law.** The primary length's law directory ``law/`` holds the curves it is fitted on
 (``results.parquet``), the fitted law (``fit/``) and its bootstrap replicates (``bootstrap/``); each other
 length's is ``law/lengths/seq=S/`` (:data:`LENGTH_LAW`), and each other mechanism's
-``law/mechanisms/mech=M/`` (:data:`MECHANISM_LAW`), the same inside. The held-out calibration is
-``validate/calibration.json`` and the physical-batch correction ``law/physical_batch/correction.json``.
+``law/mechanisms/mech=M/`` (:data:`MECHANISM_LAW`), the same inside; the primary law's bundle is
+``law/bundle/``. The held-out calibration is ``validate/calibration.json`` and the physical-batch
+correction ``law/physical_batch/correction.json``.
 :func:`bootstrap_beside` and :func:`calibration_beside` say where those are for a fitted law directory:
 the defaults of ``dpscaling query --law <run>/law/fit``.
+
+**Everything else**, grouped by stage below: templates over the rules' wildcards (``{figure}``, ``{budget}``,
+...), directories with the names of the files inside them (a law directory's, a packed directory's, a
+private_model budget's), and stems that take a file type (figures: ``.pdf``, ``.png``, ``.csv``; tables,
+:func:`table`: ``.csv``, ``.md``, ``.tex``). A job's log is ``logs/<stage>/<job>.log`` (:func:`log_path`),
+its stage mostly the directory it writes in.
 
 Results written before sequence length was an axis are moved into this layout once by
 :mod:`dpscaling.layout_migration`.
@@ -64,38 +72,97 @@ RUN_AXES: tuple[Axis, ...] = (MECHANISM, LENGTH, Axis("model", "model"), Axis("b
                               Axis("seed", "seed"), Axis("nbr", "nbr"), Axis("lr", "lr"))
 ONE_LENGTH_AXES: tuple[Axis, ...] = tuple(axis for axis in RUN_AXES if axis != LENGTH)
 
+# The run's own files, at the top of its directory; their jobs log at the top of logs/ (log_path("", job)).
+RUN_CONFIG = "config.yaml"  # the effective config (every named target's)
+REPORT = "report.html"  # the figures, tables and validation in one page
+EXPLORER = "explorer.html"  # the law bundle's answers over a grid of budgets (docs/explorer.md)
+
+# The data stage: the private domain's documents under DATA, the public domain's under PUBLIC_DATA.
+DATA, PUBLIC_DATA = "data", "data/public"
+DOCUMENTS = f"{DATA}/documents.parquet"
+UNIGRAM_FLOOR = f"{DATA}/unigram_floor.json"  # the held-out unigram entropy, at the primary length
+TRAINED_VOCAB = f"{DATA}/vocab.txt"  # the vocabulary trained on the run's corpus (data.tokenizer: trained)
 PACKED = "data/packed/seq={seq}"
+# Inside a packed directory (PACKED, PUBLIC_PACKED; dpscaling.data.shards): its metadata and its splits' shards.
+PACKED_META, PACKED_TRAIN, PACKED_HELDOUT = "meta.json", "train", "heldout"
 # With a public domain: its unigram beside each length's private shards (dpscaling.data.public_unigram).
 PUBLIC_UNIGRAM_FILE = "public_unigram.json"
 PUBLIC_UNIGRAM = f"{PACKED}/{PUBLIC_UNIGRAM_FILE}"
 PACK_LOG = "logs/data/pack_sequences/seq={seq}.log"
-PUBLIC_DOCUMENTS = "data/public/documents.parquet"
+PUBLIC_DOCUMENTS = f"{PUBLIC_DATA}/documents.parquet"
 PUBLIC_PACKED = "data/public/packed/seq={seq}"
 PUBLIC_PACK_LOG = "logs/data/public/pack_sequences/seq={seq}.log"
+
 RUNS, CHECKPOINTS, LOGS, TRAIN = "runs", "checkpoints", "logs", "train"
 ABLATION = "ablation/"
+# The physical-batch ablation's curves in one file, and one <run id>.json per evaluated run (its log under
+# ABLATION_EVALUATE_LOGS).
+ABLATION_CURVES = f"{ABLATION}curves.parquet"
+ABLATION_EVALUATIONS, ABLATION_EVALUATE_LOGS = f"{ABLATION}evaluations", f"{ABLATION}evaluate"
 PRETRAIN, FINETUNE = "pretrain/", "finetune/"  # fine-tuning's public pretraining and private fine-tuning runs
+
+# The paper's figures (one <name>.pdf, .png and .csv each) and tables (table: .csv, .md and .tex).
+FIGURES, TABLES = "figures", "tables"
+FIGURE = f"{FIGURES}/{{figure}}"
 # The learning-rate protocol's runs, its choice (and evidence) and figure (dpscaling.rate_protocol).
 LR_PROTOCOL = "learning_rates/"
 LR_CHOSEN = "learning_rates/chosen.json"
-LR_TABLE = "tables/learning-rates"
-LR_FIGURE = "figures/learning-rates"
+LR_TABLE = f"{TABLES}/learning-rates"
+LR_FIGURE = f"{FIGURES}/learning-rates"
+
+# The accounting table, σ(ε, T, q; b), its chunks and CSV views in ACCOUNTING; each other mechanism's in
+# MECHANISM_ACCOUNTING; the table's interpolation check.
+ACCOUNTING, MECHANISM_ACCOUNTING = "accounting", "accounting/mech={mech}"
+ACCOUNTING_CHUNK = "chunks/chunk-{chunk}.parquet"
+SIGMA_TABLE = "sigma_table.parquet"
+AMPLIFIED, UNAMPLIFIED = "accounting_amplified.csv", "accounting_unamplified.csv"
+INTERPOLATION_ERRORS = f"{ACCOUNTING}/interpolation_errors.csv"
 
 PRIMARY_LAW = "law"
 LENGTH_LAW = "law/lengths/seq={seq}"
 MECHANISM_LAW = "law/mechanisms/mech={mech}"  # each other mechanism's law, at the primary length
+FINETUNE_LAW = f"{FINETUNE}{PRIMARY_LAW}"  # the fine-tuning runs' law
 LAW_ACROSS_MECHANISMS = "law/mechanisms/mechanisms.json"
-# Each other mechanism's accounting table, σ(ε, T, q; b), and its validation (calibration.json).
-MECHANISM_SIGMA_TABLE = "accounting/mech={mech}/sigma_table.parquet"
+# Each other mechanism's accounting table and its validation (calibration.json).
+MECHANISM_SIGMA_TABLE = f"{MECHANISM_ACCOUNTING}/{SIGMA_TABLE}"
 MECHANISM_CALIBRATION = "validate/mech={mech}/calibration.json"
-# Inside a law directory (PRIMARY_LAW or LENGTH_LAW).
-CURVES, FIT, BOOTSTRAP = "results.parquet", "fit", "bootstrap"
+# Inside a law directory (PRIMARY_LAW, LENGTH_LAW, MECHANISM_LAW, FINETUNE_LAW; a bundle in the first and last).
+CURVES, FIT, BOOTSTRAP, BUNDLE = "results.parquet", "fit", "bootstrap", "bundle"
 REPLICATES = f"{BOOTSTRAP}/replicates.parquet"
 BOOTSTRAP_CHUNK = f"{BOOTSTRAP}/chunks/chunk{{chunk}}.parquet"
 LAW_ACROSS_LENGTHS = "law/lengths/lengths.json"
 CALIBRATION = "validate/calibration.json"
+# Beside each calibration.json: the error table, the predicted-against-measured figure and the coverage table.
+VALIDATION, PREDICTED_VS_MEASURED, COVERAGE = "validation", "predicted_vs_measured", "coverage"
+# Each interior length predicted from its neighbours' laws (a table) and its points.
+LENGTH_HOLDOUT = "validate/seq_len_holdout"
+LENGTH_HOLDOUT_POINTS = "validate/seq_len_holdout_points.csv"
 CORRECTION = "law/physical_batch/correction.json"
 CORRECTION_PAIRS = "law/physical_batch/pairs.csv"
+# Each law's jobs log under logs/fit/ (the primary length's), logs/fit/seq=S/, logs/fit/mech=M/ and
+# logs/finetune/fit/.
+LAW_LOGS, LENGTH_LAW_LOGS, MECHANISM_LAW_LOGS = "fit", "fit/seq={seq}", "fit/mech={mech}"
+FINETUNE_LAW_LOGS = f"{FINETUNE}fit"
+
+# The one-run privacy audit of the private training step.
+AUDIT = "audit"
+AUDIT_SUMMARY, AUDIT_TABLE = f"{AUDIT}/audit.json", f"{AUDIT}/audit.csv"
+
+# A run of private_model (PRIVATE_BUDGET) or savings (SAVINGS_RUN): its plan (the budget's), curve,
+# checkpoint and held-out evaluation; a private_model budget's audit (.json, .csv) and its twins' runs.
+PLAN, METRICS, CHECKPOINT, EVALUATION = "plan.json", "metrics.parquet", "checkpoint", "evaluation.json"
+PRIVATE_MODEL = "private_model"
+FINETUNE_PRIVATE_MODEL = f"{FINETUNE}{PRIVATE_MODEL}"  # the report of the budgets fine-tuned from pretraining
+PRIVATE_BUDGET = f"{PRIVATE_MODEL}/{{budget}}"
+PRIVATE_AUDIT, PRIVATE_AUDIT_TABLE = "audit.json", "audit.csv"
+TWIN = "twin_{twin}"
+SAVINGS = "savings"
+SAVINGS_BUDGET = f"{SAVINGS}/{{savings_budget}}"
+SAVINGS_RUN = f"{SAVINGS_BUDGET}/{{role}}"
+# The reports' files, by stem (.csv, .md, .tex tables; .pdf, .png, .csv figures), in PRIVATE_MODEL (and
+# FINETUNE_PRIVATE_MODEL) and SAVINGS.
+REPORT_TABLE, PREDICTED_VS_ACHIEVED = "table", "predicted_vs_achieved"
+SAVINGS_RUNS, BASELINE_COMPARISON, SAVINGS_FIGURE = "runs", "baseline_compare_measured", "savings"
 
 
 def run_id(axes: Sequence[Axis] = RUN_AXES, points: Iterable[Mapping[str, str]] = ()) -> str:
@@ -126,6 +193,17 @@ def run_paths(run: str, prefix: str = "") -> RunPaths:
     (:data:`ABLATION`) puts them in a tree of their own."""
     return RunPaths(curve=f"{prefix}{RUNS}/{run}/metrics.parquet", checkpoints=f"{prefix}{CHECKPOINTS}/{run}",
                     log=f"{LOGS}/{prefix}{TRAIN}/{run}.log")
+
+
+def log_path(stage: str, job: str) -> str:
+    """A job's log, ``logs/<stage>/<job>.log`` (``logs/<job>.log`` for stage ""): ``stage`` is mostly the
+    directory the job writes in (a trailing "/" dropped), so its log mirrors it under ``logs/``."""
+    return "/".join(part.rstrip("/") for part in (LOGS, stage, job) if part) + ".log"
+
+
+def table(label: str) -> str:
+    """The stem of the paper table ``label`` (``table:models`` -> ``tables/table-models``): its .csv, .md, .tex."""
+    return f"{TABLES}/{label.replace(':', '-')}"
 
 
 def bootstrap_beside(law_directory: str | os.PathLike[str]) -> Path:

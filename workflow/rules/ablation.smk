@@ -11,7 +11,7 @@ from dpscaling.tables import batch_gap, physical_batch
 # results/<run>/ablation/, apart from the main grid's (other steps, batches and seeds).
 ABLATION = config["ablation_batch"]
 ABLATION_RUN = f"{RESULTS}/{ABLATION_RUN_PATHS.curve}"
-ABLATION_EVALUATION = f"{RESULTS}/ablation/evaluations/{ONE_LENGTH_RUN}.json"
+ABLATION_EVALUATION = f"{RESULTS}/{layout.ABLATION_EVALUATIONS}/{ONE_LENGTH_RUN}.json"
 # The runs drawn by the figures; the evaluated runs are among them when the sweep's
 # learning rates include the ablation's (as in the paper).
 ABLATION_FIGURE_RUNS = sorted(
@@ -43,9 +43,9 @@ rule ablation_curves:
     input:
         run_outputs(ABLATION_RUN, ABLATION_FIGURE_RUNS),
     output:
-        f"{RESULTS}/ablation/curves.parquet",
+        f"{RESULTS}/{layout.ABLATION_CURVES}",
     log:
-        f"{RESULTS}/logs/ablation/curves.log",
+        f"{RESULTS}/{layout.log_path(layout.ABLATION, 'curves')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -66,7 +66,7 @@ rule ablation_evaluate:
     output:
         ABLATION_EVALUATION,
     log:
-        f"{RESULTS}/logs/ablation/evaluate/{ONE_LENGTH_RUN}.log",
+        f"{RESULTS}/{layout.log_path(layout.ABLATION_EVALUATE_LOGS, ONE_LENGTH_RUN)}",
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
@@ -88,7 +88,7 @@ rule table_physical_batch:
     output:
         **table_outputs(physical_batch.LABEL),
     log:
-        f"{RESULTS}/logs/tables/physical_batch.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'physical_batch')}",
     conda:
         "../envs/dpscaling.yaml"
     params:
@@ -104,7 +104,7 @@ rule table_batch_gap:
     output:
         **table_outputs(batch_gap.LABEL),
     log:
-        f"{RESULTS}/logs/tables/batch_gap.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'batch_gap')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -119,7 +119,7 @@ rule table_batch_gap:
 rule ablation_batch:
     input:
         expand(
-            f"{RESULTS}/figures/{{figure}}.{{ext}}",
+            f"{RESULTS}/{layout.FIGURE}.{{ext}}",
             figure=ablation_figures(CFG.models.family(ABLATION["model"]).name),
             ext=["pdf", "png", "csv"],
         ),

@@ -3,9 +3,9 @@ ACCOUNTING_SPEC = accounting_spec(CFG)
 
 rule accounting_chunk:
     output:
-        f"{RESULTS}/accounting/chunks/chunk-{{chunk}}.parquet",
+        f"{RESULTS}/{layout.ACCOUNTING}/{layout.ACCOUNTING_CHUNK}",
     log:
-        f"{RESULTS}/logs/accounting/chunk-{{chunk}}.log",
+        f"{RESULTS}/{layout.log_path(layout.ACCOUNTING, 'chunk-{chunk}')}",
     wildcard_constraints:
         chunk=r"\d+",
     conda:
@@ -23,15 +23,15 @@ rule accounting_chunk:
 rule accounting_table:
     input:
         expand(
-            f"{RESULTS}/accounting/chunks/chunk-{{chunk}}.parquet",
+            f"{RESULTS}/{layout.ACCOUNTING}/{layout.ACCOUNTING_CHUNK}",
             chunk=accounting_chunks(ACCOUNTING_SPEC),
         ),
     output:
-        table=f"{RESULTS}/accounting/sigma_table.parquet",
-        amplified_csv=f"{RESULTS}/accounting/accounting_amplified.csv",
-        unamplified_csv=f"{RESULTS}/accounting/accounting_unamplified.csv",
+        table=f"{RESULTS}/{layout.ACCOUNTING}/{layout.SIGMA_TABLE}",
+        amplified_csv=f"{RESULTS}/{layout.ACCOUNTING}/{layout.AMPLIFIED}",
+        unamplified_csv=f"{RESULTS}/{layout.ACCOUNTING}/{layout.UNAMPLIFIED}",
     log:
-        f"{RESULTS}/logs/accounting/sigma_table.log",
+        f"{RESULTS}/{layout.log_path(layout.ACCOUNTING, 'sigma_table')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -45,9 +45,9 @@ rule accounting_check:
     input:
         rules.accounting_table.output.table,
     output:
-        f"{RESULTS}/accounting/interpolation_errors.csv",
+        f"{RESULTS}/{layout.INTERPOLATION_ERRORS}",
     log:
-        f"{RESULTS}/logs/accounting/interpolation_errors.log",
+        f"{RESULTS}/{layout.log_path(layout.ACCOUNTING, 'interpolation_errors')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -70,9 +70,9 @@ rule accounting:
 # sigma table, sigma(eps, T, q; b) on the same grid (docs/mechanisms.md), under accounting/mech=M/.
 use rule accounting_chunk as accounting_chunk_for_mechanism with:
     output:
-        f"{RESULTS}/accounting/mech={{mech}}/chunks/chunk-{{chunk}}.parquet",
+        f"{RESULTS}/{layout.MECHANISM_ACCOUNTING}/{layout.ACCOUNTING_CHUNK}",
     log:
-        f"{RESULTS}/logs/accounting/mech={{mech}}/chunk-{{chunk}}.log",
+        f"{RESULTS}/{layout.log_path(layout.MECHANISM_ACCOUNTING, 'chunk-{chunk}')}",
     params:
         spec=lambda wildcards: accounting_spec(CFG, wildcards.mech),
 
@@ -80,13 +80,13 @@ use rule accounting_chunk as accounting_chunk_for_mechanism with:
 use rule accounting_table as accounting_table_for_mechanism with:
     input:
         expand(
-            f"{RESULTS}/accounting/mech={{mech}}/chunks/chunk-{{chunk}}.parquet",
+            f"{RESULTS}/{layout.MECHANISM_ACCOUNTING}/{layout.ACCOUNTING_CHUNK}",
             chunk=accounting_chunks(ACCOUNTING_SPEC),
             allow_missing=True,
         ),
     output:
         table=f"{RESULTS}/{layout.MECHANISM_SIGMA_TABLE}",
-        amplified_csv=f"{RESULTS}/accounting/mech={{mech}}/accounting_amplified.csv",
-        unamplified_csv=f"{RESULTS}/accounting/mech={{mech}}/accounting_unamplified.csv",
+        amplified_csv=f"{RESULTS}/{layout.MECHANISM_ACCOUNTING}/{layout.AMPLIFIED}",
+        unamplified_csv=f"{RESULTS}/{layout.MECHANISM_ACCOUNTING}/{layout.UNAMPLIFIED}",
     log:
-        f"{RESULTS}/logs/accounting/mech={{mech}}/sigma_table.log",
+        f"{RESULTS}/{layout.log_path(layout.MECHANISM_ACCOUNTING, 'sigma_table')}",

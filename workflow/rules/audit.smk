@@ -3,10 +3,10 @@
 
 rule audit:
     output:
-        summary=f"{RESULTS}/audit/audit.json",
-        table=f"{RESULTS}/audit/audit.csv",
+        summary=f"{RESULTS}/{layout.AUDIT_SUMMARY}",
+        table=f"{RESULTS}/{layout.AUDIT_TABLE}",
     log:
-        f"{RESULTS}/logs/audit/audit.log",
+        f"{RESULTS}/{layout.log_path(layout.AUDIT, 'audit')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: 1

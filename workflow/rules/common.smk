@@ -21,7 +21,6 @@ from dpscaling.figures.common import (
 )
 from dpscaling.config.blocks import load_config
 from dpscaling.config.checks import (
-    TRAINED_VOCAB,
     check_config,
     check_epochs,
     corpus_spec,
@@ -250,7 +249,7 @@ def figure_inputs(wildcards):
 
 def table_outputs(label):
     """CSV (in the report), Markdown and LaTeX files of a paper table."""
-    stem = f"{RESULTS}/tables/{label.replace(':', '-')}"
+    stem = f"{RESULTS}/{layout.table(label)}"
     files = {kind: pattern.format(stem=stem) for kind, pattern in TABLE_FILES.items()}
     files["csv"] = report(
         files["csv"], caption="../report/table.rst", category="Tables"
@@ -265,26 +264,26 @@ def validation_outputs(calibration):
     where = os.path.dirname(calibration)
     return {
         "csv": report(
-            f"{where}/validation.csv",
+            f"{where}/{layout.VALIDATION}.csv",
             caption="../report/table.rst",
             category="Validation",
         ),
-        "md": f"{where}/validation.md",
-        "tex": f"{where}/validation.tex",
+        "md": f"{where}/{layout.VALIDATION}.md",
+        "tex": f"{where}/{layout.VALIDATION}.tex",
         "pdf": report(
-            f"{where}/predicted_vs_measured.pdf",
+            f"{where}/{layout.PREDICTED_VS_MEASURED}.pdf",
             caption="../report/validation.rst",
             category="Validation",
         ),
-        "png": f"{where}/predicted_vs_measured.png",
-        "data": f"{where}/predicted_vs_measured.csv",
+        "png": f"{where}/{layout.PREDICTED_VS_MEASURED}.png",
+        "data": f"{where}/{layout.PREDICTED_VS_MEASURED}.csv",
         "coverage": report(
-            f"{where}/coverage.csv",
+            f"{where}/{layout.COVERAGE}.csv",
             caption="../report/coverage.rst",
             category="Validation",
         ),
-        "coverage_md": f"{where}/coverage.md",
-        "coverage_tex": f"{where}/coverage.tex",
+        "coverage_md": f"{where}/{layout.COVERAGE}.md",
+        "coverage_tex": f"{where}/{layout.COVERAGE}.tex",
         "calibration": calibration,
     }
 
@@ -294,7 +293,7 @@ def validation_outputs(calibration):
 def mechanism_sigma_table(mechanism):
     """The sigma table of ``mechanism``'s law: the run's own for the primary mechanism."""
     if mechanism == PRIMARY_MECHANISM:
-        return f"{RESULTS}/accounting/sigma_table.parquet"
+        return f"{RESULTS}/{layout.ACCOUNTING}/{layout.SIGMA_TABLE}"
     return f"{RESULTS}/{layout.MECHANISM_SIGMA_TABLE}".format(mech=mechanism)
 
 

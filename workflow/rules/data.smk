@@ -2,9 +2,9 @@ rule prepare_documents:
     input:
         corpus_inputs(CORPUS),
     output:
-        f"{RESULTS}/data/documents.parquet",
+        f"{RESULTS}/{layout.DOCUMENTS}",
     log:
-        f"{RESULTS}/logs/data/prepare_documents.log",
+        f"{RESULTS}/{layout.log_path(layout.DATA, 'prepare_documents')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -25,7 +25,7 @@ rule prepare_public_documents:
     output:
         f"{RESULTS}/{layout.PUBLIC_DOCUMENTS}",
     log:
-        f"{RESULTS}/logs/data/public/prepare_documents.log",
+        f"{RESULTS}/{layout.log_path(layout.PUBLIC_DATA, 'prepare_documents')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -50,9 +50,9 @@ rule train_vocabulary:
             else rules.prepare_documents.output[0]
         ),
     output:
-        f"{RESULTS}/{TRAINED_VOCAB}",
+        f"{RESULTS}/{layout.TRAINED_VOCAB}",
     log:
-        f"{RESULTS}/logs/data/train_vocabulary.log",
+        f"{RESULTS}/{layout.log_path(layout.DATA, 'train_vocabulary')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: 2
@@ -71,7 +71,7 @@ rule train_vocabulary:
 rule pack_sequences:
     input:
         **(
-            {"public_meta": f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json"}
+            {"public_meta": f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PACKED_META}"}
             if PUBLIC_CORPUS
             else {}
         ),
@@ -83,9 +83,9 @@ rule pack_sequences:
             if PUBLIC_CORPUS
             else {}
         ),
-        meta=f"{RESULTS}/{layout.PACKED}/meta.json",
-        train=directory(f"{RESULTS}/{layout.PACKED}/train"),
-        heldout=directory(f"{RESULTS}/{layout.PACKED}/heldout"),
+        meta=f"{RESULTS}/{layout.PACKED}/{layout.PACKED_META}",
+        train=directory(f"{RESULTS}/{layout.PACKED}/{layout.PACKED_TRAIN}"),
+        heldout=directory(f"{RESULTS}/{layout.PACKED}/{layout.PACKED_HELDOUT}"),
     log:
         f"{RESULTS}/{layout.PACK_LOG}",
     conda:
@@ -111,9 +111,9 @@ rule pack_public_sequences:
         documents=rules.prepare_public_documents.output[0],
         vocab=VOCAB,
     output:
-        meta=f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json",
-        train=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/train"),
-        heldout=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/heldout"),
+        meta=f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PACKED_META}",
+        train=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PACKED_TRAIN}"),
+        heldout=directory(f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PACKED_HELDOUT}"),
         public_unigram=f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PUBLIC_UNIGRAM_FILE}",
     log:
         f"{RESULTS}/{layout.PUBLIC_PACK_LOG}",
@@ -145,9 +145,9 @@ rule unigram_floor:
     input:
         **PRIMARY_PACKED,
     output:
-        f"{RESULTS}/data/unigram_floor.json",
+        f"{RESULTS}/{layout.UNIGRAM_FLOOR}",
     log:
-        f"{RESULTS}/logs/data/unigram_floor.log",
+        f"{RESULTS}/{layout.log_path(layout.DATA, 'unigram_floor')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:

@@ -7,12 +7,12 @@ rule explorer_page:
         bundle=rules.law_bundle.output[0],
     output:
         report(
-            f"{RESULTS}/explorer.html",
+            f"{RESULTS}/{layout.EXPLORER}",
             caption="../report/explorer.rst",
             category="Explorer",
         ),
     log:
-        f"{RESULTS}/logs/explorer.log",
+        f"{RESULTS}/{layout.log_path('', 'explorer')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: 2

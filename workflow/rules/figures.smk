@@ -17,14 +17,14 @@ rule figure:
         unpack(figure_inputs),
     output:
         pdf=report(
-            f"{RESULTS}/figures/{{figure}}.pdf",
+            f"{RESULTS}/{layout.FIGURE}.pdf",
             caption="../report/figure.rst",
             category="Figures",
         ),
-        png=f"{RESULTS}/figures/{{figure}}.png",
-        data=f"{RESULTS}/figures/{{figure}}.csv",
+        png=f"{RESULTS}/{layout.FIGURE}.png",
+        data=f"{RESULTS}/{layout.FIGURE}.csv",
     log:
-        f"{RESULTS}/logs/figures/{{figure}}.log",
+        f"{RESULTS}/{layout.log_path(layout.FIGURES, '{figure}')}",
     wildcard_constraints:
         figure=alternation(ALL_FIGURES),
     conda:
@@ -53,7 +53,7 @@ rule table_models:
     output:
         **table_outputs(models.LABEL),
     log:
-        f"{RESULTS}/logs/tables/models.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'models')}",
     conda:
         "../envs/dpscaling.yaml"
     params:
@@ -74,7 +74,7 @@ rule table_throughput:
     output:
         **table_outputs(throughput.LABEL),
     log:
-        f"{RESULTS}/logs/tables/throughput.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'throughput')}",
     conda:
         "../envs/dpscaling.yaml"
     params:
@@ -90,7 +90,7 @@ rule table_inflection_points:
     output:
         **table_outputs(inflection_points.LABEL),
     log:
-        f"{RESULTS}/logs/tables/inflection_points.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'inflection_points')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -114,7 +114,7 @@ rule findings_table:
     output:
         **table_outputs(findings_check.LABEL),
     log:
-        f"{RESULTS}/logs/tables/findings.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'findings')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -136,11 +136,11 @@ RUN_FIGURES = list(FIGURES) + (list(LENGTH_FIGURES) if OTHER_SEQ_LENS else [])
 
 rule seq_len_finding:
     input:
-        f"{RESULTS}/figures/{SEQ_LEN_TRADEOFF.name}.csv",
+        f"{RESULTS}/{layout.FIGURES}/{SEQ_LEN_TRADEOFF.name}.csv",
     output:
         **table_outputs(findings_check.SEQ_LEN_LABEL),
     log:
-        f"{RESULTS}/logs/tables/seq_len_finding.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'seq_len_finding')}",
     conda:
         "../envs/dpscaling.yaml"
     params:
@@ -162,7 +162,7 @@ rule findings:
 rule figures:
     input:
         expand(
-            f"{RESULTS}/figures/{{figure}}.{{ext}}",
+            f"{RESULTS}/{layout.FIGURE}.{{ext}}",
             figure=RUN_FIGURES,
             ext=FIGURE_FILES,
         ),
@@ -172,7 +172,7 @@ rule figures:
 # The appendix experiments drawn from the main grid, one named target each (docs/appendix-experiments.md).
 rule lr_curves:
     input:
-        expand(f"{RESULTS}/figures/{TRAINING.name}.{{ext}}", ext=FIGURE_FILES),
+        expand(f"{RESULTS}/{layout.FIGURES}/{TRAINING.name}.{{ext}}", ext=FIGURE_FILES),
         RUN_CONFIG,
 
 
@@ -184,7 +184,9 @@ rule throughput:
 
 rule nonprivate:
     input:
-        expand(f"{RESULTS}/figures/{NONPRIVATE.name}.{{ext}}", ext=FIGURE_FILES),
+        expand(
+            f"{RESULTS}/{layout.FIGURES}/{NONPRIVATE.name}.{{ext}}", ext=FIGURE_FILES
+        ),
         RUN_CONFIG,
 
 
@@ -210,9 +212,9 @@ rule report_html:
         VALIDATE_LENGTHS,
         RUN_CONFIG,
     output:
-        f"{RESULTS}/report.html",
+        f"{RESULTS}/{layout.REPORT}",
     log:
-        f"{RESULTS}/logs/report.log",
+        f"{RESULTS}/{layout.log_path('', 'report')}",
     conda:
         "../envs/dpscaling.yaml"
     params:

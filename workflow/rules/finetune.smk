@@ -11,8 +11,12 @@ from dpscaling.tables import pretraining
 # The training job (the same script) on the public domain's shards, without clipping or noise.
 use rule train_run as pretrain with:
     input:
-        meta=f"{RESULTS}/{layout.PUBLIC_PACKED}/meta.json".format(seq=PRIMARY_SEQ_LEN),
-        train=f"{RESULTS}/{layout.PUBLIC_PACKED}/train".format(seq=PRIMARY_SEQ_LEN),
+        meta=f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PACKED_META}".format(
+            seq=PRIMARY_SEQ_LEN
+        ),
+        train=f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PACKED_TRAIN}".format(
+            seq=PRIMARY_SEQ_LEN
+        ),
     output:
         f"{RESULTS}/{PRETRAIN_RUN_PATHS.curve}",
     log:
@@ -51,7 +55,7 @@ use rule train_run as finetune_run with:
 
 # The fine-tuning law: the paper's pipeline (collect, fit) on the fine-tuning curves, its compute the
 # fine-tuning's own 6MBST (the pretraining is public and sunk).
-FINETUNE_LAW_DIR = f"{RESULTS}/{layout.FINETUNE}{layout.PRIMARY_LAW}"
+FINETUNE_LAW_DIR = f"{RESULTS}/{layout.FINETUNE_LAW}"
 
 
 use rule collect_curves as finetune_collect_curves with:
@@ -60,7 +64,7 @@ use rule collect_curves as finetune_collect_curves with:
     output:
         f"{FINETUNE_LAW_DIR}/{layout.CURVES}",
     log:
-        f"{RESULTS}/logs/{layout.FINETUNE}fit/collect_curves.log",
+        f"{RESULTS}/{layout.log_path(layout.FINETUNE_LAW_LOGS, 'collect_curves')}",
 
 
 use rule fit_law as finetune_fit_law with:
@@ -69,7 +73,7 @@ use rule fit_law as finetune_fit_law with:
     output:
         directory(f"{FINETUNE_LAW_DIR}/{layout.FIT}"),
     log:
-        f"{RESULTS}/logs/{layout.FINETUNE}fit/fit_law.log",
+        f"{RESULTS}/{layout.log_path(layout.FINETUNE_LAW_LOGS, 'fit_law')}",
 
 
 # The fine-tuning law's held-out validation and calibrated intervals (validate_law on its curves), beside it.
@@ -79,7 +83,7 @@ use rule validate_law as finetune_validate_law with:
     output:
         **validation_outputs(f"{RESULTS}/{layout.FINETUNE}{layout.CALIBRATION}"),
     log:
-        f"{RESULTS}/logs/{layout.FINETUNE}fit/validate.log",
+        f"{RESULTS}/{layout.log_path(layout.FINETUNE_LAW_LOGS, 'validate')}",
     params:
         modes=validation_modes(CFG),
         results_format="dpscaling",
@@ -102,9 +106,9 @@ use rule law_bundle as finetune_law_bundle with:
         lengths=[],
         data_meta=PRIMARY_PACKED["meta"],
     output:
-        directory(f"{RESULTS}/{layout.FINETUNE}law/bundle"),
+        directory(f"{FINETUNE_LAW_DIR}/{layout.BUNDLE}"),
     log:
-        f"{RESULTS}/logs/{layout.FINETUNE}fit/law_bundle.log",
+        f"{RESULTS}/{layout.log_path(layout.FINETUNE_LAW_LOGS, 'law_bundle')}",
     params:
         provenance=(
             finetune_bundle_provenance(
@@ -128,14 +132,14 @@ rule finetune_findings:
         pretraining=run_outputs(f"{RESULTS}/{PRETRAIN_RUN_PATHS.curve}", PRETRAIN_GRID),
     output:
         **table_outputs(finetune_findings.LABEL),
-        comparison=f"{RESULTS}/tables/{finetune_findings.COMPARISON_LABEL.replace(':', '-')}.csv",
-        comparison_md=f"{RESULTS}/tables/{finetune_findings.COMPARISON_LABEL.replace(':', '-')}.md",
-        comparison_tex=f"{RESULTS}/tables/{finetune_findings.COMPARISON_LABEL.replace(':', '-')}.tex",
-        figure=f"{RESULTS}/figures/{FINETUNE_FIGURE}.pdf",
-        figure_png=f"{RESULTS}/figures/{FINETUNE_FIGURE}.png",
-        figure_data=f"{RESULTS}/figures/{FINETUNE_FIGURE}.csv",
+        comparison=f"{RESULTS}/{layout.table(finetune_findings.COMPARISON_LABEL)}.csv",
+        comparison_md=f"{RESULTS}/{layout.table(finetune_findings.COMPARISON_LABEL)}.md",
+        comparison_tex=f"{RESULTS}/{layout.table(finetune_findings.COMPARISON_LABEL)}.tex",
+        figure=f"{RESULTS}/{layout.FIGURES}/{FINETUNE_FIGURE}.pdf",
+        figure_png=f"{RESULTS}/{layout.FIGURES}/{FINETUNE_FIGURE}.png",
+        figure_data=f"{RESULTS}/{layout.FIGURES}/{FINETUNE_FIGURE}.csv",
     log:
-        f"{RESULTS}/logs/tables/finetune_findings.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'finetune_findings')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -150,7 +154,7 @@ rule finetune_findings:
 
 # private_model's budgets fine-tuned from the pretrained checkpoints (pretrained: true), reported against
 # the fine-tuning law's prediction and its calibrated interval (docs/finetune.md "Trained privately").
-FINETUNE_PRIVATE = f"{RESULTS}/{layout.FINETUNE}private_model"
+FINETUNE_PRIVATE = f"{RESULTS}/{layout.FINETUNE_PRIVATE_MODEL}"
 
 
 use rule private_model_report as finetune_private_model_report with:
@@ -171,14 +175,14 @@ use rule private_model_report as finetune_private_model_report with:
         correction=[],
         calibration=rules.finetune_validate_law.output.calibration,
     output:
-        csv=f"{FINETUNE_PRIVATE}/table.csv",
-        md=f"{FINETUNE_PRIVATE}/table.md",
-        tex=f"{FINETUNE_PRIVATE}/table.tex",
-        pdf=f"{FINETUNE_PRIVATE}/predicted_vs_achieved.pdf",
-        png=f"{FINETUNE_PRIVATE}/predicted_vs_achieved.png",
-        data=f"{FINETUNE_PRIVATE}/predicted_vs_achieved.csv",
+        csv=f"{FINETUNE_PRIVATE}/{layout.REPORT_TABLE}.csv",
+        md=f"{FINETUNE_PRIVATE}/{layout.REPORT_TABLE}.md",
+        tex=f"{FINETUNE_PRIVATE}/{layout.REPORT_TABLE}.tex",
+        pdf=f"{FINETUNE_PRIVATE}/{layout.PREDICTED_VS_ACHIEVED}.pdf",
+        png=f"{FINETUNE_PRIVATE}/{layout.PREDICTED_VS_ACHIEVED}.png",
+        data=f"{FINETUNE_PRIVATE}/{layout.PREDICTED_VS_ACHIEVED}.csv",
     log:
-        f"{RESULTS}/logs/{layout.FINETUNE}private_model/report.log",
+        f"{RESULTS}/{layout.log_path(layout.FINETUNE_PRIVATE_MODEL, 'report')}",
 
 
 # What the pretraining cost, beside the law (its compute is not the law's).
@@ -188,7 +192,7 @@ rule table_pretraining:
     output:
         **table_outputs(pretraining.LABEL),
     log:
-        f"{RESULTS}/logs/tables/pretraining.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'pretraining')}",
     conda:
         "../envs/dpscaling.yaml"
     script:

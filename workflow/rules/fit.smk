@@ -21,7 +21,7 @@ rule collect_curves:
     output:
         f"{LAW_DIR}/{layout.CURVES}",
     log:
-        f"{RESULTS}/logs/fit/collect_curves.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'collect_curves')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -37,7 +37,7 @@ rule fit_law:
     output:
         directory(f"{LAW_DIR}/{layout.FIT}"),
     log:
-        f"{RESULTS}/logs/fit/fit_law.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'fit_law')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: 1
@@ -63,7 +63,7 @@ rule bootstrap_chunk:
     output:
         f"{LAW_DIR}/{layout.BOOTSTRAP_CHUNK}",
     log:
-        f"{RESULTS}/logs/fit/bootstrap_chunk{{chunk}}.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'bootstrap_chunk{chunk}')}",
     wildcard_constraints:
         chunk=r"\d+",
     conda:
@@ -87,7 +87,7 @@ rule bootstrap:
     output:
         f"{LAW_DIR}/{layout.REPLICATES}",
     log:
-        f"{RESULTS}/logs/fit/bootstrap.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'bootstrap')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -108,7 +108,7 @@ rule physical_batch_correction:
         correction=f"{RESULTS}/{layout.CORRECTION}",
         pairs=f"{RESULTS}/{layout.CORRECTION_PAIRS}",
     log:
-        f"{RESULTS}/logs/fit/physical_batch_correction.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'physical_batch_correction')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -135,7 +135,7 @@ use rule collect_curves as collect_curves_at_length with:
     output:
         f"{LENGTH_LAW}/{layout.CURVES}",
     log:
-        f"{RESULTS}/logs/fit/seq={{seq}}/collect_curves.log",
+        f"{RESULTS}/{layout.log_path(layout.LENGTH_LAW_LOGS, 'collect_curves')}",
 
 
 use rule fit_law as fit_law_at_length with:
@@ -144,7 +144,7 @@ use rule fit_law as fit_law_at_length with:
     output:
         directory(f"{LENGTH_LAW}/{layout.FIT}"),
     log:
-        f"{RESULTS}/logs/fit/seq={{seq}}/fit_law.log",
+        f"{RESULTS}/{layout.log_path(layout.LENGTH_LAW_LOGS, 'fit_law')}",
 
 
 use rule bootstrap_chunk as bootstrap_chunk_at_length with:
@@ -153,7 +153,7 @@ use rule bootstrap_chunk as bootstrap_chunk_at_length with:
     output:
         f"{LENGTH_LAW}/{layout.BOOTSTRAP_CHUNK}",
     log:
-        f"{RESULTS}/logs/fit/seq={{seq}}/bootstrap_chunk{{chunk}}.log",
+        f"{RESULTS}/{layout.log_path(layout.LENGTH_LAW_LOGS, 'bootstrap_chunk{chunk}')}",
 
 
 use rule bootstrap as bootstrap_at_length with:
@@ -166,7 +166,7 @@ use rule bootstrap as bootstrap_at_length with:
     output:
         f"{LENGTH_LAW}/{layout.REPLICATES}",
     log:
-        f"{RESULTS}/logs/fit/seq={{seq}}/bootstrap.log",
+        f"{RESULTS}/{layout.log_path(layout.LENGTH_LAW_LOGS, 'bootstrap')}",
 
 
 # Every length's law (and its replicates), and lengths.json naming them: `dpscaling query --law
@@ -195,7 +195,7 @@ rule law_across_lengths:
     output:
         f"{RESULTS}/{layout.LAW_ACROSS_LENGTHS}",
     log:
-        f"{RESULTS}/logs/fit/law_across_lengths.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'law_across_lengths')}",
     localrule: True
     conda:
         "../envs/dpscaling.yaml"
@@ -219,7 +219,7 @@ use rule collect_curves as collect_curves_for_mechanism with:
     output:
         f"{MECHANISM_LAW}/{layout.CURVES}",
     log:
-        f"{RESULTS}/logs/fit/mech={{mech}}/collect_curves.log",
+        f"{RESULTS}/{layout.log_path(layout.MECHANISM_LAW_LOGS, 'collect_curves')}",
 
 
 use rule fit_law as fit_law_for_mechanism with:
@@ -228,7 +228,7 @@ use rule fit_law as fit_law_for_mechanism with:
     output:
         directory(f"{MECHANISM_LAW}/{layout.FIT}"),
     log:
-        f"{RESULTS}/logs/fit/mech={{mech}}/fit_law.log",
+        f"{RESULTS}/{layout.log_path(layout.MECHANISM_LAW_LOGS, 'fit_law')}",
     params:
         settings=law_settings(CFG),
         results_format="dpscaling",
@@ -243,7 +243,7 @@ use rule bootstrap_chunk as bootstrap_chunk_for_mechanism with:
     output:
         f"{MECHANISM_LAW}/{layout.BOOTSTRAP_CHUNK}",
     log:
-        f"{RESULTS}/logs/fit/mech={{mech}}/bootstrap_chunk{{chunk}}.log",
+        f"{RESULTS}/{layout.log_path(layout.MECHANISM_LAW_LOGS, 'bootstrap_chunk{chunk}')}",
 
 
 use rule bootstrap as bootstrap_for_mechanism with:
@@ -256,7 +256,7 @@ use rule bootstrap as bootstrap_for_mechanism with:
     output:
         f"{MECHANISM_LAW}/{layout.REPLICATES}",
     log:
-        f"{RESULTS}/logs/fit/mech={{mech}}/bootstrap.log",
+        f"{RESULTS}/{layout.log_path(layout.MECHANISM_LAW_LOGS, 'bootstrap')}",
 
 
 # Every mechanism's law, sigma table, replicates and calibration, and mechanisms.json naming them:
@@ -287,7 +287,7 @@ rule law_across_mechanisms:
     output:
         LAW_ACROSS_MECHANISMS_FILE,
     log:
-        f"{RESULTS}/logs/fit/law_across_mechanisms.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'law_across_mechanisms')}",
     localrule: True
     conda:
         "../envs/dpscaling.yaml"
@@ -314,7 +314,7 @@ rule validate_law:
     output:
         **validation_outputs(f"{RESULTS}/{layout.CALIBRATION}"),
     log:
-        f"{RESULTS}/logs/fit/validate.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'validate')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -342,15 +342,15 @@ rule validate_lengths:
         + expand(rules.collect_curves_at_length.output[0], seq=OTHER_SEQ_LENS),
     output:
         csv=report(
-            f"{RESULTS}/validate/seq_len_holdout.csv",
+            f"{RESULTS}/{layout.LENGTH_HOLDOUT}.csv",
             caption="../report/table.rst",
             category="Validation",
         ),
-        md=f"{RESULTS}/validate/seq_len_holdout.md",
-        tex=f"{RESULTS}/validate/seq_len_holdout.tex",
-        points=f"{RESULTS}/validate/seq_len_holdout_points.csv",
+        md=f"{RESULTS}/{layout.LENGTH_HOLDOUT}.md",
+        tex=f"{RESULTS}/{layout.LENGTH_HOLDOUT}.tex",
+        points=f"{RESULTS}/{layout.LENGTH_HOLDOUT_POINTS}",
     log:
-        f"{RESULTS}/logs/fit/validate_lengths.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'validate_lengths')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -373,7 +373,7 @@ use rule validate_law as validate_law_for_mechanism with:
     output:
         **validation_outputs(f"{RESULTS}/{layout.MECHANISM_CALIBRATION}"),
     log:
-        f"{RESULTS}/logs/fit/mech={{mech}}/validate.log",
+        f"{RESULTS}/{layout.log_path(layout.MECHANISM_LAW_LOGS, 'validate')}",
     params:
         modes=validation_modes(CFG),
         results_format="dpscaling",
@@ -410,9 +410,9 @@ rule law_bundle:
         lengths=LAW_ACROSS_LENGTHS,
         data_meta=[] if config["results_csv"] else PRIMARY_PACKED["meta"],
     output:
-        directory(f"{RESULTS}/law/bundle"),
+        directory(f"{LAW_DIR}/{layout.BUNDLE}"),
     log:
-        f"{RESULTS}/logs/fit/law_bundle.log",
+        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'law_bundle')}",
     localrule: True
     conda:
         "../envs/dpscaling.yaml"

@@ -30,7 +30,7 @@ checkpoint choose_learning_rates:
         **table_outputs("learning-rates"),
         chosen=f"{RESULTS}/{layout.LR_CHOSEN}",
     log:
-        f"{RESULTS}/logs/learning_rates/choose.log",
+        f"{RESULTS}/{layout.log_path(layout.LR_PROTOCOL, 'choose')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -56,7 +56,7 @@ rule learning_rate_figure:
         png=f"{RESULTS}/{layout.LR_FIGURE}.png",
         data=f"{RESULTS}/{layout.LR_FIGURE}.csv",
     log:
-        f"{RESULTS}/logs/learning_rates/figure.log",
+        f"{RESULTS}/{layout.log_path(layout.LR_PROTOCOL, 'figure')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:

@@ -3,9 +3,7 @@
 from dpscaling import mechanism_findings
 from dpscaling.figures.mechanisms import NAME as MECHANISM_FIGURE
 
-MECHANISM_COMPARISON = (
-    f"{RESULTS}/tables/{mechanism_findings.COMPARISON_LABEL.replace(':', '-')}"
-)
+MECHANISM_COMPARISON = f"{RESULTS}/{layout.table(mechanism_findings.COMPARISON_LABEL)}"
 
 
 rule mechanism_findings:
@@ -19,11 +17,11 @@ rule mechanism_findings:
         comparison=f"{MECHANISM_COMPARISON}.csv",
         comparison_md=f"{MECHANISM_COMPARISON}.md",
         comparison_tex=f"{MECHANISM_COMPARISON}.tex",
-        figure=f"{RESULTS}/figures/{MECHANISM_FIGURE}.pdf",
-        figure_png=f"{RESULTS}/figures/{MECHANISM_FIGURE}.png",
-        figure_data=f"{RESULTS}/figures/{MECHANISM_FIGURE}.csv",
+        figure=f"{RESULTS}/{layout.FIGURES}/{MECHANISM_FIGURE}.pdf",
+        figure_png=f"{RESULTS}/{layout.FIGURES}/{MECHANISM_FIGURE}.png",
+        figure_data=f"{RESULTS}/{layout.FIGURES}/{MECHANISM_FIGURE}.csv",
     log:
-        f"{RESULTS}/logs/tables/mechanism_findings.log",
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'mechanism_findings')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:

@@ -3,7 +3,8 @@
 # exactly N sequences -> its held-out loss and a matched audit; then one table and one figure.
 from dpscaling.private_model import TWINS, budgets as private_budgets, private_training
 
-PRIVATE = f"{RESULTS}/private_model"
+PRIVATE = f"{RESULTS}/{layout.PRIVATE_MODEL}"
+PRIVATE_BUDGET = f"{RESULTS}/{layout.PRIVATE_BUDGET}"
 PRIVATE_BUDGET_LIST = private_budgets(
     config["private_model"], config["accounting"]["delta"]
 )
@@ -33,9 +34,9 @@ rule private_model_plan:
         sigma_table=SIGMA_TABLE,
         correction=private_plan_correction,
     output:
-        f"{PRIVATE}/{{budget}}/plan.json",
+        f"{PRIVATE_BUDGET}/{layout.PLAN}",
     log:
-        f"{RESULTS}/logs/private_model/{{budget}}/plan.log",
+        f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, 'plan')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -58,9 +59,9 @@ rule private_model_train:
         meta=PRIMARY_PACKED["meta"],
         train=PRIMARY_PACKED["train"],
     output:
-        f"{PRIVATE}/{{budget}}/metrics.parquet",
+        f"{PRIVATE_BUDGET}/{layout.METRICS}",
     log:
-        f"{RESULTS}/logs/private_model/{{budget}}/train.log",
+        f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, 'train')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
@@ -72,7 +73,9 @@ rule private_model_train:
             for name in private_model_models(CFG, wildcards.budget)
         },
         training=private_budget_training,
-        checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
+        checkpoint_dir=lambda wildcards: f"{PRIVATE_BUDGET}/{layout.CHECKPOINT}".format(
+            **wildcards
+        ),
     script:
         "../scripts/private_model_train.py"
 
@@ -85,9 +88,9 @@ rule private_model_twin:
         meta=PRIMARY_PACKED["meta"],
         train=PRIMARY_PACKED["train"],
     output:
-        f"{PRIVATE}/{{budget}}/twin_{{twin}}/metrics.parquet",
+        f"{PRIVATE_BUDGET}/{layout.TWIN}/{layout.METRICS}",
     log:
-        f"{RESULTS}/logs/private_model/{{budget}}/twin_{{twin}}.log",
+        f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, layout.TWIN)}",
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
@@ -100,7 +103,9 @@ rule private_model_twin:
         },
         training=private_budget_training,
         grid_batch=config["training"]["physical_batch"],
-        checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/twin_{wildcards.twin}/checkpoint",
+        checkpoint_dir=lambda wildcards: f"{PRIVATE_BUDGET}/{layout.TWIN}/{layout.CHECKPOINT}".format(
+            **wildcards
+        ),
     script:
         "../scripts/private_model_train.py"
 
@@ -112,16 +117,18 @@ rule private_model_evaluate:
         heldout=PRIMARY_PACKED["heldout"],
         curve=rules.private_model_train.output[0],
     output:
-        f"{PRIVATE}/{{budget}}/evaluation.json",
+        f"{PRIVATE_BUDGET}/{layout.EVALUATION}",
     log:
-        f"{RESULTS}/logs/private_model/{{budget}}/evaluate.log",
+        f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, 'evaluate')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
     resources:
         **job_resources(CFG, private_scoring_job),
     params:
-        checkpoint_dir=lambda wildcards: f"{PRIVATE}/{wildcards.budget}/checkpoint",
+        checkpoint_dir=lambda wildcards: f"{PRIVATE_BUDGET}/{layout.CHECKPOINT}".format(
+            **wildcards
+        ),
         evaluation={**config["private_model"]["evaluation"], "split": "heldout"},
     script:
         "../scripts/evaluate.py"
@@ -131,10 +138,10 @@ rule private_model_audit:
     input:
         plan=rules.private_model_plan.output[0],
     output:
-        summary=f"{PRIVATE}/{{budget}}/audit.json",
-        table=f"{PRIVATE}/{{budget}}/audit.csv",
+        summary=f"{PRIVATE_BUDGET}/{layout.PRIVATE_AUDIT}",
+        table=f"{PRIVATE_BUDGET}/{layout.PRIVATE_AUDIT_TABLE}",
     log:
-        f"{RESULTS}/logs/private_model/{{budget}}/audit.log",
+        f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, 'audit')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: 1
@@ -168,14 +175,14 @@ rule private_model_report:
         # Budgets that name a mechanism are predicted by that mechanism's law.
         mechanisms=LAW_ACROSS_MECHANISMS_FILE if MECHANISM_BUDGETS else [],
     output:
-        csv=f"{PRIVATE}/table.csv",
-        md=f"{PRIVATE}/table.md",
-        tex=f"{PRIVATE}/table.tex",
-        pdf=f"{PRIVATE}/predicted_vs_achieved.pdf",
-        png=f"{PRIVATE}/predicted_vs_achieved.png",
-        data=f"{PRIVATE}/predicted_vs_achieved.csv",
+        csv=f"{PRIVATE}/{layout.REPORT_TABLE}.csv",
+        md=f"{PRIVATE}/{layout.REPORT_TABLE}.md",
+        tex=f"{PRIVATE}/{layout.REPORT_TABLE}.tex",
+        pdf=f"{PRIVATE}/{layout.PREDICTED_VS_ACHIEVED}.pdf",
+        png=f"{PRIVATE}/{layout.PREDICTED_VS_ACHIEVED}.png",
+        data=f"{PRIVATE}/{layout.PREDICTED_VS_ACHIEVED}.csv",
     log:
-        f"{RESULTS}/logs/private_model/report.log",
+        f"{RESULTS}/{layout.log_path(layout.PRIVATE_MODEL, 'report')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:

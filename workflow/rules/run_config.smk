@@ -5,12 +5,12 @@
 rule run_config:
     output:
         report(
-            f"{RESULTS}/config.yaml",
+            f"{RESULTS}/{layout.RUN_CONFIG}",
             caption="../report/config.rst",
             category="Configuration",
         ),
     log:
-        f"{RESULTS}/logs/run_config.log",
+        f"{RESULTS}/{layout.log_path('', 'run_config')}",
     conda:
         "../envs/dpscaling.yaml"
     params:

@@ -3,7 +3,9 @@
 # answer's neighbours, each priced as a private run) -> one private training job per run (held-out loss
 # included) -> the runs' table, the budgets' table and two figures. The plan is a checkpoint: a fraction
 # of C the law cannot answer, or a neighbour that rounds to the answer itself, trains nothing.
-SAVINGS = f"{RESULTS}/savings"
+SAVINGS = f"{RESULTS}/{layout.SAVINGS}"
+SAVINGS_BUDGET = f"{RESULTS}/{layout.SAVINGS_BUDGET}"
+SAVINGS_RUN = f"{RESULTS}/{layout.SAVINGS_RUN}"
 SAVINGS_SETTINGS = savings_settings(CFG)
 SAVINGS_BUDGETS = [budget.label for budget in SAVINGS_SETTINGS.budgets]
 
@@ -17,9 +19,9 @@ checkpoint savings_plan:
     input:
         bundle=rules.law_bundle.output[0],
     output:
-        f"{SAVINGS}/{{savings_budget}}/plan.json",
+        f"{SAVINGS_BUDGET}/{layout.PLAN}",
     log:
-        f"{RESULTS}/logs/savings/{{savings_budget}}/plan.log",
+        f"{RESULTS}/{layout.log_path(layout.SAVINGS_BUDGET, 'plan')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -35,15 +37,15 @@ checkpoint savings_plan:
 
 rule savings_train:
     input:
-        plan=f"{SAVINGS}/{{savings_budget}}/plan.json",
+        plan=f"{SAVINGS_BUDGET}/{layout.PLAN}",
         meta=PRIMARY_PACKED["meta"],
         train=PRIMARY_PACKED["train"],
         heldout=PRIMARY_PACKED["heldout"],
     output:
-        curve=f"{SAVINGS}/{{savings_budget}}/{{role}}/metrics.parquet",
-        evaluation=f"{SAVINGS}/{{savings_budget}}/{{role}}/evaluation.json",
+        curve=f"{SAVINGS_RUN}/{layout.METRICS}",
+        evaluation=f"{SAVINGS_RUN}/{layout.EVALUATION}",
     log:
-        f"{RESULTS}/logs/savings/{{savings_budget}}/{{role}}.log",
+        f"{RESULTS}/{layout.log_path(layout.SAVINGS_BUDGET, '{role}')}",
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
@@ -53,7 +55,9 @@ rule savings_train:
         models={name: model_param(CFG, name) for name in config["models"]["names"]},
         training=private_training(config["training"]),
         evaluation=config["savings"]["evaluation"],
-        checkpoint_dir=lambda wildcards: f"{SAVINGS}/{wildcards.savings_budget}/{wildcards.role}/checkpoint",
+        checkpoint_dir=lambda wildcards: f"{SAVINGS_RUN}/{layout.CHECKPOINT}".format(
+            **wildcards
+        ),
     script:
         "../scripts/savings_train.py"
 
@@ -64,20 +68,20 @@ rule savings_report:
         plans=expand(rules.savings_plan.output[0], savings_budget=SAVINGS_BUDGETS),
         bundle=rules.law_bundle.output[0],
     output:
-        runs_csv=f"{SAVINGS}/runs.csv",
-        runs_md=f"{SAVINGS}/runs.md",
-        runs_tex=f"{SAVINGS}/runs.tex",
-        csv=f"{SAVINGS}/table.csv",
-        md=f"{SAVINGS}/table.md",
-        tex=f"{SAVINGS}/table.tex",
-        compare_pdf=f"{SAVINGS}/baseline_compare_measured.pdf",
-        compare_png=f"{SAVINGS}/baseline_compare_measured.png",
-        compare_csv=f"{SAVINGS}/baseline_compare_measured.csv",
-        savings_pdf=f"{SAVINGS}/savings.pdf",
-        savings_png=f"{SAVINGS}/savings.png",
-        savings_csv=f"{SAVINGS}/savings.csv",
+        runs_csv=f"{SAVINGS}/{layout.SAVINGS_RUNS}.csv",
+        runs_md=f"{SAVINGS}/{layout.SAVINGS_RUNS}.md",
+        runs_tex=f"{SAVINGS}/{layout.SAVINGS_RUNS}.tex",
+        csv=f"{SAVINGS}/{layout.REPORT_TABLE}.csv",
+        md=f"{SAVINGS}/{layout.REPORT_TABLE}.md",
+        tex=f"{SAVINGS}/{layout.REPORT_TABLE}.tex",
+        compare_pdf=f"{SAVINGS}/{layout.BASELINE_COMPARISON}.pdf",
+        compare_png=f"{SAVINGS}/{layout.BASELINE_COMPARISON}.png",
+        compare_csv=f"{SAVINGS}/{layout.BASELINE_COMPARISON}.csv",
+        savings_pdf=f"{SAVINGS}/{layout.SAVINGS_FIGURE}.pdf",
+        savings_png=f"{SAVINGS}/{layout.SAVINGS_FIGURE}.png",
+        savings_csv=f"{SAVINGS}/{layout.SAVINGS_FIGURE}.csv",
     log:
-        f"{RESULTS}/logs/savings/report.log",
+        f"{RESULTS}/{layout.log_path(layout.SAVINGS, 'report')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:

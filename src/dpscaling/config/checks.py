@@ -19,13 +19,12 @@ from dpscaling.data.documents import CorpusSpec, source_of_documents
 from dpscaling.data.epochs import check_one_epoch
 from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, check_output_bias_start
 from dpscaling.errors import UserError
-from dpscaling.layout import PACKED
+from dpscaling.layout import PACKED, PACKED_META, TRAINED_VOCAB
 from dpscaling.models.family import PRESETS
 from dpscaling.samplers import sampler_named, truncating_samplers
 
 VENDORED_CORPUS = "resources/corpus/core.txt.xz"
 VENDORED_VOCAB = "resources/vocab/{name}/vocab.txt"
-TRAINED_VOCAB = "data/vocab.txt"  # under the run's root: the data stage's trained vocabulary
 
 
 def settle_run_name(config: dict[str, Any], config_files: Sequence[str | Path]) -> str:
@@ -207,7 +206,7 @@ def check_epochs(config: Mapping[str, Any] | RunConfig, corpus: CorpusSpec) -> f
     data, training = run.data, run.training
     epochs = []
     for seq_len in run.seq_lens():
-        path = Path(run.root) / PACKED.format(seq=seq_len) / "meta.json"
+        path = Path(run.root) / PACKED.format(seq=seq_len) / PACKED_META
         if not path.is_file():
             continue
         meta = json.loads(path.read_text(encoding="utf-8"))
