@@ -183,11 +183,11 @@ def test_noise_std_matches_noise_batch_ratio():
 def test_zero_noise_dp_optimizer_is_the_inner_optimizer():
     params = {"w": jnp.arange(6.0).reshape(2, 3)}
     grad = {"w": jnp.full((2, 3), 0.1)}
-    dp = dp_optimizer(optax.adam(1e-2), 0.0, jax.random.PRNGKey(0))
+    dp = dp_optimizer(optax.adam(1e-2), add_gaussian_noise(0.0, jax.random.PRNGKey(0)))
     plain = optax.adam(1e-2)
     dp_updates, _ = dp.update(grad, dp.init(params), params)
     plain_updates, _ = plain.update(grad, plain.init(params), params)
     np.testing.assert_array_equal(dp_updates["w"], plain_updates["w"])
-    noisy = dp_optimizer(optax.sgd(1.0), 1.0, jax.random.PRNGKey(0))
+    noisy = dp_optimizer(optax.sgd(1.0), add_gaussian_noise(1.0, jax.random.PRNGKey(0)))
     noisy_updates, _ = noisy.update(grad, noisy.init(params), params)
     assert not np.allclose(noisy_updates["w"], -grad["w"])

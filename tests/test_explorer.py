@@ -89,6 +89,8 @@ def test_the_page_is_self_contained_and_its_numbers_are_a_fresh_law_s_answers(ex
     assert "default-src 'none'" in html  # the browser itself forbids any request
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "Leon Sorokin" in html  # uPlot's licence travels with it
+    footer = html[html.index("Charts: uPlot"):]
+    assert "</details>)" not in footer and "</details>." not in footer  # nothing dangles after the licence
     size = explorer["summary"]["bytes"]
     assert size == len(html.encode()) and size < 200_000
     document, grid = explorer["document"], explorer["grid"]

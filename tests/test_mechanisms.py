@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dp_training_data import build_packed_corpus
-from dpscaling.accounting.matched import BandMFReduction, account_run
+from dpscaling.accounting.matched import CyclicPoissonReduction, account_run
 from dpscaling.cluster import train_resources
 from dpscaling.data.shards import load_meta
 from dpscaling.dp.correlated import add_correlated_noise, sensitivity_squared, strategy_coefficients
@@ -148,11 +148,11 @@ def test_strategy_is_optimised_per_horizon_and_refuses_bad_settings():
 
 
 def test_bandmf_reduction_is_jax_privacys_event():
-    """The private run's accounting goes through BandMFReduction: the same dp-accounting event as
+    """The private run's accounting goes through CyclicPoissonReduction: the same dp-accounting event as
     jax-privacy's truncated amplified BandMF event of (σ, T, b, q_g, ⌊N/b⌋, L)."""
     from jax_privacy.experimental import accounting
 
-    reduced = BandMFReduction.of(dataset_size=10_003, expected_batch_size=40, steps=101, bands=4)
+    reduced = CyclicPoissonReduction.of(dataset_size=10_003, expected_batch_size=40, steps=101, bands=4)
     assert (reduced.group_size, reduced.rounds) == (2500, 26)
     assert reduced.sampling_probability == pytest.approx(40 / 2500)
     theirs = accounting.truncated_amplified_bandmf_event(
@@ -162,7 +162,7 @@ def test_bandmf_reduction_is_jax_privacys_event():
                                             num_examples=reduced.group_size, truncated_batch_size=64)
     assert theirs == ours
     with pytest.raises(UserError, match="groups of 9, smaller than the expected batch 10"):
-        BandMFReduction.of(dataset_size=36, expected_batch_size=10, steps=8, bands=4)
+        CyclicPoissonReduction.of(dataset_size=36, expected_batch_size=10, steps=8, bands=4)
 
 
 def test_study_accounting_of_a_correlated_mechanism_uses_the_strategys_sensitivity():
@@ -201,7 +201,7 @@ def test_cyclic_poisson_never_lets_an_example_join_more_steps_than_accounted(n_r
     steps, batch, size = 37, 30, 64
     key = np.array([11, 22], np.uint32)
     sampler = PoissonBatches(n_rows, batch, size, key, cycle_length=bands)
-    reduced = BandMFReduction.of(n_rows, batch, steps, bands)
+    reduced = CyclicPoissonReduction.of(n_rows, batch, steps, bands)
     assert sampler.sampling_probability == pytest.approx(reduced.sampling_probability)
     seen: dict[int, list[int]] = {}
     sizes = []

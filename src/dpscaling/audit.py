@@ -39,7 +39,7 @@ import pandas as pd
 from dpscaling.accounting.pricing import price_run
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path, write_json_atomic
-from dpscaling.mechanisms import mechanism_named
+from dpscaling.mechanisms import DPSGD, mechanism_named
 from dpscaling.streams import Stream
 
 # Canary gradients are this many times the clip norm, so clipping always acts on them.
@@ -56,7 +56,7 @@ class AuditSettings:
     significance: float = 0.05  # the audit bound holds with probability ≥ 1 − significance
     microbatch_size: int = 32
     seed: int = 0  # which canaries are included (public: the audit's own randomness)
-    mechanism: str = "dpsgd"  # the noise mechanism audited (docs/mechanisms.md): its batches, noise and accountant
+    mechanism: str = DPSGD.name  # the noise mechanism audited (docs/mechanisms.md): its batches, noise and accountant
     strategy: str = "mean_error"  # a correlated mechanism's strategy criterion: the run's training.bandmf_strategy
 
     def __post_init__(self) -> None:

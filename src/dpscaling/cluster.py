@@ -182,7 +182,7 @@ def train_resources(
     attempt: int = 1,
     site: Site | None = None,
     throughput: str = "paper_table",
-    mechanism: str = "dpsgd",
+    mechanism: str = DPSGD.name,
 ) -> TrainResources:
     """Size one training job; ``attempt`` (Snakemake's retry counter) scales time and memory;
     ``throughput`` is the model family's basis (:func:`param_tokens_per_gpu_second`).
@@ -246,11 +246,11 @@ SIZED_RESOURCES = ("cpus_per_task", "mem_mb", "runtime", "nodes", "gpu", "gres",
 
 def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, Any]:
     """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
-    from dpscaling.models.family import family_named
+    from dpscaling.models.family import BERT, family_named
 
     seq_len = work.seq_len or run.data.seq_len
     if work.param_count is not None:
-        n_params, family = work.param_count, family_named(work.family or "bert")
+        n_params, family = work.param_count, family_named(work.family or BERT.name)
     else:
         n_params, family = run.model_config(work.model, seq_len).param_count().total, run.models.family(work.model)
     return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=seq_len,

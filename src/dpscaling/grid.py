@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpscaling.errors import UserError
-from dpscaling.mechanisms import mechanism_named
+from dpscaling.mechanisms import DPSGD, mechanism_named
 
 if TYPE_CHECKING:
     from dpscaling.config.blocks import RunConfig
@@ -62,7 +62,7 @@ class TrainPoint:
     noise_batch_ratio: float
     learning_rate: float
     seq_len: int | None = None
-    mechanism: str = "dpsgd"  # the noise mechanism (dpscaling.mechanisms): a mech= level where not dpsgd
+    mechanism: str = DPSGD.name  # the noise mechanism (dpscaling.mechanisms): a mech= level where not dpsgd
 
     @property
     def wildcards(self) -> dict[str, str]:

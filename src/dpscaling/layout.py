@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpscaling.grid import alternation
+from dpscaling.mechanisms import DPSGD
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Axis:
 
 
 # The noise mechanism, first in a run's id where a run's grid has one other than DP-SGD (dpscaling.mechanisms).
-MECHANISM = Axis("mech", "mech", default="dpsgd")
+MECHANISM = Axis("mech", "mech", default=DPSGD.name)
 # The sequence length, next in a grid run's id; the ablation's runs leave it out.
 LENGTH = Axis("seq", "seq")
 # The run axes in path order (dpscaling.grid.TrainPoint.wildcards gives a run's values).

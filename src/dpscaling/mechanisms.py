@@ -33,12 +33,11 @@ from typing import Any
 
 from dpscaling.errors import UserError
 
-__all__ = ["DPSGD", "MECHANISM_PATTERN", "STRATEGIES", "Mechanism", "bandmf_name", "mechanism_named", "state_copies"]
+__all__ = ["DPSGD", "STRATEGIES", "Mechanism", "bandmf_name", "mechanism_named", "state_copies"]
 
 # jax-privacy's optimize_banded_toeplitz reduction of the per-step squared error of the prefix sums:
 # mean (its default, RMSE-optimal), max, or the last iterate's.
 STRATEGIES: tuple[str, ...] = ("mean_error", "max_error", "last_iterate")
-MECHANISM_PATTERN = r"^(dpsgd|bandmf-b([2-9]|[1-9][0-9]+))$"
 _BANDMF = re.compile(r"^bandmf-b(\d+)$")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from dpscaling.grid import canonical
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
+from dpscaling.mechanisms import DPSGD
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class PrivatePlan:
     decision: Mapping[str, Any] | None = None
     # The noise mechanism it trains with (docs/mechanisms.md), and, for a budget that chose, every mechanism's
     # plan (mechanism, model, B, T, σ̄, predicted loss) or why its law could not plan it.
-    mechanism: str = "dpsgd"
+    mechanism: str = DPSGD.name
     mechanisms_compared: tuple[Mapping[str, Any], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:

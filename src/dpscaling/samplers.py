@@ -58,7 +58,6 @@ class Sampler:
     truncated: bool  # the physical batch is a padded L >= B (training.truncated_batch_size); B is expected
     # Most steps one example joins, from (N, B, T); None: unbounded (each step samples independently).
     participation_bound: Callable[[int, int, int], int] | None
-    describes: str
     # Fewest steps between two participations of one example, from (N, B); 1: any two may be adjacent.
     min_separation: Callable[[int, int], int] = lambda n_rows, batch_size: 1
 
@@ -72,19 +71,19 @@ class Sampler:
         return truncated_batch_size if self.truncated else batch_size
 
 
+# Seeded per-epoch permutations: the study mode of the paper's grid.
 SHUFFLE = Sampler(
     name="shuffle", batches="dpscaling.train.sampling:ShuffledStepBatches", accountant="deterministic",
-    private=False, truncated=False, participation_bound=shuffle_max_participations,
-    describes="seeded per-epoch permutations (the study mode of the paper's grid)")
+    private=False, truncated=False, participation_bound=shuffle_max_participations)
+# One seeded permutation in the same order every epoch: participations N // B steps apart.
 CYCLIC = Sampler(
     name="cyclic", batches="dpscaling.train.sampling:CyclicStepBatches", accountant="deterministic",
     private=False, truncated=False, participation_bound=shuffle_max_participations,
-    describes="one seeded permutation in the same order every epoch (participations N // B steps apart)",
     min_separation=lambda n_rows, batch_size: n_rows // batch_size)
+# Truncated Poisson sampling at a padded static batch L: private training.
 POISSON = Sampler(
     name="poisson", batches="dpscaling.train.sampling:PoissonStepBatches", accountant="truncated_poisson",
-    private=True, truncated=True, participation_bound=None,
-    describes="truncated Poisson sampling at a padded static batch L (private training)")
+    private=True, truncated=True, participation_bound=None)
 SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (SHUFFLE, CYCLIC, POISSON)}
 
 

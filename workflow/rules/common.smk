@@ -47,6 +47,7 @@ from dpscaling.grid import (
 )
 from dpscaling.rate_protocol import read_chosen
 from dpscaling.io import lock_results
+from dpscaling.mechanisms import DPSGD
 from dpscaling.savings.plan import trained_roles
 from dpscaling import layout
 from dpscaling.layout_migration import legacy_moves, migrate_one_length_layout
@@ -309,7 +310,7 @@ def grid_job(wildcards, input):
         CFG,
         wildcards.model,
         seq_len=int(wildcards.seq),
-        mechanism=wildcards.get("mech", "dpsgd"),
+        mechanism=wildcards.get("mech", layout.MECHANISM.default),
     )
 
 

@@ -43,7 +43,7 @@ rule mechanisms:
         # the comparison is against DP-SGD: with it and another mechanism
         (
             rules.mechanism_findings.output
-            if "dpsgd" in MECHANISMS and OTHER_MECHANISMS
+            if DPSGD.name in MECHANISMS and OTHER_MECHANISMS
             else []
         ),
         RUN_CONFIG,

@@ -111,8 +111,9 @@ _MECHANISM_FIELDS = ("mechanism", "bands", "group_size", "accounted_rounds", "se
 
 
 @dataclass(frozen=True)
-class BandMFReduction:
-    """Amplified BandMF as the DP-SGD it reduces to (Choquette-Choo et al. 2023, arXiv 2306.08153; the
+class CyclicPoissonReduction:
+    """Cyclic Poisson sampling in b groups, as the Poisson-subsampled DP-SGD it reduces to: amplified BandMF
+    (b ≥ 2), and DP-SGD itself at b = 1 (Choquette-Choo et al. 2023, arXiv 2306.08153; the
     reduction of jax-privacy's ``truncated_amplified_bandmf_event``): the data split into b groups of
     ⌊N/b⌋ (jax-privacy's ``EQUAL_SPLIT``, which drops N mod b examples), step t samples group t mod b
     with probability q_g = B/⌊N/b⌋, so an example can join ⌈T/b⌉ steps."""
@@ -122,7 +123,7 @@ class BandMFReduction:
     rounds: int
 
     @classmethod
-    def of(cls, dataset_size: int, expected_batch_size: int, steps: int, bands: int) -> BandMFReduction:
+    def of(cls, dataset_size: int, expected_batch_size: int, steps: int, bands: int) -> CyclicPoissonReduction:
         group = dataset_size // bands
         if group < expected_batch_size:
             raise UserError(f"training.mechanisms: {bands} bands split the {dataset_size} training sequences "
@@ -162,7 +163,7 @@ def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: flo
                        noise_batch_ratio: float, truncated_batch_size: int | None, multiple: int,
                        coefficients: Any) -> RunPrivacy:
     """jax-privacy's truncated DP-SGD event at L (priced unless given), composed by PLD; a BandMF run's
-    is its truncated amplified BandMF event, i.e. that of its :class:`BandMFReduction` (one group)."""
+    is its truncated amplified BandMF event, i.e. that of its :class:`CyclicPoissonReduction` (one group)."""
     # Here, not at the top: its accountants (dp-accounting, SciPy) cost a study run's start-up a second.
     from dpscaling.accounting.truncation import truncated_poisson_run
 
@@ -170,7 +171,7 @@ def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: flo
     if bands == 1:
         q, rounds, population, extra = common["sampling_probability"], common["steps"], common["dataset_size"], {}
     else:
-        reduced = BandMFReduction.of(common["dataset_size"], batch, common["steps"], bands)
+        reduced = CyclicPoissonReduction.of(common["dataset_size"], batch, common["steps"], bands)
         q, rounds, population = reduced.sampling_probability, reduced.rounds, reduced.group_size
         extra = {"group_size": reduced.group_size, "accounted_rounds": reduced.rounds, "adjacency": ZERO_OUT}
         common = common | {"sampling_probability": q}

@@ -12,7 +12,7 @@ directly, not interpolated), for every mechanism of :mod:`dpscaling.mechanisms`:
 * ``poisson`` — each example joins each step independently. DP-SGD: T compositions of the
   Poisson-subsampled Gaussian at q = B/N on N examples, add/remove adjacency. DP-BandMF with b bands: cyclic
   Poisson with jax-privacy's equal split (what its private runs execute, :mod:`dpscaling.train.sampling`):
-  ⌈T/b⌉ compositions at q_g = B/⌊N/b⌋ on ⌊N/b⌋ examples (:class:`dpscaling.accounting.matched.BandMFReduction`,
+  ⌈T/b⌉ compositions at q_g = B/⌊N/b⌋ on ⌊N/b⌋ examples (:class:`dpscaling.accounting.matched.CyclicPoissonReduction`,
   jax-privacy's amplified BandMF event), zero-out adjacency (the equal split's). Trained by the ``poisson``
   sampler (truncated at a priced L: :func:`price_run`).
 * ``deterministic`` — fixed batches, each example in at most k steps, one Gaussian of sensitivity √k
@@ -97,9 +97,9 @@ class Price:
 
 def poisson_event(mechanism: Mechanism, dataset_size: int, batch_size: int, steps: int) -> AccountingEvent:
     """The Poisson branch's event (module docstring): plain for DP-SGD, the cyclic reduction for BandMF."""
-    from dpscaling.accounting.matched import BandMFReduction
+    from dpscaling.accounting.matched import CyclicPoissonReduction
 
-    reduced = BandMFReduction.of(dataset_size, batch_size, steps, mechanism.bands)
+    reduced = CyclicPoissonReduction.of(dataset_size, batch_size, steps, mechanism.bands)
     return AccountingEvent(POISSON_EVENT, reduced.rounds, 1.0, ZERO_OUT if mechanism.correlated else ADD_REMOVE,
                            reduced.sampling_probability, reduced.group_size)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from dpscaling.commands._output import add_json_flag, emit
-from dpscaling.models.family import BERT_VOCAB_SIZE, FAMILIES, PAPER_PARAMS, PRESETS, family_named
+from dpscaling.models.family import BERT, BERT_VOCAB_SIZE, FAMILIES, PAPER_PARAMS, PRESETS, family_named
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    family = PRESETS[args.model] if args.model in PRESETS else family_named(args.family or "bert", "--family")
+    family = PRESETS[args.model] if args.model in PRESETS else family_named(args.family or BERT.name, "--family")
     overrides = {
         name: getattr(args, name)
         for name in ("num_layers", "num_heads", "hidden_size", "intermediate_size")

@@ -101,15 +101,12 @@ def gaussian_noise(mechanism, stddev: float | jax.Array, key: jax.Array, steps: 
     return add_gaussian_noise(stddev, key)
 
 
-def dp_optimizer(
-    optimizer: optax.GradientTransformation,
-    noise_batch_ratio: float | jax.Array,
-    key: jax.Array | int,
-    noise: optax.GradientTransformation | None = None,
-) -> optax.GradientTransformation:
+def dp_optimizer(optimizer: optax.GradientTransformation, noise: optax.GradientTransformation
+                 ) -> optax.GradientTransformation:
     """Generalized DP-SGD's noise + OptimizerUpdate (Algorithm 1, lines 5–6).
 
-    Feed it the clipped mean gradient; with ``optax.adam`` this is the paper's DP-Adam. ``noise`` replaces
-    the i.i.d. noise by a mechanism's (:meth:`dpscaling.mechanisms.Mechanism.noise_transform`).
+    Feed it the clipped mean gradient; with ``optax.adam`` this is the paper's DP-Adam. ``noise`` is the run's
+    mechanism's (:meth:`dpscaling.mechanisms.Mechanism.noise_transform`): DP-SGD's i.i.d. Gaussian
+    (:func:`gaussian_noise`) or BandMF's correlated noise.
     """
-    return optax.chain(add_gaussian_noise(noise_batch_ratio, key) if noise is None else noise, optimizer)
+    return optax.chain(noise, optimizer)

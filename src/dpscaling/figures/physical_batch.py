@@ -36,6 +36,7 @@ from dpscaling.io import atomic_path
 from dpscaling.law.collect import TIDY_COLUMNS, tidy_training_curve
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SEED, STATUS)
+from dpscaling.models.family import BERT, DECODER
 
 IN_ABLATION = "In Ablation"  # a run of fig:physical_batch_size_ablation (the ablation's learning rate)
 IN_SWEEP = "In Sweep"  # a run of fig:physical-batch-size-sweep-loss (the learning-rate sweep)
@@ -250,4 +251,4 @@ NANODO_FIGURE = FigureSpec(
 FIGURES = (ABLATION_FIGURE, SWEEP_FIGURE, NANODO_FIGURE)
 # What the ablation draws for its model's family (dpscaling.models.family): the paper drew the sweep on BERT
 # and again on NanoDO, a decoder.
-FIGURES_BY_FAMILY = {"bert": (ABLATION_FIGURE, SWEEP_FIGURE), "decoder": (ABLATION_FIGURE, NANODO_FIGURE)}
+FIGURES_BY_FAMILY = {BERT.name: (ABLATION_FIGURE, SWEEP_FIGURE), DECODER.name: (ABLATION_FIGURE, NANODO_FIGURE)}

@@ -21,6 +21,7 @@ from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import InferenceAware, compute_cost
 from dpscaling.law.range_checks import Flag, one_line
 from dpscaling.law.runnable import ModelShape, train_config
+from dpscaling.mechanisms import DPSGD
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Runnable:
     # How σ was priced (dpscaling.accounting.pricing): mechanism, sampler, adjacency and the event; None where
     # the accountant refused and the table's σ stands.
     price: Price | None = None
-    mechanism: str = "dpsgd"
+    mechanism: str = DPSGD.name
     decision: Decision | None = None  # the decision rule's score of this configuration
     measured_model: str | None = None  # the law's measured model of exactly this size, when the answer is one
 

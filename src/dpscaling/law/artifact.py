@@ -42,7 +42,8 @@ from dpscaling.law.noise import (
     SigmaSource, sigma_from_accountant, sigma_from_sigma_table, sigma_from_tables, sigma_on_demand)
 from dpscaling.law.settings import LawSettings
 from dpscaling.law.smoothing import smooth_results
-from dpscaling.mechanisms import mechanism_named
+from dpscaling.mechanisms import DPSGD, mechanism_named
+from dpscaling.models.family import BERT
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -65,8 +66,8 @@ class Law:
     parametric_diagnostics: pd.DataFrame | None = None
     # {"path": dpscaling σ table, "sampling": poisson | deterministic | min}: the run's accounting table.
     sigma_table: dict[str, str] | None = None
-    family: str = "bert"  # the model family of the curves (dpscaling.models.family)
-    mechanism: str = "dpsgd"  # the noise mechanism of its noisy curves (dpscaling.mechanisms): what σ̄ costs
+    family: str = BERT.name  # the model family of the curves (dpscaling.models.family)
+    mechanism: str = DPSGD.name  # the noise mechanism of its noisy curves (dpscaling.mechanisms): what σ̄ costs
 
     def __post_init__(self) -> None:
         self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss)
@@ -247,7 +248,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
                   if table is not None}
     law = Law(grid, fits, settings, int(seq_len), int(physical_batch), accounting, report, sources or {},
               sigma_table={"path": str(sigma_table), "sampling": sampling} if sigma_table else None, family=family,
-              mechanism=mechanism_named(mechanism or "dpsgd", "mechanism").name)
+              mechanism=mechanism_named(mechanism or DPSGD.name, "mechanism").name)
     if accounting:
         law.sigma_source()  # validate the tables now, not at the first query
     if parametric:
@@ -286,7 +287,7 @@ def read_law(directory: str | os.PathLike[str]) -> Law:
         physical_batch=manifest["physical_batch"], accounting=accounting, report=manifest["report"],
         sources=manifest["sources"], parametric=manifest.get("parametric"),
         parametric_diagnostics=pd.read_parquet(diagnostics_path) if diagnostics_path.is_file() else None,
-        sigma_table=sigma_table, family=manifest.get("family", "bert"),
+        sigma_table=sigma_table, family=manifest.get("family", BERT.name),
         mechanism=manifest.get("mechanism") or _table_mechanism(sigma_table))
 
 

@@ -23,6 +23,8 @@ from dpscaling.io import read_parquet_verified, write_parquet_atomic
 from dpscaling.law.columns import (
     BERT_MODEL_SIZES, CROSS_ENTROPY, FAMILY, PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     SEED, STATUS)
+from dpscaling.mechanisms import DPSGD
+from dpscaling.models.family import BERT
 
 TIDY_COLUMNS = [MODEL, MODEL_SIZE, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY, STATUS, SEED, FAMILY]
 REFERENCE_RESULTS_COLUMNS = [MODEL, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY]
@@ -47,7 +49,7 @@ TRAINING_CURVE_COLUMNS: dict[str, tuple[str, ...]] = {
     FAMILY: ("family",),
 }
 # Curves written before a column existed: BERT's, finished, seed 0.
-OPTIONAL_CURVE_COLUMNS = {STATUS: "finished", SEED: 0, FAMILY: "bert"}
+OPTIONAL_CURVE_COLUMNS = {STATUS: "finished", SEED: 0, FAMILY: BERT.name}
 # Run constants the law keeps (C = 6·M·B·S·T needs S; the parametric fit's N = physical batch · T).
 RUN_CONSTANT_COLUMNS: dict[str, tuple[str, ...]] = {
     "physical_batch": ("batch_size", "physical_batch"),
@@ -101,14 +103,14 @@ def collect_training_curves(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd
         raise UserError("no training curves to collect")
     # A law is one mechanism's (σ̄ is priced by its own table); a σ̄ = 0 run adds no noise, so it is every
     # mechanism's (dpscaling.grid.trains) and is left out of the check.
-    mechanisms = {str(curve["mechanism"].iloc[0]) if "mechanism" in curve.columns else "dpsgd"
+    mechanisms = {str(curve["mechanism"].iloc[0]) if "mechanism" in curve.columns else DPSGD.name
                   for curve in curves if len(curve) and float(curve["noise_batch_ratio"].iloc[0]) != 0}
     if len(mechanisms) > 1:
         raise UserError(f"training curves mix noise mechanisms {sorted(mechanisms)}; a law is fitted on one "
                         "mechanism's curves (docs/mechanisms.md)")
     tidy = pd.concat([tidy_training_curve(curve) for curve in curves], ignore_index=True)
     # The law's mechanism rides along with the run constants (a law of σ̄ = 0 curves only is DP-SGD's).
-    return tidy, {**run_constants(curves), MECHANISM_CONSTANT: mechanisms.pop() if mechanisms else "dpsgd"}
+    return tidy, {**run_constants(curves), MECHANISM_CONSTANT: mechanisms.pop() if mechanisms else DPSGD.name}
 
 
 CURVE_REMEDY = ("delete it and rerun snakemake to retrain the run "
@@ -145,7 +147,7 @@ def read_reference_results(path: str | os.PathLike[str],
     if unknown:
         raise UserError(f"{path}: no size for model(s) {', '.join(unknown)}: add a 'Model Size' column (parameters) "
                         f"or use the paper's names ({', '.join(model_sizes)})")
-    frame = frame.assign(**{MODEL_SIZE: sizes, STATUS: "finished", SEED: 0, FAMILY: "bert"})
+    frame = frame.assign(**{MODEL_SIZE: sizes, STATUS: "finished", SEED: 0, FAMILY: BERT.name})
     return _with_finite_losses(frame[TIDY_COLUMNS])
 
 
@@ -214,9 +216,9 @@ def primary_seed_curves(results: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 def one_family(results: pd.DataFrame) -> str:
     """The one model family of ``results``; a law is fitted on one family, so a mix is refused, naming the
     models of each family."""
-    families = results.groupby(FAMILY)[MODEL].unique() if FAMILY in results else pd.Series({"bert": []})
+    families = results.groupby(FAMILY)[MODEL].unique() if FAMILY in results else pd.Series({BERT.name: []})
     if len(families) > 1:
         mixed = "; ".join(f"{family}: {', '.join(sorted(map(str, models)))}" for family, models in families.items())
         raise UserError(f"these results mix model families ({mixed}); a law is fitted on one family: fit each "
                         "family's curves separately")
-    return str(families.index[0]) if len(families) else "bert"
+    return str(families.index[0]) if len(families) else BERT.name

@@ -19,6 +19,7 @@ import pandas as pd
 from scipy.interpolate import RegularGridInterpolator
 
 from dpscaling.errors import UserError
+from dpscaling.mechanisms import DPSGD
 
 ACCOUNTING_COLUMNS = ["Iterations", "Sampling Probability", "Epsilon", "Delta", "Noise Multiplier"]
 _GRID_AXES = ["Epsilon", "Iterations", "Sampling Probability"]
@@ -111,7 +112,7 @@ def sigma_from_tables(amplified: pd.DataFrame | None, unamplified: pd.DataFrame 
 
 
 def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min",
-                           mechanism: str = "dpsgd") -> tuple[SigmaFunction, float]:
+                           mechanism: str = DPSGD.name) -> tuple[SigmaFunction, float]:
     """σ function and δ from dpscaling's accounting table (``accounting/sigma_table.parquet`` of a run).
 
     ``sampling`` is the rule σ comes from: ``poisson``, ``deterministic`` or ``min`` (the lower of the two,
@@ -131,7 +132,7 @@ def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min",
     return sigma, table.delta
 
 
-def sigma_from_accountant(delta: float, sampling: str = "min", mechanism: str = "dpsgd") -> SigmaFunction:
+def sigma_from_accountant(delta: float, sampling: str = "min", mechanism: str = DPSGD.name) -> SigmaFunction:
     """σ priced by :func:`dpscaling.accounting.pricing.sigma_at_rate` once per distinct (ε, T, q) (the
     accountant counts whole steps): exact, but seconds per row, so for a handful of configurations, never a
     search."""
@@ -146,7 +147,7 @@ def sigma_from_accountant(delta: float, sampling: str = "min", mechanism: str = 
     return sigma
 
 
-def sigma_on_demand(delta: float, sampling: str = "min", progress=None, mechanism: str = "dpsgd") -> SigmaFunction:
+def sigma_on_demand(delta: float, sampling: str = "min", progress=None, mechanism: str = DPSGD.name) -> SigmaFunction:
     """σ at any ``delta`` from tables built for the queried ε and cached (:mod:`dpscaling.accounting.on_demand`):
     for a law without an accounting table, or a δ other than its table's; built for ``mechanism``'s bands."""
     from dpscaling.accounting.on_demand import OnDemandSigma

@@ -12,7 +12,6 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 from dpscaling.errors import UserError
 from dpscaling.law.artifact import Law, fit_law

@@ -36,6 +36,7 @@ import pandas as pd
 from dpscaling.errors import UserError
 from dpscaling.law.columns import ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SOURCE
 from dpscaling.models.family import PRESETS, family_named
+from dpscaling.mechanisms import DPSGD
 
 # The widest model a shape search considers: hidden up to this many head widths.
 MAX_HEADS = 256
@@ -162,7 +163,7 @@ def nearest_measured(model_size: float, sizes: Mapping[str, float]) -> str:
 
 def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate: float | None, epsilon: float,
                  delta: float, units: float, compute: float, init_checkpoint: str | None = None,
-                 mechanism: str = "dpsgd") -> dict[str, Any]:
+                 mechanism: str = DPSGD.name) -> dict[str, Any]:
     """The config block that trains this configuration with the ``private_model`` target (a fine-tuning law's
     answer, which starts from ``init_checkpoint``, as a ``pretrained`` budget of the run that pretrained it;
     a BandMF law's with its ``mechanism``)."""
@@ -178,7 +179,7 @@ def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate
               "configuration": configuration}
     if init_checkpoint is not None:  # the run that pretrained it fine-tunes from its checkpoint
         budget["pretrained"] = True
-    if mechanism != "dpsgd":  # trained with that mechanism's noise and batches (docs/mechanisms.md)
+    if mechanism != DPSGD.name:  # trained with that mechanism's noise and batches (docs/mechanisms.md)
         budget["mechanism"] = mechanism
     block["private_model"] = {"budgets": [budget]}
     return block

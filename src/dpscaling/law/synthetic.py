@@ -22,6 +22,7 @@ from dpscaling.law.collect import REFERENCE_RESULTS_COLUMNS, TIDY_COLUMNS
 from dpscaling.law.columns import (
     BERT_MODEL_SIZES, CROSS_ENTROPY, FAMILY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SEED,
     STATUS)
+from dpscaling.models.family import BERT
 
 # The paper's grid (§3.2): BertTiny … BertLarge, σ̄ ∈ {0} ∪ {2^-k, k = 6..23}, LR 2^-7, 2^-8, 2^-9, 128K steps.
 PAPER_MODELS = ("BertTiny", "BertMini", "BertSmall", "BertMedium", "BertBase", "BertLarge")
@@ -64,7 +65,7 @@ def synthetic_results(law: TrueLaw = TrueLaw(), model_sizes=(1e5, 4e5, 1.6e6),
                     MODEL: f"Synthetic{index}", MODEL_SIZE: float(size), LEARNING_RATE: rate,
                     ITERATIONS: iterations, NOISE_BATCH_RATIO: float(nbr),
                     CROSS_ENTROPY: clean + rng.normal(0.0, noise, len(iterations)), STATUS: "finished", SEED: 0,
-                    FAMILY: "bert"}))
+                    FAMILY: BERT.name}))
     return pd.concat(frames, ignore_index=True)[TIDY_COLUMNS]
 
 
@@ -90,7 +91,7 @@ def seeded_results(law: TrueLaw = TrueLaw(), model_sizes=(1e5, 4e5, 1.6e6),
                     frames.append(pd.DataFrame({
                         MODEL: f"Synthetic{index}", MODEL_SIZE: float(size), LEARNING_RATE: rate,
                         ITERATIONS: iterations, NOISE_BATCH_RATIO: float(nbr), CROSS_ENTROPY: loss,
-                        STATUS: "finished", SEED: run_seed, FAMILY: "bert"}))
+                        STATUS: "finished", SEED: run_seed, FAMILY: BERT.name}))
     return pd.concat(frames, ignore_index=True)[TIDY_COLUMNS]
 
 

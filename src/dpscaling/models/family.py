@@ -160,7 +160,7 @@ def family_of(name: str, custom: Mapping[str, Mapping[str, Any]] | None = None) 
     """The family of model ``name``: a preset's, or a ``models.custom`` entry's ``family`` (default ``bert``)."""
     custom = custom or {}
     if name in custom:
-        return family_named(custom[name].get("family") or "bert", f"models.custom.{name}.family")
+        return family_named(custom[name].get("family") or BERT.name, f"models.custom.{name}.family")
     if name in PRESETS:
         return PRESETS[name]
     raise UserError(f"models.names: {name!r} is not one of {sorted(PRESETS)} (add it under models.custom)")

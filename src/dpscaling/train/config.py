@@ -15,7 +15,7 @@ from dpscaling.data.public_unigram import ZEROS, check_output_bias_start
 from dpscaling.dp import CLIPPING_METHODS
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import DPSGD, STRATEGIES, Mechanism, mechanism_named
-from dpscaling.models.family import BERT_MAX_POSITIONS, PRESETS, Family, ModelConfig, family_named
+from dpscaling.models.family import BERT, BERT_MAX_POSITIONS, PRESETS, Family, ModelConfig, family_named
 from dpscaling.samplers import SAMPLERS, Sampler, sampler_named
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
@@ -57,7 +57,7 @@ class TrainConfig:
     """Everything that determines a training curve (together with the data)."""
 
     model: str = "BertTiny"  # a preset's name or "custom" (a shape of ``family``, from model_overrides)
-    family: str = "bert"  # the model family (dpscaling.models.family): module, objective, parameter count
+    family: str = BERT.name  # the model family (dpscaling.models.family): module, objective, parameter count
     model_name: str | None = None  # what curves call the model (a custom size's name); None = model
     model_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. num_layers for "custom"
     max_positions: int = BERT_MAX_POSITIONS
@@ -103,7 +103,7 @@ class TrainConfig:
     init_checkpoint: str | None = None
     # The noise mechanism (dpscaling.mechanisms: dpsgd, or bandmf-b<b>, a grid wildcard) and what its
     # banded Toeplitz strategy is optimised for.
-    mechanism: str = "dpsgd"
+    mechanism: str = DPSGD.name
     bandmf_strategy: str = _default("bandmf_strategy")
     # Where the output bias starts (dpscaling.data.public_unigram): zeros, or the public domain's unigram
     # written beside the data's shards. A start from init_checkpoint takes the checkpoint's bias instead.
@@ -260,10 +260,10 @@ def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any]
     key retrains nothing): those take the schema's default here.
     """
     if isinstance(model, str):
-        family = PRESETS[model] if model in PRESETS else family_named("bert")
+        family = PRESETS[model] if model in PRESETS else BERT
         name, overrides, positions = model, {}, family.preset_positions(model, seq_len)
     else:  # a custom size creates only the embedding rows it trains (docs/models.md)
-        family = family_named(model.get("family") or "bert", "models.custom.family")
+        family = family_named(model.get("family") or BERT.name, "models.custom.family")
         name = "custom"
         positions, overrides = family.custom_overrides(model, seq_len)
     settings = {name_: training.get(key.split(".")[-1], schema_default(key)) for name_, key in CONFIG_KEYS.items()}

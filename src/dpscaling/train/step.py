@@ -69,7 +69,7 @@ def make_optimizer(
     noise = config.noise_mechanism.noise_transform(
         hyperparams.noise_batch_ratio, hyperparams.noise_key, config.num_steps, config.bandmf_strategy
     )
-    return dp_optimizer(adam, hyperparams.noise_batch_ratio, hyperparams.noise_key, noise)
+    return dp_optimizer(adam, noise)
 
 
 def study_noise_key(seed: int) -> jax.Array:
