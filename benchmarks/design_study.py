@@ -58,7 +58,7 @@ def self_cpu() -> float:
 def probe_data(scratch: Path, vocab_size: int, seq_len: int) -> tuple[Path, dict]:
     """Packed shards of the vendored corpus under a trained ``vocab_size`` vocabulary, and its floor."""
     from dpscaling.data.floor import unigram_floor
-    from dpscaling.config.checks import corpus_spec
+    from dpscaling.run_checks import corpus_spec
     from dpscaling.data.stage import pack_documents, prepare_documents, train_vocabulary
 
     documents = scratch / "documents.parquet"

@@ -19,7 +19,7 @@ from conftest import REPO, run_snakemake
 from dpscaling.errors import UserError
 from dpscaling.grid import (
     TrainPoint, ablation_curve_points, ablation_eval_points, ablation_grid, ablation_sweep_points, canonical)
-from dpscaling.config.checks import check_config
+from dpscaling.run_checks import check_config
 from dpscaling.config.schema import validate_config
 from dpscaling.workflow import ablation_training
 

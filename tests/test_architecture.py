@@ -148,7 +148,7 @@ def test_jax_privacy_is_pinned_to_what_is_tested() -> None:
     assert version("jax-privacy").startswith("2.0.")
 
 
-@pytest.mark.parametrize("module", ["dpscaling.config.blocks", "dpscaling.config.checks", "dpscaling.cluster",
+@pytest.mark.parametrize("module", ["dpscaling.config.blocks", "dpscaling.run_checks", "dpscaling.cluster",
                                     "dpscaling.models.family", "dpscaling.grid", "dpscaling.workflow"])
 def test_workflow_facing_modules_import_without_jax(module) -> None:
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax')))"

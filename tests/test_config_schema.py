@@ -10,7 +10,7 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from dpscaling.errors import UserError
-from dpscaling.config.checks import check_config
+from dpscaling.run_checks import check_config
 from dpscaling.config.schema import validate_config
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -22,7 +22,7 @@ def load(name: str) -> dict:
 
 def validated(config: dict) -> dict:
     """``config`` validated, defaults filled; named "test" unless it names itself (the workflow names an
-    unnamed run after its config file, dpscaling.config.checks.settle_run_name)."""
+    unnamed run after its config file, dpscaling.run_checks.settle_run_name)."""
     config = copy.deepcopy(config)
     config.setdefault("run_name", "test")
     validate_config(config, SCHEMA)
@@ -281,7 +281,7 @@ def test_the_ablation_s_own_fields_are_its_horizon_and_logging() -> None:
 def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypatch) -> None:
     import json
 
-    from dpscaling.config.checks import check_epochs, corpus_spec
+    from dpscaling.run_checks import check_epochs, corpus_spec
 
     monkeypatch.chdir(tmp_path)
     config = validated(load("config.yaml"))
@@ -325,7 +325,7 @@ def test_laptop_config_layers_on_the_default() -> None:
 def test_a_config_without_run_name_is_named_after_its_file_and_says_so_first(tmp_path) -> None:
     from conftest import run_snakemake
 
-    from dpscaling.config.checks import settle_run_name
+    from dpscaling.run_checks import settle_run_name
 
     mine = tmp_path / "mine.yaml"
     mine.write_text("models:\n  names: [BertTiny]\n")
@@ -342,7 +342,7 @@ def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> N
     """A longer sequence packs fewer sequences: the guard refuses the length whose data the grid would repeat."""
     import json
 
-    from dpscaling.config.checks import check_epochs, corpus_spec
+    from dpscaling.run_checks import check_epochs, corpus_spec
 
     monkeypatch.chdir(tmp_path)
     config = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "seq_lens": [32, 64]}})
@@ -380,7 +380,7 @@ def test_late_analysis_settings_are_figure_params_only_off_their_default() -> No
 
 
 def test_unknown_corpus_sources_are_refused_when_the_workflow_loads() -> None:
-    from dpscaling.config.checks import corpus_spec
+    from dpscaling.run_checks import corpus_spec
 
     base = load("config.yaml")
     fiction = validated({**base, "data": {**base["data"], "sources": ["moby_dick", "jane_austen"]}})

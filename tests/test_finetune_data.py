@@ -11,7 +11,7 @@ import yaml
 
 from conftest import REPO
 from dpscaling.config.blocks import config_yaml, load_config
-from dpscaling.config.checks import check_config, corpus_spec, public_corpus_spec
+from dpscaling.run_checks import check_config, corpus_spec, public_corpus_spec
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.errors import UserError
 from test_config_schema import validated

@@ -103,7 +103,7 @@ def test_every_length_gets_the_whole_grid_and_its_repeats() -> None:
 def test_the_primary_length_must_be_a_trained_length() -> None:
     from test_config_schema import validated
 
-    from dpscaling.config.checks import check_config
+    from dpscaling.run_checks import check_config
 
     config = validated({"data": {"seq_len": 64}, "training": {"seq_lens": [32, 128]}})
     with pytest.raises(UserError, match=r"data.seq_len: 64 must be one of training.seq_lens \[32, 128\]"):
@@ -168,7 +168,7 @@ def test_paper_dry_run_plans_342_training_jobs_with_canonical_wildcards(tmp_path
 def test_a_cluster_user_adds_lengths_to_the_paper_grid_in_one_key() -> None:
     from test_config_schema import validated
 
-    from dpscaling.config.checks import check_config
+    from dpscaling.run_checks import check_config
 
     paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     assert len(main_grid(validated(paper))) == 342  # S = 512 only

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dp_training_data import CORPUS, VOCAB
-from dpscaling.config.checks import check_config, public_corpus_spec
+from dpscaling.run_checks import check_config, public_corpus_spec
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.public_unigram import (
     FILE, PUBLIC_UNIGRAM, ZEROS, count_public_unigram, load_public_unigram, write_public_unigram)

@@ -11,6 +11,7 @@ import pytest
 from dpscaling.errors import UserError
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
+from dpscaling.models.family import run_model_config
 from dpscaling.private_model import audit_settings_for, budgets, twin_config_for
 from dpscaling.tables.private_model import achieved_training_loss, cause_split
 
@@ -191,7 +192,7 @@ def test_the_workflow_gives_a_configured_budget_its_own_model_only() -> None:
     searched, configured = (budget.label for budget in budgets(config["private_model"], 1e-8))
     assert private_model_models(run, searched) == ["BertNano", "BertMicro"] and private_model_sizes(run, searched) == {}
     assert private_model_models(run, configured) == ["BertL2H96"]
-    assert private_model_sizes(run, configured) == {"BertL2H96": run.model_config("BertL2H96").param_count().total}
+    assert private_model_sizes(run, configured) == {"BertL2H96": run_model_config(run, "BertL2H96").param_count().total}
     fixed["configuration"]["model"] = "Nowhere"
     with pytest.raises(UserError, match="configuration.model 'Nowhere'"):
         private_model_models(load_config(config), budgets(config["private_model"], 1e-8)[1].label)

@@ -216,7 +216,7 @@ def test_sampler_and_accountant_that_disagree_are_refused(sampling, accountant):
     with pytest.raises(UserError, match="disagree"):
         TrainConfig(**(PRIVATE | dict(sampling=sampling, accountant=accountant,
                                       truncated_batch_size=None)))
-    from dpscaling.config.checks import check_config
+    from dpscaling.run_checks import check_config
 
     config = validated({"training": {"sampling": sampling, "accountant": accountant}})
     with pytest.raises(UserError, match="training.accountant.*disagree"):

@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from dpscaling.config.blocks import load_config
+from dpscaling.config.training_blocks import check_ladder
 from dpscaling.errors import UserError
 from dpscaling.grid import TrainPoint, learning_rate_protocol_grid, main_grid, possible_grid, repeat_grid
 from dpscaling.rate_protocol import (
-    candidate_rates, check_ladder, choice_table, choose_rate, choose_rates, final_loss, grid_rates, read_chosen,
+    candidate_rates, choice_table, choose_rate, choose_rates, final_loss, grid_rates, read_chosen,
     write_choice)
 from test_config_schema import validated
 
@@ -136,7 +137,7 @@ def test_the_record_round_trips_and_names_the_grid_rates(tmp_path) -> None:
 
 @pytest.mark.parametrize("steps", [4, 50])
 def test_protocol_steps_must_lie_between_the_warm_up_and_the_horizon(steps: int) -> None:
-    from dpscaling.config.checks import check_config
+    from dpscaling.run_checks import check_config
 
     config = validated({"models": {"names": ["BertTiny"]},
                         "training": {"learning_rates": "tuned", "steps": 40, "warmup_steps": 4, "decay_steps": 40},

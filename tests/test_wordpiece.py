@@ -18,7 +18,7 @@ from dpscaling.data.shards import load_meta
 from dpscaling.data.stage import prepare_documents, train_vocabulary
 from dpscaling.data.wordpiece import train_wordpiece
 from dpscaling.errors import UserError
-from dpscaling.config.checks import check_config, vocab_path
+from dpscaling.run_checks import check_config, vocab_path
 from dpscaling.config.schema import validate_config
 
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dpscaling.mechanisms import DPSGD, state_copies
+from dpscaling.models.family import BERT, family_named, model_family, run_model_config
 from dpscaling.samplers import POISSON, SHUFFLE, sampler_named
 
 if TYPE_CHECKING:
@@ -246,13 +247,12 @@ SIZED_RESOURCES = ("cpus_per_task", "mem_mb", "runtime", "nodes", "gpu", "gres",
 
 def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, Any]:
     """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
-    from dpscaling.models.family import BERT, family_named
 
     seq_len = work.seq_len or run.data.seq_len
     if work.param_count is not None:
         n_params, family = work.param_count, family_named(work.family or BERT.name)
     else:
-        n_params, family = run.model_config(work.model, seq_len).param_count().total, run.models.family(work.model)
+        n_params, family = run_model_config(run, work.model, seq_len).param_count().total, model_family(run.models, work.model)
     return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=seq_len,
                            throughput=family.throughput, attempt=attempt, mechanism=work.mechanism).snakemake()
 
@@ -294,7 +294,7 @@ def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None 
 
 def _largest_private_work(run: RunConfig) -> Work:
     """Before a plan exists (a dry run): the largest of the run's models at the grid's horizon, Poisson."""
-    largest = max(run.models.names, key=lambda name: run.model_config(name).param_count().total)
+    largest = max(run.models.names, key=lambda name: run_model_config(run, name).param_count().total)
     return grid_work(run, largest, {**run.training.to_mapping(), "sampling": POISSON.name})
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from dpscaling.config.blocks import typed
+from dpscaling.models.family import run_model_config
 from dpscaling.grid import correction_grid, learning_rate_protocol_grid, main_grid, repeat_grid
 from dpscaling.rate_protocol import CAPTION, RateChoice, choice_table, choose_rates, write_choice
 from dpscaling.tables.write import write_table
@@ -20,7 +21,7 @@ def protocol_cost(config: Any, chosen: Mapping[str, float]) -> dict[str, Any]:
     """The protocol's cost beside the grid it tunes, in the paper's compute (6 M per token trained): its runs
     against the main, repeat and correction runs trained at the ``chosen`` rates (``config``: the run's)."""
     run = typed(config)
-    sizes = {name: run.model_config(name).param_count().total for name in run.models.names}
+    sizes = {name: run_model_config(run, name).param_count().total for name in run.models.names}
     protocol = run.learning_rate_protocol
 
     def flops(model: str, batch: int, steps: int, seq_len: int | None = None) -> float:

@@ -117,17 +117,6 @@ def candidate_rates(ladder: Sequence[float], rates_below: int, rates_above: int 
     return tuple(sorted({r for rate in ladder for r in grid_rates(rate, rates_below, rates_above)}, reverse=True))
 
 
-def check_ladder(ladder: Sequence[Any]) -> tuple[float, ...]:
-    """The ladder as floats, descending; UserError naming the key when it is empty or holds a non-positive rate."""
-    if not ladder:
-        raise UserError("learning_rate_protocol.ladder: empty; list at least one learning rate > 0 "
-                        "(e.g. [0.015625, 0.0078125, 0.00390625])")
-    bad = [rate for rate in ladder if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0]
-    if bad:
-        raise UserError(f"learning_rate_protocol.ladder: every rate must be a number > 0, got {bad}")
-    return tuple(sorted((float(rate) for rate in ladder), reverse=True))
-
-
 def choose_rates(curves: Iterable[tuple[str, float, pd.DataFrame]], steps: int, window: int,
                  tolerance: float) -> list[RateChoice]:
     """Each model's :class:`RateChoice` from its protocol curves ``(model, rate, curve)``."""

@@ -18,6 +18,10 @@ from dpscaling.config.training_blocks import AblationBlock
 from dpscaling.config.roles import FIGURE_RUNS, fields_with
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.errors import UserError
+from dpscaling.accounting.table_spec import table_spec_of
+from dpscaling.figures.settings import analysis_settings_of
+from dpscaling.law.settings import law_settings_of
+from dpscaling.models.family import known_model_names, model_param_of, run_family, run_model_config
 
 Config = Mapping[str, Any] | RunConfig  # a validated config, typed or as its mapping
 
@@ -60,22 +64,22 @@ def ablation_figure_params(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def model_param(config: Config, name: str, seq_len: int | None = None) -> str | dict[str, Any]:
-    """A training job's ``model`` param (:meth:`ModelsBlock.param`) at sequence length ``seq_len`` (None =
+    """A training job's ``model`` param (:func:`dpscaling.models.family.model_param_of`) at sequence length ``seq_len`` (None =
     ``data.seq_len``)."""
     run = typed(config)
-    return run.models.param(name, seq_len or run.data.seq_len)
+    return model_param_of(run.models, name, seq_len or run.data.seq_len)
 
 
 def law_settings(config: Config) -> dict[str, Any]:
     """The law's settings as JSON."""
-    return typed(config).law_settings().to_json()
+    return law_settings_of(typed(config)).to_json()
 
 
 def validation_modes(config: Config) -> dict[str, dict[str, Any]]:
     """The settings ``validate`` scores side by side: paper mode and reference-compatible mode (same
     windows and warm-up), as JSON."""
     run = typed(config)
-    return {name: run.law_settings(reference).to_json()
+    return {name: law_settings_of(run, reference).to_json()
             for name, reference in (("paper", False), ("reference-compatible", True))}
 
 
@@ -89,7 +93,7 @@ def accounting_spec(config: Config, mechanism: str | None = None) -> dict[str, A
 
     run = typed(config)
     bands = mechanism_named(mechanism or mechanisms(run)[0]).bands
-    return dataclasses.replace(run.accounting.table_spec(), bands=bands).to_mapping()
+    return dataclasses.replace(table_spec_of(run.accounting), bands=bands).to_mapping()
 
 
 def accounting_chunks(spec: dict[str, Any]) -> list[int]:
@@ -101,7 +105,7 @@ def accounting_chunks(spec: dict[str, Any]) -> list[int]:
 
 def analysis_settings(config: Config) -> dict[str, Any]:
     """The figures' and tables' settings as a mapping."""
-    return typed(config).analysis_settings().to_mapping()
+    return analysis_settings_of(typed(config)).to_mapping()
 
 
 def bootstrap_chunks(config: Config) -> list[int]:
@@ -143,11 +147,11 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
     and objective, the data (tokenizer, vocabulary size, corpus source, S), the privacy unit, δ and the σ
     table's sampling rule, the physical batch and microbatch, the mode, and every grid model's shape."""
     run = typed(config)
-    family = run.models.run_family()
+    family = run_family(run.models)
     seq_len = run.data.seq_len
     models = {}
     for name in run.models.names:
-        shape = run.model_config(name, seq_len)
+        shape = run_model_config(run, name, seq_len)
         models[name] = {"family": family.name, "layers": shape.num_layers, "heads": shape.num_heads,
                         "hidden": shape.hidden_size, "param_count": int(shape.param_count().total)}
     plain = run.to_mapping()
@@ -159,7 +163,7 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
     provenance: dict[str, Any] = {
         "config_sha256": _sha256(law_config),
         "run_name": run.run_name, "family": family.name, "objective": family.objective, "seq_len": seq_len,
-        "seq_lens": list(run.seq_lens()), "privacy_unit": run.analysis_settings().privacy_unit,
+        "seq_lens": list(run.seq_lens()), "privacy_unit": analysis_settings_of(run).privacy_unit,
         "delta": run.accounting.delta, "sampling": run.accounting.sampling,
         "physical_batch": run.training.physical_batch, "microbatch_size": run.training.microbatch_size or 1,
         "mode": "reference-compatible" if run.fit.reference_compatible else "paper"}
@@ -199,7 +203,7 @@ def private_model_models(config: Config, label: str) -> list[str]:
     budget = budget_by_label(run.private_model.to_mapping(), run.accounting.delta, label)
     if budget.configuration is None:
         return list(run.models.names)
-    known = set(run.models.known_names())
+    known = set(known_model_names(run.models))
     if budget.configuration.model not in known:
         raise UserError(f"private_model.budgets {label}: configuration.model {budget.configuration.model!r} is not "
                         f"one of models.names, models.custom or the presets ({sorted(known)})")
@@ -214,7 +218,7 @@ def private_model_sizes(config: Config, label: str) -> dict[str, int]:
     run = typed(config)
     if budget_by_label(run.private_model.to_mapping(), run.accounting.delta, label).configuration is None:
         return {}
-    return {name: int(run.model_config(name).param_count().total) for name in private_model_models(run, label)}
+    return {name: int(run_model_config(run, name).param_count().total) for name in private_model_models(run, label)}
 
 
 def savings_settings(config: Config):

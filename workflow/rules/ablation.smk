@@ -120,7 +120,7 @@ rule ablation_batch:
     input:
         expand(
             f"{RESULTS}/{layout.FIGURE}.{{ext}}",
-            figure=ablation_figures(CFG.models.family(ABLATION["model"]).name),
+            figure=ablation_figures(model_family(CFG.models, ABLATION["model"]).name),
             ext=["pdf", "png", "csv"],
         ),
         rules.table_physical_batch.output,

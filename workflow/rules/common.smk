@@ -20,7 +20,7 @@ from dpscaling.figures.common import (
     RESULTS as NEEDS_RESULTS,
 )
 from dpscaling.config.blocks import load_config
-from dpscaling.config.checks import (
+from dpscaling.run_checks import (
     check_config,
     check_epochs,
     corpus_spec,
@@ -48,6 +48,7 @@ from dpscaling.grid import (
 from dpscaling.rate_protocol import read_chosen
 from dpscaling.io import lock_results
 from dpscaling.mechanisms import DPSGD
+from dpscaling.models.family import model_family, run_family
 from dpscaling.savings.plan import trained_roles
 from dpscaling import layout
 from dpscaling.layout_migration import legacy_moves, migrate_one_length_layout

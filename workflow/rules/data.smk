@@ -95,7 +95,7 @@ rule pack_sequences:
         mem_mb=8000,
         runtime=60,
     params:
-        **({"objective": CFG.models.run_family().objective} if PUBLIC_CORPUS else {}),
+        **({"objective": run_family(CFG.models).objective} if PUBLIC_CORPUS else {}),
         tokenizer=config["data"]["tokenizer"],
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
@@ -128,7 +128,7 @@ rule pack_public_sequences:
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
         source=PUBLIC_CORPUS.record() if PUBLIC_CORPUS else None,
-        objective=CFG.models.run_family().objective,
+        objective=run_family(CFG.models).objective,
     script:
         "../scripts/pack_sequences.py"
 
@@ -155,7 +155,7 @@ rule unigram_floor:
         runtime=30,
     params:
         # the floor of what the run's models predict (dpscaling.data.floor.TARGETS)
-        objective=CFG.models.run_family().objective,
+        objective=run_family(CFG.models).objective,
     script:
         "../scripts/unigram_floor.py"
 

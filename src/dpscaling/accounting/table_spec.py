@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpscaling.errors import UserError
+
+if TYPE_CHECKING:  # the config's block, for the annotations only
+    from dpscaling.config.analysis_blocks import AccountingBlock
 
 
 @dataclass(frozen=True)
@@ -110,3 +113,8 @@ def plan_table(spec: TableSpec) -> list[Chunk]:
     size = spec.q_per_chunk
     return [Chunk(i, tuple(float(q) for q in qs[start:start + size]))
             for i, start in enumerate(range(0, len(qs), size))]
+
+
+def table_spec_of(accounting: AccountingBlock) -> TableSpec:
+    """The σ table the config's ``accounting`` block asks for (δ = ``accounting.delta``)."""
+    return TableSpec.from_mapping({**accounting.table.to_mapping(), "delta": accounting.delta})

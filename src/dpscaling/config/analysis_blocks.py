@@ -41,12 +41,6 @@ class AccountingBlock(Block):
     check_points: int
     table: AccountingTable
 
-    def table_spec(self):
-        """The σ table's :class:`~dpscaling.accounting.table_spec.TableSpec` (δ = ``accounting.delta``)."""
-        from dpscaling.accounting.table_spec import TableSpec
-
-        return TableSpec.from_mapping({**self.table.to_mapping(), "delta": self.delta})
-
 
 # ------------------------------------------------------------------------------------------------- fit
 
@@ -100,27 +94,6 @@ class FitBlock(Block):
     bootstrap: Bootstrap
     physical_batch_correction: PhysicalBatchCorrectionBlock
     validation: Validation
-
-    def law_settings(self, training_warmup_steps: int, reference_compatible: bool | None = None):
-        """The :class:`~dpscaling.law.LawSettings` this block asks for, in paper or reference-compatible mode
-        (``reference_compatible``; None = the block's own). The reference mode fixes the keys the authors'
-        code hard-wires, whatever the block says."""
-        from dpscaling.law.settings import LawSettings
-        from dpscaling.law.settings import Window as LawWindow
-
-        reference = self.reference_compatible if reference_compatible is None else reference_compatible
-        window = self.extrapolation_window
-        choices: dict[str, Any] = dict(
-            warmup_steps=training_warmup_steps if self.warmup_steps is None else self.warmup_steps,
-            extrapolation_window=LawWindow(window.start, window.end, window.unit),
-            extension_doublings=self.extension_doublings,
-        )
-        if not reference:
-            choices["rolling_window"] = self.rolling_window
-            for key in ("smooth_nonprivate_along_nbr", "extrapolation_asymptote", "isotonic_skip_nan",
-                        "interpolate_log_loss", "fill_missing_nbr"):
-                choices[key] = getattr(self, key)
-        return LawSettings.create(reference, **choices)
 
 
 # ---------------------------------------------------------------------------- audit, private_model, savings

@@ -51,7 +51,7 @@ class Block:
 
     def to_mapping(self) -> dict[str, Any]:
         """The block as plain data (lists, dicts), its keys in the config's order."""
-        return {key: _plain(getattr(self, key)) for key in self.keys}
+        return {key: plain(getattr(self, key)) for key in self.keys}
 
 
 def _frozen(value: Any) -> Any:
@@ -62,11 +62,12 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """``value`` with every block, mapping and tuple in it as plain dicts and lists (YAML- and JSON-ready)."""
     if isinstance(value, Block):
         return value.to_mapping()
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from dpscaling.config.block import Block, _plain
+from dpscaling.config.block import Block, plain
 from dpscaling.config.analysis_blocks import (
     AccountingBlock, AuditBlock, ExplorerBlock, FitBlock, PrivateModelBlock, SavingsBlock)
 from dpscaling.config.training_blocks import (
@@ -47,7 +47,7 @@ class RunConfig(Block):
     learning_rate_protocol: LearningRateProtocolBlock
     accounting: AccountingBlock
     fit: FitBlock
-    analysis: Mapping[str, Any]  # typed as dpscaling.figures.settings.AnalysisSettings by analysis_settings()
+    analysis: Mapping[str, Any]  # typed by dpscaling.figures.settings.analysis_settings_of
     ablation_batch: AblationBlock
     audit: AuditBlock
     private_model: PrivateModelBlock
@@ -60,36 +60,11 @@ class RunConfig(Block):
         """Where this run's outputs land: ``results/<run_name>``."""
         return f"results/{self.run_name}"
 
-    def law_settings(self, reference_compatible: bool | None = None):
-        return self.fit.law_settings(self.training.warmup_steps, reference_compatible)
-
     def seq_lens(self) -> tuple[int, ...]:
         """The sequence lengths the grid trains at, shortest first: ``training.seq_lens``, or the one length
         ``data.seq_len`` when it is unset (the paper's setting)."""
         lengths = self.training.seq_lens or (self.data.seq_len,)
         return tuple(sorted(int(length) for length in lengths))
-
-    def analysis_settings(self):
-        """The figures' and tables' :class:`~dpscaling.figures.settings.AnalysisSettings`; the near-optimal
-        tolerance is the fit's, so queries and figures agree."""
-        from dpscaling.figures.settings import AnalysisSettings
-
-        return AnalysisSettings.from_mapping({**_plain(self.analysis),
-                                              "near_optimal_tolerance": self.fit.near_optimal_tolerance})
-
-    def audit_settings(self):
-        """The ``audit`` target's :class:`~dpscaling.audit.AuditSettings` (δ = ``accounting.delta``)."""
-        from dpscaling.audit import AuditSettings
-
-        return AuditSettings(**self.audit.to_mapping(), delta=self.accounting.delta)
-
-    def model_config(self, name: str, seq_len: int | None = None):
-        """The :class:`~dpscaling.models.family.BertConfig` the run means by model ``name`` trained at
-        ``seq_len`` (None = ``data.seq_len``): a custom size's position rows follow the length."""
-        from dpscaling.models.family import configured_model
-
-        custom = {key: entry.to_mapping() for key, entry in self.models.custom.items()}
-        return configured_model(name, custom, self.data.model_vocab_size(), seq_len or self.data.seq_len)
 
 
 def load_config(config: Mapping[str, Any]) -> RunConfig:
@@ -109,7 +84,7 @@ def config_yaml(config: Mapping[str, Any] | RunConfig) -> str:
 
     from dpscaling.config.schema import schema
 
-    plain = config.to_mapping() if isinstance(config, RunConfig) else _plain(config)
+    mapping = config.to_mapping() if isinstance(config, RunConfig) else plain(config)
     rank = {key: index for index, key in enumerate(schema()["properties"])}
-    ordered = dict(sorted(plain.items(), key=lambda item: rank.get(item[0], len(rank))))
+    ordered = dict(sorted(mapping.items(), key=lambda item: rank.get(item[0], len(rank))))
     return yaml.safe_dump(ordered, sort_keys=False)

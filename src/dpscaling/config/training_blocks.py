@@ -5,7 +5,7 @@ with the training params each job's rule passes (:meth:`TrainingBlock.job_params
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -76,37 +76,6 @@ class ModelsBlock(Block):
     NESTED_MAPS: ClassVar[Mapping[str, type[Block]]] = {"custom": CustomModel}
     names: tuple[str, ...]
     custom: Mapping[str, CustomModel]
-
-    def known_names(self) -> tuple[str, ...]:
-        """Every family's presets and the config's custom sizes."""
-        from dpscaling.models.family import PRESETS
-
-        return tuple(PRESETS) + tuple(sorted(self.custom))
-
-    def family(self, name: str):
-        """The :class:`~dpscaling.models.family.Family` of model ``name``."""
-        from dpscaling.models.family import family_of
-
-        return family_of(name, {key: entry.to_mapping() for key, entry in self.custom.items()})
-
-    def run_family(self):
-        """The one family of the run's models (a law is fitted on one family); refused when they mix."""
-        families = {}
-        for name in self.names:
-            families.setdefault(self.family(name).name, []).append(name)
-        if len(families) > 1:
-            mixed = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
-            raise UserError(f"models.names: a law is fitted on one model family, but these mix families ({mixed}); "
-                            "run each family under its own run_name")
-        return self.family(self.names[0])
-
-    def param(self, name: str, seq_len: int) -> str | dict[str, Any]:
-        """A training job's ``model`` param: a preset's name, or a ``models.custom`` entry with the embedding
-        rows it creates at ``seq_len`` (:meth:`dpscaling.models.family.Family.rows_trained_at`), so a change
-        of those rows reruns the job."""
-        if name not in self.custom:
-            return name
-        return {**self.custom[name].to_mapping(), **self.family(name).rows_trained_at(seq_len)}
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -217,8 +186,6 @@ class LearningRateProtocolBlock(Block):
     rates_above: int
 
     def __post_init__(self) -> None:
-        from dpscaling.rate_protocol import check_ladder
-
         check_ladder(self.ladder)  # the library's callers get the schema's refusal too
 
     def run_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
@@ -323,3 +290,14 @@ class FinetuneBlock(Block):
         """A fine-tuning job's ``training`` param: the grid's without its :data:`MODEL_START` keys, starting from
         ``init_checkpoint``."""
         return TrainingBlock.starting_from(training.job_params(delta), init_checkpoint)
+
+
+def check_ladder(ladder: Sequence[Any]) -> tuple[float, ...]:
+    """The ladder as floats, descending; UserError naming the key when it is empty or holds a non-positive rate."""
+    if not ladder:
+        raise UserError("learning_rate_protocol.ladder: empty; list at least one learning rate > 0 "
+                        "(e.g. [0.015625, 0.0078125, 0.00390625])")
+    bad = [rate for rate in ladder if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0]
+    if bad:
+        raise UserError(f"learning_rate_protocol.ladder: every rate must be a number > 0, got {bad}")
+    return tuple(sorted((float(rate) for rate in ladder), reverse=True))

@@ -9,10 +9,14 @@ its config; the compute range is derived from the law unless given.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dpscaling.config.block import plain
 from dpscaling.config.roles import LATE, fields_with, role
 from dpscaling.errors import UserError
+
+if TYPE_CHECKING:  # the config's block, for the annotations only
+    from dpscaling.config.blocks import RunConfig
 
 PAPER_DATA_BUDGETS = (1e6, 1e7, 1e8, 1e9)
 PAPER_PRIVACY_BUDGETS = (1.0, 4.0, 16.0, 64.0)
@@ -153,3 +157,8 @@ class AnalysisSettings:
             return DataBudget("sequence", tokens=float(tokens))
         return DataBudget("user", users=float(self.seq_len_users or self.allocation_data_budget))
 
+
+def analysis_settings_of(run: RunConfig) -> AnalysisSettings:
+    """The figures' and tables' settings from the run's ``analysis`` block; the near-optimal tolerance is the
+    fit's, so queries and figures agree."""
+    return AnalysisSettings.from_mapping({**plain(run.analysis), "near_optimal_tolerance": run.fit.near_optimal_tolerance})

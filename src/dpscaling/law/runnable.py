@@ -64,7 +64,7 @@ class ModelShape:
 
     def job_param(self, seq_len: int) -> dict[str, Any]:
         """A training job's ``model`` param for this shape at ``seq_len`` (what the config's ``models.custom``
-        entry gives: :meth:`dpscaling.config.training_blocks.ModelsBlock.param`)."""
+        entry gives: :func:`dpscaling.models.family.model_param_of`)."""
         family = family_named(self.family)
         return {"layers": self.layers, "heads": self.heads, "hidden": self.hidden, "intermediate": None,
                 "family": self.family, **family.rows_trained_at(seq_len)}

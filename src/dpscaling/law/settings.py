@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dpscaling.accounting.branches import MIN_RULE, POISSON_BRANCH
 from dpscaling.errors import UserError
+
+if TYPE_CHECKING:  # the config's block, for the annotations only
+    from dpscaling.config.blocks import RunConfig
 
 PAPER_HORIZON = 128_000
 PAPER_WARMUP = 1000
@@ -119,3 +122,23 @@ class LawSettings:
             if values.get(key) is not None:
                 values[key] = Window(**values[key])
         return cls(**values)
+
+
+def law_settings_of(run: RunConfig, reference_compatible: bool | None = None) -> LawSettings:
+    """The :class:`LawSettings` the run's ``fit`` block asks for, in paper or reference-compatible mode
+    (``reference_compatible``; None = the block's own). The reference mode fixes the keys the authors' code
+    hard-wires, whatever the block says; ``fit.warmup_steps`` unset is the training's."""
+    fit = run.fit
+    reference = fit.reference_compatible if reference_compatible is None else reference_compatible
+    window = fit.extrapolation_window
+    choices: dict[str, Any] = dict(
+        warmup_steps=run.training.warmup_steps if fit.warmup_steps is None else fit.warmup_steps,
+        extrapolation_window=Window(window.start, window.end, window.unit),
+        extension_doublings=fit.extension_doublings,
+    )
+    if not reference:
+        choices["rolling_window"] = fit.rolling_window
+        for key in ("smooth_nonprivate_along_nbr", "extrapolation_asymptote", "isotonic_skip_nan",
+                    "interpolate_log_loss", "fill_missing_nbr"):
+            choices[key] = getattr(fit, key)
+    return LawSettings.create(reference, **choices)

@@ -28,11 +28,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpscaling.errors import UserError
 from dpscaling.models.shapes import (
     BERT_MAX_POSITIONS, BERT_VOCAB_SIZE, GPT2_MAX_POSITIONS, GPT2_VOCAB_SIZE, BertConfig, DecoderConfig, ParamCount)
+
+if TYPE_CHECKING:  # the config's blocks, for the annotations only
+    from dpscaling.config.blocks import RunConfig
+    from dpscaling.config.training_blocks import ModelsBlock
 
 __all__ = ["BERT", "BERT_PRESETS", "BERT_MAX_POSITIONS", "BERT_VOCAB_SIZE", "DECODER", "FAMILIES", "GPT2_VOCAB_SIZE",
            "PAPER_PARAMS", "PRESETS", "BertConfig", "DecoderConfig", "Family", "ParamCount", "bert_config",
@@ -182,3 +186,46 @@ def configured_model(name: str, custom: Mapping[str, Mapping[str, Any]], vocab_s
         return family.config("custom", vocab_size=vocab_size, max_positions=positions, dtype=dtype, **overrides)
     return family.config(name, vocab_size=vocab_size, max_positions=family.preset_positions(name, seq_len),
                          dtype=dtype)
+
+
+# ------------------------------------------------------------------------------------------ a run's models
+
+
+def known_model_names(models: ModelsBlock) -> tuple[str, ...]:
+    """Every family's presets and the config's custom sizes (``models``: the config's block)."""
+    return tuple(PRESETS) + tuple(sorted(models.custom))
+
+
+def _custom(models: ModelsBlock) -> dict[str, dict[str, Any]]:
+    return {key: entry.to_mapping() for key, entry in models.custom.items()}
+
+
+def model_family(models: ModelsBlock, name: str) -> Family:
+    """The :class:`Family` of model ``name`` of the config's ``models`` block."""
+    return family_of(name, _custom(models))
+
+
+def run_family(models: ModelsBlock) -> Family:
+    """The one family of the run's models (a law is fitted on one family); refused when they mix."""
+    families: dict[str, list[str]] = {}
+    for name in models.names:
+        families.setdefault(model_family(models, name).name, []).append(name)
+    if len(families) > 1:
+        mixed = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
+        raise UserError(f"models.names: a law is fitted on one model family, but these mix families ({mixed}); "
+                        "run each family under its own run_name")
+    return model_family(models, models.names[0])
+
+
+def model_param_of(models: ModelsBlock, name: str, seq_len: int) -> str | dict[str, Any]:
+    """A training job's ``model`` param: a preset's name, or a ``models.custom`` entry with the embedding rows
+    it creates at ``seq_len`` (:meth:`Family.rows_trained_at`), so a change of those rows reruns the job."""
+    if name not in models.custom:
+        return name
+    return {**models.custom[name].to_mapping(), **model_family(models, name).rows_trained_at(seq_len)}
+
+
+def run_model_config(run: RunConfig, name: str, seq_len: int | None = None) -> ModelConfig:
+    """The model config the run means by ``name`` trained at ``seq_len`` (None = ``data.seq_len``): a custom
+    size's position rows follow the length."""
+    return configured_model(name, _custom(run.models), run.data.model_vocab_size(), seq_len or run.data.seq_len)

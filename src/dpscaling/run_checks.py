@@ -20,7 +20,7 @@ from dpscaling.data.epochs import check_one_epoch
 from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, check_output_bias_start
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED, PACKED_META, TRAINED_VOCAB
-from dpscaling.models.family import PRESETS
+from dpscaling.models.family import PRESETS, known_model_names, run_family
 from dpscaling.samplers import sampler_named, truncating_samplers
 
 VENDORED_CORPUS = "resources/corpus/core.txt.xz"
@@ -46,7 +46,7 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
 
     run = typed(config)
     models, training, data = run.models, run.training, run.data
-    known = models.known_names()
+    known = known_model_names(models)
     for name in models.names:
         if name not in known:
             raise UserError(f"models.names: {name!r} is not one of {list(known)} (add it under models.custom)")
@@ -56,7 +56,7 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     for name, arch in models.custom.items():
         if arch.hidden % arch.heads:
             raise UserError(f"models.custom.{name}: hidden ({arch.hidden}) must be divisible by heads ({arch.heads})")
-    family = models.run_family()  # one family per run: its law is fitted on one family
+    family = run_family(models)  # one family per run: its law is fitted on one family
     check_output_bias_start(training.output_bias, family, "training.output_bias")
     if training.warmup_steps >= training.steps and training.steps > 1:
         raise UserError(
@@ -127,7 +127,7 @@ def check_ablation(config: Mapping[str, Any] | RunConfig) -> None:
     """The ``ablation_batch`` block's cross-field rules (its types and ranges are the schema's)."""
     run = typed(config)
     block = run.ablation_batch
-    known = run.models.known_names()
+    known = known_model_names(run.models)
     if block.model not in known:
         raise UserError(f"ablation_batch.model: {block.model!r} is not one of {list(known)} "
                         "(add it under models.custom)")
