@@ -216,7 +216,7 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
 
 def _reached(key: str) -> dict[str, bool]:
     """Which jobs' params a change of training.``key`` reaches: grid, private, ablation."""
-    from dpscaling.private_model import private_training
+    from dpscaling.private_jobs import private_training
     from dpscaling.workflow import ablation_training, training_params
 
     base = load("config.yaml")

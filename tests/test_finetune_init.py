@@ -120,7 +120,7 @@ def test_a_pretrained_private_budget_starts_from_its_checkpoint_with_the_private
 
     from dpscaling.io import write_json_atomic
     from dpscaling.plans import Budget, PrivatePlan
-    from dpscaling.private_model import train_plan
+    from dpscaling.private_jobs import train_plan
 
     units = min(120, load_meta(corpus).n_train)
     model = {"layers": 1, "heads": 2, "hidden": 32, "intermediate": None, "family": "decoder", "max_positions": 512}

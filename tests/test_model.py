@@ -195,7 +195,7 @@ def test_model_param_reruns_custom_jobs_and_outdated_checkpoints_are_discarded(t
 def test_one_check_says_whether_a_checkpoint_belongs_to_this_run(tmp_path):
     """The loop refuses a checkpoint of another configuration; a private budget's other plan is removed."""
     from dpscaling.errors import UserError
-    from dpscaling.private_model import discard_other_plans_checkpoint
+    from dpscaling.private_jobs import discard_other_plans_checkpoint
     from types import SimpleNamespace
 
     from dpscaling.train.checkpoint import CONFIG_FILE, config_differences, recorded_vocabulary

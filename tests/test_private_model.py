@@ -12,7 +12,8 @@ from dpscaling.errors import UserError
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
 from dpscaling.models.family import run_model_config
-from dpscaling.private_model import audit_settings_for, budgets, twin_config_for
+from dpscaling.private_jobs import audit_settings_for, twin_config_for
+from dpscaling.private_model import budgets
 from dpscaling.tables.private_model import achieved_training_loss, cause_split
 
 BUDGET = Budget(8.0, 1e-8, 50000, 1e15)

@@ -12,13 +12,13 @@ each, target ``private_model``):
    mechanism; then priced exactly as the private run will be (truncated Poisson at its priced L). The
    learning rate is the one that won on the law's measured grid for that model at the nearest noisy σ̄.
    The answer is a :class:`PrivatePlan`, which every later step reads.
-2. :func:`train_config_for` — a ``poisson`` (truncated Poisson, secret keys) training job at that
+2. :func:`dpscaling.private_jobs.train_config_for` — a ``poisson`` (truncated Poisson, secret keys) training job at that
    (model, B, T) on exactly N training sequences, whose σ is calibrated for (ε, δ) by the run's
    matched accountant (``target_epsilon``), with the grid's learning-rate schedule.
-3. The matched audit (:func:`audit_settings_for`): the gradient-canary one-run audit of
+3. The matched audit (:func:`dpscaling.private_jobs.audit_settings_for`): the gradient-canary one-run audit of
    :mod:`dpscaling.audit` at the run's (N, B, T, L, ε, δ) — see docs/private-training.md for why
    the private run itself carries no canaries.
-4. The study twins (:func:`twin_config_for`, not in the paper): the plan retrained with shuffled
+4. The study twins (:func:`dpscaling.private_jobs.twin_config_for`, not in the paper): the plan retrained with shuffled
    batches at its σ̄ and T, at the grid's physical batch and at B, which split achieved − law into the
    law's error, the physical batch and the sampler.
 5. The report (:mod:`dpscaling.tables.private_model`, :mod:`dpscaling.figures.private_model`) — the
@@ -39,19 +39,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpscaling.config.training_blocks import TrainingBlock
 from dpscaling.errors import UserError
 from dpscaling.accounting.branches import POISSON_BRANCH
 from dpscaling.law.columns import MODEL, MODEL_SIZE
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.runnable import best_learning_rate
 from dpscaling.mechanisms import DPSGD, mechanism_named
-from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan, read_plan
-from dpscaling.samplers import POISSON, SHUFFLE
+from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
 
-if TYPE_CHECKING:  # importing the training stack pulls in JAX; the law's answers, SciPy
+if TYPE_CHECKING:  # the law's answers pull in SciPy
     from dpscaling.law.answers import ScalingLaw
-    from dpscaling.train.config import TrainConfig
 
 BLOCK = "private_model"
 # A budget's mechanism that asks every mechanism's law to plan it (docs/mechanisms.md).
@@ -221,74 +218,6 @@ def corrected_loss(law, correction: PhysicalBatchCorrection | None, model_size: 
     return float(loss[0])
 
 
-def private_training(training: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``training`` block as a private job's param (:meth:`TrainingBlock.private_params`)."""
-    return TrainingBlock.private_params(training)
-
-
-def plan_job_config(plan: PrivatePlan, model_param: str | Mapping[str, Any], training: Mapping[str, Any],
-                    sampling: Mapping[str, Any], batch: int, noise_batch_ratio: float, seed: int) -> TrainConfig:
-    """A training job of a plan: its model, T and learning rate on exactly N training sequences (more than
-    one pass allowed), with ``sampling``'s keys over the grid's optimiser, clipping, masking and schedule."""
-    from dpscaling.train.config import job_train_config
-
-    job = {**training, "steps": int(plan.iterations), "allow_repeats": True, **sampling}
-    wildcards = {"model": plan.model, "nbr": repr(float(noise_batch_ratio)), "mech": plan.mechanism,
-                 "lr": repr(float(plan.learning_rate)), "batch": str(batch), "seed": str(seed)}
-    config = job_train_config(model_param, job, wildcards, int(plan.seq_len))
-    return dataclasses.replace(config, train_sequences=int(plan.budget.data_budget))
-
-
-def train_config_for(plan: PrivatePlan, model_param: str | Mapping[str, Any], training: Mapping[str, Any],
-                     seed: int) -> TrainConfig:
-    """The private training job of a plan: truncated Poisson sampling, σ calibrated for the budget's (ε, δ) on
-    exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
-    private = {"sampling": POISSON.name, "accountant": None, "truncated_batch_size": None, "delta": plan.budget.delta}
-    config = plan_job_config(plan, model_param, training, private, int(plan.batch_size), 0.0, seed)
-    return dataclasses.replace(config, target_epsilon=float(plan.budget.epsilon))
-
-
-# The cause split (docs/private-training.md, "Why a prediction misses"): each plan retrained in study
-# mode, at the grid's physical batch and at the plan's batch, both with the study's shuffled batches.
-# law error = grid_batch - prediction, physical batch = recommended_batch - grid_batch,
-# sampler = private - recommended_batch.
-TWINS = ("grid_batch", "recommended_batch")
-
-
-def twin_batch(plan: PrivatePlan, twin: str, grid_batch: int, microbatch_size: int | None) -> int:
-    """The physical batch of a plan's study twin: the grid's, or the plan's B rounded to a multiple of the
-    microbatch (the compiled step scans whole microbatches)."""
-    if twin not in TWINS:
-        raise UserError(f"{BLOCK} twin: must be one of {TWINS}, got {twin!r}")
-    if twin == "grid_batch":
-        return int(grid_batch)
-    multiple = int(microbatch_size or 1)
-    return max(multiple, multiple * round(int(plan.batch_size) / multiple))
-
-
-def twin_config_for(plan: PrivatePlan, model_param: str | Mapping[str, Any], training: Mapping[str, Any],
-                    twin: str, grid_batch: int, seed: int) -> TrainConfig:
-    """A plan's study twin: shuffled batches at :func:`twin_batch`, the plan's σ̄ as the study's noise on
-    the mean clipped gradient, its T and learning rate, on the same N training sequences."""
-    study = {"sampling": SHUFFLE.name, "accountant": None, "truncated_batch_size": None}
-    batch = twin_batch(plan, twin, grid_batch, training.get("microbatch_size"))
-    return plan_job_config(plan, model_param, training, study, batch, float(plan.noise_batch_ratio), seed)
-
-
-def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: int | None,
-                       strategy: str | None = None) -> dict[str, Any]:
-    """The matched audit's settings (:class:`dpscaling.audit.AuditSettings`): 2N canaries (≈ N of them
-    included, the run's dataset size), the run's expected batch B, steps T, ε and δ; a correlated mechanism's
-    with the run's strategy criterion (``strategy``, training.bandmf_strategy)."""
-    budget = plan.budget
-    correlated = {} if plan.mechanism == DPSGD.name else {"mechanism": plan.mechanism,
-                                                           **({"strategy": strategy} if strategy else {})}
-    return {"n_canaries": 2 * int(budget.data_budget), "expected_batch_size": int(plan.batch_size),
-            "steps": int(plan.iterations), "epsilon": float(budget.epsilon), "delta": float(budget.delta),
-            "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan.batch_size),
-            "seed": int(audit["seed"])} | correlated
-
-
 # ---------------------------------------------------------------------------------------- the rules' steps
 
 def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], default_delta: float, label: str,
@@ -359,50 +288,3 @@ def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequen
 def plan_score(plan: PrivatePlan) -> float:
     """The decision rule's score of a plan (its predicted loss for a fixed configuration, which has none)."""
     return float(plan.predicted_loss if plan.decision is None else plan.decision["score"])
-
-
-def train_plan(plan_path: str | os.PathLike[str], models: Mapping[str, Any], training: Mapping[str, Any],
-               data_dir: str | os.PathLike[str], output: str | os.PathLike[str],
-               checkpoint_dir: str | os.PathLike[str], twin: str | None = None, grid_batch: int | None = None):
-    """Rules ``private_model_train`` (``twin`` None: the plan trained privately, its curve with its accounting
-    to ``output``) and ``private_model_twin`` (the plan's study twin ``twin``, :func:`twin_config_for`)."""
-    from dpscaling.train import run_training
-
-    plan = read_plan(plan_path)
-    training = dict(training)
-    # A pretrained budget (docs/finetune.md): the run starts from its model's pretrained checkpoint.
-    init_checkpoints = training.pop("init_checkpoints", None) or {}
-    if plan.budget.pretrained:
-        if plan.model not in init_checkpoints:
-            raise UserError(f"private_model.budgets {plan.budget.label}: no pretrained checkpoint for "
-                            f"{plan.model!r} (have {sorted(init_checkpoints)})")
-        training = TrainingBlock.starting_from(training, str(init_checkpoints[plan.model]))
-    model, seed = models[plan.model], int(training["seed"])
-    config = (train_config_for(plan, model, training, seed) if twin is None
-              else twin_config_for(plan, model, training, twin, int(grid_batch), seed))
-    discard_other_plans_checkpoint(checkpoint_dir, config)
-    return run_training(config, data_dir=Path(data_dir), output=Path(output), checkpoint_dir=Path(checkpoint_dir))
-
-
-def discard_other_plans_checkpoint(checkpoint_dir: str | os.PathLike[str], config: TrainConfig) -> bool:
-    """Remove a budget's checkpoint written for another plan (the law or the budget changed): that run
-    is obsolete, and its directory holds a secret key. A checkpoint of this plan is kept and resumed."""
-    import shutil
-
-    from dpscaling.train.checkpoint import config_differences
-
-    if not config_differences(checkpoint_dir, config):  # none recorded, or this plan's
-        return False
-    shutil.rmtree(checkpoint_dir)
-    return True
-
-
-def audit_budget(plan_path: str | os.PathLike[str], audit: Mapping[str, Any], microbatch: int | None,
-                 summary_path: str | os.PathLike[str], table_path: str | os.PathLike[str],
-                 strategy: str | None = None) -> dict[str, Any]:
-    """Rule ``private_model_audit``: the matched one-run audit of the plan (and its negative control)."""
-    from dpscaling.audit import write_audit
-
-    settings = audit_settings_for(read_plan(plan_path), audit, microbatch, strategy)
-    delta = settings.pop("delta")
-    return write_audit(settings, delta, summary_path, table_path)

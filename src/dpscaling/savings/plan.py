@@ -309,13 +309,13 @@ def train_role(plan_path: str | os.PathLike[str], role: str, models: Mapping[str
                data_dir: str | os.PathLike[str], output: str | os.PathLike[str],
                checkpoint_dir: str | os.PathLike[str], evaluation: Mapping[str, Any],
                evaluation_out: str | os.PathLike[str]):
-    """Rule ``savings_train``: one role's private run (:func:`dpscaling.private_model.train_config_for`: truncated
+    """Rule ``savings_train``: one role's private run (:func:`dpscaling.private_jobs.train_config_for`: truncated
     Poisson, σ calibrated for (ε, δ) on exactly N sequences, secret noise), then its held-out loss."""
     from pathlib import Path
 
     from dpscaling.io import write_json_atomic
     from dpscaling.plans import read_json
-    from dpscaling.private_model import discard_other_plans_checkpoint, train_config_for
+    from dpscaling.private_jobs import discard_other_plans_checkpoint, train_config_for
     from dpscaling.train import run_training
     from dpscaling.train.evaluate import evaluate_checkpoint
 

@@ -121,7 +121,7 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     from dpscaling.law.calibration import load_calibration
     from dpscaling.law.physical_batch import load_correction
     from dpscaling.plans import read_json, read_plan
-    from dpscaling.private_model import TWINS
+    from dpscaling.private_jobs import TWINS
 
     law_settings = LawSettings.from_json(dict(settings))
     law = read_law(inputs["law"])
