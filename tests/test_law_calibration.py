@@ -185,6 +185,42 @@ def test_a_distance_scaled_interval_is_narrow_near_measured_points_and_wide_far_
     assert calibrated_interval(5.0, constant) == calibrated_interval(5.0, constant, 10 ** 5.5, 1600.0, 2.0 ** -9)
 
 
+def test_the_extrapolation_is_the_distance_outside_the_measured_range_and_the_default_rule_charges_it() -> None:
+    """Between measured points the extrapolation is 0 (the distance is not); past the largest model, the largest
+    σ̄ or the horizon it counts in the same gaps and doublings; a σ̄ below the smallest measured one lies towards
+    the measured non-private plane and is not counted. ``extrapolation_charged`` adds q · it to the prediction,
+    ``calibrated_upper`` q · (1 + distance), and a constant calibration leaves the charge to ``point``."""
+    from dpscaling.law.decision import DEFAULT_DECISION_RULE, DecisionRule
+
+    scale = DistanceScale.of(_grid())  # models 1e4..1e6 (gap ln 10), σ̄ 2^-12..2^-8 (gap ln 4), horizon 400
+    inside = ([10 ** 5.5, 1e5, 1e4], [300.0, 400.0, 10.0], [2.0 ** -9.5, 0.0, 2.0 ** -13])
+    np.testing.assert_array_equal(scale.extrapolation(*inside), [0.0, 0.0, 0.0])
+    assert scale.distance(*inside)[0] > 0
+    assert scale.extrapolation(10 ** 6.5, 300.0, 2.0 ** -10) == pytest.approx(0.5)  # half a gap past 1e6
+    assert scale.extrapolation(10 ** 3.5, 300.0, 2.0 ** -10) == pytest.approx(0.5)  # half a gap below 1e4
+    assert scale.extrapolation(1e5, 300.0, 2.0 ** -6) == pytest.approx(1.0)  # one gap past 2^-8
+    assert scale.extrapolation(1e5, 1600.0, 2.0 ** -10) == pytest.approx(2.0)  # two doublings past 400
+    assert scale.extrapolation(10 ** 6.5, 800.0, 2.0 ** -10) == pytest.approx(math.sqrt(1.25))
+    assert np.isnan(scale.extrapolation(1e5, 300.0, np.nan))
+
+    calibration = Calibration("paper", False, 0.05, ("H", "N"), 2 / 3, 1.0, 0.5, method=DISTANCE_METHOD,
+                              scale=scale)
+    charged, upper = DecisionRule(), DecisionRule("calibrated_upper")
+    assert charged.name == DEFAULT_DECISION_RULE == "extrapolation_charged"
+    between = charged.decide(5.0, calibration, 10 ** 5.5, 300.0, 2.0 ** -10)
+    assert between.score == 5.0 and between.charge == 0.0 and between.applied == "extrapolation_charged"
+    assert upper.decide(5.0, calibration, 10 ** 5.5, 300.0, 2.0 ** -10).score == pytest.approx(5.075)
+    past = charged.decide(5.0, calibration, 1e5, 1600.0, 2.0 ** -10)
+    assert past.charge == pytest.approx(0.1) and past.to_json()["charge_is"] == "extrapolation charge"
+    np.testing.assert_allclose(charged.scores([5.0, 5.0], calibration, [1e5, 1e5], [300.0, 1600.0],
+                                              [2.0 ** -10, 2.0 ** -10]), [5.0, 5.1])
+    constant = Calibration("paper", False, 0.05, ("H",), 0.5, 1.0, 0.0)
+    fallback = charged.decide(5.0, constant, 1e5, 1600.0, 2.0 ** -10)
+    assert fallback.applied == "point" and fallback.score == 5.0 and fallback.charge is None
+    assert "cannot price" in fallback.to_json()["description"]
+    assert upper.decide(5.0, constant, 1e5, 1600.0, 2.0 ** -10).score == pytest.approx(5.05)
+
+
 def _distance_points() -> pd.DataFrame:
     """Two sets, each error 0.2 nats: A one gap from what its fit saw (s = 2), B at a measured point (s = 1)."""
     rows = [{HELD_OUT: name, KIND: NOISE, MODE: "paper", CROSS_ENTROPY: 5.0, PREDICTED: 5.2, ITERATIONS: 100.0,

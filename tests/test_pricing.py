@@ -123,9 +123,10 @@ def test_load_law_on_a_mechanisms_directory_chooses_exactly_as_the_cli(run, mech
     the point prediction alone chooses BandMF, shown beside; the CLI prints the API's choice."""
     law = dpscaling.load_law(mech_run / "law" / "mechanisms")
     assert isinstance(law, LawAcrossMechanisms) and law.mechanisms == ["dpsgd", "bandmf-b4"]
-    choice = law.query(**QUERY)
+    choice = law.query(**QUERY, decision_rule="calibrated_upper")
     status, out, err = run("query", "--law", mech_run / "law" / "mechanisms", "--compute", QUERY["compute"],
-                           "--epsilon", QUERY["epsilon"], "--users", QUERY["users"], "--json")
+                           "--epsilon", QUERY["epsilon"], "--users", QUERY["users"], "--json",
+                           "--decision-rule", "calibrated_upper")
     assert status == 0, err
     printed = json.loads(out)
     assert json.loads(json.dumps(_jsonable(choice.to_json()))) == printed
@@ -169,10 +170,12 @@ def test_a_bundle_records_its_mechanism_sampler_and_adjacency(mech_run, tmp_path
     assert answer.runnable.train_config()["private_model"]["budgets"][0]["mechanism"] == "bandmf-b4"
 
 
-def test_the_upper_rule_charges_extrapolation_where_the_point_prediction_takes_it(mech_run, tmp_path) -> None:
-    """With a distance-scaled calibration (wider per doubling of T past the horizon), the upper rule's runnable
-    has the lowest upper end and the point rule's the lowest predicted loss, each stated in its answer, and the
-    law's point optimum stays beside both."""
+@pytest.mark.parametrize("rule_name", ["extrapolation_charged", "calibrated_upper"])
+def test_a_charging_rule_steps_back_from_the_extrapolation_the_point_prediction_takes(
+        mech_run, tmp_path, rule_name) -> None:
+    """With a distance-scaled calibration (wider per doubling of T past the horizon), each charging rule's
+    runnable has its lowest score and the point rule's the lowest predicted loss, each stated in its answer,
+    and the law's point optimum stays beside both."""
     from dpscaling.law import read_law
     from dpscaling.law.calibration import DISTANCE_METHOD, Calibration, write_calibration
     from dpscaling.law.columns import SOURCE
@@ -188,8 +191,8 @@ def test_the_upper_rule_charges_extrapolation_where_the_point_prediction_takes_i
                                             scale=scale)}, path)
     law = dpscaling.load_law(fit, calibration=path)
     budget = dict(compute=3e13, epsilon=16.0, users=1e6, allow_extrapolation=True)
-    upper, point = law.query(**budget), law.query(**budget, decision_rule="point")
-    rule = DecisionRule("calibrated_upper")
+    upper, point = law.query(**budget, decision_rule=rule_name), law.query(**budget, decision_rule="point")
+    rule = DecisionRule(rule_name)
     calibration = law.bundle.calibration
 
     def score(answer) -> float:
@@ -202,9 +205,10 @@ def test_the_upper_rule_charges_extrapolation_where_the_point_prediction_takes_i
     assert "iterations_beyond_validated" in [flag.code for flag in point.flags]
     with pytest.raises(dpscaling.ExtrapolationRefused):  # the point rule's choice is refused unless allowed
         law.query(**{**budget, "allow_extrapolation": False}, decision_rule="point")
-    assert law.query(**{**budget, "allow_extrapolation": False}).runnable.iterations == upper.runnable.iterations
+    assert law.query(**{**budget, "allow_extrapolation": False},
+                     decision_rule=rule_name).runnable.iterations == upper.runnable.iterations
     assert score(upper) < score(point) and point.predicted_loss < upper.predicted_loss
-    assert upper.to_json()["decision_rule"]["rule"] == "calibrated_upper"
+    assert upper.to_json()["decision_rule"]["rule"] == rule_name
     assert upper.to_json()["law_optimum"]["iterations"] == point.to_json()["law_optimum"]["iterations"]
 
 
@@ -219,7 +223,7 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
     correction = PhysicalBatchCorrection(0.1, 32, 10, 0.01)
     models = ["Synthetic0", "Synthetic1", "Synthetic2"]
     chosen = plan_mechanisms(mech_run / "law" / "mechanisms", budget, models, microbatch_size=8,
-                             correction=correction)
+                             correction=correction, decision_rule="calibrated_upper")
     assert chosen.mechanism == "dpsgd" and chosen.physical_batch_correction == correction
     compared = {row["mechanism"]: row for row in chosen.mechanisms_compared}
     assert compared["bandmf-b4"]["planned"] and compared["bandmf-b4"]["decision"]["score"] > chosen.decision["score"]
@@ -227,6 +231,13 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
     point = plan_mechanisms(mech_run / "law" / "mechanisms", budget, models, microbatch_size=8,
                             correction=correction, decision_rule="point")
     assert point.mechanism == "bandmf-b4" and point.physical_batch_correction == correction
+    # The default charges only extrapolation, which these laws' constant half-widths cannot measure: it falls
+    # back to the point prediction, says so, and BandMF's wider interval costs it nothing.
+    default = plan_mechanisms(mech_run / "law" / "mechanisms", budget, models, microbatch_size=8,
+                              correction=correction)
+    assert default.mechanism == "bandmf-b4" and default.decision["rule"] == "extrapolation_charged"
+    assert default.decision["applied"] == "point" and default.decision["charge"] is None
+    assert default.decision["score"] == default.decision["predicted_loss"]
     assert point.untruncated_sigma == pytest.approx(  # the private run's price, its cyclic-Poisson reduction
         dpscaling.accounting.pricing.price("bandmf-b4", "poisson", 4.0, DELTA, 20_000, point.batch_size,
                                            point.iterations).sigma, rel=0.01)

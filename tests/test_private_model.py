@@ -158,8 +158,8 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("plan", [
-    a_plan(decision={"rule": "calibrated_upper", "applied": "calibrated_upper", "score": 5.3,
-                     "predicted_loss": 5.1, "half_width": 0.2, "flags": []}),
+    a_plan(decision={"rule": "extrapolation_charged", "applied": "extrapolation_charged", "score": 5.3,
+                     "predicted_loss": 5.1, "charge": 0.2, "charge_is": "extrapolation charge", "flags": []}),
     a_plan(Budget(4.0, 1e-6, 1000, 1e11, FixedConfiguration("BertNano", 40, 24)),
            query=dataclasses.replace(QUERY, models=None, candidates=1, fixed=True),
            physical_batch_correction=PhysicalBatchCorrection(0.1, 32, 10, 0.01)),

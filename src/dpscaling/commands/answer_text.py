@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from dpscaling.law.answer_types import Answer
+from dpscaling.law.decision import CHARGES
 from dpscaling.law.mechanisms import MechanismChoice
 from dpscaling.mechanisms import mechanism_named
 
@@ -85,10 +86,10 @@ def render_answer(answer: Answer) -> str:
     if runnable.decision is not None:
         decision = runnable.decision
         lines.append(f"chosen by    {decision.applied}: score {decision.score:.4g}"
-                     + (f" = predicted {decision.predicted_loss:.4g} + half-width {decision.half_width:.3g}"
-                        if decision.half_width is not None else "")
+                     + (f" = predicted {decision.predicted_loss:.4g} + {CHARGES[decision.applied]} "
+                        f"{decision.charge:.3g}" if decision.charge is not None else "")
                      + ("" if decision.applied == decision.rule else
-                        f" ({decision.rule} asked; no calibrated interval in this law)"))
+                        f" ({decision.rule} asked; this law's calibration cannot price it)"))
     if answer.flags:
         lines += [f"flag         {flag.code}: {flag.message}" for flag in answer.flags]
     else:

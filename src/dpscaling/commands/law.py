@@ -162,9 +162,10 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                              "rule chooses (docs/mechanisms.md)")
     parser.add_argument("--decision-rule", choices=DECISION_RULES, default=DEFAULT_DECISION_RULE,
                         help="how the answer is chosen among the law's candidates and mechanisms: "
-                             "calibrated_upper = the lowest upper end of the calibrated 90%% interval (default; "
-                             "charges extrapolation), point = the lowest predicted loss (the paper's criterion); "
-                             "docs/query.md")
+                             "extrapolation_charged = the lowest prediction plus the calibrated interval's growth "
+                             "outside the law's measured range (default), calibrated_upper = the lowest upper end "
+                             "of the calibrated 90%% interval, point = the lowest predicted loss (the paper's "
+                             "criterion); docs/query.md")
     parser.add_argument("--sampling", choices=SAMPLINGS,
                         help="the sampling rule the answer's σ is priced under (default: the law's, the paper's min of "
                              "Poisson and fixed batches; poisson = what the workflow's private runs train)")

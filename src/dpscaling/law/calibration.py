@@ -188,6 +188,15 @@ class Calibration:
         width = self.half_width * scale
         return float(width) if np.ndim(width) == 0 else width
 
+    def extrapolation_charge_at(self, model_size: ArrayLike, iterations: ArrayLike,
+                                noise_batch_ratio: ArrayLike) -> Any:
+        """q · the point's distance outside the law's measured range (nats): how much of the half-width
+        q · s the extrapolation adds; None for a constant calibration, whose width does not grow with it."""
+        if self.scale is None:
+            return None
+        charge = self.half_width * self.scale.extrapolation(model_size, iterations, noise_batch_ratio)
+        return float(charge) if np.ndim(charge) == 0 else charge
+
     def to_json(self) -> dict[str, Any]:
         finite = lambda v: float(v) if math.isfinite(v) else None  # noqa: E731 (JSON has no NaN)
         coverage = finite(self.leave_one_set_out_coverage)

@@ -5,15 +5,21 @@ optimum is kept beside every answer (``law_optimum``) and the paper's figures an
 A prediction far from the law's measured points is less certain than one near them, and a choice on point
 predictions alone prefers exactly those: the lowest prediction among many candidates is the likeliest to
 be an over-optimistic extrapolation (the winner's curse). The calibrated 90% interval
-(:mod:`dpscaling.law.calibration`) measures that uncertainty where the law was validated, and its
-distance-scaled half-width q·s grows with the distance from the measured points, T beyond the horizon
-included. So the default rule charges each candidate its own risk:
+(:mod:`dpscaling.law.calibration`) measures that uncertainty where the law was validated; its
+distance-scaled half-width q·s, s = 1 + the distance from the measured points, grows by q per unit of
+distance, a doubling of T past the horizon included. The rules:
 
-* ``calibrated_upper`` (default): the lowest upper end of the calibrated 90% interval, prediction + q·s at
-  the candidate's (M, T, σ̄): the loss the law can promise with 90% confidence. A candidate beyond the
-  horizon pays q per doubling of T, so a far extrapolation wins only when its predicted gain is larger
-  than what the law's validation says such an extrapolation can miss by. A law without a calibration
-  falls back to ``point``, and the answer says so (``applied``).
+* ``extrapolation_charged`` (default): the lowest expected loss, the prediction plus q · the candidate's
+  distance *outside* the law's measured range (:meth:`dpscaling.law.distance.DistanceScale.extrapolation`).
+  Between measured points the law's held-out errors are unbiased, so the point prediction is the expected
+  loss there and the rule leaves it alone; past the measured range a candidate pays what the law's
+  validation says such an extrapolation can miss by, so a far extrapolation wins only on a larger predicted
+  gain. A law whose calibration has a constant half-width (or none) cannot measure the charge and falls back
+  to ``point``, and the answer says so (``applied``).
+* ``calibrated_upper``: the lowest upper end of the calibrated 90% interval, prediction + q·s: the loss the
+  law can promise with 90% confidence. It also charges the in-range uncertainty, so it prefers configurations
+  near measured points and laws that validate well over a lower expected loss (measured on
+  ``config/mechanisms.yaml``: docs/runs.md). Falls back to ``point`` without a calibration.
 * ``point``: the lowest predicted loss (the paper's criterion).
 
 The same rule picks the query's runnable configuration, the mechanism among several laws, a
@@ -33,14 +39,17 @@ from dpscaling.errors import UserError
 if TYPE_CHECKING:
     from dpscaling.law.calibration import Calibration
 
-UPPER, POINT = "calibrated_upper", "point"
-DECISION_RULES: tuple[str, ...] = (UPPER, POINT)
-DEFAULT_DECISION_RULE = UPPER
+CHARGED, UPPER, POINT = "extrapolation_charged", "calibrated_upper", "point"
+DECISION_RULES: tuple[str, ...] = (CHARGED, UPPER, POINT)
+DEFAULT_DECISION_RULE = CHARGED
 DESCRIPTIONS = {
+    CHARGED: "the lowest predicted loss plus the calibrated interval's growth outside the law's measured range "
+             "(q per unit of distance past the measured models, σ̄ columns and horizon; nothing in between)",
     UPPER: "the lowest upper end of the calibrated 90% interval (prediction + its half-width at the "
            "configuration, wider far from the law's measured points)",
     POINT: "the lowest predicted loss (the paper's criterion)",
 }
+CHARGES = {CHARGED: "extrapolation charge", UPPER: "half-width"}  # what each rule adds to the prediction
 
 
 @dataclass(frozen=True)
@@ -48,16 +57,17 @@ class Decision:
     """A rule's score of one configuration: what it asked, what it could apply, and the parts."""
 
     rule: str  # asked
-    applied: str  # what scored: the rule, or ``point`` where the law has no calibration
-    score: float  # lower is better
+    applied: str  # what scored: the rule, or ``point`` where the law cannot price the rule's charge
+    score: float  # lower is better: predicted_loss + charge
     predicted_loss: float
-    half_width: float | None  # the calibrated half-width at the configuration (``calibrated_upper``)
+    charge: float | None  # what the applied rule added (None under ``point``): see :data:`CHARGES`
 
     def to_json(self) -> dict[str, Any]:
         note = ("" if self.applied == self.rule
-                else "; this law has no calibrated interval, so the point prediction scored it")
+                else "; this law's calibration cannot price that, so the point prediction scored it")
         return {"rule": self.rule, "applied": self.applied, "description": DESCRIPTIONS[self.rule] + note,
-                "score": self.score, "predicted_loss": self.predicted_loss, "half_width": self.half_width}
+                "score": self.score, "predicted_loss": self.predicted_loss, "charge": self.charge,
+                "charge_is": CHARGES.get(self.applied)}
 
 
 @dataclass(frozen=True)
@@ -71,24 +81,36 @@ class DecisionRule:
             raise UserError(f"--decision-rule: must be one of {DECISION_RULES}, got {self.name!r}")
 
     def applied(self, calibration: Calibration | None) -> str:
-        return self.name if self.name == POINT or calibration is not None else POINT
+        """The rule that can score under ``calibration``: the charge needs a calibration, and the
+        extrapolation charge one whose half-width grows with the distance."""
+        if calibration is None or (self.name == CHARGED and calibration.scale is None):
+            return POINT
+        return self.name
+
+    def charges(self, calibration: Calibration | None, model_size: ArrayLike, iterations: ArrayLike,
+                noise_batch_ratio: ArrayLike) -> Any:
+        """What the applied rule adds to each configuration's prediction; None under ``point``."""
+        applied = self.applied(calibration)
+        if applied == POINT:
+            return None
+        if applied == UPPER:
+            return calibration.half_width_at(model_size, iterations, noise_batch_ratio)
+        return calibration.extrapolation_charge_at(model_size, iterations, noise_batch_ratio)
 
     def scores(self, predicted: ArrayLike, calibration: Calibration | None, model_size: ArrayLike,
                iterations: ArrayLike, noise_batch_ratio: ArrayLike) -> np.ndarray:
         """The score of each configuration (NaN where the prediction is)."""
+        charge = self.charges(calibration, model_size, iterations, noise_batch_ratio)
         predicted = np.asarray(predicted, float)
-        if self.applied(calibration) == POINT:
-            return predicted
-        return predicted + np.asarray(calibration.half_width_at(model_size, iterations, noise_batch_ratio), float)
+        return predicted if charge is None else predicted + np.asarray(charge, float)
 
     def decide(self, predicted: float, calibration: Calibration | None, model_size: float, iterations: float,
                noise_batch_ratio: float) -> Decision:
         """The :class:`Decision` of one configuration."""
-        applied = self.applied(calibration)
-        width = (None if applied == POINT
-                 else float(calibration.half_width_at(model_size, iterations, noise_batch_ratio)))
-        score = float(predicted) + (width or 0.0)
-        return Decision(self.name, applied, score, float(predicted), width)
+        charge = self.charges(calibration, model_size, iterations, noise_batch_ratio)
+        charge = None if charge is None else float(charge)
+        return Decision(self.name, self.applied(calibration), float(predicted) + (charge or 0.0), float(predicted),
+                        charge)
 
 
 def rule_named(name: str | DecisionRule | None) -> DecisionRule:

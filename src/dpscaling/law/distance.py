@@ -20,6 +20,12 @@ An axis with fewer than two measured values has no gap and adds nothing: the law
 
 The interval's scale is s = 1 + distance (:meth:`DistanceScale.scale`): the error at a measured point is
 taken as half that one gap away. :mod:`dpscaling.law.calibration` calibrates |measured − predicted| / s.
+
+The **extrapolation** (:meth:`DistanceScale.extrapolation`) is the part of that distance that lies outside
+the measured range: along log M and log σ̄ the distance past the largest or smallest measured value (0
+between them), along T the doublings past the horizon. It is what the decision rule
+``extrapolation_charged`` charges (:mod:`dpscaling.law.decision`). A σ̄ below the smallest measured σ̄ > 0
+is not counted: it lies between that column and the non-private plane σ̄ = 0, which the grid measures.
 """
 
 from __future__ import annotations
@@ -81,6 +87,17 @@ def _nearest(values: np.ndarray, nodes: tuple[float, ...], gap: float) -> np.nda
         return np.min(np.abs(np.log(values)[..., None] - logs), axis=-1) / gap
 
 
+def _outside(values: np.ndarray, nodes: tuple[float, ...], gap: float, below: bool = True) -> np.ndarray:
+    """|ln value − ln (value clipped to the nodes' range)| / gap (not below the range unless ``below``); 0
+    where the axis has no gap or no node."""
+    if not nodes or not math.isfinite(gap) or gap <= 0:
+        return np.zeros(values.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(values)
+        low, high = math.log(min(nodes)), math.log(max(nodes))
+        return (np.maximum(logs - high, 0.0) + (np.maximum(low - logs, 0.0) if below else 0.0)) / gap
+
+
 @dataclass(frozen=True)
 class DistanceScale:
     """The distance from a law's measured points (module docstring) and the interval's scale s = 1 + it."""
@@ -104,6 +121,19 @@ class DistanceScale:
         along_model = _nearest(m, seen.model_sizes, self.model_size_gap)
         along_noise = np.where(s > 0, _nearest(np.where(s > 0, s, 1.0), seen.noise_batch_ratios,
                                                self.noise_batch_ratio_gap), np.where(s == 0, 0.0, np.nan))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            beyond_horizon = np.maximum(np.log2(t / seen.horizon), 0.0)
+        return np.sqrt(along_model ** 2 + along_noise ** 2 + beyond_horizon ** 2)
+
+    def extrapolation(self, model_size: ArrayLike, iterations: ArrayLike, noise_batch_ratio: ArrayLike) -> np.ndarray:
+        """Each point's distance outside the law's measured range (module docstring), in the same units as
+        :meth:`distance`: 0 for any point the law interpolates; NaN where an input is NaN."""
+        seen = self.measured
+        m, t, s = np.broadcast_arrays(*(np.asarray(v, float) for v in (model_size, iterations, noise_batch_ratio)))
+        along_model = _outside(m, seen.model_sizes, self.model_size_gap)
+        along_noise = np.where(s > 0, _outside(np.where(s > 0, s, 1.0), seen.noise_batch_ratios,
+                                               self.noise_batch_ratio_gap, below=False),
+                               np.where(s == 0, 0.0, np.nan))
         with np.errstate(divide="ignore", invalid="ignore"):
             beyond_horizon = np.maximum(np.log2(t / seen.horizon), 0.0)
         return np.sqrt(along_model ** 2 + along_noise ** 2 + beyond_horizon ** 2)
