@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -195,10 +196,10 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     assert "adam_eps" not in ablation_training(config, 8)
     assert ablation_training(changed, 8)["adam_eps"] == 1.0e-4
     # One set of defaults: TrainConfig's are the schema's.
-    from dpscaling.train.config import CONFIG_KEYS, TrainConfig
+    from dpscaling.train.config import TrainConfig, config_keys
 
     schema = yaml.safe_load(Path(SCHEMA).read_text())["properties"]
-    for name, key in CONFIG_KEYS.items():
+    for name, key in config_keys().items():
         block, leaf = key.split(".")
         assert getattr(TrainConfig(), name) == schema[block]["properties"][leaf]["default"], name
     assert "does not state" in schema["training"]["properties"]["adam_eps"]["description"]
@@ -391,3 +392,61 @@ def test_unknown_corpus_sources_are_refused_when_the_workflow_loads() -> None:
     unknown = validated({**base, "data": {**base["data"], "sources": ["poetry"]}})
     with pytest.raises(UserError, match=r"data\.sources: \['poetry'\] not among the corpus's sources"):
         corpus_spec(unknown, repo=REPO)
+
+
+def test_a_new_config_key_is_one_edit_of_the_schema(tmp_path) -> None:
+    """A throw-away key added to a copy of the library's tree by one edit of the schema (its type, default and
+    roles) is validated, filled, typed on the block and reaches the jobs its roles say; nothing else edited."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(REPO / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
+    schema = tmp_path / "workflow" / "schemas" / "config.schema.yaml"
+    text = schema.read_text(encoding="utf-8")
+    anchor = "      output_bias:\n"
+    assert text.count(anchor) == 1
+    schema.write_text(text.replace(anchor, "      throwaway:\n        type: integer\n        minimum: 0\n"
+                                           "        default: 3\n        x-roles: [late]\n"
+                                           "        description: a key that exists only in this test\n" + anchor),
+                      encoding="utf-8")  # the one edit
+    changed = [path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if path.is_file()
+               and path.read_bytes() != (REPO / path.relative_to(tmp_path)).read_bytes()]
+    assert changed == ["workflow/schemas/config.schema.yaml"]
+    script = """
+import json, sys, yaml
+from dpscaling.config.blocks import config_yaml, load_config
+from dpscaling.config.schema import validate_config
+from dpscaling.config.training_blocks import TrainingBlock
+from dpscaling.errors import UserError
+seen = {}
+for value in (None, 5, -1):
+    config = yaml.safe_load(open(sys.argv[1]))
+    if value is not None:
+        config["training"]["throwaway"] = value
+    try:
+        validate_config(config)
+    except UserError as error:
+        seen[str(value)] = str(error)
+        continue
+    run = load_config(config)
+    seen[str(value)] = {"field": run.training.throwaway,
+                        "grid": run.training.job_params(run.accounting.delta).get("throwaway"),
+                        "private": TrainingBlock.private_params(config["training"]).get("throwaway"),
+                        "ablation": run.ablation_batch.training(run.training, 8).get("throwaway"),
+                        "effective": "throwaway: " in config_yaml(run)}
+print(json.dumps(seen))
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(REPO / "config" / "config.yaml")], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # At its default a late key is in no grid or ablation job's param (nothing reruns), and is a private run's.
+    assert seen["None"] == {"field": 3, "grid": None, "private": 3, "ablation": None, "effective": True}
+    assert seen["5"] == {"field": 5, "grid": 5, "private": 5, "ablation": 5, "effective": True}
+    assert "'training.throwaway'" in seen["-1"] and "minimum" in seen["-1"]
+    # The repository's own schema does not know the key, and says so by name.
+    with pytest.raises(UserError, match="throwaway"):
+        validated({"training": {"throwaway": 5}})

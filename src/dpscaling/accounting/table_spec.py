@@ -23,28 +23,36 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpscaling.config.schema import default as schema_default
 from dpscaling.errors import UserError
 
 if TYPE_CHECKING:  # the config's block, for the annotations only
     from dpscaling.config.analysis_blocks import AccountingBlock
 
 
+def _table(key: str) -> Any:
+    """The schema's default of ``accounting.table.<key>`` (``accounting.<key>`` for delta): declared once."""
+    return schema_default(f"accounting.{key}" if key == "delta" else f"accounting.table.{key}")
+
+
 @dataclass(frozen=True)
 class TableSpec:
-    epsilon_min: float = 2.0**-8         # an octave below the smallest ε queried (2^-7), see above
-    epsilon_max: float = 2.0**20        # ≥ 1e6, the largest ε a figure queries
-    epsilon_per_octave: int = 4          # ε grid step 2^(1/4)
-    steps_min: int = 100
-    steps_max: int = 128_000
-    steps_per_octave: int = 1            # T grid evenly log-spaced, steps ≤ 2^(1/r), rounded
-    q_min_log2: int = -20                # q from 2^q_min_log2 ...
-    q_per_octave: int = 1                # ... to 1, step 2^(1/q_per_octave)
-    delta: float = 1e-8
-    accountant: str = "pld"              # "pld" (tight) or "rdp" (loose, explicit)
-    sigma_per_octave: int = 2            # σ lattice of the sweep (not a table axis), refined locally
-    discretisation_fraction: float = 0.1
-    max_points: int = 2_000_000          # single-step PLD bins before refusing a σ (cost of the corner)
-    q_per_chunk: int = 1                 # q values per Snakemake job
+    """The σ table's grid and settings (their defaults, and why: the schema's ``accounting.table``)."""
+
+    epsilon_min: float = _table("epsilon_min")
+    epsilon_max: float = _table("epsilon_max")
+    epsilon_per_octave: int = _table("epsilon_per_octave")
+    steps_min: int = _table("steps_min")
+    steps_max: int = _table("steps_max")
+    steps_per_octave: int = _table("steps_per_octave")  # T grid evenly log-spaced, steps ≤ 2^(1/r), rounded
+    q_min_log2: int = _table("q_min_log2")  # q from 2^q_min_log2 ...
+    q_per_octave: int = _table("q_per_octave")  # ... to 1, step 2^(1/q_per_octave)
+    delta: float = _table("delta")
+    accountant: str = _table("accountant")  # "pld" (tight) or "rdp" (loose, explicit)
+    sigma_per_octave: int = _table("sigma_per_octave")  # σ lattice of the sweep (not a table axis), refined locally
+    discretisation_fraction: float = _table("discretisation_fraction")
+    max_points: int = _table("max_points")  # single-step PLD bins before refusing a σ (cost of the corner)
+    q_per_chunk: int = _table("q_per_chunk")  # q values per Snakemake job
     # A mechanism's table (dpscaling.mechanisms): amplified BandMF with b bands at (T, q) is Poisson DP-SGD at
     # (⌈T/b⌉, b·q) (jax-privacy's amplified_bandmf_event); b·q > 1 has no such run (σ NaN). 1 = DP-SGD.
     bands: int = 1

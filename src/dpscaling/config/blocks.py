@@ -14,10 +14,9 @@ is trained) and :mod:`dpscaling.config.analysis_blocks` (what is computed from t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from dpscaling.config.block import Block, plain
+from dpscaling.config.block import Block, from_schema, plain
 from dpscaling.config.analysis_blocks import (
     AccountingBlock, AuditBlock, ExplorerBlock, FitBlock, PrivateModelBlock, SavingsBlock)
 from dpscaling.config.training_blocks import (
@@ -27,7 +26,7 @@ from dpscaling.config.training_blocks import (
 # ------------------------------------------------------------------------------------------- the run
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("")
 class RunConfig(Block):
     """The whole validated config."""
 
@@ -36,24 +35,6 @@ class RunConfig(Block):
         "learning_rate_protocol": LearningRateProtocolBlock, "accounting": AccountingBlock,
         "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock,
         "savings": SavingsBlock, "explorer": ExplorerBlock, "finetune": FinetuneBlock}
-    run_name: str
-    host_threads: int
-    compilation_cache: str | None
-    deterministic_gpu_ops: bool
-    results_csv: str | None
-    data: DataBlock
-    models: ModelsBlock
-    training: TrainingBlock
-    learning_rate_protocol: LearningRateProtocolBlock
-    accounting: AccountingBlock
-    fit: FitBlock
-    analysis: Mapping[str, Any]  # typed by dpscaling.figures.settings.analysis_settings_of
-    ablation_batch: AblationBlock
-    audit: AuditBlock
-    private_model: PrivateModelBlock
-    savings: SavingsBlock
-    explorer: ExplorerBlock
-    finetune: FinetuneBlock | None = None  # no schema default: absent unless set
 
     @property
     def root(self) -> str:

@@ -1,11 +1,12 @@
-"""What each field of a config block (or of a settings dataclass) reaches: its declared roles.
+"""What each key of a config block (or field of a settings dataclass) reaches: its declared roles.
 
-Each field of the ``training`` block (:mod:`dpscaling.config.blocks`) declares its roles (``role(...)``);
-every job's ``training`` param is derived from them: the main grid's (``TrainingBlock.job_params``), the
-private runs' (``TrainingBlock.private_params``) and the physical-batch ablation's
-(``AblationBlock.training``). A field without a role is a parameter of every grid and private job.
-Snakemake reruns a job whose params change, so a new field must say where it goes: see each role. The
-``ablation_batch`` block and the figures' settings declare theirs the same way.
+Each key of the ``training`` block declares its roles in the schema (``x-roles``, with ``x-position`` where a
+param was first written in another order); :func:`dpscaling.config.block.from_schema` puts them on the block's
+fields. Every job's ``training`` param is derived from them: the main grid's (``TrainingBlock.job_params``), the
+private runs' (``TrainingBlock.private_params``) and the physical-batch ablation's (``AblationBlock.training``).
+A key without a role is a parameter of every grid and private job. Snakemake reruns a job whose params change,
+so a new key must say where it goes: see each role. The ``ablation_batch`` block declares its keys' roles the
+same way, and the figures' settings dataclass with :func:`role`.
 """
 
 from __future__ import annotations

@@ -6,14 +6,12 @@ with the training params each job's rule passes (:meth:`TrainingBlock.job_params
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dpscaling.config.block import Block
+from dpscaling.config.block import Block, from_schema
 from dpscaling.config.roles import (
-    ABLATION_OWN, ABLATION_SHARED, FIGURE_RUNS, GRID_AXIS, LATE, MODEL_START, PRIVATE_RUNS, SELECTS_JOBS, fields_with,
-    role)
+    ABLATION_OWN, ABLATION_SHARED, GRID_AXIS, LATE, MODEL_START, PRIVATE_RUNS, SELECTS_JOBS, fields_with)
 from dpscaling.errors import UserError
 
 
@@ -22,25 +20,9 @@ from dpscaling.errors import UserError
 VENDORED_VOCAB_SIZES = {"bert-base-uncased": 30522, "wordpiece-core-8192": 8192}  # resources/vocab/
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("data")
 class DataBlock(Block):
     NAME: ClassVar[str] = "data"
-    source: str
-    paths: tuple[str, ...]
-    text_column: str
-    hf_dataset: str | None
-    hf_config: str | None
-    hf_split: str
-    max_documents: int | None
-    sources: tuple[str, ...] | None = None  # no schema default: absent unless set (results before it stay)
-    public_sources: tuple[str, ...] | None = None  # the public domain beside the private one (likewise)
-    tokenizer: str
-    vocab_size: int | None
-    vocab_file: str | None
-    seq_len: int
-    heldout_fraction: float
-    split_seed: int
-    shard_sequences: int
 
     def model_vocab_size(self) -> int:
         """The vocabulary size models are built with: ``vocab_size`` when the data stage trains the
@@ -59,35 +41,26 @@ class DataBlock(Block):
 # -------------------------------------------------------------------------------------------- models
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("models.custom.*")
 class CustomModel(Block):
     """A ``models.custom`` entry: a model of free shape in one family (absent ``family`` = ``bert``)."""
 
-    layers: int
-    heads: int
-    hidden: int
-    intermediate: int | None = None
-    family: str | None = None
 
-
-@dataclass(frozen=True, kw_only=True)
+@from_schema("models")
 class ModelsBlock(Block):
+    """``models``."""
+
     NAME: ClassVar[str] = "models"
     NESTED_MAPS: ClassVar[Mapping[str, type[Block]]] = {"custom": CustomModel}
-    names: tuple[str, ...]
-    custom: Mapping[str, CustomModel]
 
 
 # ------------------------------------------------------------------------------------------ training
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("training.repeat_points[]")
 class GridPoint(Block):
     """A point of the main grid (training.repeat_points, fit.physical_batch_correction.points)."""
 
-    model: str
-    noise_batch_ratio: float
-    learning_rate: float | str  # a rate, or TUNED: the model's protocol rate
 
 
 # training.learning_rates (and a grid point's learning_rate) when the learning-rate protocol chooses the rates.
@@ -98,38 +71,12 @@ TUNED = "tuned"
 LATE_EXTRA = {"delta": "accounting.delta"}
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("training")
 class TrainingBlock(Block):
+    """``training``."""
+
     NAME: ClassVar[str] = "training"
     NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"repeat_points": GridPoint}
-    noise_batch_ratios: tuple[float, ...] = role(GRID_AXIS)
-    learning_rates: tuple[float, ...] | str = role(GRID_AXIS)  # or TUNED (dpscaling.rate_protocol)
-    seq_lens: tuple[int, ...] | None = role(SELECTS_JOBS)
-    physical_batch: int = role(GRID_AXIS)
-    seed: int
-    repeat_seeds: tuple[int, ...] = role(SELECTS_JOBS)
-    repeat_points: tuple[GridPoint, ...] = role(SELECTS_JOBS)
-    steps: int
-    warmup_steps: int
-    decay_steps: int
-    decay_factor: float = role(ABLATION_SHARED, position=0)
-    log_every: int
-    checkpoint_every: int
-    mask_rate: float = role(ABLATION_SHARED, position=3)
-    clip_norm: float = role(ABLATION_SHARED, position=1)
-    microbatch_size: int | None
-    adam_b1: float = role(LATE)
-    adam_b2: float = role(LATE)
-    adam_eps: float = role(LATE)
-    allow_repeats: bool = role(LATE)
-    clipping: str = role(ABLATION_SHARED, position=2)
-    sampling: str = role(LATE, PRIVATE_RUNS)
-    truncated_batch_size: int | None = role(LATE, PRIVATE_RUNS)
-    accountant: str | None = role(LATE, PRIVATE_RUNS)
-    mechanisms: tuple[str, ...] = role(SELECTS_JOBS)
-    mechanism_learning_rates: Mapping[str, tuple[float, ...]] = role(SELECTS_JOBS)
-    bandmf_strategy: str = role(LATE)
-    output_bias: str = role(LATE, MODEL_START)
 
     @property
     def tuned(self) -> bool:
@@ -172,18 +119,12 @@ class TrainingBlock(Block):
         return {key: value for key, value in training.items() if key not in grid}
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("learning_rate_protocol")
 class LearningRateProtocolBlock(Block):
     """``learning_rate_protocol``: the rates tried per model, the runs' horizon and the choice rule's settings
     (:mod:`dpscaling.rate_protocol`)."""
 
     NAME: ClassVar[str] = "learning_rate_protocol"
-    ladder: tuple[float, ...]
-    steps: int
-    window: int
-    tolerance: float
-    rates_below: int
-    rates_above: int
 
     def __post_init__(self) -> None:
         check_ladder(self.ladder)  # the library's callers get the schema's refusal too
@@ -200,36 +141,23 @@ class LearningRateProtocolBlock(Block):
 # ------------------------------------------------------------------------------------------ ablation
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("ablation_batch.sweep")
 class Sweep(Block):
-    noise_batch_ratio: float
-    learning_rates: tuple[float, ...]
+    """``ablation_batch.sweep``."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("private_model.evaluation")
 class Evaluation(Block):
-    examples: int
-    batch_size: int
-    seed: int
+    """How the final models are scored: ``private_model.evaluation`` (``savings.evaluation`` is the same node),
+    and ``ablation_batch.evaluation`` with the same keys."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("ablation_batch")
 class AblationBlock(Block):
+    """``ablation_batch``."""
+
     NAME: ClassVar[str] = "ablation_batch"
     NESTED: ClassVar[Mapping[str, type[Block]]] = {"sweep": Sweep, "evaluation": Evaluation}
-    model: str = role(FIGURE_RUNS)
-    noise_batch_ratios: tuple[float, ...] = role(FIGURE_RUNS)
-    physical_batches: tuple[int, ...] = role(FIGURE_RUNS)
-    seeds: tuple[int, ...] = role(FIGURE_RUNS)
-    learning_rate: float = role(FIGURE_RUNS)
-    steps: int = role(ABLATION_OWN)
-    warmup_steps: int = role(ABLATION_OWN)
-    decay_steps: int = role(ABLATION_OWN)
-    log_every: int = role(ABLATION_OWN)
-    checkpoint_every: int = role(ABLATION_OWN)
-    microbatch_size: int | None
-    sweep: Sweep = role(FIGURE_RUNS)
-    evaluation: Evaluation
 
     def training(self, training: TrainingBlock, batch: int) -> dict[str, Any]:
         """The ``training`` param of an ablation job at physical batch ``batch``: the ablation's own
@@ -259,25 +187,18 @@ def _default_delta() -> float:
 # ------------------------------------------------------------------------------------------ finetune
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("finetune.pretrain")
 class PretrainBlock(Block):
-    steps: int
-    warmup_steps: int
-    physical_batch: int
-    learning_rate: float
-    seed: int
+    """``finetune.pretrain``."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@from_schema("finetune")
 class FinetuneBlock(Block):
     """DP fine-tuning from public pretraining (docs/finetune.md); the private domain is ``data.sources``, the
     public one ``data.public_sources``."""
 
     NAME: ClassVar[str] = "finetune"
     NESTED: ClassVar[Mapping[str, type[Block]]] = {"pretrain": PretrainBlock}
-    pretrain: PretrainBlock
-    learning_rates: tuple[float, ...]
-    checkpoints: Mapping[str, str]
 
     def pretrain_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
         """A pretraining job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`) with this

@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from dpscaling.config.block import plain
 from dpscaling.config.roles import LATE, fields_with, role
+from dpscaling.config.schema import default as schema_default
 from dpscaling.errors import UserError
 
 if TYPE_CHECKING:  # the config's block, for the annotations only
     from dpscaling.config.blocks import RunConfig
 
-PAPER_DATA_BUDGETS = (1e6, 1e7, 1e8, 1e9)
-PAPER_PRIVACY_BUDGETS = (1.0, 4.0, 16.0, 64.0)
 
 
 @dataclass(frozen=True)
@@ -36,69 +35,85 @@ class VulnerabilityPanel:
     model_size: float
 
 
+def _typed(key: str, value: Any) -> Any:
+    """An ``analysis`` key's value as the settings hold it: lists as tuples, the figures' entries as theirs."""
+    if key == "baselines":
+        return tuple(Baseline(str(b["model"]), float(b["iterations"])) for b in value)
+    if key == "vulnerability_panels":
+        return tuple(VulnerabilityPanel(float(p["compute"]), float(p["model_size"])) for p in value)
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def _analysis(key: str) -> Any:
+    """The schema's default of ``analysis.<key>``, typed (:func:`_typed`): the defaults are declared once."""
+    return _typed(key, schema_default(f"analysis.{key}"))
+
+
 @dataclass(frozen=True)
 class AnalysisSettings:
+    """The ``analysis`` block, typed; every default is the schema's (the paper's values, and why, are its
+    descriptions)."""
+
     # Compute budgets: `compute_count` log-spaced in [min, max]; None = derived from the law
     # (smallest model · first iteration · physical batch … largest · last iteration · 1024 × physical batch).
-    compute_min: float | None = None
-    compute_max: float | None = None
-    compute_count: int = 60
-    near_optimal_tolerance: float = 0.01
+    compute_min: float | None = _analysis("compute_min")
+    compute_max: float | None = _analysis("compute_max")
+    compute_count: int = _analysis("compute_count")
+    near_optimal_tolerance: float = schema_default("fit.near_optimal_tolerance")  # the fit's, not an analysis key
     # fig:compute_allocation_selection (data budget) and its extension over data budgets.
-    allocation_data_budget: float = 1e8
-    data_budgets: tuple[float, ...] = PAPER_DATA_BUDGETS
-    privacy_budgets: tuple[float, ...] = PAPER_PRIVACY_BUDGETS
+    allocation_data_budget: float = _analysis("allocation_data_budget")
+    data_budgets: tuple[float, ...] = _analysis("data_budgets")
+    privacy_budgets: tuple[float, ...] = _analysis("privacy_budgets")
     # fig:vary_compute_and_privacy: one panel per ε, one line per data budget.
-    vary_compute_privacy_budgets: tuple[float, ...] = (1.0, 8.0)
+    vary_compute_privacy_budgets: tuple[float, ...] = _analysis("vary_compute_privacy_budgets")
     # fig:token_model_ratios: ε = 10^0 … 10^6 and ∞ at one data budget.
-    token_ratio_data_budget: float = 1e7
-    token_ratio_privacy_budgets: tuple[float, ...] = (1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6)
+    token_ratio_data_budget: float = _analysis("token_ratio_data_budget")
+    token_ratio_privacy_budgets: tuple[float, ...] = _analysis("token_ratio_privacy_budgets")
     # table:inflection_points
-    table_data_budgets: tuple[float, ...] = (1e5, 1e6, 1e7, 1e8, 1e9)
+    table_data_budgets: tuple[float, ...] = _analysis("table_data_budgets")
     # fig:full_grid: defaults (bold in the caption) and the values each row varies.
-    grid_privacy_budget: float = 4.0
-    grid_data_budget: float = 1e7
-    grid_compute: float = 1e19
-    grid_compute_budgets: tuple[float, ...] = (1e17, 1e19, 1e21, 1e23)
+    grid_privacy_budget: float = _analysis("grid_privacy_budget")
+    grid_data_budget: float = _analysis("grid_data_budget")
+    grid_compute: float = _analysis("grid_compute")
+    grid_compute_budgets: tuple[float, ...] = _analysis("grid_compute_budgets")
     # fig:baseline_compare: fixed configurations at `baseline_compute`, vs compute-optimal
     # at `baseline_compute` and `baseline_reduced_compute`, over ε = 2^0 … 2^13.
-    baseline_compute: float = 1e19
-    baseline_reduced_compute: float = 2e18
-    baseline_data_budget: float = 1e7
-    baseline_privacy_budgets: tuple[float, ...] = tuple(2.0**k for k in range(14))
-    baselines: tuple[Baseline, ...] = (Baseline("BertLarge", 7500), Baseline("BertMedium", 5000),
-                                       Baseline("BertTiny", 2500))
+    baseline_compute: float = _analysis("baseline_compute")
+    baseline_reduced_compute: float = _analysis("baseline_reduced_compute")
+    baseline_data_budget: float = _analysis("baseline_data_budget")
+    baseline_privacy_budgets: tuple[float, ...] = _analysis("baseline_privacy_budgets")
+    baselines: tuple[Baseline, ...] = _analysis("baselines")
     # fig:vector_fields (pure accounting): T fixed; panel (a) N fixed, (b) ε fixed, (c) B fixed.
-    vector_iterations: float = 16000
-    vector_data_budget: float = 2.0**24
-    vector_privacy_budget: float = 4.0
-    vector_batch_size: float = 65536
-    vector_log2_batch_range: tuple[int, int] = (10, 20)
-    vector_log2_data_range: tuple[int, int] = (20, 30)
-    vector_log2_epsilon_range: tuple[int, int] = (-2, 6)
+    vector_iterations: float = _analysis("vector_iterations")
+    vector_data_budget: float = _analysis("vector_data_budget")
+    vector_privacy_budget: float = _analysis("vector_privacy_budget")
+    vector_batch_size: float = _analysis("vector_batch_size")
+    vector_log2_batch_range: tuple[int, int] = _analysis("vector_log2_batch_range")
+    vector_log2_data_range: tuple[int, int] = _analysis("vector_log2_data_range")
+    vector_log2_epsilon_range: tuple[int, int] = _analysis("vector_log2_epsilon_range")
     # fig:excess-vulnerability: (ε, δ) fixed; the caption's three (compute, model size) settings.
-    vulnerability_privacy_budget: float = 8.0
-    vulnerability_data_budget: float = 1e7  # not stated in the paper; the data budget of its other N=1e7 figures
-    vulnerability_panels: tuple[VulnerabilityPanel, ...] = (
-        VulnerabilityPanel(6e17, 4e6), VulnerabilityPanel(6.3e19, 2e8), VulnerabilityPanel(2.5e20, 2e8))
-    vulnerability_batch_count: int = 16
+    vulnerability_privacy_budget: float = _analysis("vulnerability_privacy_budget")
+    # not stated in the paper; the data budget of its other N=1e7 figures
+    vulnerability_data_budget: float = _analysis("vulnerability_data_budget")
+    vulnerability_panels: tuple[VulnerabilityPanel, ...] = _analysis("vulnerability_panels")
+    vulnerability_batch_count: int = _analysis("vulnerability_batch_count")
     # fig:smoothing and fig:training (raw curves): models and σ̄ values shown.
-    smoothing_model: str | None = None  # None = the smallest model
-    smoothing_noise_batch_ratio: float = 0.5**15
-    smoothing_iterations: float = 32000
-    training_models: tuple[str, ...] = ("BertTiny", "BertMedium")
-    training_noise_batch_ratios: tuple[float, ...] = (0.5**20, 0.5**15, 0.5**10)
+    smoothing_model: str | None = _analysis("smoothing_model")  # None = the smallest model
+    smoothing_noise_batch_ratio: float = _analysis("smoothing_noise_batch_ratio")
+    smoothing_iterations: float = _analysis("smoothing_iterations")
+    training_models: tuple[str, ...] = _analysis("training_models")
+    training_noise_batch_ratios: tuple[float, ...] = _analysis("training_noise_batch_ratios")
     # Parametric figure: σ̄ values of the optimal-model-size lines.
-    parametric_noise_batch_ratios: tuple[float, ...] = (0.5**20, 0.5**15, 0.5**10, 0.5**6)
+    parametric_noise_batch_ratios: tuple[float, ...] = _analysis("parametric_noise_batch_ratios")
     # fig:seq_len_tradeoff and the sequence-length finding (not in the paper; runs with several
     # training.seq_lens): what one privacy unit is, the data budget in that unit (None: allocation_data_budget
     # units at the primary length, i.e. allocation_data_budget · data.seq_len tokens or allocation_data_budget
     # users), and the privacy budgets drawn beside the non-private optimum. Added after figures existed
     # (role LATE): in the figures' params only where not at their default.
-    privacy_unit: str = role(LATE, default="sequence")
-    seq_len_tokens: float | None = role(LATE, default=None)
-    seq_len_users: float | None = role(LATE, default=None)
-    seq_len_privacy_budgets: tuple[float, ...] = role(LATE, default=(1.0, 8.0))
+    privacy_unit: str = role(LATE, default=_analysis("privacy_unit"))
+    seq_len_tokens: float | None = role(LATE, default=_analysis("seq_len_tokens"))
+    seq_len_users: float | None = role(LATE, default=_analysis("seq_len_users"))
+    seq_len_privacy_budgets: tuple[float, ...] = role(LATE, default=_analysis("seq_len_privacy_budgets"))
 
     def __post_init__(self) -> None:
         if self.compute_count < 2:
@@ -128,16 +143,7 @@ class AnalysisSettings:
         unknown = sorted(set(values) - known)
         if unknown:
             raise UserError(f"analysis: unknown key(s) {unknown}; accepted keys: {sorted(known)}")
-        converted: dict[str, Any] = {}
-        for key, value in values.items():
-            if key == "baselines":
-                value = tuple(Baseline(str(b["model"]), float(b["iterations"])) for b in value)
-            elif key == "vulnerability_panels":
-                value = tuple(VulnerabilityPanel(float(p["compute"]), float(p["model_size"])) for p in value)
-            elif isinstance(value, list):
-                value = tuple(value)
-            converted[key] = value
-        return cls(**converted)
+        return cls(**{key: _typed(key, value) for key, value in values.items()})
 
     def to_mapping(self) -> dict[str, Any]:
         """The settings as plain data; keys added after figures existed (role ``LATE``) only where they differ

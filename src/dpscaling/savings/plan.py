@@ -29,7 +29,8 @@ from typing import Any
 
 from dpscaling.errors import UserError
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY
-from dpscaling.law.decision import DEFAULT_DECISION_RULE, rule_named
+from dpscaling.config.schema import default
+from dpscaling.law.decision import rule_named
 from dpscaling.law.queries import compute_cost
 from dpscaling.law.runnable import ModelShape, whole_batch, whole_steps
 from dpscaling.plans import Budget, PrivatePlan
@@ -63,7 +64,8 @@ class BaselineStyle:
 
 @dataclass(frozen=True)
 class SavingsSettings:
-    """The ``savings`` config block, typed."""
+    """The ``savings`` config block, typed and checked beyond the schema; a key left out takes the schema's
+    default."""
 
     budgets: tuple[Budget, ...]
     fractions: tuple[float, ...]
@@ -72,21 +74,21 @@ class SavingsSettings:
     neighbours: tuple[str, ...]
     neighbour_factor: float
     physical_batch_correction: bool
-    decision_rule: str = DEFAULT_DECISION_RULE
+    decision_rule: str
 
     @classmethod
     def from_mapping(cls, block: Mapping[str, Any], default_delta: float) -> SavingsSettings:
         budgets = tuple(read_budgets(block, default_delta, BLOCK))
         if any(budget.configuration is not None for budget in budgets):
             raise UserError(f"{BLOCK}.budgets: a budget takes no configuration (the law answers it)")
-        fractions = tuple(float(f) for f in block.get("fractions", ()))
+        fractions = tuple(float(f) for f in block.get("fractions", default("savings.fractions")))
         if any(not 0 < f < 1 for f in fractions):
             raise UserError(f"{BLOCK}.fractions: each must lie in (0, 1) (C/2 is 0.5), got {list(fractions)}")
-        seeds = tuple(int(s) for s in block.get("seeds", (0,)))
+        seeds = tuple(int(s) for s in block.get("seeds", default("savings.seeds")))
         if not seeds or len(set(seeds)) != len(seeds):
             raise UserError(f"{BLOCK}.seeds: at least one seed, none twice, got {list(seeds)}")
         styles = []
-        for index, entry in enumerate(block.get("baselines", ())):
+        for index, entry in enumerate(block.get("baselines", default("savings.baselines"))):
             model, ratio = entry.get("model"), entry.get("tokens_per_parameter")
             if (model is None) == (ratio is None):
                 raise UserError(f"{BLOCK}.baselines[{index}]: give exactly one of model and tokens_per_parameter, "
@@ -96,16 +98,16 @@ class SavingsSettings:
         names = [style.name for style in styles]
         if len(set(names)) != len(names):
             raise UserError(f"{BLOCK}.baselines: a name is used twice ({names})")
-        neighbours = tuple(block.get("neighbours", NEIGHBOURS))
+        neighbours = tuple(block.get("neighbours", default("savings.neighbours")))
         unknown = sorted(set(neighbours) - set(NEIGHBOURS))
         if unknown:
             raise UserError(f"{BLOCK}.neighbours: {unknown} not among {list(NEIGHBOURS)}")
-        factor = float(block.get("neighbour_factor", 2.0))
+        factor = float(block.get("neighbour_factor", default("savings.neighbour_factor")))
         if not factor > 1:
             raise UserError(f"{BLOCK}.neighbour_factor: must be > 1, got {factor}")
         return cls(budgets, fractions, seeds, tuple(styles), neighbours, factor,
-                   bool(block.get("physical_batch_correction", True)),
-                   rule_named(block.get("decision_rule")).name)
+                   bool(block.get("physical_batch_correction", default("savings.physical_batch_correction"))),
+                   rule_named(block.get("decision_rule", default("savings.decision_rule"))).name)
 
     def fraction_role(self, fraction: float) -> str:
         return f"answer_c{1 / fraction:.4g}"

@@ -23,33 +23,16 @@ from dpscaling.samplers import SAMPLERS, Sampler, sampler_named
 GRADIENT_MODES: tuple[str, ...] = (*CLIPPING_METHODS, "none")
 
 
-# TrainConfig field ← the ``training`` block key it is configured by (accounting.delta for delta). Their
-# defaults are the schema's: one set of defaults for the workflow and the library.
-CONFIG_KEYS: dict[str, str] = {
-    "microbatch_size": "training.microbatch_size",
-    "num_steps": "training.steps",
-    "warmup_steps": "training.warmup_steps",
-    "decay_steps": "training.decay_steps",
-    "decay_factor": "training.decay_factor",
-    "clip_norm": "training.clip_norm",
-    "clipping": "training.clipping",
-    "p_mask": "training.mask_rate",
-    "adam_b1": "training.adam_b1",
-    "adam_b2": "training.adam_b2",
-    "adam_eps": "training.adam_eps",
-    "log_every": "training.log_every",
-    "checkpoint_every": "training.checkpoint_every",
-    "sampling": "training.sampling",
-    "truncated_batch_size": "training.truncated_batch_size",
-    "accountant": "training.accountant",
-    "bandmf_strategy": "training.bandmf_strategy",
-    "output_bias": "training.output_bias",
-    "delta": "accounting.delta",
-}
+def configured(key: str, *, after_runs: bool = False) -> Any:
+    """A field configured by the config key ``key`` (``training.<name>``, or ``accounting.delta``), its default
+    the schema's: one set of defaults for the workflow and the library (:func:`job_train_config` reads it)."""
+    return field(default=schema_default(key), metadata={"config_key": key, "after_runs": after_runs})
 
 
-def _default(name: str) -> Any:
-    return schema_default(CONFIG_KEYS[name])
+def after_runs(default: Any) -> Any:
+    """A field added after runs existed: left out of :meth:`TrainConfig.to_dict` at its default, so a checkpoint
+    written before it compares equal and resumes."""
+    return field(default=default, metadata={"after_runs": True})
 
 
 @dataclass(frozen=True)
@@ -57,28 +40,28 @@ class TrainConfig:
     """Everything that determines a training curve (together with the data)."""
 
     model: str = "BertTiny"  # a preset's name or "custom" (a shape of ``family``, from model_overrides)
-    family: str = BERT.name  # the model family (dpscaling.models.family): module, objective, parameter count
+    family: str = after_runs(BERT.name)  # the model family (dpscaling.models.family): module, objective, size
     model_name: str | None = None  # what curves call the model (a custom size's name); None = model
     model_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. num_layers for "custom"
     max_positions: int = BERT_MAX_POSITIONS
     noise_batch_ratio: float = 0.0  # σ̄: std of the noise on the mean clipped gradient (a grid wildcard)
     learning_rate: float = schema_default("training.learning_rates")[0]  # peak (a grid wildcard)
     batch_size: int = schema_default("training.physical_batch")  # physical batch B (a grid wildcard)
-    microbatch_size: int | None = _default("microbatch_size")  # examples per lax.scan step; None = B
-    num_steps: int = _default("num_steps")
-    warmup_steps: int = _default("warmup_steps")
-    decay_steps: int = _default("decay_steps")  # exponential decay by decay_factor over this many steps
-    decay_factor: float = _default("decay_factor")
-    clip_norm: float = _default("clip_norm")  # C of normalized clipping (result is independent of C ≤ ‖g‖)
-    clipping: str = _default("clipping")  # "vmap" | "ghost" | "none"
-    p_mask: float = _default("p_mask")
+    microbatch_size: int | None = configured("training.microbatch_size")  # examples per lax.scan step; None = B
+    num_steps: int = configured("training.steps")
+    warmup_steps: int = configured("training.warmup_steps")
+    decay_steps: int = configured("training.decay_steps")  # exponential decay by decay_factor over this many steps
+    decay_factor: float = configured("training.decay_factor")
+    clip_norm: float = configured("training.clip_norm")  # C of normalized clipping (same result for C ≤ ‖g‖)
+    clipping: str = configured("training.clipping")  # "vmap" | "ghost" | "none"
+    p_mask: float = configured("training.mask_rate")
     max_predictions: int | None = None  # None → ceil(p_mask · seq_len)
-    adam_b1: float = _default("adam_b1")
-    adam_b2: float = _default("adam_b2")
-    adam_eps: float = _default("adam_eps")
+    adam_b1: float = configured("training.adam_b1")
+    adam_b2: float = configured("training.adam_b2")
+    adam_eps: float = configured("training.adam_eps")
     seed: int = schema_default("training.seed")  # a grid wildcard
-    log_every: int = _default("log_every")  # paper: mean training loss of every 100 iterations
-    checkpoint_every: int = _default("checkpoint_every")  # multiple of log_every
+    log_every: int = configured("training.log_every")  # paper: mean training loss of every 100 iterations
+    checkpoint_every: int = configured("training.checkpoint_every")  # multiple of log_every
     model_dtype: str = "float32"  # compute dtype; clipped sums and noise stay float32
     distributed: bool | None = None  # None: initialise jax.distributed if Slurm/TPU-pod multi-host
     # More than one pass over the training sequences (steps × batch > sequences) is allowed; the
@@ -88,26 +71,27 @@ class TrainConfig:
     # Batch selection, a name in dpscaling.samplers: shuffle = the study's shuffled epochs, seeded;
     # poisson = truncated Poisson at the static shape truncated_batch_size, batch_size is then
     # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
-    sampling: str = _default("sampling")
+    sampling: str = configured("training.sampling", after_runs=True)
     # poisson's physical batch L; None = chosen by its privacy price when the run is accounted
     # (dpscaling.accounting.truncation), a multiple of the microbatch
-    truncated_batch_size: int | None = _default("truncated_batch_size")
-    accountant: str | None = _default("accountant")  # None = the sampler's own (dpscaling.accounting.matched)
-    target_epsilon: float | None = None  # set: σ is calibrated for it; else ε of noise_batch_ratio
-    delta: float = _default("delta")
+    truncated_batch_size: int | None = configured("training.truncated_batch_size", after_runs=True)
+    # None = the sampler's own (dpscaling.accounting.matched)
+    accountant: str | None = configured("training.accountant", after_runs=True)
+    target_epsilon: float | None = after_runs(None)  # set: σ is calibrated for it; else ε of noise_batch_ratio
+    delta: float = configured("accounting.delta", after_runs=True)
     # Train on this many sequences of the train split (a subset drawn with ``seed``, public and
     # data-independent); None = all of them. The accountant's dataset size N is this number.
-    train_sequences: int | None = None
+    train_sequences: int | None = after_runs(None)
     # Start from the parameters of this training job's checkpoint directory (a run of this project, its
     # latest verified step; dpscaling.train.init) instead of random weights; None = from scratch.
-    init_checkpoint: str | None = None
+    init_checkpoint: str | None = after_runs(None)
     # The noise mechanism (dpscaling.mechanisms: dpsgd, or bandmf-b<b>, a grid wildcard) and what its
     # banded Toeplitz strategy is optimised for.
-    mechanism: str = DPSGD.name
-    bandmf_strategy: str = _default("bandmf_strategy")
+    mechanism: str = after_runs(DPSGD.name)
+    bandmf_strategy: str = configured("training.bandmf_strategy", after_runs=True)
     # Where the output bias starts (dpscaling.data.public_unigram): zeros, or the public domain's unigram
     # written beside the data's shards. A start from init_checkpoint takes the checkpoint's bias instead.
-    output_bias: str = _default("output_bias")
+    output_bias: str = configured("training.output_bias", after_runs=True)
 
     def __post_init__(self) -> None:
         def need(condition: bool, name: str, message: str) -> None:
@@ -224,9 +208,9 @@ class TrainConfig:
         a study run's dict (and so its checkpoint's config.json) is the one it had before they existed."""
         values = dataclasses.asdict(self)
         values.pop("allow_repeats")
-        for name, default in _LATE_DEFAULTS.items():
-            if values[name] == default:
-                del values[name]
+        for f in dataclasses.fields(self):
+            if f.metadata.get("after_runs") and values[f.name] == f.default:
+                del values[f.name]
         return values
 
     @classmethod
@@ -238,26 +222,15 @@ class TrainConfig:
         return cls(**values)
 
 
-# Fields added after runs existed: left out of to_dict at their defaults, so a checkpoint written before them
-# compares equal and resumes.
-_LATE_DEFAULTS: dict[str, Any] = {
-    f.name: f.default
-    for f in dataclasses.fields(TrainConfig)
-    if f.name
-    in ("family", "sampling", "truncated_batch_size", "accountant", "target_epsilon", "delta", "train_sequences",
-        "init_checkpoint", "mechanism", "bandmf_strategy", "output_bias")
-}
-
-
 def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any], wildcards: Mapping[str, str],
                      seq_len: int) -> TrainConfig:
     """The :class:`TrainConfig` of one workflow training job, from its Snakemake params.
 
     ``model`` is a preset's name or a ``models.custom`` entry (its ``family``, default ``bert``, and the
     embedding rows it trains: :meth:`dpscaling.models.family.Family.custom_overrides`); the grid point
-    (model, batch, seed, noise-batch ratio, learning rate) comes from the job's wildcards; every :data:`CONFIG_KEYS` setting from
-    ``training``, the job's training param, which leaves out keys at the schema's default (so adding a
-    key retrains nothing): those take the schema's default here.
+    (model, batch, seed, noise-batch ratio, learning rate) comes from the job's wildcards; every
+    :func:`config_keys` setting from ``training``, the job's training param, which leaves out keys at the
+    schema's default (so adding a key retrains nothing): those take the schema's default here.
     """
     if isinstance(model, str):
         family = PRESETS[model] if model in PRESETS else BERT
@@ -266,7 +239,7 @@ def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any]
         family = family_named(model.get("family") or BERT.name, "models.custom.family")
         name = "custom"
         positions, overrides = family.custom_overrides(model, seq_len)
-    settings = {name_: training.get(key.split(".")[-1], schema_default(key)) for name_, key in CONFIG_KEYS.items()}
+    settings = {name_: training.get(key.split(".")[-1], schema_default(key)) for name_, key in config_keys().items()}
     return TrainConfig(
         model=name,
         family=family.name,
@@ -282,6 +255,11 @@ def job_train_config(model: str | Mapping[str, Any], training: Mapping[str, Any]
         mechanism=wildcards.get("mech", DPSGD.name),
         **settings,
     )
+
+
+def config_keys() -> dict[str, str]:
+    """Each :class:`TrainConfig` field configured by a config key (:func:`configured`) → that key."""
+    return {f.name: f.metadata["config_key"] for f in dataclasses.fields(TrainConfig) if "config_key" in f.metadata}
 
 
 def learning_rate_schedule(config: TrainConfig, peak: Any = None) -> optax.Schedule:
