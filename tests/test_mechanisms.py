@@ -416,3 +416,69 @@ def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accoun
     assert private.sigma != pytest.approx(dpsgd.sigma, rel=1e-3)  # BandMF's own calibration, not DP-SGD's
     summary = audit_summary(results)
     assert summary["audit_has_power"] and summary["private_run_passes"]
+
+
+def test_a_new_mechanism_is_one_entry_in_the_registry(tmp_path) -> None:
+    """A throw-away mechanism added to a copy of the library's tree by one edit of dpscaling/mechanisms.py (its
+    name, bands and noise builder) is accepted by the config, trained as a grid axis, priced and accounted as
+    what its bands reduce to, and builds its noise; the config names it, and no other file is edited. An
+    unregistered name is refused, naming the key."""
+    import os
+
+    import yaml
+
+    from conftest import REPO
+    from dpscaling.config.schema import validate_config
+    from dpscaling.run_checks import check_config
+
+    shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(REPO / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
+    module = tmp_path / "src" / "dpscaling" / "mechanisms.py"
+    text = module.read_text(encoding="utf-8")
+    anchor = "REGISTERED: dict[str, Mechanism] = {DPSGD.name: DPSGD}\n"
+    assert text.count(anchor) == 1
+    module.write_text(text.replace(anchor, anchor + 'REGISTERED["throwaway"] = Mechanism(\n    "throwaway", 1, '
+                                   'noise_builder="dpscaling.dp.noise:gaussian_noise")\n'), encoding="utf-8")
+    changed = [path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if path.is_file()
+               and path.read_bytes() != (REPO / path.relative_to(tmp_path)).read_bytes()]
+    assert changed == ["src/dpscaling/mechanisms.py"]
+    script = """
+import json, sys, yaml
+import jax, jax.numpy as jnp
+from dpscaling.accounting.matched import account_run
+from dpscaling.accounting.pricing import price
+from dpscaling.config.schema import validate_config
+from dpscaling.grid import main_grid
+from dpscaling.mechanisms import mechanism_named
+from dpscaling.run_checks import check_config
+from dpscaling.train.config import TrainConfig
+config = yaml.safe_load(open(sys.argv[1]))
+config["training"]["mechanisms"] = ["dpsgd", "throwaway"]
+config["training"]["learning_rates"] = [0.0078125]  # not tuned: the grid needs no protocol's choice
+config["training"]["repeat_points"] = config["fit"]["physical_batch_correction"]["points"] = []
+validate_config(config)
+check_config(config)
+grid = main_grid(config)
+new, old = (price(name, "poisson", 4.0, 1e-6, 20000, 256, 300).sigma for name in ("throwaway", "dpsgd"))
+run = account_run("poisson", None, dataset_size=20000, expected_batch_size=256, steps=300, delta=1e-6,
+                  target_epsilon=4.0, mechanism="throwaway", truncated_batch_size=320)
+noise = mechanism_named("throwaway").noise_transform(jnp.float32(0.5), jax.random.PRNGKey(0), 10, "mean_error")
+update, _ = noise.update({"w": jnp.zeros(3)}, noise.init({"w": jnp.zeros(3)}))
+print(json.dumps({"jobs": sum(point.mechanism == "throwaway" for point in grid),
+                  "noisy": len({point.noise_batch_ratio for point in grid if point.mechanism == "dpsgd"}) - 1,
+                  "sigma": [new, old], "run_sigma": run.sigma, "run_mechanism": run.mechanism,
+                  "trains": TrainConfig(mechanism="throwaway").mechanism, "noise": float(jnp.std(update["w"]))}))
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(REPO / "config" / "config.yaml")], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    assert seen["jobs"] == seen["noisy"] * 4 > 0  # its noisy runs, one per model × σ̄ > 0 (σ̄ = 0 is shared)
+    assert seen["sigma"][0] == seen["sigma"][1] and seen["run_mechanism"] == "throwaway"  # one band: DP-SGD's price
+    assert seen["run_sigma"] >= seen["sigma"][0] and seen["trains"] == "throwaway" and seen["noise"] > 0
+    # The repository's registry does not know it: the config check refuses it by name.
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["training"]["mechanisms"] = ["dpsgd", "throwaway"]
+    validate_config(config)
+    with pytest.raises(UserError, match=r"training\.mechanisms: must be 'dpsgd' or 'bandmf-b<b>'.*'throwaway'"):
+        check_config(config)

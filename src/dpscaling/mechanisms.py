@@ -33,7 +33,7 @@ from typing import Any
 
 from dpscaling.errors import UserError
 
-__all__ = ["DPSGD", "STRATEGIES", "Mechanism", "bandmf_name", "mechanism_named", "state_copies"]
+__all__ = ["CHOOSE", "DPSGD", "REGISTERED", "STRATEGIES", "Mechanism", "bandmf_name", "mechanism_named", "state_copies"]
 
 # jax-privacy's optimize_banded_toeplitz reduction of the per-step squared error of the prefix sums:
 # mean (its default, RMSE-optimal), max, or the last iterate's.
@@ -73,6 +73,14 @@ class Mechanism:
 
 DPSGD = Mechanism("dpsgd", 1, noise_builder="dpscaling.dp.noise:gaussian_noise")
 
+# The registry: the mechanisms known by their name, beside BandMF's family (``bandmf-b<b>``, any b ≥ 2). A new
+# mechanism is one entry here: its name, its bands (what its accounting reduces to: 1 = Poisson DP-SGD's
+# events, b = cyclic Poisson in b groups; dpscaling.accounting.pricing) and its noise builder. The schema takes
+# any safe name; :func:`mechanism_named` refuses the others, naming the key (the config's checks call it).
+REGISTERED: dict[str, Mechanism] = {DPSGD.name: DPSGD}
+# A private budget's mechanism that asks every mechanism's law to plan it (docs/mechanisms.md): not a mechanism.
+CHOOSE = "choose"
+
 
 def bandmf_name(bands: int) -> str:
     """The name of BandMF with ``bands`` bands (b ≥ 2)."""
@@ -81,11 +89,12 @@ def bandmf_name(bands: int) -> str:
 
 def mechanism_named(name: str, block: str = "training.mechanisms") -> Mechanism:
     """The mechanism called ``name``; ``block`` names the key in the message."""
-    if name == DPSGD.name:
-        return DPSGD
+    if name in REGISTERED:
+        return REGISTERED[name]
     found = _BANDMF.match(str(name))
     if found is None or int(found.group(1)) < 2:
-        raise UserError(f"{block}: must be 'dpsgd' or 'bandmf-b<b>' with b >= 2 bands (b = 1 is dpsgd), "
+        known = " or ".join(repr(known) for known in REGISTERED)
+        raise UserError(f"{block}: must be {known} or 'bandmf-b<b>' with b >= 2 bands (b = 1 is dpsgd), "
                         f"got {name!r}")
     return Mechanism(str(name), int(found.group(1)))
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpscaling.config.training_blocks import TrainingBlock
 from dpscaling.errors import UserError
-from dpscaling.mechanisms import DPSGD
+from dpscaling.mechanisms import mechanism_named
 from dpscaling.plans import PrivatePlan, read_plan
 from dpscaling.samplers import POISSON, SHUFFLE
 
@@ -85,7 +85,7 @@ def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: 
     included, the run's dataset size), the run's expected batch B, steps T, ε and δ; a correlated mechanism's
     with the run's strategy criterion (``strategy``, training.bandmf_strategy)."""
     budget = plan.budget
-    correlated = {} if plan.mechanism == DPSGD.name else {"mechanism": plan.mechanism,
+    correlated = {} if not mechanism_named(plan.mechanism).correlated else {"mechanism": plan.mechanism,
                                                            **({"strategy": strategy} if strategy else {})}
     return {"n_canaries": 2 * int(budget.data_budget), "expected_batch_size": int(plan.batch_size),
             "steps": int(plan.iterations), "epsilon": float(budget.epsilon), "delta": float(budget.delta),

@@ -44,15 +44,13 @@ from dpscaling.accounting.branches import POISSON_BRANCH
 from dpscaling.law.columns import MODEL, MODEL_SIZE
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.runnable import best_learning_rate
-from dpscaling.mechanisms import DPSGD, mechanism_named
+from dpscaling.mechanisms import CHOOSE, DPSGD, mechanism_named
 from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
 
 if TYPE_CHECKING:  # the law's answers pull in SciPy
     from dpscaling.law.answers import ScalingLaw
 
 BLOCK = "private_model"
-# A budget's mechanism that asks every mechanism's law to plan it (docs/mechanisms.md).
-CHOOSE = "choose"
 
 
 def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -> list[Budget]:

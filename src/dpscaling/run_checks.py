@@ -20,6 +20,7 @@ from dpscaling.data.epochs import check_one_epoch
 from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, check_output_bias_start
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED, PACKED_META, TRAINED_VOCAB
+from dpscaling.mechanisms import CHOOSE, mechanism_named
 from dpscaling.models.family import PRESETS, known_model_names, run_family
 from dpscaling.samplers import sampler_named, truncating_samplers
 
@@ -56,6 +57,14 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     for name, arch in models.custom.items():
         if arch.hidden % arch.heads:
             raise UserError(f"models.custom.{name}: hidden ({arch.hidden}) must be divisible by heads ({arch.heads})")
+    for name in training.mechanisms:  # the schema takes any safe name; the registry knows the mechanisms
+        mechanism_named(name, "training.mechanisms")
+    for name in training.mechanism_learning_rates:
+        mechanism_named(name, f"training.mechanism_learning_rates.{name}")
+    for block in (run.private_model, run.savings):
+        for index, budget in enumerate(block.budgets):
+            if budget.mechanism not in (None, CHOOSE):
+                mechanism_named(budget.mechanism, f"{block.NAME}.budgets[{index}].mechanism")
     family = run_family(models)  # one family per run: its law is fitted on one family
     check_output_bias_start(training.output_bias, family, "training.output_bias")
     if training.warmup_steps >= training.steps and training.steps > 1:
