@@ -86,15 +86,14 @@ def write_mechanism_run(root: Path, bandmf_gain: float = 0.15, bandmf_half_width
     """A run of two mechanisms laid out as the workflow writes it: the run of :func:`write_run` (DP-SGD, q =
     0.05 nats) and a BandMF law with b = 4 under ``law/mechanisms/mech=bandmf-b4/`` (the same curves,
     ``bandmf_gain`` nats lower, its own σ table of 4 bands at ``accounting/mech=bandmf-b4/`` and its own,
-    wider, calibration ``validate/mech=bandmf-b4/calibration.json``), and ``law/mechanisms/mechanisms.json``.
+    wider, calibration ``validate/mech=bandmf-b4/calibration.json``), and the run's bundle of both,
+    ``law/bundle`` (as rule law_bundle writes it, without recorded shapes or a physical-batch correction).
     The point predictions favour BandMF; its calibrated upper ends favour DP-SGD when the half-width is wider
     by more than the gain."""
     from dpscaling.accounting.table import COLUMNS, STATUS_OK, save_table
     from dpscaling.accounting.table_spec import TableSpec
     from dpscaling.law.bootstrap import replicate_grids, write_replicates
     from dpscaling.law.calibration import Calibration, write_calibration
-    from dpscaling.law.mechanisms import write_mechanisms
-
     write_run(root)
     e, t, q = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(-1, 6), np.geomspace(10, 2e5, 16),
                                               2.0 ** np.arange(-18, 1), indexing="ij"))
@@ -117,8 +116,17 @@ def write_mechanism_run(root: Path, bandmf_gain: float = 0.15, bandmf_half_width
     write_calibration({"paper": Calibration("paper", False, bandmf_half_width,
                                             ("horizon (fit T <= 1000, predict the rest)", "noise sigma-bar 2^-10"),
                                             2 / 3, 0.9, 0.5, iterations_from=500.0)}, calibration)
-    write_mechanisms(root / "law" / "mechanisms", {
-        "dpsgd": {"law": root / "law" / "fit", "bootstrap": root / "law" / "bootstrap",
-                  "calibration": root / "validate" / "calibration.json"},
-        "bandmf-b4": {"law": law / "fit", "bootstrap": law / "bootstrap", "calibration": calibration}})
+    write_bundle(root / "law" / "bundle", root / "law" / "fit", sigma_table=root / "accounting" / "sigma_table.parquet",
+                 bootstrap=root / "law" / "bootstrap", calibration=root / "validate" / "calibration.json",
+                 mechanisms={"bandmf-b4": {"law": law / "fit", "sigma_table": table, "bootstrap": law / "bootstrap",
+                                           "calibration": calibration}})
     return root
+
+
+def bundled(law: Path, out: Path, **files) -> Path:
+    """The law directory ``law`` of a format before bundles (a workflow's law/fit, a law across lengths)
+    converted into a bundle at ``out``, with the files given (``dpscaling law bundle``)."""
+    from dpscaling.law.conversion import convert_to_bundle
+
+    convert_to_bundle(law, out, **files)
+    return out

@@ -1,5 +1,5 @@
 """DP-BandMF as an axis of the grid, end to end on the smoke config (docs/mechanisms.md): DP-SGD and BandMF
-b = 4 runs, an accounting table, law and validation per mechanism, mechanisms.json, finding:mechanism, answers
+b = 4 runs, an accounting table, law and validation per mechanism, the bundle of both, finding:mechanism, answers
 that choose and private budgets planned by the mechanism's law (a private BandMF run is trained, resumed and
 audited in tests/test_mechanisms.py)."""
 
@@ -28,7 +28,7 @@ def mechanisms_run(tmp_path_factory) -> Path:
     return workdir / "results" / "smoke-mechanisms"
 
 
-def _query(run: Path, capsys, *extra: str, law: str = "mechanisms") -> tuple[int, str, str]:
+def _query(run: Path, capsys, *extra: str, law: str = "bundle") -> tuple[int, str, str]:
     """``dpscaling query`` in this process (the laws name their tables relative to the workflow's directory)."""
     from dpscaling.cli import main
 
@@ -75,17 +75,21 @@ def test_the_bandmf_table_is_dpsgd_at_the_reduced_coordinates(mechanisms_run: Pa
 
 
 def test_each_mechanism_has_its_law_and_validation(mechanisms_run: Path) -> None:
-    index = json.loads((mechanisms_run / "law" / "mechanisms" / "mechanisms.json").read_text())
-    entries = index["mechanisms"]
-    assert index["order"] == ["dpsgd", "bandmf-b4"] and entries["bandmf-b4"]["bands"] == 4
-    for entry in entries.values():
-        assert (mechanisms_run / "law" / "mechanisms" / entry["law"]).is_dir()
-        assert (mechanisms_run / "law" / "mechanisms" / entry["calibration"]).is_file()
-    assert (mechanisms_run / "validate" / "mech=bandmf-b4" / "validation.csv").is_file()
     from dpscaling.law.artifact import read_law
+    from dpscaling.law.bundle import read_bundle
 
+    bundle = mechanisms_run / "law" / "bundle"
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert manifest["format_version"] == 2 and manifest["contents"]["mechanisms"] == ["dpsgd", "bandmf-b4"]
+    other = read_bundle(bundle).mechanisms["bandmf-b4"]  # a bundle of its own under mechanisms/bandmf-b4
+    assert other.provenance["mechanism"] == "bandmf-b4" and other.provenance["bands"] == 4
+    assert other.calibration is not None and (bundle / "mechanisms" / "bandmf-b4" / "calibration.json").is_file()
+    assert other.provenance["config_sha256"] == manifest["provenance"]["config_sha256"]  # the run's, shared
+    assert (mechanisms_run / "validate" / "mech=bandmf-b4" / "validation.csv").is_file()
     law = read_law(mechanisms_run / "law" / "mechanisms" / "mech=bandmf-b4" / "fit")
     assert law.sigma_table["path"].endswith("accounting/mech=bandmf-b4/sigma_table.parquet")
+    inside = (bundle / "mechanisms" / "bandmf-b4" / "sigma_table.parquet").resolve()
+    assert Path(other.law.sigma_table["path"]).resolve() == inside
 
 
 def test_query_compares_the_mechanisms_and_keeps_the_best(mechanisms_run: Path, capsys, monkeypatch) -> None:
@@ -100,7 +104,9 @@ def test_query_compares_the_mechanisms_and_keeps_the_best(mechanisms_run: Path, 
     assert answer["bands"] == (4 if answer["mechanism"] == "bandmf-b4" else 1)
     # --mechanism answers with that law alone: DP-SGD's is the primary law's answer.
     fixed = json.loads(_query(mechanisms_run, capsys, "--json", "--mechanism", "dpsgd")[1])
-    direct = json.loads(_query(mechanisms_run, capsys, "--json", law="fit")[1])
+    from dpscaling.law.loading import load_primary_law
+
+    direct = load_primary_law(mechanisms_run / "law" / "bundle").query(1e11, 16.0, 1000).to_json()
     assert fixed["mechanism"] == "dpsgd" and fixed["predicted_loss"] == direct["predicted_loss"]
     status, out, _ = _query(mechanisms_run, capsys)
     assert status == 0 and "mechanisms compared:" in out and "bandmf-b4" in out
@@ -128,7 +134,7 @@ def test_private_budgets_are_planned_by_the_mechanisms_laws(mechanisms_run: Path
     from dpscaling.private_model import plan_mechanisms
 
     monkeypatch.chdir(mechanisms_run.parent.parent)  # the laws name their tables relative to the workflow's
-    laws, models = mechanisms_run / "law" / "mechanisms", ["BertNano", "BertMicro"]
+    laws, models = mechanisms_run / "law" / "bundle", ["BertNano", "BertMicro"]
     chosen = plan_mechanisms(laws, Budget(16.0, 1e-8, 1000, 1e11, mechanism="choose"), models)
     rows = {row["mechanism"]: row for row in chosen.mechanisms_compared}
     assert set(rows) == {"dpsgd", "bandmf-b4"}

@@ -18,7 +18,7 @@ from dpscaling.errors import UserError
 from dpscaling.law.bundle import BUNDLE_FILE, read_bundle
 from dpscaling.law.range_checks import ExtrapolationRefused
 from dpscaling.law.runnable import ModelShape, custom_param_count, nearest_shape, whole_batch, whole_steps
-from law_bundle_data import SHAPES, write_run, write_run_bundle
+from law_bundle_data import SHAPES, bundled, write_run, write_run_bundle
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
@@ -115,7 +115,7 @@ def test_a_distance_scaled_calibration_gives_the_half_width_at_the_answer_s_poin
     write_calibration({"paper": Calibration("paper", False, 0.05, ("horizon (fit T <= 1000, predict the rest)",),
                                             0.5, 1.0, 0.0, method=DISTANCE_METHOD, iterations_from=500.0,
                                             scale=scale)}, path)
-    answer = dpscaling.load_law(run_dir / "law" / "fit", calibration=path).query(**QUERY)
+    answer = dpscaling.load_law(bundled(run_dir / "law" / "fit", tmp_path / "bundle", calibration=path)).query(**QUERY)
     runnable = answer.runnable
     distance = float(scale.distance(runnable.model_size, runnable.iterations, runnable.noise_batch_ratio))
     assert distance > 0  # a new shape between measured models, at a σ̄ between columns
@@ -244,9 +244,25 @@ def test_a_bundle_answers_the_physical_batch_correction_only_when_asked(bundle) 
     assert corrected.optimum.predicted_loss <= plain.optimum.predicted_loss
 
 
-def test_a_bundle_refuses_files_it_already_carries_and_unknown_formats(bundle, tmp_path) -> None:
-    with pytest.raises(UserError, match="carries its own calibration"):
-        dpscaling.load_law(bundle, calibration=bundle / "calibration.json")
+def test_only_a_bundle_loads_and_an_older_format_converts_once(bundle, run_dir, tmp_path) -> None:
+    """The workflow's law/fit (a format from before bundles) is refused with the command that converts it; the
+    conversion takes the files beside it and answers as the run's bundle does; a format-1 bundle (before
+    bundles held mechanisms) still reads; an unknown format is refused."""
+    with pytest.raises(TypeError):
+        dpscaling.load_law(bundle, calibration=bundle / "calibration.json")  # files travel inside the bundle
+    with pytest.raises(UserError, match="a fitted law directory.*dpscaling law bundle --law"):
+        dpscaling.load_law(run_dir / "law" / "fit")
+    converted = dpscaling.load_law(bundled(run_dir / "law" / "fit", tmp_path / "converted"))
+    assert converted.bundle.calibration is not None and converted.bundle.replicates is not None
+    answer = dpscaling.load_law(bundle).query(**QUERY)
+    assert converted.query(**QUERY).optimum.predicted_loss == answer.optimum.predicted_loss
+    old = tmp_path / "format-1"
+    shutil.copytree(bundle, old)
+    manifest = json.loads((old / BUNDLE_FILE).read_text())
+    manifest["format_version"] = 1
+    del manifest["contents"]["mechanisms"]
+    (old / BUNDLE_FILE).write_text(json.dumps(manifest))
+    assert dpscaling.load_law(old).query(**QUERY).to_json() == answer.to_json()
     (tmp_path / BUNDLE_FILE).write_text(json.dumps({"format": "something", "format_version": 9}))
     with pytest.raises(UserError, match="rebuild it"):
         read_bundle(tmp_path)

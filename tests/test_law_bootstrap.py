@@ -14,6 +14,7 @@ from dpscaling.law import LawSettings, fit_law
 from dpscaling.law.bootstrap import (
     LOSS_HIGH, LOSS_LOW, NO_REPEATS, REPLICATE, Replicates, chunk_count, chunk_replicates, interval,
     load_replicates, replicate_grids, seed_noise, write_replicates)
+from dpscaling.law.conversion import convert_to_bundle
 from dpscaling.law.columns import SEED
 from dpscaling.law.interpolation import LossFunction
 from dpscaling.law.synthetic import DeterministicGaussianSigma, TrueLaw, seeded_results
@@ -100,7 +101,8 @@ def run(monkeypatch, capsys):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    """<run>/accounting/sigma_table.parquet, <run>/law/fit and <run>/law/bootstrap/chunk*.parquet."""
+    """<run>/accounting/sigma_table.parquet, <run>/law/fit and <run>/law/bootstrap/chunk*.parquet, and the bundle
+    of them, <run>/law/bundle."""
     from dpscaling.accounting.table import COLUMNS, STATUS_OK, save_table
 
     root = tmp_path_factory.mktemp("run")
@@ -116,6 +118,7 @@ def run_dir(tmp_path_factory):
     for chunk in range(2):
         write_replicates(replicate_grids(results, SETTINGS, chunk_replicates(6, 3, chunk)),
                          root / "law" / "bootstrap" / f"chunk{chunk}.parquet")
+    convert_to_bundle(root / "law" / "fit", root / "law" / "bundle")
     return root
 
 
@@ -124,7 +127,7 @@ QUERY = ("--compute", 1e13, "--epsilon", 4, "--users", 1e5, "--allow-extrapolati
 
 
 def test_query_prints_a_90_percent_interval_and_the_spread_of_the_optimum(run, run_dir) -> None:
-    law = run_dir / "law" / "fit"
+    law = run_dir / "law" / "bundle"  # law/fit with its σ table and the replicates beside it
     status, out, err = run("query", "--law", law, *QUERY, "--json")
     assert status == 0, err
     answer = json.loads(out)
@@ -146,15 +149,18 @@ def test_query_without_replicates_says_why(run, run_dir, tmp_path) -> None:
     (tmp_path / "law").mkdir()
     shutil.copytree(run_dir / "law" / "fit", tmp_path / "law" / "fit")
     shutil.copytree(run_dir / "accounting", tmp_path / "accounting")
-    status, out, err = run("query", "--law", tmp_path / "law" / "fit", *QUERY, "--json")
+    assert run("law", "bundle", "--law", tmp_path / "law" / "fit", "--out", tmp_path / "alone")[0] == 0
+    status, out, err = run("query", "--law", tmp_path / "alone", *QUERY, "--json")
     assert status == 0, err
     answer = json.loads(out)
     assert "no bootstrap replicates" in answer["interval"] and answer["seed_only_interval_90"] is None
     assert "seed_only_interval_90" not in answer["law_optimum"]
-    status, out, _ = run("query", "--law", tmp_path / "law" / "fit", *QUERY, "--bootstrap",
-                         run_dir / "law" / "bootstrap", "--json")
+    assert run("law", "bundle", "--law", tmp_path / "law" / "fit", "--out", tmp_path / "given", "--bootstrap",
+               run_dir / "law" / "bootstrap")[0] == 0
+    status, out, _ = run("query", "--law", tmp_path / "given", *QUERY, "--json")
     assert status == 0 and "6 bootstrap replicates" in json.loads(out)["interval"]
-    status, _, err = run("query", "--law", tmp_path / "law" / "fit", *QUERY, "--bootstrap", tmp_path / "none")
+    status, _, err = run("law", "bundle", "--law", tmp_path / "law" / "fit", "--out", tmp_path / "none",
+                         "--bootstrap", tmp_path / "none")
     assert status == 2 and "--bootstrap" in err
 
 
@@ -164,7 +170,8 @@ def test_replicates_of_the_other_mode_are_refused(run, run_dir, tmp_path) -> Non
                      tmp_path / "chunk0.parquet")
     with pytest.raises(UserError, match="paper mode"):
         load_replicates(tmp_path, SETTINGS)
-    status, _, err = run("query", "--law", run_dir / "law" / "fit", *QUERY, "--bootstrap", tmp_path)
+    status, _, err = run("law", "bundle", "--law", run_dir / "law" / "fit", "--out", tmp_path / "b",
+                         "--bootstrap", tmp_path)
     assert status == 2 and "mode" in err
 
 
@@ -172,7 +179,7 @@ def test_query_configs_rows_carry_the_interval(run, run_dir, tmp_path) -> None:
     configs = tmp_path / "configs.csv"
     pd.DataFrame({"Model Size": [2e5, 8e5], "Batch Size": [108, 108], "Iterations": [800, 1100],
                   "Privacy Budget": [4, 4], "Data Budget": [1e5, 1e5]}).to_csv(configs, index=False)
-    status, out, err = run("query", "--law", run_dir / "law" / "fit", "--configs", configs, "--json")
+    status, out, err = run("query", "--law", run_dir / "law" / "bundle", "--configs", configs, "--json")
     assert status == 0, err
     rows = json.loads(out)["rows"]
     assert len(rows) == 2

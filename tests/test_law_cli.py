@@ -16,6 +16,7 @@ from dpscaling.law import LawSettings, fit_law, read_law
 from dpscaling.law.collect import REFERENCE_RESULTS_COLUMNS
 from dpscaling.law.columns import BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table, synthetic_results
+from law_bundle_data import bundled
 
 ACCOUNTING = dict(epsilons=2.0 ** np.arange(-2, 8), iterations=np.geomspace(10, 2e5, 30),
                   sampling_probabilities=2.0 ** np.arange(-24, 1))
@@ -122,7 +123,7 @@ def test_query_flag_errors(run, law_dir, argv, message) -> None:
 
 def test_not_a_law_directory(run, tmp_path) -> None:
     status, _, err = run("query", "--law", tmp_path, "--compute", 1e13, "--epsilon", 4, "--users", 1e6)
-    assert status == 2 and "neither a law bundle" in err and "dpscaling fit" in err
+    assert status == 2 and "not a law bundle" in err and "dpscaling fit" in err
 
 
 def test_query_configs_without_tables_calibrates_with_dpscaling_accounting(run, inputs, tmp_path) -> None:
@@ -158,7 +159,7 @@ def test_fit_authors_results_csv_in_reference_mode(run, tmp_path) -> None:
     status, out, err = run("fit", "--results", tmp_path / "results.csv", "--results-format", "reference",
                            "--reference-compatible", "--warmup-steps", 100, "--out", tmp_path / "law", "--json")
     assert status == 0, err
-    law = read_law(tmp_path / "law")
+    law = read_law(tmp_path / "law" / "law")  # fit writes a bundle
     assert law.settings.reference_compatible and law.settings.rolling_window is None
     assert law.settings.interpolate_log_loss and law.settings.accounting_rule == "amplified"
     assert list(law.loss.model_sizes) == [BERT_MODEL_SIZES[n] for n in names.values()]
@@ -196,7 +197,7 @@ def test_fit_flags_choose_the_authors_smoothing_and_asymptote(run, inputs, tmp_p
     status, _, err = run(*common, "--smooth-nonprivate-along-nbr", "--extrapolation-asymptote", "nonprivate",
                          "--out", tmp_path / "authors")
     assert status == 0, err
-    paper, authors = read_law(tmp_path / "paper"), read_law(tmp_path / "authors")
+    paper, authors = read_law(tmp_path / "paper" / "law"), read_law(tmp_path / "authors" / "law")
     assert (paper.settings.smooth_nonprivate_along_nbr, paper.settings.extrapolation_asymptote) == (False, "per_curve")
     assert (authors.settings.smooth_nonprivate_along_nbr, authors.settings.extrapolation_asymptote) == (
         True, "nonprivate")
@@ -235,16 +236,21 @@ def run_dir(tmp_path_factory):
 def test_query_on_a_workflow_law_uses_its_runs_sigma_table_without_flags(run, run_dir, sampling) -> None:
     from dpscaling.accounting.table import SigmaTable
 
-    law = run_dir / sampling / "law" / "fit"
-    manifest = json.loads((law / "manifest.json").read_text())
+    fit = run_dir / sampling / "law" / "fit"
+    manifest = json.loads((fit / "manifest.json").read_text())
     # Relative to the law directory, so the run directory can move.
     assert manifest["sigma_table"] == {"path": "../../accounting/sigma_table.parquet", "sampling": sampling}
+    status, _, err = run("query", "--law", fit, "--compute", 1e13, "--epsilon", 4, "--users", 1e5)
+    assert status == 2 and "not a law bundle" in err and f"dpscaling law bundle --law {fit}" in err
+    law = run_dir / sampling / "bundle"
+    status, out, err = run("law", "bundle", "--law", fit, "--out", law, "--json")  # the run's table, carried inside
+    assert status == 0 and json.loads(out)["sigma_table"] == "sigma_table.parquet", err
     status, out, err = run("query", "--law", law, "--compute", 1e13, "--epsilon", 4, "--users", 1e5, "--json")
     assert status == 0, err
     answer = json.loads(out)
     assert answer["sampling_rule"] == sampling and sampling in answer["accounting"]
     assert "sigma_table.parquet" in answer["accounting"]
-    table = SigmaTable.load(run_dir / sampling / "accounting" / "sigma_table.parquet")
+    table = SigmaTable.load(law / "sigma_table.parquet")
     optimum = answer["law_optimum"]
     expected = table.sigma(4.0, optimum["iterations"], optimum["batch_size"] / 1e5, sampling=sampling)
     assert optimum["sigma"] == pytest.approx(float(np.squeeze(expected)), rel=1e-9)
@@ -259,8 +265,9 @@ def test_query_names_the_missing_sigma_table_of_a_workflow_law(run, run_dir, tmp
 
     moved = tmp_path / "law"
     shutil.copytree(run_dir / "poisson" / "law" / "fit", moved)  # no accounting/ two levels up
-    status, _, err = run("query", "--law", moved, "--compute", 1e13, "--epsilon", 4, "--users", 1e5)
+    status, _, err = run("law", "bundle", "--law", moved, "--out", tmp_path / "bundle")
     assert status == 2 and "sigma_table.parquet" in err and "snakemake accounting" in err
+    assert not (tmp_path / "bundle").exists()
 
 
 @pytest.fixture(scope="module")
@@ -281,13 +288,14 @@ def calibrated_run(tmp_path_factory):
     (root / "validate").mkdir()
     write_calibration({"paper": Calibration("paper", False, 0.05, ("horizon", "noise"), 2 / 3, 0.9, 0.5)},
                       root / "validate" / "calibration.json")
+    bundled(root / "law" / "fit", root / "law" / "bundle")  # the replicates and calibration beside law/fit
     return root
 
 
-def test_query_prints_the_seed_only_and_the_calibrated_interval(run, inputs, calibrated_run) -> None:
-    query = ("query", "--law", calibrated_run / "law" / "fit", "--compute", 1e13, "--epsilon", 4, "--users", 1e6,
+def test_query_prints_the_seed_only_and_the_calibrated_interval(run, inputs, calibrated_run, tmp_path) -> None:
+    query = ("query", "--compute", 1e13, "--epsilon", 4, "--users", 1e6,
              "--accounting-unamplified", inputs / "unamplified.csv", "--json")
-    status, out, err = run(*query)  # both found next to the law
+    status, out, err = run(*query, "--law", calibrated_run / "law" / "bundle")  # both bundled from beside law/fit
     assert status == 0, err
     answer = json.loads(out)
     low, high = answer["law_optimum"]["seed_only_interval_90"]  # each replicate's own optimum
@@ -299,7 +307,10 @@ def test_query_prints_the_seed_only_and_the_calibrated_interval(run, inputs, cal
     assert answer["calibration"]["half_width"] == 0.05
     assert answer["calibration"]["method"].startswith("split-conformal")
     # Given explicitly, the same answer.
-    status, out, err = run(*query, "--calibration", calibrated_run / "validate" / "calibration.json")
+    status, _, err = run("law", "bundle", "--law", calibrated_run / "law" / "fit", "--out", tmp_path / "given",
+                         "--calibration", calibrated_run / "validate" / "calibration.json")
+    assert status == 0, err
+    status, out, err = run(*query, "--law", tmp_path / "given")
     assert status == 0, err
     assert json.loads(out)["calibrated_interval_90"] == answer["calibrated_interval_90"]
 
@@ -318,27 +329,29 @@ def test_query_refuses_a_calibration_of_the_other_mode(run, inputs, calibrated_r
     other = tmp_path / "calibration.json"
     write_calibration({"reference-compatible": Calibration("reference-compatible", True, 0.05, ("horizon",),
                                                            0.5, math.nan, 0.0)}, other)
-    status, out, err = run("query", "--law", calibrated_run / "law" / "fit", "--compute", 1e13, "--epsilon", 4,
-                           "--users", 1e6, "--accounting-unamplified", inputs / "unamplified.csv",
+    status, out, err = run("law", "bundle", "--law", calibrated_run / "law" / "fit", "--out", tmp_path / "bundle",
                            "--calibration", other)
-    assert status == 2 and out == ""
-    assert "not measured in this law's paper mode" in err and "--calibration" in err
+    assert status == 2 and out == "" and not (tmp_path / "bundle").exists()
+    assert "not measured in this law's paper mode" in err and "calibration" in err
 
 
 def test_query_with_the_physical_batch_correction_lowers_the_loss_of_large_batches(run, inputs, calibrated_run,
                                                                                    tmp_path) -> None:
     from dpscaling.law.physical_batch import PhysicalBatchCorrection, noise_log_ratio
 
-    query = ("query", "--law", calibrated_run / "law" / "fit", "--compute", 1e13, "--epsilon", 4, "--users", 1e6,
+    query = ("query", "--compute", 1e13, "--epsilon", 4, "--users", 1e6,
              "--accounting-unamplified", inputs / "unamplified.csv", "--json")
-    status, out, err = run(*query)
+    status, out, err = run(*query, "--law", calibrated_run / "law" / "bundle")
     assert status == 0, err
     plain = json.loads(out)
     assert plain["physical_batch_correction"] == "off (the paper's law)"
     path = tmp_path / "correction.json"
     correction = PhysicalBatchCorrection(slope=0.2, grid_batch=32, pairs=10, residual_rms=0.01)
     path.write_text(json.dumps(correction.to_json()))
-    status, out, err = run(*query, "--physical-batch-correction", path)
+    status, _, err = run("law", "bundle", "--law", calibrated_run / "law" / "bundle", "--out", tmp_path / "corrected",
+                         "--physical-batch-correction", path)  # a bundle converts into one with the file added
+    assert status == 0, err
+    status, out, err = run(*query, "--law", tmp_path / "corrected", "--physical-batch-correction")
     assert status == 0, err
     corrected = json.loads(out)
     assert corrected["physical_batch_correction"]["slope"] == 0.2
@@ -348,7 +361,8 @@ def test_query_with_the_physical_batch_correction_lowers_the_loss_of_large_batch
     # ... and the answer's intervals follow it.
     low, high = corrected["calibrated_interval_90"]
     assert low < corrected["predicted_loss"] < high
-    status, _, err = run(*query, "--physical-batch-correction", tmp_path / "absent.json")
+    status, _, err = run("law", "bundle", "--law", calibrated_run / "law" / "bundle", "--out", tmp_path / "absent",
+                         "--physical-batch-correction", tmp_path / "absent.json")
     assert status != 0 and "--physical-batch-correction" in err
 
 
@@ -362,11 +376,13 @@ def test_query_across_sequence_lengths_returns_a_seq_len_and_refuses_outside_the
                              length, "--physical-batch", 32, "--accounting-unamplified", inputs / "unamplified.csv",
                              "--out", tmp_path / "law" / f"seq={length}")
         assert status == 0, err
-        laws[length] = tmp_path / "law" / f"seq={length}"
-    write_lengths(tmp_path / "law", laws)
+        laws[length] = tmp_path / "law" / f"seq={length}"  # a bundle each
+    write_lengths(tmp_path / "law", {length: bundle / "law" for length, bundle in laws.items()})
+    status, _, err = run("law", "bundle", "--law", tmp_path / "law", "--out", tmp_path / "bundle")
+    assert status == 0, err
     # These laws have no calibration: nothing beyond their horizon is validated, so the T the law extrapolates to
     # is refused unless allowed.
-    query = ("query", "--law", tmp_path / "law", "--compute", 1e14, "--epsilon", 8, "--json")
+    query = ("query", "--law", tmp_path / "bundle", "--compute", 1e14, "--epsilon", 8, "--json")
     status, out, err = run(*query, "--tokens", 1e8)
     assert status == 2 and "Refused" in err and "validated up to 1×" in err
     query = (*query, "--allow-extrapolation")
@@ -408,9 +424,11 @@ def test_query_across_lengths_bands_the_answer_with_every_lengths_replicates(run
         write_replicates(replicate_grids(results, settings, range(4), seq_len=length, physical_batch=32),
                          laws[length].parent / "bootstrap" / "replicates.parquet")
     write_lengths(tmp_path / "law", laws)
-    query = ("query", "--law", tmp_path / "law", "--compute", 1e14, "--epsilon", 8, "--tokens", 1e8,
+    query = ("query", "--compute", 1e14, "--epsilon", 8, "--tokens", 1e8,
              "--accounting-unamplified", inputs / "unamplified.csv", "--allow-extrapolation", "--json")
-    status, out, err = run(*query)
+    status, out, err = run("law", "bundle", "--law", tmp_path / "law", "--out", tmp_path / "bundle")
+    assert status == 0, err
+    status, out, err = run(*query, "--law", tmp_path / "bundle")
     assert status == 0, err
     answer = json.loads(out)
     optimum = answer["law_optimum"]
@@ -422,10 +440,13 @@ def test_query_across_lengths_bands_the_answer_with_every_lengths_replicates(run
     low, high = answer["seed_only_interval_90"]  # the runnable configuration's, at its length
     assert low <= answer["predicted_loss"] + 0.5 and high >= answer["predicted_loss"] - 0.5
     (laws[128].parent / "bootstrap" / "replicates.parquet").unlink()  # one length without seed noise: no band
-    status, out, err = run(*query)
+    status, out, err = run("law", "bundle", "--law", tmp_path / "law", "--out", tmp_path / "bundle")
+    assert status == 0, err
+    status, out, err = run(*query, "--law", tmp_path / "bundle")
     assert status == 0, err
     answer = json.loads(out)
-    assert answer["seed_only_interval_90"] is None and "at S = 128" in answer["interval"]
+    # the optimum across lengths has no band (the primary length's own replicates still band an answer at S = 32)
+    assert "seed_only_interval_90" not in answer["law_optimum"] and "at S = 128" in answer["interval"]
 
 
 def test_the_documented_example_curves_fit_and_answer(run, tmp_path) -> None:
@@ -441,7 +462,7 @@ def test_the_documented_example_curves_fit_and_answer(run, tmp_path) -> None:
                            "--rolling-window", 3, "--out", tmp_path / "my-law", "--json")
     assert status == 0, err
     assert json.loads(out)["models"] == 3 and json.loads(out)["failed_fits"] == 0
-    law = read_law(tmp_path / "my-law")
+    law = read_law(tmp_path / "my-law" / "law")  # a bundle
     assert (law.seq_len, law.physical_batch) == (64, 32) and law.model_size_range()[0] == 49760
     query = ("query", "--law", tmp_path / "my-law", "--compute", 1e12, "--epsilon", 8, "--users", 1e5, "--json")
     status, out, err = run(*query)

@@ -15,7 +15,7 @@ import dpscaling
 from dpscaling import cli
 from dpscaling.commands._output import _jsonable
 from dpscaling.law.mechanisms import LawAcrossMechanisms, MechanismChoice
-from law_bundle_data import shapes_provenance, write_mechanism_run
+from law_bundle_data import bundled, shapes_provenance, write_mechanism_run
 
 QUERY = dict(compute=3e12, epsilon=4.0, users=1e6)
 DELTA = 1e-8
@@ -48,12 +48,12 @@ def poisson_epsilon(sigma: float, q: float, compositions: int) -> float:
 def test_a_bandmf_answer_s_sigma_is_its_cyclic_poisson_price_from_the_cli_and_the_api(run, mech_run) -> None:
     """The answer's σ spends exactly ε under the cyclic-Poisson reduction, q_g = B/⌊N/b⌋ over ⌈T/b⌉ steps,
     recomputed with dp-accounting; priced as DP-SGD (q = B/N over T steps) it would be far too small."""
-    status, out, err = run("query", "--law", mech_run / "law" / "mechanisms", "--mechanism", "bandmf-b4",
+    status, out, err = run("query", "--law", mech_run / "law" / "bundle", "--mechanism", "bandmf-b4",
                            "--sampling", "poisson", "--compute", QUERY["compute"], "--epsilon", QUERY["epsilon"],
                            "--users", QUERY["users"], "--json")
     assert status == 0, err
     printed = json.loads(out)
-    choice = dpscaling.load_law(mech_run / "law" / "mechanisms", mechanism="bandmf-b4").query(**QUERY,
+    choice = dpscaling.load_law(mech_run / "law" / "bundle", mechanism="bandmf-b4").query(**QUERY,
                                                                                             sampling="poisson")
     assert isinstance(choice, MechanismChoice) and choice.mechanism == "bandmf-b4"
     assert json.loads(json.dumps(_jsonable(choice.to_json()))) == printed  # the CLI prints the API's answer
@@ -80,7 +80,7 @@ def test_bandmf_s_fixed_batches_are_priced_for_the_cyclic_sampler_whose_sensitiv
     from dpscaling.dp.correlated import sensitivity_squared, strategy_coefficients
     from dpscaling.mechanisms import mechanism_named
 
-    law = dpscaling.load_law(mech_run / "law" / "mechanisms", mechanism="bandmf-b4")
+    law = dpscaling.load_law(mech_run / "law" / "bundle", mechanism="bandmf-b4")
     runnable = law.query(**QUERY, sampling="deterministic").answer.runnable
     event = runnable.price.event
     separation = int(runnable.data_budget) // runnable.batch_size
@@ -121,10 +121,10 @@ def test_the_sigma_table_prices_bandmf_s_fixed_batches_as_the_pricing_module() -
 def test_load_law_on_a_mechanisms_directory_chooses_exactly_as_the_cli(run, mech_run) -> None:
     """The calibrated upper end chooses DP-SGD (BandMF predicts lower, but its interval is 0.45 nats wider);
     the point prediction alone chooses BandMF, shown beside; the CLI prints the API's choice."""
-    law = dpscaling.load_law(mech_run / "law" / "mechanisms")
+    law = dpscaling.load_law(mech_run / "law" / "bundle")
     assert isinstance(law, LawAcrossMechanisms) and law.mechanisms == ["dpsgd", "bandmf-b4"]
     choice = law.query(**QUERY, decision_rule="calibrated_upper")
-    status, out, err = run("query", "--law", mech_run / "law" / "mechanisms", "--compute", QUERY["compute"],
+    status, out, err = run("query", "--law", mech_run / "law" / "bundle", "--compute", QUERY["compute"],
                            "--epsilon", QUERY["epsilon"], "--users", QUERY["users"], "--json",
                            "--decision-rule", "calibrated_upper")
     assert status == 0, err
@@ -138,20 +138,22 @@ def test_load_law_on_a_mechanisms_directory_chooses_exactly_as_the_cli(run, mech
     assert printed["decision_rule"]["score"] == pytest.approx(printed["calibrated_interval_90"][1])
     point = law.query(**QUERY, decision_rule="point")
     assert point.mechanism == "bandmf-b4" and point.answer.runnable.decision.applied == "point"
-    status, out, _ = run("query", "--law", mech_run / "law" / "mechanisms", "--compute", QUERY["compute"],
+    status, out, _ = run("query", "--law", mech_run / "law" / "bundle", "--compute", QUERY["compute"],
                          "--epsilon", QUERY["epsilon"], "--users", QUERY["users"], "--decision-rule", "point")
     assert status == 0 and out.startswith("mechanism    bandmf-b4")
 
 
-def test_a_mechanism_s_law_directory_finds_its_own_calibration(mech_run) -> None:
-    """law/mechanisms/mech=M/fit is read with validate/mech=M/calibration.json (not the primary's, nor none)."""
+def test_a_mechanism_s_law_directory_finds_its_own_calibration(mech_run, tmp_path) -> None:
+    """law/mechanisms/mech=M/fit is bundled with validate/mech=M/calibration.json (not the primary's, nor none),
+    by the workflow and by the conversion of the directory alone."""
     from dpscaling.layout import calibration_beside
 
     fit = mech_run / "law" / "mechanisms" / "mech=bandmf-b4" / "fit"
     assert calibration_beside(fit) == (mech_run / "validate" / "mech=bandmf-b4" / "calibration.json").resolve()
-    law = dpscaling.load_law(fit)
-    assert law.bundle.calibration is not None and law.bundle.calibration.half_width == 0.5
-    assert law.mechanism == "bandmf-b4"
+    for law in (dpscaling.load_law(mech_run / "law" / "bundle", mechanism="bandmf-b4").law("bandmf-b4"),
+                dpscaling.load_law(bundled(fit, tmp_path / "bundle"))):
+        assert law.bundle.calibration is not None and law.bundle.calibration.half_width == 0.5
+        assert law.mechanism == "bandmf-b4"
 
 
 def test_a_bundle_records_its_mechanism_sampler_and_adjacency(mech_run, tmp_path) -> None:
@@ -189,7 +191,7 @@ def test_a_charging_rule_steps_back_from_the_extrapolation_the_point_prediction_
     write_calibration({"paper": Calibration("paper", False, 2.0, ("horizon (fit T <= 1000, predict the rest)",),
                                             0.5, 1.0, 0.0, method=DISTANCE_METHOD, iterations_from=500.0,
                                             scale=scale)}, path)
-    law = dpscaling.load_law(fit, calibration=path)
+    law = dpscaling.load_law(bundled(fit, tmp_path / "bundle", calibration=path))
     budget = dict(compute=3e13, epsilon=16.0, users=1e6, allow_extrapolation=True)
     upper, point = law.query(**budget, decision_rule=rule_name), law.query(**budget, decision_rule="point")
     rule = DecisionRule(rule_name)
@@ -222,18 +224,18 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
     budget = Budget(4.0, DELTA, 20_000, 1e12, mechanism="choose")
     correction = PhysicalBatchCorrection(0.1, 32, 10, 0.01)
     models = ["Synthetic0", "Synthetic1", "Synthetic2"]
-    chosen = plan_mechanisms(mech_run / "law" / "mechanisms", budget, models, microbatch_size=8,
+    chosen = plan_mechanisms(mech_run / "law" / "bundle", budget, models, microbatch_size=8,
                              correction=correction, decision_rule="calibrated_upper")
     assert chosen.mechanism == "dpsgd" and chosen.physical_batch_correction == correction
     compared = {row["mechanism"]: row for row in chosen.mechanisms_compared}
     assert compared["bandmf-b4"]["planned"] and compared["bandmf-b4"]["decision"]["score"] > chosen.decision["score"]
     assert chosen.batch_size % 8 == 0  # whole microbatches, as the query rounds
-    point = plan_mechanisms(mech_run / "law" / "mechanisms", budget, models, microbatch_size=8,
+    point = plan_mechanisms(mech_run / "law" / "bundle", budget, models, microbatch_size=8,
                             correction=correction, decision_rule="point")
     assert point.mechanism == "bandmf-b4" and point.physical_batch_correction == correction
     # The default charges only extrapolation, which these laws' constant half-widths cannot measure: it falls
     # back to the point prediction, says so, and BandMF's wider interval costs it nothing.
-    default = plan_mechanisms(mech_run / "law" / "mechanisms", budget, models, microbatch_size=8,
+    default = plan_mechanisms(mech_run / "law" / "bundle", budget, models, microbatch_size=8,
                               correction=correction)
     assert default.mechanism == "bandmf-b4" and default.decision["rule"] == "extrapolation_charged"
     assert default.decision["applied"] == "point" and default.decision["charge"] is None

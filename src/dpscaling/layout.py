@@ -19,11 +19,11 @@ public domain has its own documents and shards under ``data/public/`` (:data:`PU
 **The law.** The primary length's law directory ``law/`` holds the curves it is fitted on
 (``results.parquet``), the fitted law (``fit/``) and its bootstrap replicates (``bootstrap/``); each other
 length's is ``law/lengths/seq=S/`` (:data:`LENGTH_LAW`), and each other mechanism's
-``law/mechanisms/mech=M/`` (:data:`MECHANISM_LAW`), the same inside; the primary law's bundle is
-``law/bundle/``. The held-out calibration is ``validate/calibration.json`` and the physical-batch
+``law/mechanisms/mech=M/`` (:data:`MECHANISM_LAW`), the same inside; the bundle of them all, what queries
+read, is ``law/bundle/``. The held-out calibration is ``validate/calibration.json`` and the physical-batch
 correction ``law/physical_batch/correction.json``.
 :func:`bootstrap_beside` and :func:`calibration_beside` say where those are for a fitted law directory:
-the defaults of ``dpscaling query --law <run>/law/fit``.
+what ``dpscaling law bundle`` takes when it converts a ``law/fit`` into a bundle.
 
 **Everything else**, grouped by stage below: templates over the rules' wildcards (``{figure}``, ``{budget}``,
 ...), directories with the names of the files inside them (a law directory's, a packed directory's, a
@@ -123,7 +123,6 @@ PRIMARY_LAW = "law"
 LENGTH_LAW = "law/lengths/seq={seq}"
 MECHANISM_LAW = "law/mechanisms/mech={mech}"  # each other mechanism's law, at the primary length
 FINETUNE_LAW = f"{FINETUNE}{PRIMARY_LAW}"  # the fine-tuning runs' law
-LAW_ACROSS_MECHANISMS = "law/mechanisms/mechanisms.json"
 # Each other mechanism's accounting table and its validation (calibration.json).
 MECHANISM_SIGMA_TABLE = f"{MECHANISM_ACCOUNTING}/{SIGMA_TABLE}"
 MECHANISM_CALIBRATION = "validate/mech={mech}/calibration.json"

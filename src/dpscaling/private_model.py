@@ -99,8 +99,8 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
     rounding, one pricing, one decision rule), asked with what the private run trains: the run's own
     ``models``, whole microbatches, Poisson's σ (``sampling="poisson"``) and extrapolation allowed (flagged:
     the closed loop measures it). Its configuration is then priced exactly as the private run will be
-    (:func:`priced_plan`: truncated Poisson at its priced L). ``law_dir``: a law directory (read with the
-    files the workflow writes beside it) or a loaded law. With a ``correction`` (not in the paper:
+    (:func:`priced_plan`: truncated Poisson at its priced L). ``law_dir``: a law bundle (its own mechanism's
+    law answers) or a loaded law. With a ``correction`` (not in the paper:
     :mod:`dpscaling.law.physical_batch`) every loss is the law's corrected to the candidate's B;
     ``law_loss`` keeps the uncorrected prediction.
     """
@@ -131,15 +131,12 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
     return dataclasses.replace(plan, decision=decision)
 
 
-def _load_one(law_dir: str | os.PathLike[str]) -> ScalingLaw:
-    """The law at ``law_dir`` with its replicates and calibration (a law across mechanisms is refused)."""
-    from dpscaling.law.answers import ScalingLaw
-    from dpscaling.law.loading import load_law
+def _load_one(bundle: str | os.PathLike[str]) -> ScalingLaw:
+    """The law of the bundle's own mechanism (a budget that names no mechanism is planned by the run's
+    primary mechanism's law)."""
+    from dpscaling.law.loading import load_primary_law
 
-    law = load_law(law_dir)
-    if not isinstance(law, ScalingLaw):
-        raise UserError(f"{law_dir}: a law across mechanisms plans a budget that names its mechanism")
-    return law
+    return load_primary_law(bundle)
 
 
 def search_query(answer, models: Sequence[str]) -> LawQuery:
@@ -246,17 +243,16 @@ def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequen
                     correction: PhysicalBatchCorrection | None = None,
                     fixed_sizes: Mapping[str, float] | None = None, decision_rule: str | None = None) -> PrivatePlan:
     """A budget that names its mechanism, planned by that mechanism's law, or, with ``mechanism: choose``, by
-    every mechanism's law (``laws``: law/mechanisms, or its mechanisms.json), the decision rule's lowest score
+    every mechanism's law (``laws``: the run's bundle, holding every mechanism's law), the decision rule's lowest score
     winning (:mod:`dpscaling.law.decision`, as ``dpscaling query`` chooses); the plan lists what each
     mechanism's law planned. The physical-batch correction, fitted on the primary mechanism's runs, applies
     to every mechanism's plan alike, so that they compare at the same physical batch."""
     from dpscaling.law.answers import ScalingLaw
     from dpscaling.law.loading import load_law
 
-    laws = Path(laws)
-    across = load_law(laws.parent if laws.is_file() else laws)
+    across = load_law(laws)
     if isinstance(across, ScalingLaw):
-        raise UserError(f"{BLOCK}.budgets {budget.label}: {laws} is one law, not a run's laws across mechanisms")
+        raise UserError(f"{BLOCK}.budgets {budget.label}: {laws} holds one mechanism's law, not a run's several")
     wanted = across.mechanisms if budget.mechanism == CHOOSE else [budget.mechanism]
     unknown = [name for name in wanted if name not in across.mechanisms]
     if unknown:

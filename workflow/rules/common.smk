@@ -349,14 +349,12 @@ def pretrained_curve(wildcards):
 
 
 def private_plan_law(wildcards):
-    """The law that plans private_model's budget: the fine-tuning law for a pretrained budget, else the grid's."""
+    """The law bundle that plans private_model's budget: the fine-tuning law's for a pretrained budget, else
+    the run's (which holds every mechanism's law: a budget that names one is planned by it, or chooses).
+    """
     if wildcards.budget in PRETRAINED_BUDGETS:
-        return rules.finetune_fit_law.output[0]
-    if (
-        wildcards.budget in MECHANISM_BUDGETS
-    ):  # its mechanism's law, or every mechanism's to choose
-        return rules.law_across_mechanisms.output[0]
-    return rules.fit_law.output[0]
+        return rules.finetune_law_bundle.output[0]
+    return rules.law_bundle.output[0]
 
 
 def private_plan_correction(wildcards):

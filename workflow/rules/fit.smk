@@ -259,9 +259,8 @@ use rule bootstrap as bootstrap_for_mechanism with:
         f"{RESULTS}/{layout.log_path(layout.MECHANISM_LAW_LOGS, 'bootstrap')}",
 
 
-# Every mechanism's law, sigma table, replicates and calibration, and mechanisms.json naming them:
-# `dpscaling query --law <run>/law/mechanisms` compares the mechanisms at every budget. Planned only when
-# the run has several mechanisms.
+# Every mechanism's law (the primary's is fit_law's): mechanism_findings compares them, and rule law_bundle
+# bundles each other mechanism's with its sigma table, replicates and calibration under mechanisms/M/.
 MECHANISM_LAWS = {
     PRIMARY_MECHANISM: rules.fit_law.output[0],
     **{
@@ -269,32 +268,11 @@ MECHANISM_LAWS = {
         for name in OTHER_MECHANISMS
     },
 }
-LAW_ACROSS_MECHANISMS_FILE = f"{RESULTS}/{layout.LAW_ACROSS_MECHANISMS}"
-LAW_ACROSS_MECHANISMS = [LAW_ACROSS_MECHANISMS_FILE] if OTHER_MECHANISMS else []
-
-
-rule law_across_mechanisms:
-    input:
-        laws=list(MECHANISM_LAWS.values()),
-        sigma_tables=[mechanism_sigma_table(name) for name in MECHANISMS],
-        bootstrap=(
-            BOOTSTRAP
-            + expand(rules.bootstrap_for_mechanism.output[0], mech=OTHER_MECHANISMS)
-            if BOOTSTRAP
-            else []
-        ),
-        calibrations=[mechanism_calibration(name) for name in MECHANISMS],
-    output:
-        LAW_ACROSS_MECHANISMS_FILE,
-    log:
-        f"{RESULTS}/{layout.log_path(layout.LAW_LOGS, 'law_across_mechanisms')}",
-    localrule: True
-    conda:
-        "../envs/dpscaling.yaml"
-    params:
-        mechanisms=MECHANISMS,
-    script:
-        "../scripts/law_across_mechanisms.py"
+OTHER_MECHANISM_BOOTSTRAP = (
+    expand(rules.bootstrap_for_mechanism.output[0], mech=OTHER_MECHANISMS)
+    if BOOTSTRAP
+    else []
+)
 
 
 rule fit:
@@ -303,7 +281,8 @@ rule fit:
         BOOTSTRAP,
         CORRECTION,
         LAW_ACROSS_LENGTHS,
-        LAW_ACROSS_MECHANISMS,
+        [MECHANISM_LAWS[name] for name in OTHER_MECHANISMS],
+        OTHER_MECHANISM_BOOTSTRAP,
         RUN_CONFIG,
 
 
@@ -398,8 +377,9 @@ rule validate:
 
 
 # The law bundle (docs/query.md): the law with its sigma table, bootstrap replicates, calibration,
-# physical-batch correction and the laws at other lengths in one portable directory, with its provenance
-# and validated ranges; `dpscaling query --law <run>/law/bundle` answers from it alone.
+# physical-batch correction, the laws at other lengths and each other mechanism's law (with its own sigma
+# table, replicates and calibration) in one portable directory, with its provenance and validated ranges;
+# `dpscaling query --law <run>/law/bundle` answers from it alone.
 rule law_bundle:
     input:
         law=rules.fit_law.output[0],
@@ -409,6 +389,14 @@ rule law_bundle:
         correction=CORRECTION,
         lengths=LAW_ACROSS_LENGTHS,
         data_meta=[] if config["results_csv"] else PRIMARY_PACKED["meta"],
+        mechanism_laws=[MECHANISM_LAWS[name] for name in OTHER_MECHANISMS],
+        mechanism_sigma_tables=[
+            mechanism_sigma_table(name) for name in OTHER_MECHANISMS
+        ],
+        mechanism_bootstrap=OTHER_MECHANISM_BOOTSTRAP,
+        mechanism_calibrations=[
+            mechanism_calibration(name) for name in OTHER_MECHANISMS
+        ],
     output:
         directory(f"{LAW_DIR}/{layout.BUNDLE}"),
     log:
@@ -418,6 +406,7 @@ rule law_bundle:
         "../envs/dpscaling.yaml"
     params:
         provenance=bundle_provenance(CFG),
+        mechanisms=OTHER_MECHANISMS,
     script:
         "../scripts/law_bundle.py"
 

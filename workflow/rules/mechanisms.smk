@@ -38,7 +38,7 @@ rule mechanism_findings:
 # Everything the mechanism axis adds: each mechanism's law, validation and the comparison (with several).
 rule mechanisms:
     input:
-        LAW_ACROSS_MECHANISMS,
+        rules.law_bundle.output,
         VALIDATE_MECHANISMS,
         # the comparison is against DP-SGD: with it and another mechanism
         (

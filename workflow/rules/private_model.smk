@@ -174,7 +174,7 @@ rule private_model_report:
         correction=CORRECTION,
         calibration=rules.validate_law.output.calibration,
         # Budgets that name a mechanism are predicted by that mechanism's law.
-        mechanisms=LAW_ACROSS_MECHANISMS_FILE if MECHANISM_BUDGETS else [],
+        mechanisms=rules.law_bundle.output[0] if MECHANISM_BUDGETS else [],
     output:
         csv=f"{PRIVATE}/{layout.REPORT_TABLE}.csv",
         md=f"{PRIVATE}/{layout.REPORT_TABLE}.md",

@@ -16,6 +16,20 @@ with log_to_file(snakemake.log[0]) as log:
     given = snakemake.input
     lengths = first(given.lengths)
     lengths = Path(lengths).parent if lengths else None
+    # Each other mechanism's files, in the run's order (none: one mechanism, or the fine-tuning law's bundle).
+    names = snakemake.params.get("mechanisms", [])
+    bootstraps = given.get("mechanism_bootstrap", []) or [None] * len(names)
+    mechanisms = {
+        name: {"law": law, "sigma_table": table, "bootstrap": bootstrap, "calibration": calibration}
+        for name, law, table, bootstrap, calibration in zip(
+            names,
+            given.get("mechanism_laws", []),
+            given.get("mechanism_sigma_tables", []),
+            bootstraps,
+            given.get("mechanism_calibrations", []),
+            strict=True,
+        )
+    }
     bundle = write_bundle(
         snakemake.output[0],
         given.law,
@@ -26,5 +40,6 @@ with log_to_file(snakemake.log[0]) as log:
         correction=first(given.correction),
         lengths=lengths,
         length_replicates=length_replicates(lengths) if lengths else None,
+        mechanisms=mechanisms,
     )
     log.info("law bundle %s: %s", snakemake.output[0], bundle.contents())

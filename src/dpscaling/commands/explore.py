@@ -9,7 +9,7 @@ import os
 from dpscaling.commands._output import add_json_flag, emit
 from dpscaling.explorer import default_grid, write_explorer
 from dpscaling.explorer.sweep import COMPUTE_STEPS_PER_OCTAVE, DEFAULT_EPSILONS
-from dpscaling.law.loading import load_law
+from dpscaling.law.loading import load_primary_law
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_explore(args: argparse.Namespace) -> int:
-    law = load_law(args.bundle)
+    law = load_primary_law(args.bundle)
     grid = default_grid(law, epsilons=args.epsilons, data=args.users, compute_range=args.compute_range,
                         compute_steps_per_octave=args.compute_steps_per_octave)
     summary = write_explorer(law, args.bundle, args.out, grid, bundle_argument=args.bundle_argument,

@@ -23,15 +23,15 @@ from dpscaling.errors import UserError
 from dpscaling.law import LawSettings
 from dpscaling.law.answers import ScalingLaw
 from dpscaling.law.loading import load_law
-from dpscaling.law.artifact import Law, read_law
-from dpscaling.law.bundle import write_bundle
+from dpscaling.law.artifact import Law
+from dpscaling.law.bundle import write_fitted_bundle
+from dpscaling.law.conversion import convert_to_bundle
 from dpscaling.law.collect import RESULTS_FORMATS
 from dpscaling.law.decision import DECISION_RULES, DEFAULT_DECISION_RULE
 from dpscaling.law.mechanisms import LawAcrossMechanisms, MechanismChoice
 from dpscaling.law.pipeline import fit_from_files
 from dpscaling.law.queries import SATURATION_TOLERANCE, model_size_grid, saturating_table
 from dpscaling.law.sequence_length import PRIVACY_UNITS
-from dpscaling.layout import length_replicates
 from dpscaling.law.settings import ASYMPTOTE_CHOICES
 
 TABLE2_DATA_BUDGETS = [1e5, 1e6, 1e7, 1e8, 1e9]
@@ -66,8 +66,8 @@ def _add_accounting_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_law_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--law", required=True, metavar="DIR",
-                        help="a law bundle (results/<run>/law/bundle, everything inside) or a law directory "
-                             "written by `dpscaling fit`")
+                        help="a law bundle: results/<run>/law/bundle (everything inside, its lengths and "
+                             "mechanisms included) or `dpscaling fit --out`'s")
 
 
 def _add_model_size_range(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +105,8 @@ def _register_fit(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--physical-batch", type=int,
                         help="training batch size, for the parametric fits' N (default: from the curves, else 1024)")
     parser.add_argument("--parametric", action="store_true", help="also fit the appendix's L̂1 and L̂2")
-    parser.add_argument("--out", required=True, metavar="DIR", help="the law directory to write")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="the law bundle to write (add replicates and a calibration with `dpscaling law bundle`)")
     add_json_flag(parser)
     parser.set_defaults(func=run_fit)
 
@@ -138,16 +139,9 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                              "measured (flagged); refused otherwise (docs/query.md, the refusal policy)")
     parser.add_argument("--microbatch-size", type=int,
                         help="round B to whole microbatches of this size (default: the law's runs' microbatch)")
-    parser.add_argument("--physical-batch-correction", nargs="?", const=True, default=False, metavar="FILE",
+    parser.add_argument("--physical-batch-correction", action="store_true",
                         help="not in the paper: correct the law's loss to each candidate's batch B trained as its "
-                             "physical batch; bare: the bundle's correction, or give its correction.json "
-                             "(docs/fit.md)")
-    parser.add_argument("--bootstrap", metavar="DIR",
-                        help="for a law directory that is not a bundle: its bootstrap replicates (default: "
-                             "<run>/law/bootstrap beside a workflow's law/fit)")
-    parser.add_argument("--calibration", metavar="FILE",
-                        help="for a law directory that is not a bundle: its calibration.json (default: "
-                             "<run>/validate/calibration.json beside a workflow's law/fit)")
+                             "physical batch, with the bundle's correction (docs/fit.md)")
     parser.add_argument("--inference-tokens", type=float, metavar="N",
                         help="expected inference volume in tokens: also answer the configuration with the fewest "
                              "training + inference FLOPs (2·M per token) at the compute-optimal loss or better "
@@ -157,7 +151,7 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                              "pretraining (6·M·D_pre, recorded in the bundle); by default it is sunk and the "
                              "compute is the fine-tuning's own (docs/finetune.md)")
     parser.add_argument("--mechanism", metavar="NAME",
-                        help="with a law across mechanisms (<run>/law/mechanisms): answer with this mechanism only "
+                        help="with a bundle of several mechanisms: answer with this mechanism only "
                              "(dpsgd or bandmf-b<b>); default: every mechanism's law answers and the decision "
                              "rule chooses (docs/mechanisms.md)")
     parser.add_argument("--decision-rule", choices=DECISION_RULES, default=DEFAULT_DECISION_RULE,
@@ -211,14 +205,18 @@ def _register_law(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("law", help="inspect or assemble a law bundle (docs/query.md)")
     steps = parser.add_subparsers(dest="law_command", metavar="STEP", required=True)
     info = steps.add_parser("info", help="a bundle's provenance, validated ranges, loss units and contents",
-                            description="Print what a law bundle (or law directory) holds and where it may be "
-                                        "trusted.")
-    info.add_argument("bundle", metavar="BUNDLE", help="a law bundle directory (or a `dpscaling fit` directory)")
+                            description="Print what a law bundle holds and where it may be trusted.")
+    info.add_argument("bundle", metavar="BUNDLE", help="a law bundle directory")
     add_json_flag(info)
     info.set_defaults(func=run_law_info)
-    bundle = steps.add_parser("bundle", help="assemble a portable law bundle from a law and the files beside it",
-                              description="What `snakemake bundle` writes for a run, from files given by hand.")
-    bundle.add_argument("--law", required=True, metavar="DIR", help="a law directory written by `dpscaling fit`")
+    bundle = steps.add_parser("bundle", help="assemble a law bundle, or convert a law of an older format into one",
+                              description="What `snakemake bundle` writes for a run, from files given by hand; "
+                                          "a law directory from before bundles (law/fit, law/lengths, "
+                                          "law/mechanisms) converted once, with the files the workflow wrote "
+                                          "beside it (docs/query.md).")
+    bundle.add_argument("--law", required=True, metavar="DIR",
+                        help="a bundle (files given here are added), or a fitted law, a law across lengths or a "
+                             "law across mechanisms of an older format")
     bundle.add_argument("--sigma-table", metavar="PARQUET",
                         help="dpscaling's σ table (default: the one the law points to, if any)")
     bundle.add_argument("--bootstrap", metavar="PATH", help="bootstrap replicates (a Parquet file or directory)")
@@ -248,7 +246,7 @@ def run_fit(args: argparse.Namespace) -> int:
         results_format=args.results_format, accounting_amplified=args.accounting_amplified,
         accounting_unamplified=args.accounting_unamplified, parametric=args.parametric,
         seq_len=args.seq_len, physical_batch=args.physical_batch)
-    law.save(args.out)
+    write_fitted_bundle(law, args.out)
     report = law.report
     emit({"law": str(Path(args.out)), "models": len(law.loss.model_sizes),
           "iterations": f"{law.iteration_bounds()[0]:g}..{law.iteration_bounds()[1]:g}",
@@ -269,11 +267,8 @@ def _progress(message: str) -> None:
 
 
 def _load(args: argparse.Namespace) -> ScalingLaw | LawAcrossMechanisms:
-    correction = args.physical_batch_correction if isinstance(args.physical_batch_correction, str) else None
-    return load_law(args.law, bootstrap=getattr(args, "bootstrap", None),
-                    calibration=getattr(args, "calibration", None), physical_batch_correction=correction,
-                    accounting_amplified=args.accounting_amplified, accounting_unamplified=args.accounting_unamplified,
-                    mechanism=getattr(args, "mechanism", None))
+    return load_law(args.law, accounting_amplified=args.accounting_amplified,
+                    accounting_unamplified=args.accounting_unamplified, mechanism=getattr(args, "mechanism", None))
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -336,8 +331,7 @@ def _one_law(args: argparse.Namespace) -> ScalingLaw:
     """One mechanism's law: a law across mechanisms is refused by name."""
     law = _load(args)
     if isinstance(law, LawAcrossMechanisms):
-        raise UserError(f"--law {args.law}: a law across mechanisms; give one mechanism's law (its mechanisms.json "
-                        "names each one's directory)")
+        raise UserError(f"--law {args.law}: a bundle of the mechanisms {law.mechanisms}; name one with --mechanism")
     return law
 
 
@@ -441,12 +435,9 @@ def run_law_info(args: argparse.Namespace) -> int:
 
 
 def run_law_bundle(args: argparse.Namespace) -> int:
-    pointer = read_law(args.law).sigma_table
-    sigma_table = args.sigma_table or (pointer["path"] if pointer and Path(pointer["path"]).is_file() else None)
-    bundle = write_bundle(args.out, args.law, sigma_table=sigma_table, bootstrap=args.bootstrap,
-                          calibration=args.calibration, correction=args.physical_batch_correction,
-                          lengths=args.lengths,
-                          length_replicates=length_replicates(args.lengths) if args.lengths else None)
+    bundle = convert_to_bundle(args.law, args.out, sigma_table=args.sigma_table, bootstrap=args.bootstrap,
+                               calibration=args.calibration, correction=args.physical_batch_correction,
+                               lengths=args.lengths)
     emit({"bundle": str(args.out), **bundle.contents()}, args.json)
     return 0
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from dpscaling.errors import UserError
 from dpscaling.law.answers import Answer, ScalingLaw
-from dpscaling.law.loading import load_law
+from dpscaling.law.loading import load_primary_law
 from dpscaling.law.queries import best_loss_per_compute, model_size_grid
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)
@@ -170,7 +170,7 @@ _LAWS: dict[str, ScalingLaw] = {}
 
 def _worker_law(path: str) -> ScalingLaw:
     if path not in _LAWS:
-        _LAWS[path] = load_law(path)
+        _LAWS[path] = load_primary_law(path)
     return _LAWS[path]
 
 

@@ -90,7 +90,7 @@ class ScalingLaw:
         """σ(ε, T, q) at ``delta`` (None: the bundle's δ): the bundle's table, else built on demand."""
         if delta not in self._sources:
             source = self.bundle.law.sigma_source(self._accounting, delta=delta, progress=progress)
-            if self.bundle.root is not None and "accounting table" in source.description:
+            if self.bundle.root is not None and source.description.startswith("the run's accounting table"):
                 # the bundle's own table, named by its place in the bundle: the answer is the same wherever it lies
                 source = SigmaSource(source.sigma, source.delta, source.sampling,
                                      f"the bundle's σ table (sigma_table.parquet, {source.sampling} rule, "

@@ -13,6 +13,9 @@ relative to it::
     physical_batch.json             the physical-batch correction (not in the paper; applied on request)
     lengths/lengths.json            with several sequence lengths: every length's law,
     lengths/seq=S/law/, lengths/seq=S/bootstrap/   ... each with its replicates beside it
+    mechanisms/M/                   with several noise mechanisms: each other mechanism's law as a bundle of
+                                    its own (its law, σ table, replicates and calibration); bundle.json's
+                                    ``contents.mechanisms`` lists them, this bundle's own mechanism first
 
 **Provenance** (what the loss means and where it came from): the noise mechanism whose price σ̄ is, with
 each sampling branch's sampler and adjacency (:mod:`dpscaling.accounting.pricing`), the model family and its objective, the
@@ -25,8 +28,10 @@ columns, the first measured step and the horizon H, the law's extrapolated T ran
 factor the held-out horizon set validated (1/2 of every curve predicts the rest: 2×; 1× without a
 calibration) and the calibrated interval's region.
 
-A law directory that is not a bundle (``dpscaling fit --out``) is read by :func:`bundle_from_law` into
-the same object, with the files its caller gives (a workflow's, beside the law: :mod:`dpscaling.layout`).
+The bundle is the one law format that answers (:func:`dpscaling.law.loading.load_law`). Format 1 (before
+mechanisms were bundled) reads as a bundle of one mechanism; the formats before bundles (a fitted law
+directory, a law across lengths, a law across mechanisms) are converted once by
+:mod:`dpscaling.law.conversion` (``dpscaling law bundle``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from dpscaling.law.bootstrap import Replicates, load_replicates, replicate_files
 from dpscaling.law.calibration import Calibration, load_calibration
 from dpscaling.law.columns import ITERATIONS, NOISE_BATCH_RATIO, SOURCE
 from dpscaling.law.physical_batch import PhysicalBatchCorrection, load_correction
-from dpscaling.law.pipeline import existing_file, sha256
+from dpscaling.law.pipeline import sha256
 from dpscaling.law.range_checks import ValidatedRanges
 from dpscaling.law.runnable import ModelShape, preset_shapes
 from dpscaling.law.sequence_length import (
@@ -58,9 +63,10 @@ from dpscaling.law.validation import HORIZON, HORIZON_FRACTION
 
 BUNDLE_FILE = "bundle.json"
 FORMAT = "dpscaling-law-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # format 1: a bundle of one mechanism, without ``contents.mechanisms``
 LAW, SIGMA_TABLE, BOOTSTRAP = "law", "sigma_table.parquet", "bootstrap/replicates.parquet"
-CALIBRATION, CORRECTION, LENGTHS = "calibration.json", "physical_batch.json", "lengths"
+CALIBRATION, CORRECTION, LENGTHS, MECHANISMS = "calibration.json", "physical_batch.json", "lengths", "mechanisms"
 OBJECTIVE_UNITS = {
     "masked_lm": "masked-LM cross entropy in nats per masked token (the mean training loss)",
     "causal_lm": "next-token cross entropy in nats per token (the mean training loss)",
@@ -91,6 +97,11 @@ class Bundle:
     lengths: LengthLaws | None = None
     root: Path | None = None
     notes: dict[str, str] = field(default_factory=dict)  # why an item is missing
+    mechanisms: dict[str, Bundle] = field(default_factory=dict)  # each other mechanism's bundle, in the run's order
+
+    @property
+    def mechanism(self) -> str:
+        return str(self.law.mechanism)
 
     @property
     def shapes(self) -> list[ModelShape]:
@@ -122,7 +133,8 @@ class Bundle:
                 "bootstrap_replicates": len(self.replicates) if self.replicates else 0,
                 "calibration": CALIBRATION if self.calibration else None,
                 "physical_batch_correction": CORRECTION if self.correction else None,
-                "sequence_lengths": self.lengths.across.lengths if self.lengths else [self.law.seq_len]}
+                "sequence_lengths": self.lengths.across.lengths if self.lengths else [self.law.seq_len],
+                "mechanisms": [self.mechanism, *self.mechanisms] if self.mechanisms else None}
 
 
 def data_provenance(data_meta: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -138,6 +150,9 @@ def data_provenance(data_meta: str | os.PathLike[str] | None = None) -> dict[str
                            "hf_split": source.get("hf_split") if source.get("hf_dataset") else None,
                            "max_documents": source.get("max_documents"), "files_sha256": files or None}
     return found
+
+
+PRICING_PROVENANCE = ("mechanism", "bands", "samplers", "adjacency")  # what σ̄ costs: each law's own
 
 
 def law_provenance(law: Law) -> dict[str, Any]:
@@ -197,76 +212,23 @@ def read_bundle(directory: str | os.PathLike[str]) -> Bundle:
         manifest = json.loads((root / BUNDLE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise UserError(f"{root}: not a law bundle ({BUNDLE_FILE}: {error})") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format") != FORMAT or manifest.get("format_version") not in READABLE_VERSIONS:
         raise UserError(f"{root}: bundle format {manifest.get('format')} {manifest.get('format_version')} is not "
-                        f"{FORMAT} {FORMAT_VERSION}; rebuild it (`snakemake bundle`)")
+                        f"{FORMAT} {' or '.join(map(str, READABLE_VERSIONS))}; rebuild it (`snakemake bundle`)")
     law = read_law(root / LAW)
+    others = [name for name in manifest.get("contents", {}).get("mechanisms") or [] if name != str(law.mechanism)]
     calibration = (load_calibration(root / CALIBRATION, law.settings) if (root / CALIBRATION).is_file() else None)
     return Bundle(
         law=law, provenance=manifest["provenance"], ranges=ValidatedRanges.from_json(manifest["validated_ranges"]),
         replicates=load_replicates(root / BOOTSTRAP, law.settings) if (root / BOOTSTRAP).is_file() else None,
         calibration=calibration, correction=load_correction(root / CORRECTION),
         lengths=_lengths(root / LENGTHS, law) if is_law_across_lengths(root / LENGTHS) else None,
-        root=root, notes=dict(manifest.get("missing") or {}))
+        root=root, notes=dict(manifest.get("missing") or {}),
+        mechanisms={name: read_bundle(root / MECHANISMS / name) for name in others})
 
 
 def is_bundle(directory: str | os.PathLike[str]) -> bool:
     return (Path(directory) / BUNDLE_FILE).is_file()
-
-
-def bundle_from_law(directory: str | os.PathLike[str], *, bootstrap: str | os.PathLike[str] | None = None,
-                    calibration: str | os.PathLike[str] | None = None,
-                    correction: str | os.PathLike[str] | None = None,
-                    length_replicates: Mapping[int, str | os.PathLike[str]] | None = None) -> Bundle:
-    """A law directory that is not a bundle (``dpscaling fit``'s, or a workflow's ``law/fit`` or
-    ``law/lengths``) with the files given: ``bootstrap`` (replicates: a Parquet file or a directory of
-    them), ``calibration``, ``correction``, and for a law across lengths each length's replicates file
-    (``length_replicates``; a length without one has no band)."""
-    directory = Path(directory)
-    lengths = None
-    if is_law_across_lengths(directory):
-        across, laws = load_law_across_lengths(directory)
-        law = laws[across.lengths[0]]
-        replicates, note = replicate_laws(laws, length_replicates or {})
-        lengths = LengthLaws(across, laws, replicates, note)
-    else:
-        if not (directory / "manifest.json").is_file():
-            raise UserError(f"{directory} is neither a law bundle ({BUNDLE_FILE}) nor a fitted law (manifest.json); "
-                            "create one with `dpscaling fit` or `snakemake bundle`")
-        law = read_law(directory)
-    notes = {}
-    replicates = None
-    if bootstrap is not None:
-        if not Path(bootstrap).exists():
-            raise UserError(f"--bootstrap: no such file or directory {bootstrap}")
-        replicates = load_replicates(bootstrap, law.settings)
-        if replicates is None:
-            raise UserError(f"--bootstrap {bootstrap}: no replicate files (*.parquet) in it")
-    if replicates is None and lengths is None:
-        notes["bootstrap"] = "no bootstrap replicates next to the law (pass --bootstrap, or query the run's bundle)"
-    found = None
-    if calibration is not None:
-        found = load_calibration(existing_file(calibration, "--calibration"), law.settings)
-    if found is None:
-        notes["calibration"] = ("no calibration next to the law (run `snakemake validate`, pass --calibration, or "
-                                "query the run's bundle)")
-    existing_file(correction, "--physical-batch-correction")
-    return Bundle(law=law, provenance=law_provenance(law), ranges=validated_ranges(law, found),
-                  replicates=replicates, calibration=found,
-                  correction=load_correction(correction) if correction is not None else None,
-                  lengths=lengths, root=None, notes=notes)
-
-
-def load_bundle(directory: str | os.PathLike[str], **files: Any) -> Bundle:
-    """A bundle directory, or a bare law directory with ``files`` (:func:`bundle_from_law`)."""
-    if is_bundle(directory):
-        given = [name for name, value in files.items() if value is not None]
-        if given:
-            raise UserError(f"{directory} is a law bundle: it carries its own {', '.join(sorted(given))}")
-        return read_bundle(directory)
-    if not Path(directory).is_dir():
-        raise UserError(f"--law: no such directory {directory}")
-    return bundle_from_law(directory, **files)
 
 
 # ----------------------------------------------------------------------------------------------- writing
@@ -296,44 +258,82 @@ def write_bundle(out: str | os.PathLike[str], law_dir: str | os.PathLike[str], *
                  bootstrap: str | os.PathLike[str] | None = None, calibration: str | os.PathLike[str] | None = None,
                  correction: str | os.PathLike[str] | None = None, lengths: str | os.PathLike[str] | None = None,
                  length_replicates: Mapping[int, str | os.PathLike[str]] | None = None,
+                 mechanisms: Mapping[str, Mapping[str, Any]] | None = None,
                  horizon_fraction: float = HORIZON_FRACTION) -> Bundle:
     """Assemble the bundle at ``out`` (atomically) from a fitted law and the files beside it; ``provenance``
     adds to what the law knows of itself (:func:`law_provenance`). ``length_replicates``: the replicates
-    file of each length's law listed in ``lengths`` (a length without one is copied without)."""
+    file of each length's law listed in ``lengths`` (a length without one is copied without).
+    ``mechanisms``: each other mechanism's files (``law``, ``sigma_table``, ``bootstrap``, ``calibration``),
+    bundled under mechanisms/M/ with the same provenance (an entry of the law's own mechanism is skipped)."""
     out = Path(out)
     with atomic_path(out, directory=True) as tmp:
-        table = None
-        if sigma_table is not None:
-            if not Path(sigma_table).is_file():
-                raise UserError(f"no σ table at {sigma_table}: build it (`snakemake accounting`)")
-            table = tmp / SIGMA_TABLE
-            shutil.copy2(sigma_table, table)
-        law = _copy_law(law_dir, tmp / LAW, table)
-        notes = {}
-        if bootstrap is not None:
-            _copy_replicates(bootstrap, tmp / BOOTSTRAP)
-        else:
-            notes["bootstrap"] = "no bootstrap replicates (no repeated seeds, or fit.bootstrap.replicates = 0)"
-        found = None
-        if calibration is not None:
-            found = load_calibration(calibration, law.settings)  # refuses a file without this law's mode
-            shutil.copy2(calibration, tmp / CALIBRATION)
-        else:
-            notes["calibration"] = "no held-out calibration (run `snakemake validate` before bundling)"
-        if correction is not None:
-            shutil.copy2(correction, tmp / CORRECTION)
+        own = _assemble(tmp, law_dir, provenance, sigma_table, bootstrap, calibration, correction, horizon_fraction)
         if lengths is not None:
+            table = tmp / SIGMA_TABLE if (tmp / SIGMA_TABLE).is_file() else None
             _copy_lengths(Path(lengths), tmp, law_dir, table, length_replicates or {})
-        record = {**law_provenance(law), **(provenance or {})}
-        record.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-        record.setdefault("dpscaling_version", law.manifest()["versions"]["dpscaling"])
-        bundle = Bundle(law=law, provenance=record, ranges=validated_ranges(law, found, horizon_fraction),
-                        replicates=load_replicates(tmp / BOOTSTRAP, law.settings) if bootstrap is not None else None,
-                        calibration=found, correction=load_correction(tmp / CORRECTION), notes=notes)
-        document = bundle.manifest()
-        document["contents"]["sequence_lengths"] = _length_list(lengths) or [law.seq_len]
-        (tmp / BUNDLE_FILE).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        others = {name: files for name, files in (mechanisms or {}).items() if name != own}
+        for name, files in others.items():
+            mechanism = _assemble(tmp / MECHANISMS / name, files["law"], provenance, files.get("sigma_table"),
+                                  files.get("bootstrap"), files.get("calibration"), None, horizon_fraction)
+            if mechanism != name:
+                raise UserError(f"{files['law']}: a law of mechanism {mechanism!r}, listed as {name!r}")
+        manifest = json.loads((tmp / BUNDLE_FILE).read_text(encoding="utf-8"))
+        contents = manifest["contents"]
+        contents["sequence_lengths"] = _length_list(lengths) or contents["sequence_lengths"]
+        contents["mechanisms"] = [own, *others] if others else None
+        (tmp / BUNDLE_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return read_bundle(out)
+
+
+def _assemble(tmp: Path, law_dir: str | os.PathLike[str], provenance: dict[str, Any] | None,
+              sigma_table: str | os.PathLike[str] | None, bootstrap: str | os.PathLike[str] | None,
+              calibration: str | os.PathLike[str] | None, correction: str | os.PathLike[str] | None,
+              horizon_fraction: float) -> str:
+    """One mechanism's bundle written into ``tmp`` (its manifest at one length); the name of its mechanism."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    table = None
+    if sigma_table is not None:
+        if not Path(sigma_table).is_file():
+            raise UserError(f"no σ table at {sigma_table}: build it (`snakemake accounting`)")
+        table = tmp / SIGMA_TABLE
+        shutil.copy2(sigma_table, table)
+    law = _copy_law(law_dir, tmp / LAW, table)
+    notes = {}
+    if bootstrap is not None:
+        _copy_replicates(bootstrap, tmp / BOOTSTRAP)
+    else:
+        notes["bootstrap"] = "no bootstrap replicates (no repeated seeds, or fit.bootstrap.replicates = 0)"
+    found = None
+    if calibration is not None:
+        found = load_calibration(calibration, law.settings)  # refuses a file without this law's mode
+        shutil.copy2(calibration, tmp / CALIBRATION)
+    else:
+        notes["calibration"] = ("no calibration of the law's held-out error (run `snakemake validate` before "
+                                "bundling, or add one with `dpscaling law bundle --calibration`)")
+    if correction is not None:
+        shutil.copy2(correction, tmp / CORRECTION)
+    own = law_provenance(law)
+    # The run's provenance is shared by its mechanisms; what σ̄ costs is each law's own.
+    record = {**own, **(provenance or {}), **{key: own[key] for key in PRICING_PROVENANCE}}
+    record.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    record.setdefault("dpscaling_version", law.manifest()["versions"]["dpscaling"])
+    bundle = Bundle(law=law, provenance=record, ranges=validated_ranges(law, found, horizon_fraction),
+                    replicates=load_replicates(tmp / BOOTSTRAP, law.settings) if bootstrap is not None else None,
+                    calibration=found, correction=load_correction(tmp / CORRECTION), notes=notes)
+    (tmp / BUNDLE_FILE).write_text(json.dumps(bundle.manifest(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return bundle.mechanism
+
+
+def write_fitted_bundle(law: Law, out: str | os.PathLike[str]) -> Bundle:
+    """``dpscaling fit --out``: a freshly fitted law as a bundle, with the σ table it points to (replicates
+    and a calibration are added by ``dpscaling law bundle``)."""
+    import tempfile
+
+    pointer = law.sigma_table
+    table = pointer["path"] if pointer and Path(pointer["path"]).is_file() else None
+    with tempfile.TemporaryDirectory() as scratch:
+        law.save(Path(scratch) / LAW)
+        return write_bundle(out, Path(scratch) / LAW, sigma_table=table)
 
 
 def _length_list(lengths: str | os.PathLike[str] | None) -> list[int]:

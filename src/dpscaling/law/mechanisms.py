@@ -7,14 +7,13 @@ participation the same in every mechanism; b groups, ⌈T/b⌉ participations at
 A budget (C, ε, N) is answered by every mechanism's law with its own σ_m, each runnable answer priced for
 its mechanism (:mod:`dpscaling.accounting.pricing`), and the decision rule's lowest score wins
 (:func:`choose_mechanism`, :mod:`dpscaling.law.decision`): :class:`LawAcrossMechanisms`, what
-``dpscaling.load_law`` returns for ``law/mechanisms``. ``law/mechanisms/mechanisms.json`` (:func:`write_mechanisms`) names each
-mechanism's law directory, replicates and calibration, so ``dpscaling query --law <run>/law/mechanisms``
-answers from the run's files.
+``dpscaling.load_law`` returns for a run's bundle of several mechanisms (each other mechanism's law, σ table,
+replicates and calibration under the bundle's ``mechanisms/M/``: :mod:`dpscaling.law.bundle`), so
+``dpscaling query --law <run>/law/bundle`` chooses among them.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,47 +25,6 @@ from dpscaling.mechanisms import mechanism_named
 
 if TYPE_CHECKING:
     from dpscaling.law.answers import Answer, ScalingLaw
-
-MECHANISMS_FILE = "mechanisms.json"
-FORMAT_VERSION = 1
-# What each mechanism's entry of mechanisms.json names (paths relative to the file's directory).
-ENTRY_FILES = ("law", "bootstrap", "calibration")
-
-
-def write_mechanisms(directory: str | os.PathLike[str], entries: Mapping[str, Mapping[str, Any]]) -> Path:
-    """``directory``/mechanisms.json: for each mechanism (in the run's order, the primary first) its bands and
-    the law directory, bootstrap directory (or None) and calibration file it is answered with."""
-    from dpscaling.io import write_json_atomic
-
-    directory = Path(directory)
-    document = {}
-    for name, files in entries.items():
-        entry: dict[str, Any] = {"bands": mechanism_named(name).bands}
-        for key in ENTRY_FILES:
-            path = files.get(key)
-            entry[key] = None if path is None else os.path.relpath(Path(path).resolve(), directory.resolve())
-        document[name] = entry
-    target = directory / MECHANISMS_FILE
-    write_json_atomic(target, {"format_version": FORMAT_VERSION, "order": list(document), "mechanisms": document})
-    return target
-
-
-def is_law_across_mechanisms(directory: str | os.PathLike[str]) -> bool:
-    return (Path(directory) / MECHANISMS_FILE).is_file()
-
-
-def mechanism_entries(directory: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """Each mechanism's entry of ``directory``/mechanisms.json, its paths resolved against ``directory``."""
-    directory = Path(directory)
-    document = json.loads((directory / MECHANISMS_FILE).read_text(encoding="utf-8"))
-    if document.get("format_version") != FORMAT_VERSION or not document.get("mechanisms"):
-        raise UserError(f"{directory / MECHANISMS_FILE}: not a list of laws across mechanisms")
-    entries = document["mechanisms"]
-    return {name: {"bands": int(entries[name]["bands"]),
-                   **{key: None if entries[name].get(key) is None else directory / entries[name][key]
-                      for key in ENTRY_FILES}}
-            for name in document.get("order", list(entries))}  # the run's order: the primary first
-
 
 @dataclass
 class MechanismChoice:
@@ -139,10 +97,9 @@ def choose_mechanism(laws: Mapping[str, ScalingLaw], query: Callable[[ScalingLaw
 
 
 class LawAcrossMechanisms:
-    """The laws of a run's mechanisms (``<run>/law/mechanisms``), answering as one: :meth:`query` asks every
-    mechanism's law (or ``mechanism``'s) and chooses with the decision rule, exactly as ``dpscaling query``
-    does. ``dpscaling.load_law`` returns one for a directory with mechanisms.json
-    (:func:`dpscaling.law.loading.load_mechanism_laws`)."""
+    """The laws of a run's mechanisms (its bundle's), answering as one: :meth:`query` asks every mechanism's
+    law (or ``mechanism``'s) and chooses with the decision rule, exactly as ``dpscaling query`` does.
+    ``dpscaling.load_law`` returns one for a bundle of several mechanisms."""
 
     def __init__(self, laws: Mapping[str, ScalingLaw], directory: str | os.PathLike[str] | None = None):
         self.laws = dict(laws)  # the primary mechanism first

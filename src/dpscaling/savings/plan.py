@@ -155,9 +155,9 @@ def plan_savings(bundle_dir: str | os.PathLike[str], settings: SavingsSettings, 
     """Every run of budget ``label``, priced (``runs``: role → a :class:`dpscaling.plans.PrivatePlan`'s
     record with ``role``, ``kind``, ``seed``, ``model_shape``; or ``{"skipped": why}``), the law's answer and its
     predicted saving."""
-    from dpscaling.law.loading import load_law
+    from dpscaling.law.loading import load_primary_law
 
-    law = load_law(bundle_dir)
+    law = load_primary_law(bundle_dir)
     budget = settings.budget(label)
     microbatch = int(microbatch_size or law.bundle.provenance.get("microbatch_size") or 1)
     correction = law.bundle.correction if settings.physical_batch_correction else None

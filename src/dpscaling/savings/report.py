@@ -226,9 +226,9 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
     evaluations = {run_of(path): read_json(path) for path in evaluation_paths}
     calibration = None
     if bundle is not None:
-        from dpscaling.law.bundle import load_bundle
+        from dpscaling.law.bundle import read_bundle
 
-        calibration = load_bundle(bundle).calibration
+        calibration = read_bundle(bundle).calibration
     runs, budgets = report(plans, curves, evaluations, window, calibration)
     write_table(runs, runs_stem, CAPTION_RUNS, LABEL_RUNS, shown=RUN_SHOWN)
     write_table(budgets, table_stem, CAPTION, LABEL, shown={k: v for k, v in SHOWN.items() if k in budgets})

@@ -131,7 +131,7 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     correction = load_correction(correction[0]) if correction else None
     calibration = load_calibration(calibration[0], law_settings) if calibration else None
     # A budget trained with another mechanism is predicted by that mechanism's law (docs/mechanisms.md).
-    by_mechanism = _mechanism_laws(mechanisms[0], law_settings) if mechanisms else {}
+    by_mechanism = _mechanism_laws(mechanisms[0]) if mechanisms else {}
     note = f"90% over {len(replicates)} bootstrap replicates" if replicates else NO_REPEATS
     plans = list(inputs["plans"])
     twins = list(inputs["twins"])
@@ -155,21 +155,13 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     return pd.DataFrame(rows), note
 
 
-def _mechanism_laws(index: str, law_settings) -> dict[str, tuple]:
-    """Each mechanism's (law, replicates or None, calibration or None), as law/mechanisms/mechanisms.json names
-    them, the primary first."""
-    from dpscaling.law import read_law
-    from dpscaling.law.bootstrap import load_replicates
-    from dpscaling.law.calibration import load_calibration
-    from dpscaling.law.mechanisms import mechanism_entries
+def _mechanism_laws(bundle: str) -> dict[str, tuple]:
+    """Each mechanism's (law, replicates or None, calibration or None) in the run's bundle, the primary first."""
+    from dpscaling.law.bundle import read_bundle
 
-    laws = {}
-    for name, entry in mechanism_entries(Path(index).parent).items():
-        bootstrap, calibration = entry["bootstrap"], entry["calibration"]
-        laws[name] = (read_law(entry["law"]),
-                      load_replicates(bootstrap, law_settings) if bootstrap else None,
-                      load_calibration(calibration, law_settings) if calibration and calibration.is_file() else None)
-    return laws
+    primary = read_bundle(bundle)
+    return {found.mechanism: (found.law, found.replicates, found.calibration)
+            for found in (primary, *primary.mechanisms.values())}
 
 
 def _paths(value) -> list[str]:
