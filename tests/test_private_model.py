@@ -134,12 +134,14 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
 
     from dpscaling.law import LawSettings, fit_law
     from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table, synthetic_results
+    from dpscaling.law.conversion import convert_to_bundle
     from dpscaling.private_model import plan_budget
 
     table = accounting_table(DeterministicGaussianSigma(), epsilons=2.0 ** np.arange(-2, 8),
                              iterations=np.geomspace(10, 2e5, 30), sampling_probabilities=2.0 ** np.arange(-24, 1))
     fit_law(synthetic_results(), LawSettings(warmup_steps=100), seq_len=128, physical_batch=32,
-            accounting_unamplified=table).save(tmp_path / "law")
+            accounting_unamplified=table).save(tmp_path / "fit")
+    convert_to_bundle(tmp_path / "fit", tmp_path / "law")  # what rule law_bundle writes
     entry = {"epsilon": 8.0, "data_budget": 5000, "compute": 1e12,
              "configuration": {"model": "BertL2H96", "batch_size": 64, "iterations": 300, "learning_rate": 0.004}}
     (budget,) = budgets({"budgets": [entry]}, 1e-8)
