@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.findings import Finding
@@ -135,6 +134,8 @@ def shrinks_with_epochs(table: pd.DataFrame) -> Finding:
     if len(compared) < 3:
         return Finding(claim, False, f"{len(compared)} answered points: too few to rank")
     epochs = compared[column(EPOCHS, MECHANISM)]
+    from scipy import stats  # on first use: the workflow imports this module when it parses its rules
+
     rho = float(stats.spearmanr(epochs, compared[GAIN]).statistic)
     few, many = compared[epochs < 1][GAIN], compared[epochs >= 1][GAIN]
     split = (f"; median gain under one epoch {few.median():.3f} ({len(few)} points), at one or more "

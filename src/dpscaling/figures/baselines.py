@@ -9,9 +9,10 @@ reduced compute budget.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import ACCOUNTING, LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
@@ -21,6 +22,9 @@ from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, SIGMA, TOKENS_PER_PARAMETER)
 from dpscaling.law.queries import compute_cost
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CONFIGURATION = "Configuration"
 KIND = "Kind"

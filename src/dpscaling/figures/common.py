@@ -14,14 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # no display on workers; set before pyplot is imported anywhere
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from dpscaling.io import atomic_path  # noqa: E402
+from dpscaling.io import atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -45,6 +41,17 @@ FLOOR_COLOUR = "firebrick"
 BUDGETS_WITHOUT_ANSWER = "Budgets Without Answer"
 UNANSWERED = "Unanswered Configurations"
 FOOTNOTE_CHARACTERS_PER_INCH = 17  # 7-point text
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display on workers), imported on first use: the workflow
+    reads the figure registry when it parses its rules, and only figure jobs draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,7 @@ def save_figure(figure: Figure, data: pd.DataFrame, stem: str | Path) -> list[Pa
                 figure.savefig(tmp, format=suffix[1:], dpi=150, bbox_inches="tight")
             written.append(target)
     finally:
-        plt.close(figure)
+        pyplot().close(figure)
     target = stem.with_suffix(".csv")
     with atomic_path(target) as tmp:
         data.to_csv(tmp, index=False)
@@ -83,12 +90,12 @@ def save_figure(figure: Figure, data: pd.DataFrame, stem: str | Path) -> list[Pa
 
 def subplots(rows: int = 1, columns: int = 1, width: float = 4.2, height: float = 3.2, **kwargs):
     """A grid of panels sized per panel, with constrained layout."""
-    return plt.subplots(rows, columns, figsize=(width * columns, height * rows), layout="constrained",
+    return pyplot().subplots(rows, columns, figsize=(width * columns, height * rows), layout="constrained",
                         squeeze=False, **kwargs)
 
 
 def colours(count: int, name: str = "viridis") -> list:
-    cmap = plt.get_cmap(name)
+    cmap = pyplot().get_cmap(name)
     return [cmap(x) for x in np.linspace(0.05, 0.9, max(count, 1))]
 
 

@@ -10,9 +10,10 @@ configurations) are binned to the nearest power of 2^(1/4) before minimising.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import ACCOUNTING, LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
@@ -23,6 +24,9 @@ from dpscaling.law.columns import (
     REASON, SIGMA, TOKENS_PER_PARAMETER)
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.queries import constant_compute_configurations
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 VARIED = "Varied Budget"
 AXIS = "Axis"              # the hyper-parameter on the panel's x axis

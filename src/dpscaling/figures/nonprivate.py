@@ -14,9 +14,10 @@ that fixed "batch size of 1024 examples".
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from dpscaling.figures.common import FLOOR, floor_line
 from dpscaling.figures.common import LAW, FigureSpec, log_axes, no_data, subplots
@@ -26,6 +27,9 @@ from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
     TOKENS, TOKENS_PER_PARAMETER)
 from dpscaling.law.queries import compute_cost
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 IN_FIT = "Used In Fit"  # optimum strictly inside the law's model-size and iteration ranges
 MODEL_SIZE_EXPONENT = "Model Size Exponent"  # fitted a in M* ∝ C^a

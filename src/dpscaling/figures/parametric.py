@@ -22,8 +22,6 @@ import textwrap
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import LogNorm
-from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from dpscaling.figures.common import LAW, FigureSpec, budget_label, colours, log_axes, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
@@ -96,6 +94,7 @@ def exponent_title(context: AnalysisContext, name: str) -> str:
 
 
 def draw_fit(data: pd.DataFrame, context: AnalysisContext, name: str):
+    from matplotlib.colors import LogNorm
     if not _has_data(data):
         return _no_data_figure(data)
     figure, axes = subplots(1, 2, width=4.2, height=3.6)
@@ -133,6 +132,7 @@ def transform_table(context: AnalysisContext) -> pd.DataFrame:
 
 
 def draw_transform(data: pd.DataFrame, context: AnalysisContext):
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
     if not _has_data(data):
         return _no_data_figure(data)
     figure, axes = subplots(1, 2, width=4.2, height=3.4)

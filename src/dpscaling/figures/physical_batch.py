@@ -23,11 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from dpscaling.errors import UserError
 from dpscaling.figures.common import ABLATION, FigureSpec, budget_label, colours, no_data, subplots
@@ -37,6 +36,9 @@ from dpscaling.law.collect import TIDY_COLUMNS, tidy_training_curve
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SEED, STATUS)
 from dpscaling.models.family import BERT, DECODER
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 IN_ABLATION = "In Ablation"  # a run of fig:physical_batch_size_ablation (the ablation's learning rate)
 IN_SWEEP = "In Sweep"  # a run of fig:physical-batch-size-sweep-loss (the learning-rate sweep)

@@ -15,9 +15,10 @@ and loss (seed noise propagated through every length's fit).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from dpscaling.errors import UserError
 from dpscaling.figures.common import (
@@ -31,6 +32,9 @@ from dpscaling.law.columns import (
     SIGMA, TOKENS)
 from dpscaling.law.sequence_length import (
     ALL_LENGTHS_ANSWERED, LENGTHS_ANSWERING, PRIVACY_UNIT, SEQ_LEN, candidate_lengths, length_tradeoff)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DATA_BUDGET_NOTE = "Data Budget Note"
 MEASURED_LENGTHS = "Measured Lengths"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from dpscaling.errors import UserError
 from dpscaling.figures.common import FLOOR, floor_line
@@ -77,6 +76,7 @@ def log_spaced_iterations(measured: np.ndarray) -> np.ndarray:
 
 def readable_log_ticks(axis) -> None:
     """Ticks at 1, 2, 5 × 10^k in plain numbers: a log axis spanning less than a decade stays legible."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FormatStrFormatter("%g"))
     axis.set_minor_formatter(NullFormatter())

@@ -17,9 +17,10 @@ reference.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from dpscaling.figures.common import (
     ACCOUNTING, BOOTSTRAP, BUDGETS_WITHOUT_ANSWER, FLOOR, LAW, UNANSWERED, FigureSpec, budget_label, colours, footnote, log_axes,
@@ -30,6 +31,9 @@ from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
     REASON, SIGMA, TOKENS, TOKENS_PER_PARAMETER)
 from dpscaling.law.queries import SATURATION_TOLERANCE, saturating_compute
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 BEST_CROSS_ENTROPY = "Best Cross Entropy"  # running minimum of the compute-optimal loss over compute
 INFLECTION_POINT = "Inflection Point"      # this row's compute is the curve's saturating compute

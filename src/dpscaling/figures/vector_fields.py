@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import TwoSlopeNorm
-from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from dpscaling.figures.common import ACCOUNTING, FigureSpec, budget_label, no_data, subplots
 from dpscaling.figures.context import AnalysisContext
@@ -108,10 +106,13 @@ def vector_table(context: AnalysisContext) -> pd.DataFrame:
 
 
 def _power_of_two_formatter():
+    from matplotlib.ticker import FuncFormatter
     return FuncFormatter(lambda value, _: rf"$2^{{{value:g}}}$")
 
 
 def draw_vector_fields(data: pd.DataFrame, context: AnalysisContext):
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.ticker import MaxNLocator
     figure, axes = subplots(1, 3, width=4.4, height=3.8)
     for ax, panel in zip(axes[0], panels(context)):
         rows = data[data[PANEL] == panel.key]

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import OptimizeWarning, curve_fit
 
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
 from dpscaling.law.settings import LawSettings
@@ -69,6 +68,8 @@ def _failed(model: str, nbr: float, kind: str, points: int, reason: str) -> Powe
 
 def _curve_fit(function, curve: pd.Series, p0: list[float]) -> np.ndarray:
     """curve_fit on log T; warnings (e.g. covariance not estimable) don't matter, only the optimum."""
+    from scipy.optimize import OptimizeWarning, curve_fit  # SciPy on first fit: the workflow imports the law to plan
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OptimizeWarning)
         params, _ = curve_fit(function, np.log(curve.index.to_numpy(float)), curve.to_numpy(float), p0=p0,

@@ -13,13 +13,16 @@ each NaN carries a reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy.interpolate import RegularGridInterpolator
 
 from dpscaling.errors import UserError
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
+
+if TYPE_CHECKING:
+    from scipy.interpolate import RegularGridInterpolator
 
 FILLED = "filled"
 MISSING_VALUE = "no value in the law's grid here (missing measurement or failed extrapolation)"
@@ -97,6 +100,8 @@ class LossFunction:
         index = pd.MultiIndex.from_product([sizes, iterations, nbrs])
         cube = (private_rows.groupby([MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO])[CROSS_ENTROPY].first()
                 .reindex(index).to_numpy(float).reshape(len(sizes), len(iterations), len(nbrs)))
+        from scipy.interpolate import RegularGridInterpolator  # SciPy on first fit, not when the workflow plans
+
         private = RegularGridInterpolator((np.log(sizes), np.log(iterations), np.log(nbrs)), transform(cube),
                                           method="linear", bounds_error=False, fill_value=np.nan)
         public_rows = grid[grid[NOISE_BATCH_RATIO] == 0]

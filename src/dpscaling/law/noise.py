@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
-from scipy.interpolate import RegularGridInterpolator
 
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import DPSGD
+
+if TYPE_CHECKING:
+    from scipy.interpolate import RegularGridInterpolator
 
 ACCOUNTING_COLUMNS = ["Iterations", "Sampling Probability", "Epsilon", "Delta", "Noise Multiplier"]
 _GRID_AXES = ["Epsilon", "Iterations", "Sampling Probability"]
@@ -65,6 +67,8 @@ class TableSigma:
         sigma = table.groupby(_GRID_AXES)["Noise Multiplier"].first(skipna=False).reindex(index)
         if (sigma <= 0).any() or sigma.isna().all():
             raise UserError(f"{name}: noise multipliers must be positive (NaN only where the accountant refused)")
+        from scipy.interpolate import RegularGridInterpolator  # SciPy on first read, not when the workflow plans
+
         interpolator = RegularGridInterpolator(
             tuple(np.log(axis) for axis in axes), np.log(sigma.to_numpy(float)).reshape([len(a) for a in axes]),
             method="linear", bounds_error=False, fill_value=np.nan)

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize, minimize_scalar
-from scipy.special import expit, huber
 
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PAPER_PHYSICAL_BATCH
 
@@ -49,6 +47,8 @@ class ParametricFilters:
 
 def sigmoid_noise_batch_ratio(nbr) -> np.ndarray:
     """σ̄↷ = sigmoid((log σ̄ + 8)/1.6), the appendix's transform that makes loss roughly linear in σ̄."""
+    from scipy.special import expit  # SciPy on first use: the figures' registry imports this module to plan
+
     return expit((np.log(np.asarray(nbr, dtype=float)) + 8.0) / 1.6)
 
 
@@ -110,6 +110,9 @@ def _initialisations(form: ParametricForm, log_m, log_n, noise_feature, loss) ->
 
 def fit_parametric(form: ParametricForm, data: pd.DataFrame, huber_delta: float = DEFAULT_HUBER_DELTA) -> dict:
     """Best Huber/L-BFGS fit of ``form`` over the multi-start grid; returns params and fit statistics."""
+    from scipy.optimize import minimize
+    from scipy.special import huber
+
     log_m, log_n = np.log(data[MODEL_SIZE].to_numpy(float)), np.log(data[EXAMPLES].to_numpy(float))
     feature = form.noise_feature(data[NOISE_BATCH_RATIO].to_numpy(float))
     loss = data[CROSS_ENTROPY].to_numpy(float)
@@ -189,6 +192,8 @@ def fit_paper_forms(smoothed: pd.DataFrame, physical_batch: int = PAPER_PHYSICAL
 def optimal_model_size(form: ParametricForm, params: dict[str, float], compute: float, nbr: float,
                        seq_len: float, model_size_bounds: tuple[float, float]) -> float:
     """argmin_M L̂(M, N = C/(6·M·S), σ̄) by ``minimize_scalar`` on log M (the appendix's optimal-size curves)."""
+    from scipy.optimize import minimize_scalar
+
     def loss_at(log_m: float) -> float:
         m = np.exp(log_m)
         return float(form.predict(params, m, compute / (6.0 * m * seq_len), nbr))

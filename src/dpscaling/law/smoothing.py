@@ -25,7 +25,6 @@ import logging
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import isotonic_regression
 
 from dpscaling.law.columns import (
     CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO)
@@ -36,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 def isotonic(values: np.ndarray, increasing: bool, skip_nan: bool = True) -> np.ndarray:
     """L2 isotonic regression of a 1-D vector; with ``skip_nan`` NaNs stay NaN and do not block pooling."""
+    from scipy.optimize import isotonic_regression  # SciPy on first use, not when the workflow plans
+
     values = np.asarray(values, dtype=float)
     if not skip_nan:
         return isotonic_regression(values, increasing=increasing).x

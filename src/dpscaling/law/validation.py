@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy.interpolate import RegularGridInterpolator
 
 from dpscaling.errors import UserError
 from dpscaling.law.artifact import Law, fit_law
@@ -48,6 +48,9 @@ from dpscaling.law.collect import primary_seed_curves
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.distance import DistanceScale, MeasuredPoints
 from dpscaling.law.settings import LawSettings
+
+if TYPE_CHECKING:
+    from scipy.interpolate import RegularGridInterpolator
 
 LABEL = "validation"
 CAPTION = ("The law's prediction error on measurements it was not fitted on: per held-out set (the last part of "
@@ -117,6 +120,8 @@ def held_out_sets(results: pd.DataFrame, warmup_steps: float,
 
 def _extrapolating(interpolator: RegularGridInterpolator) -> RegularGridInterpolator:
     """The same multilinear interpolant, continued linearly beyond its grid."""
+    from scipy.interpolate import RegularGridInterpolator  # SciPy on first use, not when the workflow plans
+
     return RegularGridInterpolator(interpolator.grid, interpolator.values, method="linear", bounds_error=False,
                                    fill_value=None)
 
