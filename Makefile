@@ -3,9 +3,6 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-# One pytest worker more than cores: the Slurm tests wait on the scheduler's status polls and the end-to-end
-# fixtures on their jobs, and with one worker per core those waits leave a core idle (docs/runs.md).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 .PHONY: run test browser clean-venv
 
@@ -13,7 +10,7 @@ run: $(STAMP)
 	$(VENV)/bin/snakemake --profile profiles/local
 
 test: $(STAMP) browser
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
