@@ -299,20 +299,21 @@ def test_private_run_epsilon_recomputed_independently(private_run, corpus):
     # L priced by the run (config.truncated_batch_size is None), a multiple of the microbatch.
     assert bool(row["truncation_priced"]) and int(row["truncated_batch_size"]) % config.microbatch_size == 0
     assert row["noise_batch_ratio"] == pytest.approx(row["sigma"] / config.batch_size)
-    # dp-accounting alone (not jax-privacy's event, not dpscaling's discretisation rule: a fixed 3e-4).
+    # dp-accounting alone (not jax-privacy's event, not dpscaling's discretisation rule: a fixed interval).
+    interval = 3e-4
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.TruncatedSubsampledGaussianDpEvent(
             dataset_size=n, sampling_probability=float(row["sampling_probability"]),
             truncated_batch_size=int(row["truncated_batch_size"]),
             noise_multiplier=float(row["sigma"])),
         int(row["accounted_steps"]))
-    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=3e-4)
+    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
     epsilon = accountant.compose(event).get_epsilon(float(row["delta"]))
     assert row["epsilon"] == pytest.approx(epsilon, rel=0.01)
     assert row["epsilon"] <= TARGET_EPSILON * (1 + 1e-9)
     assert epsilon == pytest.approx(TARGET_EPSILON, rel=0.01)  # calibrated, not merely below
     # The calibrated σ, not a configured one: a slightly smaller σ overspends.
-    smaller = dp_accounting.pld.PLDAccountant(value_discretization_interval=3e-4).compose(
+    smaller = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval).compose(
         dp_accounting.SelfComposedDpEvent(
             dp_accounting.TruncatedSubsampledGaussianDpEvent(
                 n, float(row["sampling_probability"]), int(row["truncated_batch_size"]),
