@@ -185,7 +185,7 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     # never a job's param.
     late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant",
             "bandmf_strategy")
-    selects = ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms", "mechanism_learning_rates")
+    selects = ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms", "mechanism_learning_rates", "runs_per_job")
     before = {key: value for key, value in config["training"].items() if key not in late and key not in selects}
     assert repr(training_params(config)) == repr(before)
     explicit = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "adam_eps": 1.0e-8}})
@@ -242,7 +242,7 @@ def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -
 
 # Per role (dpscaling.config.blocks): its training keys, and which jobs' params a change of one reaches.
 ROLE_REACH = {
-    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates"),
+    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates", "runs_per_job"),
                      (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
     "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy"), (True, True, True)),

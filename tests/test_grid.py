@@ -121,12 +121,14 @@ def test_two_lengths_plan_their_data_runs_and_laws(tmp_path) -> None:
     smoke = REPO / "tests" / "configs" / "smoke.yaml"
     result = run_snakemake("-n", "fit", "--configfile", str(smoke), str(layer), cwd=tmp_path)
     stats = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", result.stdout, flags=re.MULTILINE))
-    # 2 models x 3 sigma-bar + 1 repeat per length, and the physical-batch correction's 1 at the primary length
-    assert int(stats["train_run"]) == 2 * (2 * 3 + 1) + 1
+    # 2 models x 3 sigma-bar + 1 repeat per length, and the physical-batch correction's 1 at the primary length:
+    # each model's 3 sigma-bar one job (smoke.yaml's training.runs_per_job), the others one job per run
+    assert int(stats["train_noise_levels"]) == 2 * 2 and int(stats["train_run"]) == 2 * 1 + 1
     assert int(stats["pack_sequences"]) == 2 and int(stats["law_across_lengths"]) == 1
     assert int(stats["fit_law"]) == int(stats["fit_law_at_length"]) == 1
     assert "validate_lengths" not in stats  # two lengths have no interior one to hold out
-    outputs = re.findall(r"output: (results/two-lengths/runs/\S+/metrics.parquet)", result.stdout)
+    outputs = [path for paths in re.findall(r"^\s+output: (.*)$", result.stdout, flags=re.MULTILINE)
+               for path in paths.split(", ") if re.fullmatch(r"results/two-lengths/runs/\S+/metrics.parquet", path)]
     assert len(outputs) == 15
     assert sum("/runs/seq=32/model=" in path for path in outputs) == 7
     assert sum("/runs/seq=64/model=" in path for path in outputs) == 8

@@ -18,6 +18,7 @@ from dpscaling.data.shards import load_meta
 from dpscaling.errors import UserError
 from dpscaling.train import TrainConfig, learning_rate_schedule, run_training
 from dpscaling.train.data import BatchSampler
+from dpscaling.train.loop import CompiledSteps
 from dpscaling.train.metrics import CONFIG_KEY, SUMMARY_KEY
 from dpscaling.train.mlm import MaskingSpec, mask_tokens
 
@@ -157,6 +158,28 @@ def test_fifty_steps_on_real_corpus_reduce_the_loss(corpus, tmp_path):
     stored = json.loads(table.schema.metadata[CONFIG_KEY])
     assert TrainConfig.from_dict(stored) == config
     assert json.loads(table.schema.metadata[SUMMARY_KEY])["status"] == "finished"
+
+
+def test_noise_levels_trained_in_one_process_are_the_runs_each_trains_alone(corpus, tmp_path):
+    """training.runs_per_job: shape -- runs of one shape that share their compiled step (one job) give
+    bit for bit the curves each gives with its own, and trace and compile it once."""
+    configs = [TrainConfig(**(SMALL | dict(num_steps=10, checkpoint_every=10, noise_batch_ratio=ratio)))
+               for ratio in (0.0, 0.01, 0.04)]
+    shared = CompiledSteps()
+    for index, config in enumerate(configs):
+        run_training(config, corpus, tmp_path / f"alone{index}.parquet", tmp_path / f"alone{index}")
+        run_training(config, corpus, tmp_path / f"shared{index}.parquet", tmp_path / f"shared{index}", shared)
+    assert len(shared) == 1
+    curves = [_curve(tmp_path / f"shared{index}.parquet") for index in range(len(configs))]
+    for index, curve in enumerate(curves):
+        alone = _curve(tmp_path / f"alone{index}.parquet")
+        for name in CURVE:
+            np.testing.assert_array_equal(curve[name], alone[name], err_msg=f"σ̄ {configs[index].noise_batch_ratio}: {name}")
+    assert len({tuple(curve["loss"]) for curve in curves}) == len(configs)  # the noise levels did differ
+    # Another shape is another program.
+    run_training(TrainConfig(**(SMALL | dict(num_steps=5, batch_size=8))), corpus, tmp_path / "other.parquet",
+                 tmp_path / "other", shared)
+    assert len(shared) == 2
 
 
 def test_divergence_is_recorded_and_returns_normally(corpus, tmp_path):

@@ -46,6 +46,19 @@ def test_every_grid_point_has_a_real_curve(smoke_run: Path) -> None:
         assert wildcards["model"] == curve["model"].iloc[0]
 
 
+def test_each_model_s_noise_levels_trained_in_one_job_each_run_with_its_own_log(smoke_run: Path) -> None:
+    """training.runs_per_job: noise_levels (smoke.yaml): one job per model for its three σ̄ of the main seed at the
+    physical batch; the repeat seed and the correction's batch are one job each. Every run logs to its own file."""
+    record = "".join(path.read_text() for path in (smoke_run.parent.parent / ".snakemake" / "log").glob("*.log"))
+    grouped = re.findall(r"^rule train_noise_levels:\n(?:.*\n)*?\s+wildcards: (.*)$", record, flags=re.MULTILINE)
+    assert sorted(re.search(r"model=(\w+)", job).group(1) for job in grouped) == ["BertMicro", "BertNano"]
+    assert all("seed=0" in job and "batch=8" in job for job in grouped)
+    assert len(re.findall(r"^rule train_run:$", record, flags=re.MULTILINE)) == 2
+    for path in (smoke_run / "runs").rglob("metrics.parquet"):
+        run = path.parent.relative_to(smoke_run / "runs")
+        assert "step 40/40" in (smoke_run / "logs" / "train" / f"{run}.log").read_text()
+
+
 def test_more_noise_means_higher_final_loss(smoke_run: Path) -> None:
     frames = [pd.read_parquet(p) for p in (smoke_run / "runs").rglob("metrics.parquet")]
     final = pd.concat(frames).query("step == 40").set_index(["model", "noise_batch_ratio"])["loss"]
@@ -120,10 +133,12 @@ def test_results_of_the_one_length_layout_are_moved_not_retrained(smoke_run: Pat
 ONLY_RECORD = {"run_config"}
 PER_BLOCK = [
     ({"data": {"shard_sequences": 4096}}, "pack_sequences", {"prepare_documents", "accounting_chunk"}),
-    ({"training": {"clip_norm": 0.5}}, "train_run", {"pack_sequences", "accounting_chunk", "unigram_floor"}),
-    ({"accounting": {"check_points": 4}}, "accounting_check", {"train_run", "fit_law", "accounting_chunk", "figure"}),
-    ({"fit": {"extension_doublings": 5}}, "fit_law", {"train_run", "collect_curves", "accounting_chunk"}),
-    ({"analysis": {"compute_count": 7}}, "figure", {"train_run", "fit_law", "accounting_chunk", "validate_law"}),
+    ({"training": {"clip_norm": 0.5}}, "train_noise_levels", {"pack_sequences", "accounting_chunk", "unigram_floor"}),
+    ({"accounting": {"check_points": 4}}, "accounting_check",
+     {"train_run", "train_noise_levels", "fit_law", "accounting_chunk", "figure"}),
+    ({"fit": {"extension_doublings": 5}}, "fit_law", {"train_run", "train_noise_levels", "collect_curves", "accounting_chunk"}),
+    ({"analysis": {"compute_count": 7}}, "figure",
+     {"train_run", "train_noise_levels", "fit_law", "accounting_chunk", "validate_law"}),
     # the blocks `all` does not read (the learning-rate protocol's, with rates given), and an unused model, in one
     # layer: nothing but the record reruns
     ({"ablation_batch": {"seeds": [0, 2]}, "audit": {"n_canaries": 400}, "private_model": {"learning_rate": 0.001},

@@ -170,6 +170,35 @@ def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen |
     return _picks(chosen, model)
 
 
+# training.runs_per_job: one job per run, or one per shape for the runs that differ only in σ̄ or learning rate.
+ONE_RUN_PER_JOB, ONE_JOB_PER_SHAPE = "one", "shape"
+
+
+def noise_levels_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
+    """The σ̄ (as wildcard values) that one grid job trains under ``training.runs_per_job: shape``, for
+    every (mechanism, length, model, rate) of ``training.seed`` at the physical batch; () under ``one``.
+
+    Each such job trains exactly main-grid runs: the noisy σ̄ share their rates in every mechanism
+    (:func:`_rates`), and σ̄ = 0 joins them only where it trains at every one of those rates, i.e. when the
+    config gives its rates and has one mechanism (:func:`trains`; a tuned σ̄ = 0 trains at the chosen rate
+    only). The runs left out (σ̄ = 0 otherwise, repeat seeds, the correction's batch) stay one job each."""
+    run = _typed(config)
+    if run.training.runs_per_job == ONE_RUN_PER_JOB:
+        return ()
+    with_zero = not run.training.tuned and len(mechanisms(run)) == 1
+    return tuple(canonical(float(nbr)) for nbr in run.training.noise_batch_ratios if float(nbr) != 0 or with_zero)
+
+
+def ladder_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
+    """The learning rates (as wildcard values) that one learning-rate protocol job trains per model under
+    ``training.runs_per_job: shape``: the whole ladder (the protocol trains each model at each of its rates,
+    :func:`learning_rate_protocol_grid`); () under ``one`` or when the config gives its rates."""
+    run = _typed(config)
+    if run.training.runs_per_job == ONE_RUN_PER_JOB or not run.training.tuned:
+        return ()
+    return tuple(canonical(float(rate)) for rate in run.learning_rate_protocol.ladder)
+
+
 def trains(mechanism: str, noise_batch_ratio: float, names: Sequence[str]) -> bool:
     """Whether a grid point of ``mechanism`` trains its own run: at σ̄ = 0 no noise is added, so every
     mechanism's run is the same run, trained once as the primary mechanism's (``names[0]``)."""

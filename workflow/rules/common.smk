@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import sys
 
@@ -38,6 +39,8 @@ from dpscaling.grid import (
     learning_rate_protocol_grid,
     main_grid,
     mechanisms,
+    noise_levels_of_one_job,
+    ladder_of_one_job,
     points_at_length,
     points_with_mechanism,
     possible_chosen,
@@ -203,6 +206,11 @@ ONE_LENGTH_RUN = layout.run_id(
 )
 # Where a grid run and an ablation run write: curve, checkpoints and log.
 RUN_PATHS = layout.run_paths(RUN)
+# training.runs_per_job: shape (dpscaling.grid): the σ̄ of one train_noise_levels job (the main seed at the
+# physical batch) and the rates of one learning_rate_ladder job; none when each run is its own job.
+NOISE_LEVELS_OF_ONE_JOB = {"nbr": noise_levels_of_one_job(CFG)}
+LADDER_OF_ONE_JOB = {"lr": ladder_of_one_job(CFG)}
+GRID_SEED, GRID_BATCH = str(CFG.training.seed), str(CFG.training.physical_batch)
 ABLATION_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.ABLATION)
 PRETRAIN_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.PRETRAIN)
 FINETUNE_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.FINETUNE)
@@ -313,6 +321,35 @@ def grid_job(wildcards, input):
         seq_len=int(wildcards.seq),
         mechanism=wildcards.get("mech", layout.MECHANISM.default),
     )
+
+
+def noise_levels_job(wildcards, input):
+    """A train_noise_levels job: its runs' steps, one after another."""
+    one = grid_job(wildcards, input)
+    return dataclasses.replace(
+        one, steps=one.steps * len(NOISE_LEVELS_OF_ONE_JOB["nbr"])
+    )
+
+
+def ladder_job(wildcards, input):
+    """A learning_rate_ladder job: its runs' steps, one after another."""
+    one = learning_rate_job(wildcards, input)
+    return dataclasses.replace(one, steps=one.steps * len(LADDER_OF_ONE_JOB["lr"]))
+
+
+def runs_of_one_job(values):
+    """A job's ``runs`` param (workflow/scripts/train.py): each run's own wildcard, from ``values``
+    (NOISE_LEVELS_OF_ONE_JOB or LADDER_OF_ONE_JOB: one wildcard and its values)."""
+    ((name, levels),) = values.items()
+    return [{name: level} for level in levels]
+
+
+def paths_of_one_job(pattern, values, wildcards=None):
+    """``pattern`` (a run's path) at each of ``values`` (as in runs_of_one_job), in the order of its runs: its
+    other wildcards left in (an output or log), or filled from ``wildcards`` (the checkpoint directories).
+    """
+    paths = expand(pattern, **values, allow_missing=True)
+    return paths if wildcards is None else [path.format(**wildcards) for path in paths]
 
 
 def learning_rate_job(wildcards, input):

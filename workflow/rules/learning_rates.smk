@@ -23,6 +23,33 @@ use rule train_run as learning_rate_run with:
         ),
 
 
+# training.runs_per_job: shape -- each model's whole ladder in one job (dpscaling.grid.ladder_of_one_job).
+if LADDER_OF_ONE_JOB["lr"]:
+
+    ruleorder: learning_rate_ladder > learning_rate_run
+
+    use rule learning_rate_run as learning_rate_ladder with:
+        output:
+            paths_of_one_job(
+                f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}", LADDER_OF_ONE_JOB
+            ),
+        log:
+            paths_of_one_job(
+                f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.log}", LADDER_OF_ONE_JOB
+            ),
+        resources:
+            **job_resources(CFG, ladder_job),
+        params:
+            model=lambda wildcards: model_param(CFG, wildcards.model),
+            training=learning_rate_protocol_training(CFG),
+            checkpoint_dir=lambda wildcards: paths_of_one_job(
+                f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.checkpoints}",
+                LADDER_OF_ONE_JOB,
+                wildcards,
+            ),
+            runs=runs_of_one_job(LADDER_OF_ONE_JOB),
+
+
 checkpoint choose_learning_rates:
     input:
         curves=run_outputs(f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}", LR_PROTOCOL_GRID),

@@ -26,6 +26,43 @@ rule train_run:
         "../scripts/train.py"
 
 
+# training.runs_per_job: shape -- every noise level of one (mechanism, length, model, rate) of the main seed at
+# the physical batch in one job (dpscaling.grid.noise_levels_of_one_job); the other runs stay train_run's.
+if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
+
+    ruleorder: train_noise_levels > train_run
+
+    rule train_noise_levels:
+        input:
+            meta=rules.pack_sequences.output.meta,
+            train=rules.pack_sequences.output.train,
+        output:
+            paths_of_one_job(f"{RESULTS}/{RUN_PATHS.curve}", NOISE_LEVELS_OF_ONE_JOB),
+        log:
+            paths_of_one_job(f"{RESULTS}/{RUN_PATHS.log}", NOISE_LEVELS_OF_ONE_JOB),
+        wildcard_constraints:
+            seed=GRID_SEED,
+            batch=GRID_BATCH,
+        conda:
+            "../envs/dpscaling.yaml"
+        threads: config["host_threads"]
+        resources:
+            **job_resources(CFG, noise_levels_job),
+        params:
+            model=lambda wildcards: model_param(
+                CFG, wildcards.model, int(wildcards.seq)
+            ),
+            training=training_params(CFG),
+            checkpoint_dir=lambda wildcards: paths_of_one_job(
+                f"{RESULTS}/{RUN_PATHS.checkpoints}",
+                NOISE_LEVELS_OF_ONE_JOB,
+                wildcards,
+            ),
+            runs=runs_of_one_job(NOISE_LEVELS_OF_ONE_JOB),
+        script:
+            "../scripts/train.py"
+
+
 rule train:
     input:
         lambda wildcards: run_outputs(f"{RESULTS}/{RUN_PATHS.curve}"),

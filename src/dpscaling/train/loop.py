@@ -79,10 +79,40 @@ class RunSummary:
     privacy: dict[str, Any] | None = None  # RunPrivacy.record(): the guarantee of what ran
 
 
+class CompiledSteps:
+    """The train steps compiled in this process, by everything that shapes the program: the config
+    without its :class:`~dpscaling.train.step.StepHyperparams` (σ̄, learning rate, seed), the data's
+    metadata and the devices. Runs given one instance (one job training several noise levels,
+    ``training.runs_per_job``) trace, lower and compile their step once; each run computes exactly
+    what it would alone, since the hyperparameters are the step's arguments."""
+
+    # Fields whose values reach the step only as StepHyperparams (or not at all).
+    HYPERPARAMETERS = ("noise_batch_ratio", "learning_rate", "seed")
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, Any] = {}
+
+    def get(self, config: TrainConfig, meta: DatasetMeta, parallel: DataParallel, compile_step) -> Any:
+        """The compiled step of ``config``'s shape: ``compile_step()`` the first time, then the same program."""
+        shape = {key: value for key, value in config.to_dict().items() if key not in self.HYPERPARAMETERS}
+        key = json.dumps([shape, asdict(meta), parallel.n_devices], sort_keys=True, default=str)
+        if key not in self._compiled:
+            self._compiled[key] = compile_step()
+        return self._compiled[key]
+
+    def __len__(self) -> int:
+        return len(self._compiled)
+
+
 def run_training(
-    config: TrainConfig, data_dir: Path, output: Path, checkpoint_dir: Path
+    config: TrainConfig,
+    data_dir: Path,
+    output: Path,
+    checkpoint_dir: Path,
+    compiled_steps: CompiledSteps | None = None,
 ) -> RunSummary:
-    """Train one grid point; write its curve to ``output`` (Parquet) atomically."""
+    """Train one grid point; write its curve to ``output`` (Parquet) atomically. Runs of one shape
+    trained in one process share ``compiled_steps`` (default: this run's own)."""
     started = time.perf_counter()
     maybe_initialize_distributed(config.distributed)
     data_dir, output, checkpoint_dir = Path(data_dir), Path(output), Path(checkpoint_dir)
@@ -121,6 +151,7 @@ def run_training(
             checkpoint_dir,
             output,
             started,
+            CompiledSteps() if compiled_steps is None else compiled_steps,
         )
     finally:
         manager.close()
@@ -136,6 +167,7 @@ def _train(
     checkpoint_dir: Path,
     output: Path,
     started: float,
+    compiled_steps: CompiledSteps,
 ) -> RunSummary:
     coefficients = strategy_coefficients(config.noise_mechanism, config.num_steps, config.bandmf_strategy)
     privacy = account_run(
@@ -160,7 +192,6 @@ def _train(
     objective = run_objective(config, meta)
     hyperparams = jax.device_put(step_hyperparams(config, privacy.noise_batch_ratio), parallel.replicated)
     optimizer = make_optimizer(config, hyperparams)
-    step_fn = jax.jit(make_train_step(model, objective, config, parallel.microbatch), donate_argnums=0)
     state = jax.jit(
         lambda key: init_state(model, objective, optimizer, config, meta.seq_len, key),
         out_shardings=parallel.replicated,
@@ -206,9 +237,12 @@ def _train(
         cycle_length=config.noise_mechanism.cycle_length,
     )
 
-    # The same program for every σ̄, learning rate and seed of this shape: with a persistent
-    # compilation cache (dpscaling.train.distributed.use_compilation_cache) only the first such job compiles.
-    compiled = step_fn.lower(state, hyperparams, *batches(parallel, 0)).compile()
+    # The same program for every σ̄, learning rate and seed of this shape: traced once per process
+    # (CompiledSteps), and with a persistent compilation cache (dpscaling.train.distributed.use_compilation_cache)
+    # compiled by the first such job only.
+    compiled = compiled_steps.get(config, meta, parallel, lambda: jax.jit(
+        make_train_step(model, objective, config, parallel.microbatch), donate_argnums=0
+    ).lower(state, hyperparams, *batches(parallel, 0)).compile())
     status, step = "finished", start_step
     while step < config.num_steps:
         interval_end = min(config.num_steps, (step // config.log_every + 1) * config.log_every)
