@@ -212,7 +212,7 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "clipping": "ghost", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
                     "log_every": 3, "checkpoint_every": 41, "microbatch_size": 4,
                     "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
-                    "bandmf_strategy": "max_error", "output_bias": "zeros"}
+                    "bandmf_strategy": "max_error", "output_bias": "zeros", "runs_per_job": "shape"}
 
 
 def _reached(key: str) -> dict[str, bool]:
@@ -242,8 +242,8 @@ def test_every_training_field_declares_where_it_goes_and_the_test_knows_each() -
 
 # Per role (dpscaling.config.blocks): its training keys, and which jobs' params a change of one reaches.
 ROLE_REACH = {
-    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates", "runs_per_job"),
-                     (False, False, False)),
+    "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates",
+                      "runs_per_job"), (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
     "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy"), (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),

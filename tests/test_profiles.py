@@ -223,8 +223,10 @@ def test_slurm_finetune_paper_plans_pretraining_and_fine_tuning_like_the_grid(tm
 
 
 # The rules that train or score a model; each is sized by dpscaling.cluster.job_resources.
-TRAINING_LIKE = ("train_run", "ablation_run", "ablation_evaluate", "private_model_train", "private_model_twin",
-                 "private_model_evaluate")
+# The smoke config's training-like jobs (its training.runs_per_job: shape trains the grid's noise levels and the
+# ablation's seeds in train_noise_levels and ablation_seeds jobs).
+TRAINING_LIKE = ("train_run", "train_noise_levels", "ablation_seeds", "ablation_evaluate", "private_model_train",
+                 "private_model_twin", "private_model_evaluate")
 
 
 def test_every_rule_sized_by_job_resources_is_sent_to_the_gpu_partition() -> None:
@@ -234,7 +236,7 @@ def test_every_rule_sized_by_job_resources_is_sent_to_the_gpu_partition() -> Non
     for path in (REPO / "workflow" / "rules").glob("*.smk"):
         rule = None
         for line in path.read_text().splitlines():
-            if match := re.match(r"^(?:use rule \w+ as (\w+) with|rule (\w+)):", line):
+            if match := re.match(r"^\s*(?:use rule \w+ as (\w+) with|rule (\w+)):", line):
                 rule = match.group(1) or match.group(2)
             elif "job_resources(CFG" in line:
                 sized.add(rule)

@@ -382,6 +382,16 @@ def ablation_eval_points(config: Mapping[str, Any] | RunConfig) -> list[TrainPoi
                   for batch, seed in product(axes.physical_batches, axes.seeds))
 
 
+def ablation_seeds_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
+    """The seeds (as wildcard values) that one physical-batch ablation job trains under ``training.runs_per_job:
+    shape``: every ``ablation_batch.seeds`` (each ablation point is trained at each of them, :func:`ablation_grid`);
+    () under ``one``."""
+    run = _typed(config)
+    if run.training.runs_per_job == ONE_RUN_PER_JOB:
+        return ()
+    return tuple(canonical(seed) for seed in AblationAxes.of(run).seeds)
+
+
 def ablation_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     """Every training job of the ``ablation_batch`` target (paper appendix "Physical Batch Size Ablation"):
     the fixed-learning-rate ablation, its learning-rate sweep and the evaluated models, each point once."""

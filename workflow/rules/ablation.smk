@@ -39,6 +39,31 @@ use rule train_run as ablation_run with:
         ),
 
 
+# training.runs_per_job: shape -- every seed of one ablation point in one job (dpscaling.grid.ablation_seeds_of_one_job).
+if ABLATION_SEEDS_OF_ONE_JOB["seed"]:
+
+    ruleorder: ablation_seeds > ablation_run
+
+    use rule ablation_run as ablation_seeds with:
+        output:
+            paths_of_one_job(ABLATION_RUN, ABLATION_SEEDS_OF_ONE_JOB),
+        log:
+            paths_of_one_job(
+                f"{RESULTS}/{ABLATION_RUN_PATHS.log}", ABLATION_SEEDS_OF_ONE_JOB
+            ),
+        resources:
+            **job_resources(CFG, ablation_seeds_job),
+        params:
+            model=lambda wildcards: model_param(CFG, wildcards.model),
+            training=lambda wildcards: ablation_training(CFG, int(wildcards.batch)),
+            checkpoint_dir=lambda wildcards: paths_of_one_job(
+                f"{RESULTS}/{ABLATION_RUN_PATHS.checkpoints}",
+                ABLATION_SEEDS_OF_ONE_JOB,
+                wildcards,
+            ),
+            runs=runs_of_one_job(ABLATION_SEEDS_OF_ONE_JOB),
+
+
 rule ablation_curves:
     input:
         run_outputs(ABLATION_RUN, ABLATION_FIGURE_RUNS),

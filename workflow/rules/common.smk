@@ -41,6 +41,7 @@ from dpscaling.grid import (
     mechanisms,
     noise_levels_of_one_job,
     ladder_of_one_job,
+    ablation_seeds_of_one_job,
     points_at_length,
     points_with_mechanism,
     possible_chosen,
@@ -207,9 +208,11 @@ ONE_LENGTH_RUN = layout.run_id(
 # Where a grid run and an ablation run write: curve, checkpoints and log.
 RUN_PATHS = layout.run_paths(RUN)
 # training.runs_per_job: shape (dpscaling.grid): the σ̄ of one train_noise_levels job (the main seed at the
-# physical batch) and the rates of one learning_rate_ladder job; none when each run is its own job.
+# physical batch), the rates of one learning_rate_ladder job and the seeds of one ablation_seeds job, each as
+# {wildcard: values}; no values when each run is its own job.
 NOISE_LEVELS_OF_ONE_JOB = {"nbr": noise_levels_of_one_job(CFG)}
 LADDER_OF_ONE_JOB = {"lr": ladder_of_one_job(CFG)}
+ABLATION_SEEDS_OF_ONE_JOB = {"seed": ablation_seeds_of_one_job(CFG)}
 GRID_SEED, GRID_BATCH = str(CFG.training.seed), str(CFG.training.physical_batch)
 ABLATION_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.ABLATION)
 PRETRAIN_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.PRETRAIN)
@@ -337,9 +340,18 @@ def ladder_job(wildcards, input):
     return dataclasses.replace(one, steps=one.steps * len(LADDER_OF_ONE_JOB["lr"]))
 
 
+def ablation_seeds_job(wildcards, input):
+    """An ablation_seeds job: its runs' steps, one after another."""
+    one = ablation_job(wildcards, input)
+    return dataclasses.replace(
+        one, steps=one.steps * len(ABLATION_SEEDS_OF_ONE_JOB["seed"])
+    )
+
+
 def runs_of_one_job(values):
     """A job's ``runs`` param (workflow/scripts/train.py): each run's own wildcard, from ``values``
-    (NOISE_LEVELS_OF_ONE_JOB or LADDER_OF_ONE_JOB: one wildcard and its values)."""
+    (NOISE_LEVELS_OF_ONE_JOB, LADDER_OF_ONE_JOB or ABLATION_SEEDS_OF_ONE_JOB: one wildcard and its values).
+    """
     ((name, levels),) = values.items()
     return [{name: level} for level in levels]
 
