@@ -32,8 +32,8 @@ SETTINGS = ("one", "shape")
 def snakemake(workdir: Path, configfiles: list[str], setting: str, *targets: str, cores: int) -> str:
     layer = workdir / "runs-per-job.yaml"
     layer.write_text(f"training:\n  runs_per_job: {setting}\n")
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--cores", str(cores), "--configfile", *configfiles, str(layer), *targets]
+    command = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(REPO / "Snakefile"),
+               "--directory", str(workdir), "--cores", str(cores), "--configfile", *configfiles, str(layer)]
     result = subprocess.run(command, capture_output=True, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     if result.returncode:
         sys.exit(f"snakemake {' '.join(targets)} ({setting}) failed:\n{result.stderr[-3000:]}")

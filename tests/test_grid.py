@@ -178,3 +178,48 @@ def test_a_cluster_user_adds_lengths_to_the_paper_grid_in_one_key() -> None:
     check_config(layered)
     grid = main_grid(layered)
     assert len(grid) == 3 * 342 and {point.seq_len for point in grid} == {128, 256, 512}
+
+
+GROUPED = {"models": {"names": ["A", "B"]}, "learning_rate_protocol": {"ladder": [0.02, 0.01, 0.005]},
+           "training": {"noise_batch_ratios": [0.0, 0.25, 0.5], "learning_rates": [0.1, 0.2], "physical_batch": 8,
+                        "seed": 3, "runs_per_job": "shape"}}
+
+
+@pytest.mark.parametrize("training, protocol, with_zero", [
+    ({}, {}, True),  # the config's rates, one mechanism: every sigma-bar at every rate
+    ({"learning_rates": "tuned"}, {"rates_below": 0}, True),  # sigma-bar 0 and the noisy runs at the chosen rate
+    ({"learning_rates": "tuned"}, {"rates_below": 1}, False),  # the noisy runs also below it: sigma-bar 0 is not
+    ({"learning_rates": "tuned"}, {"rates_below": 0, "rates_above": 1}, False),
+    ({"mechanisms": ["dpsgd", "bandmf-b4"]}, {}, False),  # sigma-bar 0 trains under the primary mechanism only
+    ({"learning_rates": "tuned", "mechanism_learning_rates": {"dpsgd": [0.1]}}, {"rates_below": 0}, False),
+])
+def test_a_job_of_one_shape_trains_exactly_main_grid_runs(training, protocol, with_zero) -> None:
+    """training.runs_per_job: shape -- a train_noise_levels job of any main-grid run trains that run's noise levels
+    at its mechanism, length, model and rate, and each of them is a main-grid run: nothing the grid lacks."""
+    from test_config_schema import validated
+
+    from dpscaling.grid import noise_levels_of_one_job
+
+    config = validated({**GROUPED, "training": {**GROUPED["training"], **training},
+                        "learning_rate_protocol": {**GROUPED["learning_rate_protocol"], **protocol}})
+    levels = noise_levels_of_one_job(config)
+    assert ("0" in levels) == with_zero and {"0.25", "0.5"} <= set(levels)
+    grid = main_grid(config, {"A": 0.02, "B": 0.005})
+    keys = {tuple(sorted(point.wildcards.items())) for point in grid}
+    grouped = [point for point in grid if point.wildcards["nbr"] in levels]
+    assert len(grouped) == len(grid) - (0 if with_zero else sum(point.noise_batch_ratio == 0 for point in grid))
+    for point in grouped:
+        for level in levels:
+            assert tuple(sorted({**point.wildcards, "nbr": level}.items())) in keys, (point, level)
+
+
+def test_one_run_per_job_groups_nothing() -> None:
+    from test_config_schema import validated
+
+    from dpscaling.grid import ablation_seeds_of_one_job, ladder_of_one_job, noise_levels_of_one_job
+
+    one = validated({**GROUPED, "training": {**GROUPED["training"], "runs_per_job": "one", "learning_rates": "tuned"}})
+    assert noise_levels_of_one_job(one) == ladder_of_one_job(one) == ablation_seeds_of_one_job(one) == ()
+    shape = validated({**GROUPED, "training": {**GROUPED["training"], "learning_rates": "tuned"}})
+    assert ladder_of_one_job(shape) == ("0.02", "0.01", "0.005")
+    assert ablation_seeds_of_one_job(shape) == tuple(str(seed) for seed in shape["ablation_batch"]["seeds"])

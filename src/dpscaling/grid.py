@@ -179,14 +179,18 @@ def noise_levels_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str,
     every (mechanism, length, model, rate) of ``training.seed`` at the physical batch; () under ``one``.
 
     Each such job trains exactly main-grid runs: the noisy σ̄ share their rates in every mechanism
-    (:func:`_rates`), and σ̄ = 0 joins them only where it trains at every one of those rates, i.e. when the
-    config gives its rates and has one mechanism (:func:`trains`; a tuned σ̄ = 0 trains at the chosen rate
-    only). The runs left out (σ̄ = 0 otherwise, repeat seeds, the correction's batch) stay one job each."""
+    (:func:`_rates`), and σ̄ = 0 (trained under the primary mechanism only, :func:`trains`) joins them only
+    where there is one mechanism and it trains at the same rates: the config's rates, or a tuned model's
+    chosen rate alone (``rates_below`` and ``rates_above`` 0, no ``mechanism_learning_rates`` entry). The runs
+    left out (σ̄ = 0 otherwise, repeat seeds, the correction's batch) stay one job each."""
     run = _typed(config)
-    if run.training.runs_per_job == ONE_RUN_PER_JOB:
+    training, protocol = run.training, run.learning_rate_protocol
+    if training.runs_per_job == ONE_RUN_PER_JOB:
         return ()
-    with_zero = not run.training.tuned and len(mechanisms(run)) == 1
-    return tuple(canonical(float(nbr)) for nbr in run.training.noise_batch_ratios if float(nbr) != 0 or with_zero)
+    names = mechanisms(run)
+    chosen_only = protocol.rates_below == 0 and protocol.rates_above == 0 and training.learning_rates_of(names[0]) is None
+    with_zero = len(names) == 1 and (not training.tuned or chosen_only)
+    return tuple(canonical(float(nbr)) for nbr in training.noise_batch_ratios if float(nbr) != 0 or with_zero)
 
 
 def ladder_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
@@ -251,6 +255,16 @@ def finetune_grid(config: Mapping[str, Any] | RunConfig) -> list[TrainPoint]:
     training = run.training
     return [TrainPoint(model, training.physical_batch, training.seed, float(nbr), float(lr))
             for model, nbr, lr in product(run.models.names, training.noise_batch_ratios, run.finetune.learning_rates)]
+
+
+def finetune_noise_levels_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
+    """The σ̄ (as wildcard values) that one fine-tuning job trains per model and rate under ``training.runs_per_job:
+    shape``: every ``training.noise_batch_ratios`` (the fine-tuning grid is their product with the models and
+    rates, :func:`finetune_grid`); () under ``one``."""
+    run = _typed(config)
+    if run.training.runs_per_job == ONE_RUN_PER_JOB:
+        return ()
+    return tuple(canonical(float(nbr)) for nbr in run.training.noise_batch_ratios)
 
 
 def points_at_length(points: Iterable[TrainPoint], seq_len: int) -> list[TrainPoint]:

@@ -42,6 +42,7 @@ from dpscaling.grid import (
     noise_levels_of_one_job,
     ladder_of_one_job,
     ablation_seeds_of_one_job,
+    finetune_noise_levels_of_one_job,
     points_at_length,
     points_with_mechanism,
     possible_chosen,
@@ -208,11 +209,12 @@ ONE_LENGTH_RUN = layout.run_id(
 # Where a grid run and an ablation run write: curve, checkpoints and log.
 RUN_PATHS = layout.run_paths(RUN)
 # training.runs_per_job: shape (dpscaling.grid): the σ̄ of one train_noise_levels job (the main seed at the
-# physical batch), the rates of one learning_rate_ladder job and the seeds of one ablation_seeds job, each as
-# {wildcard: values}; no values when each run is its own job.
+# physical batch), the rates of one learning_rate_ladder job, the seeds of one ablation_seeds job and the σ̄ of
+# one finetune_noise_levels job, each as {wildcard: values}; no values when each run is its own job.
 NOISE_LEVELS_OF_ONE_JOB = {"nbr": noise_levels_of_one_job(CFG)}
 LADDER_OF_ONE_JOB = {"lr": ladder_of_one_job(CFG)}
 ABLATION_SEEDS_OF_ONE_JOB = {"seed": ablation_seeds_of_one_job(CFG)}
+FINETUNE_NOISE_LEVELS_OF_ONE_JOB = {"nbr": finetune_noise_levels_of_one_job(CFG)}
 GRID_SEED, GRID_BATCH = str(CFG.training.seed), str(CFG.training.physical_batch)
 ABLATION_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.ABLATION)
 PRETRAIN_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.PRETRAIN)
@@ -345,6 +347,14 @@ def ablation_seeds_job(wildcards, input):
     one = ablation_job(wildcards, input)
     return dataclasses.replace(
         one, steps=one.steps * len(ABLATION_SEEDS_OF_ONE_JOB["seed"])
+    )
+
+
+def finetune_noise_levels_job(wildcards, input):
+    """A finetune_noise_levels job: its runs' steps, one after another."""
+    one = finetune_job(wildcards, input)
+    return dataclasses.replace(
+        one, steps=one.steps * len(FINETUNE_NOISE_LEVELS_OF_ONE_JOB["nbr"])
     )
 
 

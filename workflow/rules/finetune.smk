@@ -53,6 +53,37 @@ use rule train_run as finetune_run with:
         ),
 
 
+# training.runs_per_job: shape -- a model's fine-tuning noise levels at one rate in one job
+# (dpscaling.grid.finetune_noise_levels_of_one_job).
+if FINETUNE_NOISE_LEVELS_OF_ONE_JOB["nbr"]:
+
+    ruleorder: finetune_noise_levels > finetune_run
+
+    use rule finetune_run as finetune_noise_levels with:
+        output:
+            paths_of_one_job(
+                f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}",
+                FINETUNE_NOISE_LEVELS_OF_ONE_JOB,
+            ),
+        log:
+            paths_of_one_job(
+                f"{RESULTS}/{FINETUNE_RUN_PATHS.log}", FINETUNE_NOISE_LEVELS_OF_ONE_JOB
+            ),
+        resources:
+            **job_resources(CFG, finetune_noise_levels_job),
+        params:
+            model=lambda wildcards: model_param(CFG, wildcards.model),
+            training=lambda wildcards: finetune_training(
+                CFG, pretrained_checkpoint(wildcards.model)
+            ),
+            checkpoint_dir=lambda wildcards: paths_of_one_job(
+                f"{RESULTS}/{FINETUNE_RUN_PATHS.checkpoints}",
+                FINETUNE_NOISE_LEVELS_OF_ONE_JOB,
+                wildcards,
+            ),
+            runs=runs_of_one_job(FINETUNE_NOISE_LEVELS_OF_ONE_JOB),
+
+
 # The fine-tuning law: the paper's pipeline (collect, fit) on the fine-tuning curves, its compute the
 # fine-tuning's own 6MBST (the pretraining is public and sunk).
 FINETUNE_LAW_DIR = f"{RESULTS}/{layout.FINETUNE_LAW}"
