@@ -170,8 +170,9 @@ def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen |
     return _picks(chosen, model)
 
 
-# training.runs_per_job: one job per run, or one per shape for the runs that differ only in σ̄ or learning rate.
-ONE_RUN_PER_JOB, ONE_JOB_PER_SHAPE = "one", "shape"
+# training.runs_per_job: "one" job per run, or (the other value, "shape") one job per shape for the runs that
+# differ only in σ̄, learning rate or seed.
+ONE_RUN_PER_JOB = "one"
 
 
 def noise_levels_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
