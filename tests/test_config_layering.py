@@ -57,6 +57,7 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "training.repeat_seeds": ([], "the paper trains one seed per grid point and reports no intervals"),
     "training.repeat_points": ([], "the paper trains one seed per grid point and reports no intervals"),
     "training.seq_lens": (None, "§3.2: S = 512 only (null = [data.seq_len]); the limitations name S as a knob"),
+    "training.runs_per_job": ("one", NOT_STATED + " (how jobs are dispatched, not what they compute)"),
     # §3.3 "Data Cleaning and Smoothing", "Training Step Extrapolation"; Fig. compute_allocation caption.
     "fit.reference_compatible": (False, "paper mode: the paper's text, not the authors' code"),
     "fit.near_optimal_tolerance": (0.01, "fig:compute_allocation_selection: within 1% of optimal"),
