@@ -52,7 +52,7 @@ if ABLATION_SEEDS_OF_ONE_JOB["seed"]:
                 f"{RESULTS}/{ABLATION_RUN_PATHS.log}", ABLATION_SEEDS_OF_ONE_JOB
             ),
         resources:
-            **job_resources(CFG, ablation_seeds_job),
+            **job_resources(CFG, ABLATION_SEEDS_WORK),
         params:
             model=lambda wildcards: model_param(CFG, wildcards.model),
             training=lambda wildcards: ablation_training(CFG, int(wildcards.batch)),

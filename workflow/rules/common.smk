@@ -328,39 +328,21 @@ def grid_job(wildcards, input):
     )
 
 
-def noise_levels_job(wildcards, input):
-    """A train_noise_levels job: its runs' steps, one after another."""
-    one = grid_job(wildcards, input)
-    return dataclasses.replace(
-        one, steps=one.steps * len(NOISE_LEVELS_OF_ONE_JOB["nbr"])
-    )
+def work_of_one_job(work, values):
+    """The resources' ``work`` of a job that trains one run per value of ``values`` (a *_OF_ONE_JOB mapping),
+    one after another: ``work``'s, its steps times the runs."""
 
+    def sized(wildcards, input):
+        one = work(wildcards, input)
+        ((_, levels),) = values.items()
+        return dataclasses.replace(one, steps=one.steps * len(levels))
 
-def ladder_job(wildcards, input):
-    """A learning_rate_ladder job: its runs' steps, one after another."""
-    one = learning_rate_job(wildcards, input)
-    return dataclasses.replace(one, steps=one.steps * len(LADDER_OF_ONE_JOB["lr"]))
-
-
-def ablation_seeds_job(wildcards, input):
-    """An ablation_seeds job: its runs' steps, one after another."""
-    one = ablation_job(wildcards, input)
-    return dataclasses.replace(
-        one, steps=one.steps * len(ABLATION_SEEDS_OF_ONE_JOB["seed"])
-    )
-
-
-def finetune_noise_levels_job(wildcards, input):
-    """A finetune_noise_levels job: its runs' steps, one after another."""
-    one = finetune_job(wildcards, input)
-    return dataclasses.replace(
-        one, steps=one.steps * len(FINETUNE_NOISE_LEVELS_OF_ONE_JOB["nbr"])
-    )
+    return sized
 
 
 def runs_of_one_job(values):
     """A job's ``runs`` param (workflow/scripts/train.py): each run's own wildcard, from ``values``
-    (NOISE_LEVELS_OF_ONE_JOB, LADDER_OF_ONE_JOB or ABLATION_SEEDS_OF_ONE_JOB: one wildcard and its values).
+    (one of the *_OF_ONE_JOB mappings: one wildcard and its values).
     """
     ((name, levels),) = values.items()
     return [{name: level} for level in levels]
@@ -388,6 +370,15 @@ def pretrain_job(wildcards, input):
 
 def finetune_job(wildcards, input):
     return grid_work(CFG, wildcards.model)
+
+
+# The work of each grouped rule's job (its resources).
+NOISE_LEVELS_WORK = work_of_one_job(grid_job, NOISE_LEVELS_OF_ONE_JOB)
+LADDER_WORK = work_of_one_job(learning_rate_job, LADDER_OF_ONE_JOB)
+ABLATION_SEEDS_WORK = work_of_one_job(ablation_job, ABLATION_SEEDS_OF_ONE_JOB)
+FINETUNE_NOISE_LEVELS_WORK = work_of_one_job(
+    finetune_job, FINETUNE_NOISE_LEVELS_OF_ONE_JOB
+)
 
 
 def pretrained_checkpoint(model):

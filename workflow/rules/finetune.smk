@@ -70,7 +70,7 @@ if FINETUNE_NOISE_LEVELS_OF_ONE_JOB["nbr"]:
                 f"{RESULTS}/{FINETUNE_RUN_PATHS.log}", FINETUNE_NOISE_LEVELS_OF_ONE_JOB
             ),
         resources:
-            **job_resources(CFG, finetune_noise_levels_job),
+            **job_resources(CFG, FINETUNE_NOISE_LEVELS_WORK),
         params:
             model=lambda wildcards: model_param(CFG, wildcards.model),
             training=lambda wildcards: finetune_training(

@@ -38,7 +38,7 @@ if LADDER_OF_ONE_JOB["lr"]:
                 f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.log}", LADDER_OF_ONE_JOB
             ),
         resources:
-            **job_resources(CFG, ladder_job),
+            **job_resources(CFG, LADDER_WORK),
         params:
             model=lambda wildcards: model_param(CFG, wildcards.model),
             training=learning_rate_protocol_training(CFG),

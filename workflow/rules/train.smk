@@ -47,7 +47,7 @@ if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
             "../envs/dpscaling.yaml"
         threads: config["host_threads"]
         resources:
-            **job_resources(CFG, noise_levels_job),
+            **job_resources(CFG, NOISE_LEVELS_WORK),
         params:
             model=lambda wildcards: model_param(
                 CFG, wildcards.model, int(wildcards.seq)
