@@ -15,7 +15,10 @@ test: $(STAMP) browser
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	$(VENV)/bin/python -m pip install --quiet --no-compile -e '.[test]'
+	@# Byte-compiled on every core at once (pip compiles on one): where PYTHONDONTWRITEBYTECODE is set, no
+	@# process would write them later, and each would compile its imports again.
+	$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib >/dev/null
 	touch $(STAMP)
 
 # The explorer's browser tests use Debian's chromium: installed here when we are root with apt and it is

@@ -178,6 +178,11 @@ def test_noise_std_matches_noise_batch_ratio():
     assert not np.allclose(again["b"], updates["b"])
     replay, _ = noise.update(zeros, noise.init(zeros))
     np.testing.assert_array_equal(replay["b"], updates["b"])
+    # Step t's noise is one draw of every coordinate from fold_in(key, t), laid out leaf after leaf in the
+    # tree's flattening order ("a" then "b"), so no two leaves share a value.
+    draw = np.asarray(jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(3), 0), (n,), jnp.float32))
+    np.testing.assert_array_equal(updates["a"], (sigma * draw[:150_000]).reshape(300, 500))
+    np.testing.assert_array_equal(updates["b"], sigma * draw[150_000:])
 
 
 def test_zero_noise_dp_optimizer_is_the_inner_optimizer():

@@ -9,6 +9,7 @@ the audit's settings) take their defaults from here instead of declaring them ag
 
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,19 @@ from dpscaling.errors import UserError
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
-@functools.cache
 def schema() -> dict[str, Any]:
-    import yaml
-
+    """The workflow's config schema, parsed once per process."""
     if not SCHEMA.is_file():
         raise UserError(f"the config schema {SCHEMA} is missing: dpscaling runs from its repository checkout")
+    return _parsed(SCHEMA)
+
+
+@functools.cache
+def _parsed(path: Path) -> dict[str, Any]:
+    import yaml
+
     # libyaml's loader where PyYAML has it: every job's process reads the schema once, 10x faster
-    return yaml.load(SCHEMA.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _frozen(value: Any) -> Any:
@@ -49,24 +55,39 @@ def default(key: str) -> Any:
 
 
 def validate_config(config: dict[str, Any], path: str | Path = SCHEMA) -> None:
-    """Validate ``config`` with ``snakemake.utils.validate`` (filling defaults).
+    """Validate ``config`` against the JSON schema at ``path``, filling its defaults, as
+    ``snakemake.utils.validate`` does (JSON Schema 2020-12, defaults set where ``properties`` declares
+    them), with the schema parsed once per process by libyaml instead of on every call.
 
-    The JSON-schema error is re-raised as a :class:`UserError` of one line that
-    names the config key, what is wrong and what is accepted, instead of
-    jsonschema's dump of the whole schema.
+    A schema error is raised as a :class:`UserError` of one line that names the config key, what is wrong
+    and what is accepted, instead of jsonschema's dump of the whole schema.
     """
     from jsonschema.exceptions import ValidationError
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
 
     check_moved_keys(config)
     try:
-        validate(config, str(path))
-    except WorkflowError as error:
-        cause = error.__context__  # WorkflowError keeps only the text; the original is the context
-        if not isinstance(cause, ValidationError):
-            raise
-        raise UserError(describe_schema_error(cause)) from error
+        _filling_validator(Path(path).resolve()).validate(config)
+    except ValidationError as error:
+        raise UserError(describe_schema_error(error)) from error
+
+
+@functools.cache
+def _filling_validator(path: Path) -> Any:
+    """A 2020-12 validator of the schema at ``path`` that sets each property's default where it is missing
+    (the jsonschema FAQ's recipe, which ``snakemake.utils.validate`` uses)."""
+    from jsonschema import Draft202012Validator, validators
+
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    # a copy: the parsed schema is shared by every config of this process
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    return validators.extend(Draft202012Validator, {"properties": set_defaults})(_parsed(path))
 
 
 # Keys that moved: the old place → the new one (a config that still sets the old one is told where it went).
