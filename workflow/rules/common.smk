@@ -332,9 +332,10 @@ def work_of_one_job(work, values):
     """The resources' ``work`` of a job that trains one run per value of ``values`` (a *_OF_ONE_JOB mapping),
     one after another: ``work``'s, its steps times the runs."""
 
+    ((_, levels),) = values.items()
+
     def sized(wildcards, input):
         one = work(wildcards, input)
-        ((_, levels),) = values.items()
         return dataclasses.replace(one, steps=one.steps * len(levels))
 
     return sized

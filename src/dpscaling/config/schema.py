@@ -19,6 +19,7 @@ from dpscaling.errors import UserError
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
+@functools.cache
 def schema() -> dict[str, Any]:
     """The workflow's config schema, parsed once per process."""
     if not SCHEMA.is_file():

@@ -8,10 +8,9 @@ i.e. noise multiplier B·σ̄ on the sum. Any optax optimizer can be the Optimiz
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import itertools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
