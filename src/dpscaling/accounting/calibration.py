@@ -86,7 +86,7 @@ def _calibrate_poisson_pld(epsilon: float, delta: float, q: float, steps: int,
         used_interval = interval
 
         def epsilon_of(candidate: float, interval: float = interval) -> float:
-            single = pld.poisson_gaussian_pld(candidate, q, interval)
+            single = pld.poisson_gaussian_losses(candidate, q, interval)
             return pld.composed_epsilon(single, steps, delta)
 
         sigma = solve_decreasing(epsilon_of, epsilon, start=sigma,

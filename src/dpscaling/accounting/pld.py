@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as mechanisms
 from scipy import stats
@@ -160,11 +161,49 @@ def poisson_gaussian_pld(sigma: float, q: float, interval: float) -> pld_lib.Pri
     return pld_lib._pld_for_subsampled_mechanism(single, q)  # noqa: SLF001
 
 
-def composed_epsilon(single_step: pld_lib.PrivacyLossDistribution, steps: int, delta: float,
-                     max_points: int = composition.DEFAULT_MAX_COMPOSED_POINTS) -> float:
-    """ε(δ) after ``steps`` self-compositions (one real-FFT exponentiation per direction)."""
-    composed = [composition.self_compose(part, steps, max_points=max_points)
-                for part in composition.directions(single_step)]
+def poisson_gaussian_losses(sigma: float, q: float, interval: float) -> list[composition.DiscreteLosses]:
+    """The masses of :func:`poisson_gaussian_pld`'s directions (remove, then add where q < 1), bit for bit,
+    without its PMF objects: dp-accounting's connect-the-dots build (``create_pmf_pessimistic_connect_dots_
+    fixed_gap``) passes every mass through a Python dict and back to a list, two thirds of a calibration's
+    time. The formula is its own: p_1 = 1 − δ_1 + (δ_2 − δ_1)/(e^d − 1), p_i = ((δ_{i+1} − δ_i) −
+    e^d (δ_i − δ_{i−1}))/(e^d − 1), p_n = (δ_n − δ_{n−1})/(e^{−d} − 1), clipped at 0, mass δ_n at +∞, on the
+    deltas of the same (running-minimum) hockey-stick curve; tests compare it with dp-accounting's."""
+    adjacencies = [mechanisms.AdjacencyType.REMOVE] + ([mechanisms.AdjacencyType.ADD] if q != 1.0 else [])
+    parts = []
+    for adjacency in adjacencies:
+        loss = _VectorisedGaussianLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        bounds = loss.connect_dots_bounds()
+        upper = math.ceil(bounds.epsilon_upper / interval)
+        lower = math.floor(bounds.epsilon_lower / interval)
+        deltas = np.asarray(loss.get_delta_for_epsilon(np.arange(lower, upper + 1) * interval), dtype=np.float64)
+        parts.append(_connect_dots(deltas, lower, interval))
+    return parts
+
+
+def _connect_dots(deltas: np.ndarray, lower: int, interval: float) -> composition.DiscreteLosses:
+    """dp-accounting's pessimistic connect-the-dots masses for the losses (lower + i)·interval (see
+    :func:`poisson_gaussian_losses`), with its checks."""
+    if np.any(deltas < 0) or np.any(deltas > 1):
+        raise ValueError(f"deltas are not between 0 and 1 : deltas={deltas}.")
+    if deltas.size == 1:
+        return composition.DiscreteLosses(np.array([1 - deltas[0]]), lower, interval, float(deltas[0]))
+    if np.any(np.diff(deltas) > pld_pmf._DELTA_DIFF_TOLERANCE):  # noqa: SLF001
+        raise ValueError(f"deltas are not in non-increasing order: deltas={deltas}.")
+    deltas = np.minimum.accumulate(deltas)
+    diffs = np.diff(deltas)
+    probs = np.zeros_like(deltas)
+    probs[0] = 1 - deltas[0] + diffs[0] / math.expm1(interval)
+    probs[1:-1] = (diffs[1:] - diffs[:-1] * math.exp(interval)) / math.expm1(interval)
+    probs[-1] = diffs[-1] / math.expm1(-interval)
+    return composition.DiscreteLosses(np.maximum(0.0, probs), lower, interval, float(deltas[-1]))
+
+
+def composed_epsilon(single_step: pld_lib.PrivacyLossDistribution | list[composition.DiscreteLosses], steps: int,
+                     delta: float, max_points: int = composition.DEFAULT_MAX_COMPOSED_POINTS) -> float:
+    """ε(δ) after ``steps`` self-compositions (one real-FFT exponentiation per direction) of a single-step PLD
+    or its directions' masses (:func:`poisson_gaussian_losses`)."""
+    parts = (single_step if isinstance(single_step, list) else composition.directions(single_step))
+    composed = [composition.self_compose(part, steps, max_points=max_points) for part in parts]
     return epsilon_for_delta(composed, delta)
 
 
@@ -173,4 +212,4 @@ def poisson_epsilon(sigma: float, q: float, steps: int, delta: float,
                     max_points: int = DEFAULT_MAX_POINTS) -> float:
     """ε spent by T steps of the Poisson-subsampled Gaussian with noise σ on the sum."""
     discretisation = choose_discretisation(sigma, q, fraction=fraction, max_points=max_points)
-    return composed_epsilon(poisson_gaussian_pld(sigma, q, discretisation.interval), steps, delta)
+    return composed_epsilon(poisson_gaussian_losses(sigma, q, discretisation.interval), steps, delta)

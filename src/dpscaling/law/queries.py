@@ -67,15 +67,44 @@ def model_size_grid(smallest: float, largest: float, count: int = DEFAULT_MODEL_
     return np.geomspace(smallest * (1 + margin), largest * (1 - margin), count)
 
 
-def constant_compute_configurations(compute, model_sizes: np.ndarray, seq_len: float,
-                                    iteration_bounds: tuple[float, float],
-                                    batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> pd.DataFrame:
-    """Every (C, M, B) with T = C/(6·M·B·S) inside ``iteration_bounds`` (T not rounded, as the code)."""
+def _constant_compute_arrays(compute, model_sizes: np.ndarray, seq_len: float, iteration_bounds: tuple[float, float],
+                             batch_sizes: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of :func:`constant_compute_configurations`."""
     c, m, b = (a.ravel() for a in np.meshgrid(np.atleast_1d(np.asarray(compute, float)), model_sizes,
                                               batch_sizes, indexing="ij"))
     t = c / compute_cost(m, b, 1.0, seq_len)
     inside = (t >= iteration_bounds[0]) & (t <= iteration_bounds[1])
-    return pd.DataFrame({COMPUTE: c[inside], MODEL_SIZE: m[inside], BATCH_SIZE: b[inside], ITERATIONS: t[inside]})
+    return {COMPUTE: c[inside], MODEL_SIZE: m[inside], BATCH_SIZE: b[inside], ITERATIONS: t[inside]}
+
+
+def constant_compute_configurations(compute, model_sizes: np.ndarray, seq_len: float,
+                                    iteration_bounds: tuple[float, float],
+                                    batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES) -> pd.DataFrame:
+    """Every (C, M, B) with T = C/(6·M·B·S) inside ``iteration_bounds`` (T not rounded, as the code)."""
+    return pd.DataFrame(_constant_compute_arrays(compute, model_sizes, seq_len, iteration_bounds, batch_sizes))
+
+
+def _evaluated_columns(m: np.ndarray, b: np.ndarray, t: np.ndarray, epsilon, users, loss: LossFunction,
+                       sigma: SigmaFunction, seq_len: float,
+                       correction: PhysicalBatchCorrection | None) -> dict[str, np.ndarray]:
+    """The columns :func:`evaluate_configurations` adds (σ, σ̄, loss, tokens, tokens/parameter, reason), as
+    arrays: a search's thousands of candidates are evaluated without a frame (the saturation scan keeps one
+    row per budget of them)."""
+    epsilon, users = np.broadcast_to(epsilon, m.shape), np.broadcast_to(users, m.shape)
+    q = b / users
+    feasible = q <= 1
+    sigma_values = np.full(len(m), np.nan)
+    if feasible.any():
+        sigma_values[feasible] = sigma(epsilon[feasible], t[feasible], q[feasible])
+    nbr = sigma_values / b
+    values, reasons = loss.evaluate(m, t, nbr)
+    if correction is not None:
+        values = correction.apply(values, b, nbr, m)
+    reasons = np.where(np.isnan(sigma_values), NO_SIGMA, reasons)
+    reasons = np.where(feasible, reasons, BATCH_LARGER_THAN_DATA)
+    tokens = b * t * seq_len
+    return {SIGMA: sigma_values, NOISE_BATCH_RATIO: nbr, CROSS_ENTROPY: values, TOKENS: tokens,
+            TOKENS_PER_PARAMETER: tokens / m, REASON: reasons}
 
 
 def evaluate_configurations(configs: pd.DataFrame, loss: LossFunction, sigma: SigmaFunction,
@@ -86,21 +115,7 @@ def evaluate_configurations(configs: pd.DataFrame, loss: LossFunction, sigma: Si
     corrected to each row's batch B trained as its physical batch."""
     m, b, t = (configs[c].to_numpy(float) for c in (MODEL_SIZE, BATCH_SIZE, ITERATIONS))
     epsilon, users = configs[PRIVACY_BUDGET].to_numpy(float), configs[DATA_BUDGET].to_numpy(float)
-    q = b / users
-    feasible = q <= 1
-    sigma_values = np.full(len(configs), np.nan)
-    if feasible.any():
-        sigma_values[feasible] = sigma(epsilon[feasible], t[feasible], q[feasible])
-    nbr = sigma_values / b
-    values, reasons = loss.evaluate(m, t, nbr)
-    if correction is not None:
-        values = correction.apply(values, b, nbr, m)
-    reasons = np.where(np.isnan(sigma_values), NO_SIGMA, reasons)
-    reasons = np.where(feasible, reasons, BATCH_LARGER_THAN_DATA)
-    tokens = b * t * seq_len
-    evaluated = configs.assign(**{
-        SIGMA: sigma_values, NOISE_BATCH_RATIO: nbr, CROSS_ENTROPY: values, TOKENS: tokens,
-        TOKENS_PER_PARAMETER: tokens / m, REASON: reasons})
+    evaluated = configs.assign(**_evaluated_columns(m, b, t, epsilon, users, loss, sigma, seq_len, correction))
     if COMPUTE not in evaluated:  # a budget column from the caller stays exact (rows are grouped by it)
         evaluated.insert(len(evaluated.columns) - 1, COMPUTE, compute_cost(m, b, t, seq_len))
     return evaluated
@@ -238,16 +253,22 @@ def best_loss_per_compute(budgets: np.ndarray, epsilon: float, users: float, los
                           iteration_bounds: tuple[float, float],
                           batch_sizes: np.ndarray = DEFAULT_BATCH_SIZES,
                           correction: PhysicalBatchCorrection | None = None) -> pd.DataFrame:
-    """The compute-optimal configuration per budget (rows with no answer are absent; count in ``attrs``)."""
-    configs = constant_compute_configurations(budgets, model_sizes, seq_len, iteration_bounds, batch_sizes)
-    configs = configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users})
-    evaluated = evaluate_configurations(configs, loss, sigma, seq_len, correction)
-    answered = evaluated.dropna(subset=[CROSS_ENTROPY])
-    best = answered.loc[answered.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].sort_values(COMPUTE)
-    best = best.reset_index(drop=True)
-    best.attrs["unanswered"] = reason_counts(evaluated[REASON].to_numpy())
-    best.attrs["budgets_without_answer"] = int(len(budgets) - best[COMPUTE].nunique())
-    return best
+    """The compute-optimal configuration per budget (rows with no answer are absent; count in ``attrs``): the
+    rows :func:`evaluate_configurations` gives, each budget's first lowest loss, budgets ascending."""
+    columns = _constant_compute_arrays(budgets, model_sizes, seq_len, iteration_bounds, batch_sizes)
+    m, b, t = columns[MODEL_SIZE], columns[BATCH_SIZE], columns[ITERATIONS]
+    columns.update({PRIVACY_BUDGET: np.full(len(m), float(epsilon)), DATA_BUDGET: np.full(len(m), float(users))})
+    columns.update(_evaluated_columns(m, b, t, columns[PRIVACY_BUDGET], columns[DATA_BUDGET], loss, sigma, seq_len,
+                                      correction))
+    answered = np.flatnonzero(~np.isnan(columns[CROSS_ENTROPY]))
+    # By budget, then loss; lexsort is stable, so of equal losses the first candidate wins (as idxmin's).
+    order = answered[np.lexsort((columns[CROSS_ENTROPY][answered], columns[COMPUTE][answered]))]
+    budget = columns[COMPUTE][order]
+    best = order[np.flatnonzero(np.r_[True, budget[1:] != budget[:-1]])] if len(order) else order
+    frame = pd.DataFrame({name: values[best] for name, values in columns.items()})
+    frame.attrs["unanswered"] = reason_counts(columns[REASON])
+    frame.attrs["budgets_without_answer"] = int(len(budgets) - len(best))
+    return frame
 
 
 def near_optimal_per_compute(budgets: np.ndarray, epsilon: float, users: float, loss: LossFunction,

@@ -95,7 +95,8 @@ class BlendedLoss:
         return (1 - self.weight) * low + self.weight * high, reasons
 
     def __call__(self, model_size, iterations, noise_batch_ratio) -> np.ndarray:
-        return self.evaluate(model_size, iterations, noise_batch_ratio)[0]
+        low, high = (law(model_size, iterations, noise_batch_ratio) for law in (self.lower, self.upper))
+        return (1 - self.weight) * low + self.weight * high
 
 
 @dataclass(frozen=True)
