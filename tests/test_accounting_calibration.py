@@ -136,3 +136,47 @@ def test_hard_corner_is_refused_not_approximated():
 def test_bad_inputs_raise_user_errors_naming_the_field(kwargs, flag):
     with pytest.raises(UserError, match=flag):
         calibration.calibrate(**kwargs)
+
+
+@pytest.mark.parametrize("sigma,q,interval", [
+    (0.5, 2**-10, 7e-4), (1.0, 2**-10, 1e-4), (5.0, 2**-4, 1e-3), (50.0, 0.5, 1e-3), (0.8, 0.3, 1e-3),
+    (2.0, 1.0, 1e-3), (30.0, 2**-17, 0.5)])
+def test_single_step_masses_are_dp_accountings_bit_for_bit(sigma, q, interval):
+    """The calibration's single-step build (no dict round trip, no scipy distribution per loss) gives every
+    direction's masses, lowest loss and mass at +∞ exactly as dp-accounting's connect-the-dots build of the
+    same privacy loss, and dp-accounting's own Gaussian mechanism to rounding (its per-point δ(ε) differs
+    in the last bits, which the second differences of connect-the-dots amplify to 1e-12)."""
+    expected = composition.directions(pld.poisson_gaussian_pld(sigma, q, interval))
+    reference = composition.directions(pld_lib.from_gaussian_mechanism(
+        sigma, value_discretization_interval=interval, sampling_prob=q, use_connect_dots=True))
+    built = pld.poisson_gaussian_losses(sigma, q, interval)
+    assert len(built) == len(expected) == len(reference) == (1 if q == 1.0 else 2)
+    for ours, theirs, dp_accountings in zip(built, expected, reference):
+        assert (ours.lower, ours.step, ours.infinity_mass) == (theirs.lower, theirs.step, theirs.infinity_mass)
+        assert np.array_equal(ours.probs, theirs.probs)
+        assert ours.lower == dp_accountings.lower and ours.probs.shape == dp_accountings.probs.shape
+        np.testing.assert_allclose(ours.probs, dp_accountings.probs, rtol=1e-6, atol=1e-10)
+
+
+def test_the_copied_gaussian_loss_is_dp_accountings_at_that_sigma():
+    """Every attribute of the copied privacy loss is that of dp-accounting's constructor at that σ, and its
+    normal answers as scipy's frozen one, bit for bit (infinities, NaN and the ends of ppf included)."""
+    from dp_accounting.pld import privacy_loss_mechanism as mechanisms
+    from scipy import stats
+
+    for adjacency in (mechanisms.AdjacencyType.REMOVE, mechanisms.AdjacencyType.ADD):
+        copied = pld._gaussian_loss(0.7, 0.01, adjacency)
+        fresh = pld._VectorisedGaussianLoss(0.7, sampling_prob=0.01, adjacency_type=adjacency)
+        mine, theirs = dict(vars(copied)), dict(vars(fresh))
+        assert isinstance(mine.pop("_gaussian_random_variable"), pld._Normal)
+        theirs.pop("_gaussian_random_variable")
+        assert mine == theirs
+    normal, frozen = pld._Normal(0.37), stats.norm(scale=0.37)
+    x = np.array([-np.inf, -40.0, -1.5, -0.0, 0.0, 1e-300, 2.5, 60.0, np.inf, np.nan])
+    p = np.array([0.0, 1e-300, 0.3, 0.5, 1.0 - 1e-16, 1.0, np.nan, 1.5])
+    for ours, scipys in ((normal.cdf(x), frozen.cdf(x)), (normal.logcdf(x), frozen.logcdf(x)),
+                         (normal.ppf(p), frozen.ppf(p))):
+        assert np.array_equal(ours, scipys, equal_nan=True)
+    assert normal.cdf(0.3) == frozen.cdf(0.3) and np.ndim(normal.ppf(0.2)) == 0
+    with pytest.raises(ValueError, match="Standard deviation"):
+        pld._gaussian_loss(0.0, 0.01, mechanisms.AdjacencyType.REMOVE)

@@ -207,3 +207,23 @@ def test_poisson_branch_refuses_near_steps_where_min_rule_is_deterministic():
         table.sigma(300.0, 3000, 2**-12.5, sampling="poisson")
     np.testing.assert_allclose(table.sigma(300.0, 3000, 2**-12.5),
                                table.deterministic(300.0, 3000, 2**-12.5))
+
+
+def test_a_columns_node_found_from_a_guess_is_the_one_searched(coarse_table):
+    """The root search's shortcut (keep the last step's node where it still brackets σ) finds, for any guess,
+    the node the search finds, NaN prefixes, both ends and NaN σ included; and the table answers the same
+    through it (its cubic is exact at grid points and within its bound between them, tested above)."""
+    cubic, _ = coarse_table
+    columns = cubic._columns
+    assert columns.keys is not None  # the keyed search, which the guess short-cuts
+    n_columns, n = columns.values.shape[0] * columns.values.shape[1], columns.values.shape[-1]
+    rng = np.random.default_rng(3)
+    column = rng.integers(0, n_columns, 20000)
+    finite = columns.values.reshape(n_columns, n)
+    y = rng.uniform(np.nanmin(finite) - 1, np.nanmax(finite) + 1, len(column))
+    y[::97] = np.nan
+    y[1::89] = finite[column[1::89], rng.integers(0, n, len(column[1::89]))]  # exactly at nodes (NaN among them)
+    searched = columns.first_not_above(column, y)
+    for guess in (rng.integers(0, n + 1, len(column)), np.clip(searched + rng.integers(-1, 2, len(column)), 0, n),
+                  searched, np.zeros(len(column), dtype=np.int64), np.full(len(column), n)):
+        np.testing.assert_array_equal(columns.first_not_above(column, y, guess), searched)

@@ -14,10 +14,11 @@ from dpscaling.errors import UserError
 from dpscaling.law import LawSettings, fit_law
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET)
-from dpscaling.law.interpolation import LossFunction
+from dpscaling.law.interpolation import LossFunction, reason_counts
 from dpscaling.law.queries import (
-    DEFAULT_BATCH_SIZES, TOTAL_FLOPS, TRAINING_FLOPS, compute_cost, compute_optimal, constant_compute_configurations,
-    evaluate_configurations, inference_aware, model_size_grid, saturating_compute, saturating_table)
+    DEFAULT_BATCH_SIZES, TOTAL_FLOPS, TRAINING_FLOPS, best_loss_per_compute, compute_cost, compute_optimal,
+    constant_compute_configurations, evaluate_configurations, inference_aware, model_size_grid, saturating_compute,
+    saturating_table)
 from dpscaling.law.synthetic import DeterministicGaussianSigma, TrueLaw, synthetic_results
 
 SEQ_LEN = 128
@@ -151,3 +152,38 @@ def test_inference_aware_answer_overtrains_a_smaller_model_for_fewer_total_flops
     assert unserved.choice[TOTAL_FLOPS] == unserved.compute_optimal[TOTAL_FLOPS] == 1e16
     with pytest.raises(UserError, match="inference tokens must be >= 0"):
         inference_aware(*query, inference_tokens=-1.0)
+
+
+def test_each_budgets_optimum_is_the_frames_first_lowest_loss(law) -> None:
+    """The scan's optima from arrays are exactly the rows of the evaluated frame that pandas' idxmin per budget
+    picks (ties: the first candidate), every column and dtype, budgets ascending; budgets without an answer
+    are counted, and ties of loss inside a budget keep the candidates' order."""
+    sizes = model_size_grid(*law.model_size_range())
+    budgets = np.geomspace(1e10, 1e16, 9)  # the smallest admit no configuration, some only a few
+    optima = best_loss_per_compute(budgets, 4.0, 1e6, law.loss, SIGMA, SEQ_LEN, sizes, law.iteration_bounds())
+    configs = constant_compute_configurations(budgets, sizes, SEQ_LEN, law.iteration_bounds())
+    evaluated = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: 4.0, DATA_BUDGET: 1e6}), law.loss, SIGMA,
+                                        SEQ_LEN)
+    answered = evaluated.dropna(subset=[CROSS_ENTROPY])
+    expected = answered.loc[answered.groupby(COMPUTE)[CROSS_ENTROPY].idxmin()].sort_values(COMPUTE)
+    pd.testing.assert_frame_equal(optima, expected.reset_index(drop=True))
+    assert optima.attrs["budgets_without_answer"] == len(budgets) - expected[COMPUTE].nunique() > 0
+    assert optima.attrs["unanswered"] == reason_counts(evaluated["Reason"].to_numpy())
+    tied = best_loss_per_compute(budgets[-1:], 4.0, 1e6, TiedLoss(), SIGMA, SEQ_LEN, sizes, law.iteration_bounds())
+    first = constant_compute_configurations(budgets[-1:], sizes, SEQ_LEN, law.iteration_bounds()).iloc[0]
+    assert (tied[MODEL_SIZE].iloc[0], tied[BATCH_SIZE].iloc[0]) == (first[MODEL_SIZE], first[BATCH_SIZE])
+
+
+class TiedLoss:
+    """A loss of 3 nats everywhere, with no reasons."""
+
+    def evaluate(self, model_size, iterations, noise_batch_ratio):
+        shape = np.shape(model_size)
+        return np.full(shape, 3.0), np.full(shape, "", dtype=object)
+
+
+def test_reasons_are_counted_in_order_without_the_answered() -> None:
+    reasons = np.array(["b reason", "", "a reason", "b reason", ""], dtype=object)
+    counts = reason_counts(reasons)
+    assert counts == {"a reason": 1, "b reason": 2} and list(counts) == ["a reason", "b reason"]
+    assert reason_counts(np.array([], dtype=object)) == {} and reason_counts(np.array(["", ""])) == {}

@@ -20,6 +20,8 @@ never approximated.
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from dataclasses import dataclass
 
@@ -27,7 +29,7 @@ import numpy as np
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as mechanisms
-from scipy import stats
+from scipy import special, stats
 
 from dpscaling.accounting import composition
 from dpscaling.accounting.hockey_stick import epsilon_for_delta
@@ -150,6 +152,46 @@ class _VectorisedGaussianLoss(mechanisms.GaussianPrivacyLoss):
         return float(deltas[0]) if np.ndim(epsilon) == 0 else deltas
 
 
+class _Normal:
+    """N(0, scale²) as scipy's frozen ``stats.norm(scale=…)`` computes what dp-accounting's Gaussian privacy loss
+    asks of it (``cdf``, ``logcdf``, ``ppf``: ``ndtr``, ``log_ndtr`` at x/scale, ``ndtri(p)·scale``, the same
+    special functions on the same arguments), without building a scipy distribution object per privacy loss
+    (two per PLD evaluation: 40% of a single-step build)."""
+
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    @staticmethod
+    def _out(values: np.ndarray):
+        return values[()] if values.ndim == 0 else values
+
+    def cdf(self, x):
+        return self._out(special.ndtr(np.asarray(x, dtype=np.float64) / self.scale))
+
+    def logcdf(self, x):
+        return self._out(special.log_ndtr(np.asarray(x, dtype=np.float64) / self.scale))
+
+    def ppf(self, p):
+        return self._out(special.ndtri(np.asarray(p, dtype=np.float64)) * self.scale + 0.0)
+
+
+@functools.lru_cache(maxsize=64)
+def _loss_template(q: float, adjacency: mechanisms.AdjacencyType) -> _VectorisedGaussianLoss:
+    return _VectorisedGaussianLoss(1.0, sampling_prob=q, adjacency_type=adjacency)
+
+
+def _gaussian_loss(sigma: float, q: float, adjacency: mechanisms.AdjacencyType) -> _VectorisedGaussianLoss:
+    """dp-accounting's Gaussian privacy loss at noise ``sigma``: a copy of one built by its own constructor at
+    rate q (what a calibration's steps share), with σ and its :class:`_Normal` set (tests compare every
+    attribute with a fresh instance's)."""
+    if not sigma > 0:
+        raise ValueError(f"Standard deviation is not a positive real number: {sigma}")
+    loss = copy.copy(_loss_template(q, adjacency))
+    loss._standard_deviation = sigma  # noqa: SLF001
+    loss._gaussian_random_variable = _Normal(sigma)  # noqa: SLF001
+    return loss
+
+
 def poisson_gaussian_pld(sigma: float, q: float, interval: float) -> pld_lib.PrivacyLossDistribution:
     """Single-step PLD of the Poisson-subsampled Gaussian (add/remove adjacency), pessimistic
     connect-the-dots: dp-accounting's ``from_gaussian_mechanism`` with a vectorised build."""
@@ -171,7 +213,7 @@ def poisson_gaussian_losses(sigma: float, q: float, interval: float) -> list[com
     adjacencies = [mechanisms.AdjacencyType.REMOVE] + ([mechanisms.AdjacencyType.ADD] if q != 1.0 else [])
     parts = []
     for adjacency in adjacencies:
-        loss = _VectorisedGaussianLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        loss = _gaussian_loss(sigma, q, adjacency)
         bounds = loss.connect_dots_bounds()
         upper = math.ceil(bounds.epsilon_upper / interval)
         lower = math.floor(bounds.epsilon_lower / interval)

@@ -114,7 +114,7 @@ class _PldCurve:
             return self.cache[key]
         sigma = self.sigma(j)
         try:
-            built = composition.directions(pld.poisson_gaussian_pld(sigma, self.q, 2.0**level))
+            built = pld.poisson_gaussian_losses(sigma, self.q, 2.0**level)
             self.builds += 1
         except (ValueError, OverflowError, MemoryError) as failure:
             built = AccountingRefused(f"PLD build failed at sigma={sigma:g}: {failure}")

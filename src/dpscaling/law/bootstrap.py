@@ -220,7 +220,7 @@ def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute:
     shift = 0.0 if correction is None else correction.shift(candidates["Batch Size"].to_numpy(float), s, m)
     codes, budgets = pd.factorize(candidates[compute], sort=True)
     columns = {name: candidates[name].to_numpy(float) for name in OPTIMUM_COLUMNS if name != CROSS_ENTROPY}
-    optima = []
+    optima: dict[str, list[np.ndarray]] = {name: [] for name in (compute, CROSS_ENTROPY, *columns, BEST, REPLICATE)}
     for index, loss in enumerate(replicates.losses):
         values = np.asarray(loss(m, t, s) - shift, float)
         finite = np.isfinite(values)
@@ -231,13 +231,15 @@ def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute:
         order = order[finite[order]]
         groups, first = np.unique(codes[order], return_index=True)
         best = order[first]
-        optima.append(pd.DataFrame({compute: np.asarray(budgets)[groups], CROSS_ENTROPY: values[best],
-                                    **{name: column[best] for name, column in columns.items()}})
-                      .assign(**{BEST: np.minimum.accumulate(values[best]), REPLICATE: index}))
+        for name, part in ((compute, np.asarray(budgets)[groups]), (CROSS_ENTROPY, values[best]),
+                           *((name, column[best]) for name, column in columns.items()),
+                           (BEST, np.minimum.accumulate(values[best])), (REPLICATE, np.full(len(best), index))):
+            optima[name].append(part)
     columns = [compute] + [name for column in (BEST, *OPTIMUM_COLUMNS) for name in band(column)] + [ANSWERING]
-    if not optima:
+    if not optima[REPLICATE]:
         return pd.DataFrame(columns=columns)
-    stacked = pd.concat(optima, ignore_index=True)
+    # One frame of every replicate's optima (a frame per replicate cost more than their losses)
+    stacked = pd.DataFrame({name: np.concatenate(parts) for name, parts in optima.items()})
     grouped = stacked.groupby(compute)[[BEST, *OPTIMUM_COLUMNS]]
     low, high = grouped.quantile(QUANTILES[0]), grouped.quantile(QUANTILES[1])
     table = pd.concat([low.add_suffix(" 5%"), high.add_suffix(" 95%"),
