@@ -8,16 +8,25 @@ per query the process CPU seconds, then their median and maximum, the ratio of t
 and with ``--profile`` the share of the median query spent in each part (cProfile's cumulative time of the
 search, the runnable's pricing, the saturation scan and the optimum's bootstrap band).
 
+With ``--baseline SRC`` (another checkout's ``src/``, e.g. ``git worktree add /tmp/before COMMIT``) it times the
+same budgets under both codes side by side: ``--rounds`` rounds, each running this code and the baseline in
+fresh processes one after the other, and prints each side's median per round and the ratio of the medians
+(this machine's speed drifts between minutes; the ratio of one round does not).
+
 Usage: .venv/bin/python benchmarks/query.py --law results/default/law/bundle [--users 1e5] [--queries 8]
-       [--profile]
+       [--profile] [--baseline /tmp/before/src [--rounds 3]]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
+import os
 import pstats
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -52,13 +61,44 @@ def answer(law, budget: dict):
         return error
 
 
+def timed(law, budget: dict) -> tuple[float, object]:
+    start = time.process_time()
+    result = answer(law, budget)
+    return time.process_time() - start, result
+
+
+def side_by_side(args) -> None:
+    """Each round: this code's and the baseline's per-query CPU times, each in a fresh process, back to back."""
+    command = [sys.executable, __file__, "--law", args.law, "--users", str(args.users), "--queries",
+               str(args.queries), "--json"]
+
+    def run(source: str | None) -> list[float]:
+        env = dict(os.environ)
+        if source is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+        return json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout)
+
+    ratios = []
+    for index in range(args.rounds):
+        current, baseline = statistics.median(run(None)), statistics.median(run(args.baseline))
+        ratios.append(current / baseline)
+        print(f"round {index + 1}: median {current:.3f} CPU-s against the baseline's {baseline:.3f} "
+              f"(ratio {current / baseline:.2f}; goal {GOAL_CPU_SECONDS:g} s)")
+    print(f"median ratio {statistics.median(ratios):.2f} over {args.rounds} rounds (this code / {args.baseline})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--law", required=True)
     parser.add_argument("--users", type=float, default=2e4)
     parser.add_argument("--queries", type=int, default=8)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--baseline", help="another checkout's src/ to time side by side")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one side's times, for --baseline
     args = parser.parse_args()
+    if args.baseline:
+        return side_by_side(args)
 
     start = time.process_time()
     law = dpscaling.load_law(args.law)
@@ -67,7 +107,11 @@ def main() -> None:
     start = time.process_time()
     answer(law, asked[0])
     warm = time.process_time() - start
-    print(f"law {args.law}: loaded in {loaded:.3f} CPU-s, first (warm-up) query {warm:.3f} CPU-s")
+    if not args.json:
+        print(f"law {args.law}: loaded in {loaded:.3f} CPU-s, first (warm-up) query {warm:.3f} CPU-s")
+    if args.json:
+        print(json.dumps([spent for spent, _ in (timed(law, budget) for budget in asked[1:])]))
+        return None
     times, profiles = [], []
     for budget in asked[1:]:
         profiler = cProfile.Profile() if args.profile else None
