@@ -194,7 +194,9 @@ def _gaussian_loss(sigma: float, q: float, adjacency: mechanisms.AdjacencyType) 
 
 def poisson_gaussian_pld(sigma: float, q: float, interval: float) -> pld_lib.PrivacyLossDistribution:
     """Single-step PLD of the Poisson-subsampled Gaussian (add/remove adjacency), pessimistic
-    connect-the-dots: dp-accounting's ``from_gaussian_mechanism`` with a vectorised build."""
+    connect-the-dots, as dp-accounting's own object: its ``from_gaussian_mechanism`` with the vectorised loss.
+    The accountants use :func:`poisson_gaussian_losses` (the same masses, faster); this form is what checks
+    them against dp-accounting's composition."""
     def single(adjacency: mechanisms.AdjacencyType):
         loss = _VectorisedGaussianLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
         return pld_lib._create_pld_pmf_from_monotone_privacy_loss(  # noqa: SLF001
