@@ -26,6 +26,7 @@ Numbers of the study: docs/design-study.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -208,7 +209,12 @@ def probe(args: argparse.Namespace) -> dict:
     unigram_bias = None
     for vocab_size in args.vocab:
         started, cpu0 = time.perf_counter(), self_cpu()
-        data_dir, floor = probe_data(scratch, vocab_size, args.seq_len)
+        if args.data:  # a workflow's packed shards (with its public unigram, if it has one)
+            from dpscaling.data.floor import unigram_floor
+
+            data_dir, floor = Path(args.data), unigram_floor(args.data).to_dict()
+        else:
+            data_dir, floor = probe_data(scratch, vocab_size, args.seq_len)
         report["data"][vocab_size] = {"floor": floor, "wall_s": time.perf_counter() - started,
                                       "cpu_s": self_cpu() - cpu0}
         print(json.dumps({"vocab": vocab_size, **report["data"][vocab_size]}), flush=True)
@@ -226,6 +232,7 @@ def probe(args: argparse.Namespace) -> dict:
             for nbr in args.nbr:
                 for lr in args.lr:
                     name = "-".join([f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}", *args.set,
+                                     *args.model_set,
                                      *(["bias-unigram" + ("-file" if args.bias_counts else "")] if unigram_bias is not None else []),
                                      *([f"bias-lr-x{args.bias_lr_factor:g}"] if args.bias_lr_factor != 1.0 else []),
                                      *([f"bias-warm{args.bias_warm_start}-x{args.bias_warm_factor:g}"]
@@ -234,10 +241,12 @@ def probe(args: argparse.Namespace) -> dict:
                     shutil.rmtree(run_dir, ignore_errors=True)
                     tc = job_train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
                                                         "batch": str(args.batch), "seed": "0"}, args.seq_len)
+                    tc = dataclasses.replace(tc, model_overrides={**tc.model_overrides,
+                                                                  **dict(overrides(args.model_set))})
                     started, cpu0, load0 = time.perf_counter(), self_cpu(), load_average()
                     summary = run_training(tc, data_dir, run_dir / "curve.parquet", run_dir / "ckpt")
                     wall, cpu = time.perf_counter() - started, self_cpu() - cpu0
-                    row = {"vocab": vocab_size, "shape": shape, "set": args.set, "nbr": nbr, "lr": lr, "steps": summary.steps,
+                    row = {"vocab": vocab_size, "shape": shape, "set": args.set, "model_set": args.model_set, "nbr": nbr, "lr": lr, "steps": summary.steps,
                            "batch": args.batch, "seq_len": args.seq_len, "status": summary.status,
                            "params": summary.n_params, "params_non_embedding": summary.n_params_non_embedding,
                            "final_loss": summary.final_loss, "floor": floor["nats"],
@@ -367,6 +376,10 @@ def main() -> None:
                    help="multiply the bias's Adam steps by this during --bias-warm-start")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="training settings over the default's (e.g. adam_eps=1e-5 warmup_steps=100)")
+    p.add_argument("--model-set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="model shape fields over the shape's (e.g. layer_norm=pre)")
+    p.add_argument("--data", help="train on these packed shards (e.g. a make run's results/default/data/packed/seq=64, "
+                                  "its public unigram included) instead of packing the corpus; --vocab is then ignored")
     p.add_argument("--scratch", default="/tmp/design-probe")
     p.add_argument("--out", required=True)
     c = sub.add_parser("candidate")

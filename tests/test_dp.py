@@ -27,16 +27,17 @@ pytestmark = pytest.mark.slow(minutes=2)  # orders this module among the long on
 VOCAB, SEQ, BATCH = 120, 24, 8
 
 
-def _setup(seq: int = SEQ, hidden: int = 16):
-    return _cached_setup(seq, hidden)  # one cache entry whether or not defaults are spelled out
+def _setup(seq: int = SEQ, hidden: int = 16, layer_norm: str = "post"):
+    return _cached_setup(seq, hidden, layer_norm)  # one cache entry whether or not defaults are spelled out
 
 
 @functools.cache
-def _cached_setup(seq: int, hidden: int):
+def _cached_setup(seq: int, hidden: int, layer_norm: str):
     """A small BERT on a batch with repeated tokens (exercises the tied-embedding cross
     term) and one padded sequence."""
     config = bert_config(
-        "custom", vocab_size=VOCAB, max_positions=32, num_layers=2, num_heads=2, hidden_size=hidden
+        "custom", vocab_size=VOCAB, max_positions=32, num_layers=2, num_heads=2, hidden_size=hidden,
+        layer_norm=layer_norm,
     )
     model = BertMlm(config)
     spec = MaskingSpec(vocab_size=VOCAB, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0)
@@ -91,15 +92,15 @@ def _max_abs_diff(a, b):
     return max(jax.tree.leaves(diffs))
 
 
-def _clipper(method: str, seq: int = SEQ, hidden: int = 16):
-    return _cached_clipper(method, seq, hidden)
+def _clipper(method: str, seq: int = SEQ, hidden: int = 16, layer_norm: str = "post"):
+    return _cached_clipper(method, seq, hidden, layer_norm)
 
 
 @functools.cache
-def _cached_clipper(method: str, seq: int, hidden: int):
+def _cached_clipper(method: str, seq: int, hidden: int, layer_norm: str):
     """``f(params, batch, clip_norm, loss_scale)``: the clipped mean gradient, 4 microbatches
     of 2. C and the loss scale are traced, so every test reuses one compilation per path."""
-    loss_fn, _, _ = _setup(seq, hidden)
+    loss_fn, _, _ = _setup(seq, hidden, layer_norm)
 
     def clipped(params, batch, clip_norm, loss_scale):
         scaled = lambda p, b: loss_scale * loss_fn(p, b)  # noqa: E731
@@ -122,12 +123,13 @@ def test_clipped_mean_equals_mean_of_independent_clipped_grads(method, clip_norm
 
 
 # At seq 24 / hidden 16 the ghost path forms each Dense layer's per-example gradients
-# (cheaper there); at seq 6 / hidden 32 it uses Gram matrices for every layer.
-@pytest.mark.parametrize("seq, hidden", [(SEQ, 16), (6, 32)])
-def test_vmap_and_ghost_paths_agree(seq, hidden):
-    _, params, batch = _setup(seq, hidden)
-    vmap = _clipper("vmap", seq, hidden)(params, batch, 1.0, 1.0)
-    ghost = _clipper("ghost", seq, hidden)(params, batch, 1.0, 1.0)
+# (cheaper there); at seq 6 / hidden 32 it uses Gram matrices for every layer. Pre-LN adds a
+# LayerNorm after the last layer, which the ghost path must count too.
+@pytest.mark.parametrize("seq, hidden, layer_norm", [(SEQ, 16, "post"), (6, 32, "post"), (SEQ, 16, "pre")])
+def test_vmap_and_ghost_paths_agree(seq, hidden, layer_norm):
+    _, params, batch = _setup(seq, hidden, layer_norm)
+    vmap = _clipper("vmap", seq, hidden, layer_norm)(params, batch, 1.0, 1.0)
+    ghost = _clipper("ghost", seq, hidden, layer_norm)(params, batch, 1.0, 1.0)
     assert _max_abs_diff(vmap.grad, ghost.grad) < 1e-5
     np.testing.assert_allclose(vmap.norms, ghost.norms, rtol=1e-5)
     np.testing.assert_allclose(vmap.losses, ghost.losses, rtol=1e-6)

@@ -52,6 +52,35 @@ def test_custom_size_and_errors():
         bert_config("custom", num_layers=2, num_heads=3, hidden_size=128)
 
 
+def test_pre_ln_layers_normalise_the_branch_input_and_the_stream_once_at_the_end():
+    from dpscaling.models.family import configured_model
+
+    post = bert_config("custom", vocab_size=50, max_positions=16, num_layers=2, num_heads=2, hidden_size=8)
+    pre = post.replace(layer_norm="pre")
+    ids = jax.random.randint(jax.random.PRNGKey(0), (3, 12), 5, 50)
+    positions = jnp.array([[1, 2], [3, 4], [5, 6]])
+    params = {}
+    for config in (post, pre):
+        params[config.layer_norm] = BertMlm(config).init(jax.random.PRNGKey(1), ids, positions)["params"]
+        assert count_params(config).total == config.param_count().total
+    # One LayerNorm more (after the last layer); the rest is the same tree, started alike.
+    assert set(params["pre"]) - set(params["post"]) == {"final_norm"}
+    assert count_params(pre).total - count_params(post).total == 2 * 8
+    same = jax.tree.map(np.array_equal, params["post"], {k: v for k, v in params["pre"].items() if k != "final_norm"})
+    assert all(jax.tree.leaves(same))
+    # The two placements compute different functions of the same parameters.
+    out = {name: BertMlm(c).apply({"params": params[name]}, ids, positions) for name, c in (("post", post), ("pre", pre))}
+    assert not np.allclose(out["post"], out["pre"])
+    with pytest.raises(UserError, match="model.layer_norm"):
+        post.replace(layer_norm="sandwich")
+    # A models.custom entry reaches the shape; a decoder entry is refused, naming the key.
+    entry = {"layers": 1, "heads": 2, "hidden": 8}
+    assert configured_model("M", {"M": entry}, 50, 16).layer_norm == "post"
+    assert configured_model("M", {"M": {**entry, "layer_norm": "pre"}}, 50, 16).layer_norm == "pre"
+    with pytest.raises(UserError, match="layer_norm"):
+        configured_model("M", {"M": {**entry, "layer_norm": "pre", "family": "decoder"}}, 50, 16)
+
+
 def _small_model():
     config = bert_config(
         "custom", vocab_size=50, max_positions=16, num_layers=2, num_heads=2, hidden_size=8

@@ -36,7 +36,8 @@ def _dense_init(config: BertConfig) -> nn.initializers.Initializer:
 
 
 class TransformerLayer(nn.Module):
-    """One post-LN encoder layer: x ← LN(x + Attn(x)); x ← LN(x + FFN(x))."""
+    """One encoder layer: post-LN x ← LN(x + Attn(x)); x ← LN(x + FFN(x)), or pre-LN x ← x + Attn(LN(x));
+    x ← x + FFN(LN(x)) (``config.layer_norm``)."""
 
     config: BertConfig
 
@@ -44,7 +45,11 @@ class TransformerLayer(nn.Module):
     def __call__(self, x: jnp.ndarray, attention_mask: jnp.ndarray) -> jnp.ndarray:
         cfg = self.config
         dtype = jnp.dtype(cfg.dtype)
-        attention = nn.MultiHeadDotProductAttention(
+        pre = cfg.layer_norm == "pre"
+        attention_norm = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="attention_norm")
+        output_norm = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="output_norm")
+        h = attention_norm(x) if pre else x
+        h = nn.MultiHeadDotProductAttention(
             num_heads=cfg.num_heads,
             qkv_features=cfg.hidden_size,
             out_features=cfg.hidden_size,
@@ -52,16 +57,14 @@ class TransformerLayer(nn.Module):
             dtype=dtype,
             deterministic=True,
             name="attention",
-        )(x, x, mask=attention_mask)
-        x = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="attention_norm")(
-            x + attention
-        )
+        )(h, h, mask=attention_mask)
+        x = x + h if pre else attention_norm(x + h)
         h = nn.Dense(
             cfg.intermediate_size, kernel_init=_dense_init(cfg), dtype=dtype, name="intermediate"
-        )(x)
+        )(output_norm(x) if pre else x)
         h = nn.gelu(h, approximate=False)  # BERT's exact (erf) GELU
         h = nn.Dense(cfg.hidden_size, kernel_init=_dense_init(cfg), dtype=dtype, name="output")(h)
-        return nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="output_norm")(x + h)
+        return x + h if pre else output_norm(x + h)
 
 
 class BertMlm(nn.Module):
@@ -107,6 +110,8 @@ class BertMlm(nn.Module):
         attention_mask = nn.make_attention_mask(padding_mask, padding_mask)
         for i in range(cfg.num_layers):
             x = TransformerLayer(cfg, name=f"layer_{i}")(x, attention_mask)
+        if cfg.layer_norm == "pre":  # the residual stream is never normalised inside a pre-LN layer
+            x = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="final_norm")(x)
 
         h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
         h = nn.Dense(

@@ -25,6 +25,7 @@ This module is JAX-free on purpose: the workflow imports it to check and size mo
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ __all__ = ["BERT", "BERT_PRESETS", "BERT_MAX_POSITIONS", "BERT_VOCAB_SIZE", "DEC
            "configured_model", "family_named", "family_of"]
 
 ModelConfig = BertConfig | DecoderConfig
+# Optional shape settings of a models.custom entry, passed to the family's shape as they are named
+SHAPE_OPTIONS = ("layer_norm",)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,12 @@ class Family:
         overrides = {"num_layers": entry["layers"], "num_heads": entry["heads"], "hidden_size": entry["hidden"],
                      "intermediate_size": entry.get("intermediate"),
                      **{k: int(v) for k, v in rows.items() if k != "max_positions"}}
+        for key in SHAPE_OPTIONS:  # set only where the entry sets it, so the family's own default stays
+            if entry.get(key) is not None:
+                if key not in {f.name for f in dataclasses.fields(self.shape)}:
+                    raise UserError(f"models.custom.*.{key}: the {self.name} family has no such setting "
+                                    f"(set it on bert models only)")
+                overrides[key] = entry[key]
         return int(rows["max_positions"]), overrides
 
     def preset_positions(self, name: str, seq_len: int) -> int:

@@ -22,6 +22,7 @@ BERT_VOCAB_SIZE = 30522  # bert-base-uncased WordPiece vocabulary
 BERT_MAX_POSITIONS = 512
 GPT2_VOCAB_SIZE = 50257  # GPT-2's byte-pair vocabulary
 GPT2_MAX_POSITIONS = 1024
+LAYER_NORM_PLACEMENTS = ("post", "pre")  # BertConfig.layer_norm
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,14 @@ class BertConfig:
     layer_norm_eps: float = 1e-12  # BERT's value
     initializer_range: float = 0.02  # BERT's truncated-normal std
     dtype: str = "float32"  # compute dtype; parameters are always float32
+    # Where each layer's LayerNorm sits: "post" (BERT's, the paper's: x ← LN(x + f(x))) or "pre" (Xiong et al.
+    # 2020: x ← x + f(LN(x)), and one more LayerNorm after the last layer)
+    layer_norm: str = "post"
 
     def __post_init__(self) -> None:
         _check_shape(self)
+        if self.layer_norm not in LAYER_NORM_PLACEMENTS:
+            raise UserError(f"model.layer_norm: {self.layer_norm!r} is not one of {list(LAYER_NORM_PLACEMENTS)}")
 
     def replace(self, **changes) -> BertConfig:
         return dataclasses.replace(self, **changes)
@@ -67,12 +73,14 @@ class BertConfig:
     def param_count(self) -> ParamCount:
         """Embeddings (word, positions, token types) and their LayerNorm; per layer attention
         4·(H² + H), two LayerNorms 4·H and the feed-forward 2·H·I + I + H; the MLM head's dense
-        H² + H, LayerNorm 2·H and output bias V (the output projection is tied to the word embedding)."""
+        H² + H, LayerNorm 2·H and output bias V (the output projection is tied to the word embedding); pre-LN's
+        final LayerNorm 2·H."""
         hidden, inner = self.hidden_size, self.intermediate_size
         embedding = (self.vocab_size + self.max_positions + self.type_vocab_size) * hidden
         layer = 4 * (hidden * hidden + hidden) + 4 * hidden + 2 * hidden * inner + inner + hidden
         head = hidden * hidden + 3 * hidden + self.vocab_size
-        total = embedding + 2 * hidden + self.num_layers * layer + head
+        final_norm = 2 * hidden if self.layer_norm == "pre" else 0
+        total = embedding + 2 * hidden + self.num_layers * layer + final_norm + head
         return ParamCount(total=total, non_embedding=total - embedding, embedding=embedding)
 
 
