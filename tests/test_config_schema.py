@@ -171,6 +171,12 @@ def test_fit_block_reaches_law_settings_and_reference_mode_fixes_the_authors_cho
     assert fixed.smooth_nonprivate_along_nbr is True and fixed.extrapolation_asymptote == "nonprivate"
     assert (fixed.isotonic_skip_nan, fixed.interpolate_log_loss, fixed.fill_missing_nbr) == (False, True, "positional")
     assert "extrapolation_asymptote" in error_text({"fit": {"extrapolation_asymptote": "tied"}})
+    # The zero-weight option: off in paper mode unless asked, never in reference mode.
+    assert paper.ignore_zero_weight_nan is False
+    asked = {"fit": {"ignore_zero_weight_nan": True}}
+    assert LawSettings.from_json(law_settings(validated(asked))).ignore_zero_weight_nan is True
+    asked["fit"]["reference_compatible"] = True
+    assert LawSettings.from_json(law_settings(validated(asked))).ignore_zero_weight_nan is False
 
 
 def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_defaults() -> None:
@@ -209,8 +215,8 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "seq_lens": [64, 128], "repeat_seeds": [7], "repeat_points": [], "adam_b1": 0.5, "adam_b2": 0.5,
                     "adam_eps": 1.0e-4, "allow_repeats": True, "sampling": "poisson", "truncated_batch_size": 40,
                     "accountant": "deterministic", "decay_factor": 3.0, "mask_rate": 0.3, "clip_norm": 0.5,
-                    "clipping": "ghost", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
-                    "log_every": 3, "checkpoint_every": 41, "microbatch_size": 4,
+                    "clipping": "vmap", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
+                    "log_every": 3, "checkpoint_every": 41, "microbatch_size": 2,
                     "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
                     "bandmf_strategy": "max_error", "output_bias": "zeros", "runs_per_job": "shape"}
 
@@ -292,17 +298,16 @@ def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypat
     packed.mkdir(parents=True)
     meta = {"n_train": 114519, "seq_len": 64, "tokenizer": "train", "vocab_size": 1024, "source": corpus.record()}
     (packed / "meta.json").write_text(json.dumps(meta))
-    # The default: 400 steps x batch 32 = 12,800 of the vendored corpus's 114,519 training sequences
-    # (under the trained 1,024-entry vocabulary).
-    assert check_epochs(config, corpus) == pytest.approx(12_800 / 114_519)
+    # The default: 500 steps x batch 32 = 16,000 of 114,519 training sequences.
+    assert check_epochs(config, corpus) == pytest.approx(16_000 / 114_519)
     (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000}))
     with pytest.raises(UserError) as caught:
         check_epochs(config, corpus)
-    assert "training.steps x training.physical_batch = 400 x 32 = 12,800 sequences exceed the 10,000" in str(
+    assert "training.steps x training.physical_batch = 500 x 32 = 16,000 sequences exceed the 10,000" in str(
         caught.value)
     allowed = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"],
                                                               "allow_repeats": True}})
-    assert check_epochs(allowed, corpus) == pytest.approx(1.28)
+    assert check_epochs(allowed, corpus) == pytest.approx(1.6)
     # A manifest built for other data settings will be rebuilt: no verdict from it.
     (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000, "seq_len": 128}))
     assert check_epochs(config, corpus) is None
@@ -319,7 +324,9 @@ def test_laptop_config_layers_on_the_default() -> None:
     config = validated(config)
     check_config(config)
     assert config["run_name"] == "laptop" and config["models"]["names"] == load("config.yaml")["models"]["names"]
-    assert config["training"]["steps"] == 2 * load("config.yaml")["training"]["steps"]
+    assert config["training"]["steps"] == 800 > load("config.yaml")["training"]["steps"]
+    # The correction's points stay within one pass over the training split at the longer horizon.
+    assert config["fit"]["physical_batch_correction"]["physical_batch"] * 800 < 105_404
     assert config["data"]["tokenizer"] == "train"  # the default's data, not the schema's
 
 
@@ -353,7 +360,7 @@ def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> N
         packed = tmp_path / "results" / config["run_name"] / "data" / "packed" / f"seq={length}"
         packed.mkdir(parents=True)
         (packed / "meta.json").write_text(json.dumps({**meta, "seq_len": length, "n_train": sequences}))
-    assert check_epochs(config, corpus) == pytest.approx(12_800 / 100_000)  # the most epochs of any length
+    assert check_epochs(config, corpus) == pytest.approx(16_000 / 100_000)  # the most epochs of any length
     (packed / "meta.json").write_text(json.dumps({**meta, "seq_len": 64, "n_train": 10_000}))
     with pytest.raises(UserError, match="exceed the 10,000 training sequences"):
         check_epochs(config, corpus)

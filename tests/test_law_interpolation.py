@@ -90,3 +90,35 @@ def test_one_model_cannot_be_interpolated() -> None:
     table = grid()
     with pytest.raises(UserError, match="two distinct model size"):
         LossFunction.from_grid(table[table[MODEL] == "Small"])
+
+
+@pytest.mark.parametrize("log_loss", [False, True])
+def test_a_failed_cell_silences_only_the_queries_that_weigh_it_when_asked(log_loss: bool) -> None:
+    # One failed extrapolation: Medium's σ̄ = 2^-9 cell at T = 4000 and 8000 has no value, and Medium's
+    # σ̄ = 0 curve at T = 8000.
+    table = grid()
+    failed = ((table[MODEL] == "Medium") & (table[ITERATIONS] >= 4000)
+              & np.isin(table[NOISE_BATCH_RATIO], [2.0**-9, 0.0]))
+    table.loc[failed & ((table[NOISE_BATCH_RATIO] > 0) | (table[ITERATIONS] == 8000)), CROSS_ENTROPY] = np.nan
+    scipy_like = LossFunction.from_grid(table, log_loss=log_loss)
+    weighted = LossFunction.from_grid(table, log_loss=log_loss, ignore_zero_weight_nan=True)
+    # At Small's and Large's own nodes, and at Medium's σ̄ = 2^-10 node: the failed cells are corners of
+    # weight 0. The one between 2^-10 and 2^-9 and the one between Small and Medium weigh them.
+    m = [1e6, 1.6e7, 4e6, 4e6, 4e6, np.sqrt(1e6 * 4e6), 1e6, 4e6]
+    t = [6000, 6000, 6000, 4000, 8000, 6000, 8000, 8000]
+    s = [2.0**-9, 2.0**-9, 2.0**-10, 2.0**-10, 2.0**-10, 2.0**-9, 0.0, 0.0]
+    zero_weight = np.array([True, True, True, True, True, False, True, False])
+    before, after = scipy_like(m, t, s), weighted(m, t, s)
+    assert np.isnan(before[zero_weight]).all()  # scipy's interpolant: a NaN corner is NaN at any weight
+    assert np.isnan(after[~zero_weight]).all()
+    # The answered ones are the interpolation over the corners that carry weight, i.e. the complete grid's.
+    complete = LossFunction.from_grid(grid(), log_loss=log_loss)(m, t, s)
+    np.testing.assert_allclose(after[zero_weight], complete[zero_weight], rtol=1e-12)
+    # Outside the grid nothing changes: still NaN, with the reason.
+    values, reasons = weighted.evaluate([1e5], [2000], [2.0**-10])
+    assert np.isnan(values).all() and "model size outside" in reasons[0]
+    # Where nothing is NaN the two are the same function, bit for bit.
+    whole = grid()
+    np.testing.assert_array_equal(
+        LossFunction.from_grid(whole, log_loss=log_loss, ignore_zero_weight_nan=True)(m, t, s),
+        LossFunction.from_grid(whole, log_loss=log_loss)(m, t, s))

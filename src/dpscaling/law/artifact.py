@@ -70,7 +70,8 @@ class Law:
     mechanism: str = DPSGD.name  # the noise mechanism of its noisy curves (dpscaling.mechanisms): what σ̄ costs
 
     def __post_init__(self) -> None:
-        self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss)
+        self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss,
+                                           ignore_zero_weight_nan=self.settings.ignore_zero_weight_nan)
 
     def model_size_range(self) -> tuple[float, float]:
         return float(self.loss.model_sizes[0]), float(self.loss.model_sizes[-1])

@@ -174,7 +174,8 @@ def load_replicates(directory: str | os.PathLike[str], settings: LawSettings) ->
         mode = "reference-compatible" if settings.reference_compatible else "paper"
         raise UserError(f"the bootstrap replicates in {directory} were not fitted in this law's {mode} mode; "
                         "refit them (`snakemake fit`) or pass the matching --bootstrap DIR")
-    losses = [LossFunction.from_grid(grid, log_loss=settings.interpolate_log_loss)
+    losses = [LossFunction.from_grid(grid, log_loss=settings.interpolate_log_loss,
+                                     ignore_zero_weight_nan=settings.ignore_zero_weight_nan)
               for _, grid in table.groupby(REPLICATE, sort=True)]
     return Replicates(losses)
 

@@ -7,13 +7,17 @@ separate non-private function over (log M, log T) for σ̄ = 0.
 Absent σ̄ cells are first filled linearly in log σ̄ (the paper's grid is
 log-spaced, so this is what "in between" means; the code's positional fill is
 available for reference compatibility). Queries outside the grid are NaN and
-each NaN carries a reason.
+each NaN carries a reason. scipy's interpolant is NaN for every query in a grid
+cell with a NaN corner (a failed extrapolation fit), even where that corner's
+weight is 0, as at a neighbour's own node; ``ignore_zero_weight_nan`` (not in
+the paper) answers those from the corners it weighs.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -89,9 +93,11 @@ class LossFunction:
     private: RegularGridInterpolator
     non_private: RegularGridInterpolator | None
     log_loss: bool
+    ignore_zero_weight_nan: bool = False
 
     @classmethod
-    def from_grid(cls, grid: pd.DataFrame, log_loss: bool = False) -> "LossFunction":
+    def from_grid(cls, grid: pd.DataFrame, log_loss: bool = False,
+                  ignore_zero_weight_nan: bool = False) -> "LossFunction":
         """Build from a long grid (Model Size, Iterations, Noise Batch Ratio, Cross Entropy) with σ̄ = 0 rows."""
         sizes = _axis(grid[MODEL_SIZE].to_numpy(float), "model size")
         iterations = _axis(grid[ITERATIONS].to_numpy(float), "iteration")
@@ -113,7 +119,7 @@ class LossFunction:
                      .to_numpy(float).reshape(len(sizes), len(iterations)))
             non_private = RegularGridInterpolator((np.log(sizes), np.log(iterations)), transform(plane),
                                                   method="linear", bounds_error=False, fill_value=np.nan)
-        return cls(sizes, iterations, nbrs, private, non_private, log_loss)
+        return cls(sizes, iterations, nbrs, private, non_private, log_loss, ignore_zero_weight_nan)
 
     def __call__(self, model_size, iterations, noise_batch_ratio) -> np.ndarray:
         # The loss alone: the reasons' string arrays cost more than the interpolation (a bootstrap band calls
@@ -138,13 +144,41 @@ class LossFunction:
             log_m, log_t, log_s = np.log(m), np.log(t), np.log(s)
         private = s > 0
         if private.any():
-            loss[private] = self.private(np.column_stack([log_m, log_t, log_s])[private])
+            loss[private] = self._interpolate("private", np.column_stack([log_m, log_t, log_s])[private])
         public = s == 0
         if public.any() and self.non_private is not None:
-            loss[public] = self.non_private(np.column_stack([log_m, log_t])[public])
+            loss[public] = self._interpolate("non_private", np.column_stack([log_m, log_t])[public])
         if self.log_loss:
             loss = np.exp(loss)
         return loss
+
+    def _interpolate(self, name: str, points: np.ndarray) -> np.ndarray:
+        values = getattr(self, name)(points)
+        unanswered = np.isnan(values)
+        if self.ignore_zero_weight_nan and unanswered.any():
+            # Where no corner that carries weight is NaN, the interpolant of the NaN indicator is exactly 0
+            # (weights are >= 0 inside the grid), and the one with NaN read as 0 is the weighted corners' value.
+            filled, indicator = self._nan_split[name]
+            retry = points[unanswered]
+            values[unanswered] = np.where(indicator(retry) == 0, filled(retry), np.nan)
+        return values
+
+    @cached_property
+    def _nan_split(self) -> dict[str, tuple[RegularGridInterpolator, RegularGridInterpolator]]:
+        """Per interpolant: the same interpolant with its NaN cells read as 0, and that of its NaN indicator
+        (built on the first query that needs them)."""
+        from scipy.interpolate import RegularGridInterpolator
+
+        split = {}
+        for name in ("private", "non_private"):
+            interpolant = getattr(self, name)
+            if interpolant is None:
+                continue
+            nan = np.isnan(interpolant.values)
+            split[name] = tuple(RegularGridInterpolator(interpolant.grid, values, method="linear", bounds_error=False,
+                                                        fill_value=np.nan)
+                                for values in (np.where(nan, 0.0, interpolant.values), nan.astype(float)))
+        return split
 
     def _reasons(self, m: np.ndarray, t: np.ndarray, s: np.ndarray, loss: np.ndarray) -> np.ndarray:
         reasons = np.where(np.isfinite(loss), "", MISSING_VALUE).astype(object)

@@ -71,6 +71,9 @@ class LawSettings:
     interpolate_log_loss: bool = False
     # How an absent σ̄ column is filled: linearly in log σ̄ (paper intent) or by column position (code).
     fill_missing_nbr: Literal["log_nbr", "positional"] = "log_nbr"
+    # Not in the paper: a cell without a value (a failed fit) leaves NaN only where the interpolation weighs
+    # it; False is scipy's interpolant as the authors' code uses it (NaN wherever it is a corner, weight 0 too).
+    ignore_zero_weight_nan: bool = False
     # Accounting: the lower σ of the amplified and unamplified tables (paper) or amplified only (code).
     accounting_rule: Literal["min", "amplified"] = "min"
 
@@ -139,6 +142,6 @@ def law_settings_of(run: RunConfig, reference_compatible: bool | None = None) ->
     if not reference:
         choices["rolling_window"] = fit.rolling_window
         for key in ("smooth_nonprivate_along_nbr", "extrapolation_asymptote", "isotonic_skip_nan",
-                    "interpolate_log_loss", "fill_missing_nbr"):
+                    "interpolate_log_loss", "fill_missing_nbr", "ignore_zero_weight_nan"):
             choices[key] = getattr(fit, key)
     return LawSettings.create(reference, **choices)
