@@ -323,6 +323,27 @@ class _SizedResource:
         return sized_resources(self.run, self.work(wildcards, input), attempt)[self.name]
 
 
+class _JobPriority:
+    """A training-like job's Snakemake ``priority``: log10 of its parameter·tokens (steps × batch × length ×
+    parameters), so that among the jobs ready to run the largest start first. On a few cores with jobs of very
+    different sizes (the default's, on two) longest-first leaves the shortest tail: started in the DAG's order,
+    the largest model's jobs came last and one core sat idle while the other finished them."""
+
+    def __init__(self, run: RunConfig, work: Callable[[Any, Any], Work]):
+        self.run, self.work = run, work
+
+    def __call__(self, wildcards, input, attempt):  # noqa: A002 - Snakemake passes arguments by name
+        work = self.work(wildcards, input)
+        seq_len = work.seq_len or self.run.data.seq_len
+        n_params = work.param_count or run_model_config(self.run, work.model, seq_len).param_count().total
+        return round(math.log10(float(work.steps) * work.batch * seq_len * n_params), 3)
+
+
+def job_priority(run: RunConfig, work: Callable[[Any, Any], Work]) -> _JobPriority:
+    """The ``priority`` of a training-like rule whose jobs compute ``work(wildcards, input)``: larger first."""
+    return _JobPriority(run, work)
+
+
 def job_resources(run: RunConfig, work: Callable[[Any, Any], Work]) -> dict[str, Any]:
     """The whole ``resources`` mapping of a training-like rule: ``work(wildcards, input)`` says what one
     job computes; GPUs, nodes, CPUs, host memory and wall time follow (:func:`train_resources`), and

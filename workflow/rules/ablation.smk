@@ -29,6 +29,7 @@ use rule train_run as ablation_run with:
         ABLATION_RUN,
     log:
         f"{RESULTS}/{ABLATION_RUN_PATHS.log}",
+    priority: job_priority(CFG, ablation_job)
     resources:
         **job_resources(CFG, ablation_job),
     params:
@@ -51,6 +52,7 @@ if ABLATION_SEEDS_OF_ONE_JOB["seed"]:
             paths_of_one_job(
                 f"{RESULTS}/{ABLATION_RUN_PATHS.log}", ABLATION_SEEDS_OF_ONE_JOB
             ),
+        priority: job_priority(CFG, ABLATION_SEEDS_WORK)
         resources:
             **job_resources(CFG, ABLATION_SEEDS_WORK),
         params:
@@ -95,6 +97,7 @@ rule ablation_evaluate:
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
+    priority: job_priority(CFG, ablation_scoring_job)
     resources:
         **job_resources(CFG, ablation_scoring_job),
     params:

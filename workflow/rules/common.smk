@@ -7,6 +7,7 @@ from snakemake.utils import min_version
 from dpscaling.cluster import (
     evaluation_work,
     grid_work,
+    job_priority,
     job_resources,
     plan_work,
     savings_work,

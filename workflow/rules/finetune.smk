@@ -21,6 +21,7 @@ use rule train_run as pretrain with:
         f"{RESULTS}/{PRETRAIN_RUN_PATHS.curve}",
     log:
         f"{RESULTS}/{PRETRAIN_RUN_PATHS.log}",
+    priority: job_priority(CFG, pretrain_job)
     resources:
         **job_resources(CFG, pretrain_job),
     params:
@@ -41,6 +42,7 @@ use rule train_run as finetune_run with:
         f"{RESULTS}/{FINETUNE_RUN_PATHS.curve}",
     log:
         f"{RESULTS}/{FINETUNE_RUN_PATHS.log}",
+    priority: job_priority(CFG, finetune_job)
     resources:
         **job_resources(CFG, finetune_job),
     params:
@@ -69,6 +71,7 @@ if FINETUNE_NOISE_LEVELS_OF_ONE_JOB["nbr"]:
             paths_of_one_job(
                 f"{RESULTS}/{FINETUNE_RUN_PATHS.log}", FINETUNE_NOISE_LEVELS_OF_ONE_JOB
             ),
+        priority: job_priority(CFG, FINETUNE_NOISE_LEVELS_WORK)
         resources:
             **job_resources(CFG, FINETUNE_NOISE_LEVELS_WORK),
         params:

@@ -13,6 +13,7 @@ use rule train_run as learning_rate_run with:
         f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}",
     log:
         f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.log}",
+    priority: job_priority(CFG, learning_rate_job)
     resources:
         **job_resources(CFG, learning_rate_job),
     params:
@@ -37,6 +38,7 @@ if LADDER_OF_ONE_JOB["lr"]:
             paths_of_one_job(
                 f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.log}", LADDER_OF_ONE_JOB
             ),
+        priority: job_priority(CFG, LADDER_WORK)
         resources:
             **job_resources(CFG, LADDER_WORK),
         params:

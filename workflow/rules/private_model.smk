@@ -66,6 +66,7 @@ rule private_model_train:
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
+    priority: job_priority(CFG, private_training_job)
     resources:
         **job_resources(CFG, private_training_job),
     params:
@@ -95,6 +96,7 @@ rule private_model_twin:
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
+    priority: job_priority(CFG, private_training_job)
     resources:
         **job_resources(CFG, private_training_job),
     params:
@@ -124,6 +126,7 @@ rule private_model_evaluate:
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
+    priority: job_priority(CFG, private_scoring_job)
     resources:
         **job_resources(CFG, private_scoring_job),
     params:

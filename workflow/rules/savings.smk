@@ -49,6 +49,7 @@ rule savings_train:
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
+    priority: job_priority(CFG, savings_job)
     resources:
         **job_resources(CFG, savings_job),
     params:

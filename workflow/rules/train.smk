@@ -12,6 +12,7 @@ rule train_run:
     # Sized per model by dpscaling.cluster (GPUs, nodes, host memory and wall time;
     # retries scale memory and time with the attempt; tpu=1: a job owns all local
     # accelerators, so profiles/tpu runs one at a time).
+    priority: job_priority(CFG, grid_job)
     resources:
         **job_resources(CFG, grid_job),
     params:
@@ -46,6 +47,7 @@ if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
         conda:
             "../envs/dpscaling.yaml"
         threads: config["host_threads"]
+        priority: job_priority(CFG, NOISE_LEVELS_WORK)
         resources:
             **job_resources(CFG, NOISE_LEVELS_WORK),
         params:
