@@ -8,6 +8,7 @@ The sizing itself (dpscaling.cluster) is checked against the real model code.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -335,3 +336,31 @@ def test_command_line_set_resources_replaces_the_profiles_mapping(tmp_path: Path
     jobs = dry_run(tmp_path, *SLURM, "data", *SMALL, "--set-resources", "prepare_documents:runtime=5", env=clean_env())
     assert only(jobs["prepare_documents"])["runtime"] == "5"
     assert only(jobs["pack_sequences"])["cpus_per_task"] == "1"  # the profile's 2 is gone
+
+
+def test_every_sized_rule_starts_its_largest_jobs_first() -> None:
+    """A rule sized by job_resources also takes its priority from the same work, and the priority orders jobs
+    by parameter·tokens: on two cores the default's largest model's jobs then start before the small ones
+    rather than last (docs/cluster.md)."""
+    import yaml
+
+    from dpscaling.cluster import Work, job_priority
+    from dpscaling.config.blocks import typed
+    from dpscaling.config.schema import validate_config
+
+    for path in (REPO / "workflow" / "rules").glob("*.smk"):
+        text = path.read_text()
+        sized = re.findall(r"^(\s*)resources:\n\s*\*\*job_resources\(CFG, (\w+)\),", text, re.M)
+        given = re.findall(r"^(\s*)priority: job_priority\(CFG, (\w+)\)\n\1resources:\n\s*\*\*job_resources\(CFG, (\w+)\)",
+                           text, re.M)
+        assert len(given) == len(sized) and all(a == b for _, a, b in given), path.name
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    validate_config(config)
+    run = typed(config)
+    priority = lambda work: job_priority(run, lambda wildcards, input: work)(None, None, 1)  # noqa: E731
+    nano, slim = Work("BertNano", 500, 40), Work("BertSlim", 500, 40)
+    assert priority(slim) > priority(Work("BertNano", 500 * 5, 40)) > priority(nano)
+    assert priority(Work("BertNano", 500, 192)) > priority(nano)
+    # log10 of steps x batch x length x parameters
+    assert priority(nano) == pytest.approx(math.log10(500 * 40 * 64 * configured_model(
+        "BertNano", config["models"]["custom"], 1024, 64).param_count().total), abs=1e-3)
