@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,3 +119,35 @@ def test_asymptote_setting_decides_the_extrapolation_when_curves_do_not_share_e(
     np.testing.assert_allclose(*answers["per_curve"], rtol=1e-5)
     predicted, truth = answers["nonprivate"]
     assert np.max(np.abs(predicted - truth)) > 0.05  # tied to E* = 2.0, the extrapolation undershoots
+
+
+def test_a_failed_free_fit_falls_back_to_the_models_asymptote_only_where_asked() -> None:
+    """per_curve_else_nonprivate: a curve straight in log T (the free fit runs E towards -inf and fails) is
+    fitted again with E = E*; every curve whose free fit succeeds is the paper's bit for bit."""
+    iterations = np.arange(10, 501, 10, dtype=float)
+    measured = power_law_grid(iterations)
+    straight = (measured[MODEL] == "Small") & (measured[NOISE_BATCH_RATIO] == 2.0**-6)
+    measured.loc[straight, CROSS_ENTROPY] = 6.0 - 0.05 * np.log(iterations)  # no finite asymptote fits it
+    settings = LawSettings(warmup_steps=10)
+    paper_grid, paper = extrapolate(measured, settings)
+    failed = paper[paper["status"] == "failed"]
+    assert list(zip(failed["model"], failed["noise_batch_ratio"])) == [("Small", 2.0**-6)]
+    grid, fits = extrapolate(measured, dataclasses.replace(settings,
+                                                            extrapolation_asymptote="per_curve_else_nonprivate"))
+    assert (fits["status"] == "ok").all()
+    # One E* fit, for the model that needed it, and the replaced curve says why it is tied.
+    asymptotes = fits[fits["kind"] == "asymptote"]
+    assert asymptotes["model"].tolist() == ["Small"] and np.isclose(asymptotes["E"].item(), 2.5, rtol=1e-4)
+    replaced = fits[(fits["model"] == "Small") & (fits["noise_batch_ratio"] == 2.0**-6)]
+    assert replaced["E"].item() == asymptotes["E"].item() and "free fit failed" in replaced["reason"].item()
+    # Every other curve and cell is the paper's, bit for bit.
+    curves = fits[fits["kind"] == "curve"].drop(columns="reason").reset_index(drop=True)
+    paper_curves = paper.drop(columns="reason").reset_index(drop=True)
+    others = ~((curves["model"] == "Small") & (curves["noise_batch_ratio"] == 2.0**-6))
+    pd.testing.assert_frame_equal(curves[others].reset_index(drop=True), paper_curves[others].reset_index(drop=True))
+    cell = (grid[MODEL] == "Small") & (grid[NOISE_BATCH_RATIO] == 2.0**-6) & (grid[SOURCE] == EXTRAPOLATED)
+    pd.testing.assert_frame_equal(grid[~cell].reset_index(drop=True), paper_grid[~cell].reset_index(drop=True))
+    assert grid.loc[cell, CROSS_ENTROPY].notna().all() and paper_grid.loc[cell, CROSS_ENTROPY].isna().all()
+    # The tied extrapolation keeps falling towards E*, from below the last measurement.
+    tied = grid.loc[cell].sort_values(ITERATIONS)[CROSS_ENTROPY].to_numpy()
+    assert (np.diff(tied) < 0).all() and tied[0] < 6.0 - 0.05 * np.log(500) and (tied > 2.5).all()

@@ -98,8 +98,9 @@ def _register_fit(subparsers: argparse._SubParsersAction) -> None:
                         help="include σ̄ = 0 in the isotonic pass along σ̄, as the authors' code does (paper: the "
                              "noisy columns only; always on with --reference-compatible)")
     parser.add_argument("--extrapolation-asymptote", choices=ASYMPTOTE_CHOICES,
-                        help="E of each power-law fit: per_curve = free (paper, the default) or nonprivate = tied to "
-                             "the model's σ̄ = 0 asymptote E* (the authors' code; fixed with --reference-compatible)")
+                        help="E of each power-law fit: per_curve = free (paper, the default), nonprivate = tied to "
+                             "the model's σ̄ = 0 asymptote E* (the authors' code; fixed with --reference-compatible) or "
+                             "per_curve_else_nonprivate = free, tied to E* where the free fit fails (not in the paper)")
     parser.add_argument("--seq-len", type=int, help="sequence length S in C = 6·M·B·S·T "
                                                     "(default: from the curves, else 512)")
     parser.add_argument("--physical-batch", type=int,

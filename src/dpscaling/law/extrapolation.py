@@ -12,6 +12,10 @@ extrapolation window ([16K, 128K] = [H/8, H] in the paper), evaluated at H·2^k
 - ``"nonprivate"`` (the authors' code): E is tied per model: E* is fitted first
   on the noise-free curve over [warm-up, H]; every (model, σ̄) curve, σ̄ = 0
   included, is then fitted with E = E*. A failed E* fails every σ̄ of the model.
+- ``"per_curve_else_nonprivate"`` (not in the paper): E free as in the paper; a
+  curve whose free fit fails (short noisy curves nearly straight in log T, where
+  Levenberg–Marquardt runs E towards −∞) is fitted again with E = E*, and the
+  fits table says so in its reason.
 
 A fit that fails is a row of the fits table with status "failed" and a reason;
 its extrapolated cells are NaN, so queries that need them say so.
@@ -20,13 +24,13 @@ its extrapolated cells are NaN, so queries that need them say so.
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
-from dpscaling.law.settings import LawSettings
+from dpscaling.law.settings import NONPRIVATE, PER_CURVE_ELSE_NONPRIVATE, LawSettings
 
 MEASURED = "measured"
 EXTRAPOLATED = "extrapolated"
@@ -136,6 +140,18 @@ def _checked(fit: PowerLawFit) -> PowerLawFit:
     return fit
 
 
+def _model_asymptote(model: str, surface: pd.DataFrame, window: tuple[float, float]) -> PowerLawFit:
+    if 0.0 in surface.columns:
+        return fit_asymptote(model, surface[0.0], window)
+    return _failed(model, 0.0, "asymptote", 0, "no noise-free (σ̄ = 0) curve")
+
+
+def _tied_after_free_failed(free: PowerLawFit, tied: PowerLawFit) -> PowerLawFit:
+    """The tied fit that replaces a failed free one, its reason naming both (a failed tied fit keeps its own)."""
+    reason = f"free fit failed ({free.reason}); E tied to the model's E*"
+    return replace(tied, reason=reason if tied.status == "ok" else f"{reason}, which failed too: {tied.reason}")
+
+
 def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
                 horizon: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Smoothed grid → (grid with extrapolated rows appended, table of every fit incl. failures).
@@ -149,20 +165,25 @@ def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
     new_iterations = np.array(settings.extension_iterations(horizon))
     fits: list[PowerLawFit] = []
     extended = []
-    tied = settings.extrapolation_asymptote == "nonprivate"
+    tied = settings.extrapolation_asymptote == NONPRIVATE
+    fallback = settings.extrapolation_asymptote == PER_CURVE_ELSE_NONPRIVATE
     for (model, size), group in smoothed.groupby([MODEL, MODEL_SIZE], sort=True):
         surface = group.pivot(index=ITERATIONS, columns=NOISE_BATCH_RATIO, values=CROSS_ENTROPY).sort_index()
+        asymptote = None
         if tied:
-            if 0.0 in surface.columns:
-                asymptote = fit_asymptote(model, surface[0.0], asymptote_window)
-            else:
-                asymptote = _failed(model, 0.0, "asymptote", 0, "no noise-free (σ̄ = 0) curve")
+            asymptote = _model_asymptote(model, surface, asymptote_window)
             fits.append(asymptote)
         for nbr in surface.columns:
             if tied:
                 fit = fit_tied_curve(model, float(nbr), surface[nbr], fit_window, asymptote.E)
             else:
                 fit = fit_free_curve(model, float(nbr), surface[nbr], fit_window)
+                if fallback and fit.status != "ok":
+                    if asymptote is None:  # fitted once per model, and only if a curve needs it
+                        asymptote = _model_asymptote(model, surface, asymptote_window)
+                        fits.append(asymptote)
+                    fit = _tied_after_free_failed(fit, fit_tied_curve(model, float(nbr), surface[nbr], fit_window,
+                                                                      asymptote.E))
             fits.append(fit)
             extended.append(pd.DataFrame({
                 MODEL: model, MODEL_SIZE: size, ITERATIONS: new_iterations, NOISE_BATCH_RATIO: float(nbr),

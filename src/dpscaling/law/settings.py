@@ -22,7 +22,10 @@ if TYPE_CHECKING:  # the config's block, for the annotations only
 
 PAPER_HORIZON = 128_000
 PAPER_WARMUP = 1000
-ASYMPTOTE_CHOICES = ("per_curve", "nonprivate")
+# The asymptote E of the (model, σ̄) fits: free (the paper), the model's E* (the authors' code), or free with
+# E* where the free fit fails (not in the paper).
+PER_CURVE, NONPRIVATE, PER_CURVE_ELSE_NONPRIVATE = "per_curve", "nonprivate", "per_curve_else_nonprivate"
+ASYMPTOTE_CHOICES = (PER_CURVE, NONPRIVATE, PER_CURVE_ELSE_NONPRIVATE)
 FILL_CHOICES = ("log_nbr", "positional")
 
 
@@ -61,8 +64,9 @@ class LawSettings:
     smooth_nonprivate_along_nbr: bool = False
     # The asymptote E of each (model, σ̄) power-law fit: "per_curve" = free in every fit (paper: "we
     # independently fit a function for each model size and NBR"); "nonprivate" = tied to the model's E*
-    # fitted on its σ̄ = 0 curve over ``asymptote_window`` (the authors' code).
-    extrapolation_asymptote: Literal["per_curve", "nonprivate"] = "per_curve"
+    # fitted on its σ̄ = 0 curve over ``asymptote_window`` (the authors' code); "per_curve_else_nonprivate" (not
+    # in the paper) = free, and tied to E* only for a curve whose free fit fails.
+    extrapolation_asymptote: Literal["per_curve", "nonprivate", "per_curve_else_nonprivate"] = "per_curve"
     # Per-(model, σ̄) power-law fits use this window (paper: [16K, 128K] = [H/8, H]).
     extrapolation_window: Window = field(default_factory=lambda: Window(1 / 8, 1.0))
     # Extrapolated iteration counts: H·2^k for k = 1..extension_doublings (paper: 256K … 8.192M).
