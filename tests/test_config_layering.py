@@ -72,6 +72,7 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "fit.isotonic_skip_nan": (True, NOT_STATED + " (the authors' code lets NaNs break monotonicity)"),
     "fit.interpolate_log_loss": (False, "§3.3 Scaling Law Fitting: F(log M, log T, log NBR) = L, not log L"),
     "fit.fill_missing_nbr": ("log_nbr", NOT_STATED + " (the authors' code: positional)"),
+    "fit.ignore_zero_weight_nan": (False, NOT_STATED + " (the authors' code: scipy's interpolant, NaN at any weight)"),
     "fit.bootstrap": ({"replicates": 20, "chunk_size": 5, "seed": 0},
                       NOT_STATED + " (intervals, docs/fit.md; planned only where seeds are repeated)"),
     "fit.validation": ({"replicates": 20, "interval_scale": "distance"},

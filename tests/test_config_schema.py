@@ -298,16 +298,16 @@ def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypat
     packed.mkdir(parents=True)
     meta = {"n_train": 114519, "seq_len": 64, "tokenizer": "train", "vocab_size": 1024, "source": corpus.record()}
     (packed / "meta.json").write_text(json.dumps(meta))
-    # The default: 500 steps x batch 32 = 16,000 of 114,519 training sequences.
-    assert check_epochs(config, corpus) == pytest.approx(16_000 / 114_519)
+    # The default: 500 steps x batch 40 = 20,000 of 114,519 training sequences.
+    assert check_epochs(config, corpus) == pytest.approx(20_000 / 114_519)
     (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000}))
     with pytest.raises(UserError) as caught:
         check_epochs(config, corpus)
-    assert "training.steps x training.physical_batch = 500 x 32 = 16,000 sequences exceed the 10,000" in str(
+    assert "training.steps x training.physical_batch = 500 x 40 = 20,000 sequences exceed the 10,000" in str(
         caught.value)
     allowed = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"],
                                                               "allow_repeats": True}})
-    assert check_epochs(allowed, corpus) == pytest.approx(1.6)
+    assert check_epochs(allowed, corpus) == pytest.approx(2.0)
     # A manifest built for other data settings will be rebuilt: no verdict from it.
     (packed / "meta.json").write_text(json.dumps({**meta, "n_train": 10_000, "seq_len": 128}))
     assert check_epochs(config, corpus) is None
@@ -360,7 +360,7 @@ def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> N
         packed = tmp_path / "results" / config["run_name"] / "data" / "packed" / f"seq={length}"
         packed.mkdir(parents=True)
         (packed / "meta.json").write_text(json.dumps({**meta, "seq_len": length, "n_train": sequences}))
-    assert check_epochs(config, corpus) == pytest.approx(16_000 / 100_000)  # the most epochs of any length
+    assert check_epochs(config, corpus) == pytest.approx(20_000 / 100_000)  # the most epochs of any length
     (packed / "meta.json").write_text(json.dumps({**meta, "seq_len": 64, "n_train": 10_000}))
     with pytest.raises(UserError, match="exceed the 10,000 training sequences"):
         check_epochs(config, corpus)

@@ -94,10 +94,10 @@ rule ablation_evaluate:
         ABLATION_EVALUATION,
     log:
         f"{RESULTS}/{layout.log_path(layout.ABLATION_EVALUATE_LOGS, ONE_LENGTH_RUN)}",
+    priority: job_priority(CFG, ablation_scoring_job)
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
-    priority: job_priority(CFG, ablation_scoring_job)
     resources:
         **job_resources(CFG, ablation_scoring_job),
     params:

@@ -63,10 +63,10 @@ rule private_model_train:
         f"{PRIVATE_BUDGET}/{layout.METRICS}",
     log:
         f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, 'train')}",
+    priority: job_priority(CFG, private_training_job)
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
-    priority: job_priority(CFG, private_training_job)
     resources:
         **job_resources(CFG, private_training_job),
     params:
@@ -93,10 +93,10 @@ rule private_model_twin:
         f"{PRIVATE_BUDGET}/{layout.TWIN}/{layout.METRICS}",
     log:
         f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, layout.TWIN)}",
+    priority: job_priority(CFG, private_training_job)
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
-    priority: job_priority(CFG, private_training_job)
     resources:
         **job_resources(CFG, private_training_job),
     params:
@@ -123,10 +123,10 @@ rule private_model_evaluate:
         f"{PRIVATE_BUDGET}/{layout.EVALUATION}",
     log:
         f"{RESULTS}/{layout.log_path(layout.PRIVATE_BUDGET, 'evaluate')}",
+    priority: job_priority(CFG, private_scoring_job)
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
-    priority: job_priority(CFG, private_scoring_job)
     resources:
         **job_resources(CFG, private_scoring_job),
     params:

@@ -46,10 +46,10 @@ rule savings_train:
         evaluation=f"{SAVINGS_RUN}/{layout.EVALUATION}",
     log:
         f"{RESULTS}/{layout.log_path(layout.SAVINGS_BUDGET, '{role}')}",
+    priority: job_priority(CFG, savings_job)
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
-    priority: job_priority(CFG, savings_job)
     resources:
         **job_resources(CFG, savings_job),
     params:

@@ -6,13 +6,14 @@ rule train_run:
         f"{RESULTS}/{RUN_PATHS.curve}",
     log:
         f"{RESULTS}/{RUN_PATHS.log}",
+    # The largest jobs first (dpscaling.cluster.job_priority).
+    priority: job_priority(CFG, grid_job)
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
     # Sized per model by dpscaling.cluster (GPUs, nodes, host memory and wall time;
     # retries scale memory and time with the attempt; tpu=1: a job owns all local
     # accelerators, so profiles/tpu runs one at a time).
-    priority: job_priority(CFG, grid_job)
     resources:
         **job_resources(CFG, grid_job),
     params:
@@ -44,10 +45,10 @@ if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
         wildcard_constraints:
             seed=GRID_SEED,
             batch=GRID_BATCH,
+        priority: job_priority(CFG, NOISE_LEVELS_WORK)
         conda:
             "../envs/dpscaling.yaml"
         threads: config["host_threads"]
-        priority: job_priority(CFG, NOISE_LEVELS_WORK)
         resources:
             **job_resources(CFG, NOISE_LEVELS_WORK),
         params:
