@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dpscaling.mechanisms import DPSGD, state_copies
-from dpscaling.models.family import BERT, family_named, model_family, run_model_config
+from dpscaling.models.family import BERT, Family, family_named, model_family, run_model_config
 from dpscaling.samplers import POISSON, SHUFFLE, sampler_named
 
 if TYPE_CHECKING:
@@ -245,14 +245,17 @@ class Work:
 SIZED_RESOURCES = ("cpus_per_task", "mem_mb", "runtime", "nodes", "gpu", "gres", "tasks", "tasks_per_gpu", "mpi")
 
 
-def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, Any]:
-    """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
-
+def _shape_of(run: RunConfig, work: Work) -> tuple[int, Family, int]:
+    """(parameters, family, sequence length) of ``work``'s model under the run's config."""
     seq_len = work.seq_len or run.data.seq_len
     if work.param_count is not None:
-        n_params, family = work.param_count, family_named(work.family or BERT.name)
-    else:
-        n_params, family = run_model_config(run, work.model, seq_len).param_count().total, model_family(run.models, work.model)
+        return work.param_count, family_named(work.family or BERT.name), seq_len
+    return run_model_config(run, work.model, seq_len).param_count().total, model_family(run.models, work.model), seq_len
+
+
+def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, Any]:
+    """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
+    n_params, family, seq_len = _shape_of(run, work)
     return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=seq_len,
                            throughput=family.throughput, attempt=attempt, mechanism=work.mechanism).snakemake()
 
@@ -334,8 +337,7 @@ class _JobPriority:
 
     def __call__(self, wildcards, input, attempt):  # noqa: A002 - Snakemake passes arguments by name
         work = self.work(wildcards, input)
-        seq_len = work.seq_len or self.run.data.seq_len
-        n_params = work.param_count or run_model_config(self.run, work.model, seq_len).param_count().total
+        n_params, _, seq_len = _shape_of(self.run, work)
         return round(math.log10(float(work.steps) * work.batch * seq_len * n_params), 3)
 
 
