@@ -231,7 +231,8 @@ def probe(args: argparse.Namespace) -> dict:
                      "max_positions": args.seq_len, "type_vocab_size": 1}
             for nbr in args.nbr:
                 for lr in args.lr:
-                    name = "-".join([f"v{vocab_size}-{shape}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}", *args.set,
+                    name = "-".join([f"v{vocab_size}-{shape}-{args.mechanism}-nbr{nbr}-lr{lr}-w{training['warmup_steps']}",
+                                     *args.set,
                                      *args.model_set,
                                      *(["bias-unigram" + ("-file" if args.bias_counts else "")] if unigram_bias is not None else []),
                                      *([f"bias-lr-x{args.bias_lr_factor:g}"] if args.bias_lr_factor != 1.0 else []),
@@ -240,13 +241,14 @@ def probe(args: argparse.Namespace) -> dict:
                     run_dir = scratch / "runs" / name
                     shutil.rmtree(run_dir, ignore_errors=True)
                     tc = job_train_config(model, training, {"model": shape, "nbr": str(nbr), "lr": str(lr),
-                                                        "batch": str(args.batch), "seed": "0"}, args.seq_len)
+                                                        "batch": str(args.batch), "seed": "0",
+                                                        "mech": args.mechanism}, args.seq_len)
                     tc = dataclasses.replace(tc, model_overrides={**tc.model_overrides,
                                                                   **dict(overrides(args.model_set))})
                     started, cpu0, load0 = time.perf_counter(), self_cpu(), load_average()
                     summary = run_training(tc, data_dir, run_dir / "curve.parquet", run_dir / "ckpt")
                     wall, cpu = time.perf_counter() - started, self_cpu() - cpu0
-                    row = {"vocab": vocab_size, "shape": shape, "set": args.set, "model_set": args.model_set, "nbr": nbr, "lr": lr, "steps": summary.steps,
+                    row = {"vocab": vocab_size, "shape": shape, "mechanism": args.mechanism, "set": args.set, "model_set": args.model_set, "nbr": nbr, "lr": lr, "steps": summary.steps,
                            "batch": args.batch, "seq_len": args.seq_len, "status": summary.status,
                            "params": summary.n_params, "params_non_embedding": summary.n_params_non_embedding,
                            "final_loss": summary.final_loss, "floor": floor["nats"],
@@ -364,6 +366,8 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--nbr", type=float, nargs="+", default=[0.000244140625])
     p.add_argument("--lr", type=float, nargs="+", default=[0.0078125])
+    p.add_argument("--mechanism", default="dpsgd", help="the noise mechanism (training.mechanisms' names: dpsgd, "
+                   "bandmf-b<b>)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--bias-init", choices=["zeros", "unigram"], default="zeros",
                    help="unigram: start the MLM output bias at the unigram log-frequencies (a probe, not an option)")
