@@ -192,6 +192,9 @@ GROUPED = {"models": {"names": ["A", "B"]}, "learning_rate_protocol": {"ladder":
     ({"learning_rates": "tuned"}, {"rates_below": 0, "rates_above": 1}, False),
     ({"mechanisms": ["dpsgd", "bandmf-b4"]}, {}, False),  # sigma-bar 0 trains under the primary mechanism only
     ({"learning_rates": "tuned", "mechanism_learning_rates": {"dpsgd": [0.1]}}, {"rates_below": 0}, False),
+    # the noisy runs at twice the chosen rate, sigma-bar 0 at it
+    ({"learning_rates": "tuned", "mechanism_learning_rates": {"dpsgd": {"tuned_doublings": 1}}}, {"rates_below": 0},
+     False),
 ])
 def test_a_job_of_one_shape_trains_exactly_main_grid_runs(training, protocol, with_zero) -> None:
     """training.runs_per_job: shape -- a train_noise_levels job of any main-grid run trains that run's noise levels

@@ -402,6 +402,37 @@ def test_a_mechanism_trains_its_noisy_runs_at_its_own_learning_rates():
         main_grid(validated({"training": stray, "models": {"names": ["BertTiny"]}}))
 
 
+def test_a_mechanism_trains_at_a_multiple_of_each_models_tuned_rate():
+    """``{tuned_doublings: k}``: BandMF's noisy runs at each model's chosen rate times 2^k alone, DP-SGD's at the
+    protocol's rates (the chosen one and a doubling above), σ̄ = 0 once at the chosen rate; a ``tuned`` repeat
+    point repeats in each mechanism at its own tuned rate; refused without the protocol, naming the key."""
+    from dpscaling.grid import correction_grid, main_grid, possible_grid, repeat_grid
+    from test_config_schema import validated
+
+    training = {"mechanisms": ["dpsgd", "bandmf-b4"], "noise_batch_ratios": [0.0, 0.5], "learning_rates": "tuned",
+                "mechanism_learning_rates": {"bandmf-b4": {"tuned_doublings": 2}}, "repeat_seeds": [1],
+                "repeat_points": [{"model": "A", "noise_batch_ratio": 0.5, "learning_rate": "tuned"},
+                                  {"model": "B", "noise_batch_ratio": 0.0, "learning_rate": "tuned"}]}
+    config = validated({"training": training, "models": {"names": ["A", "B"]},
+                        "learning_rate_protocol": {"ladder": [0.02, 0.01, 0.005], "rates_below": 0, "rates_above": 1}})
+    chosen = {"A": 0.01, "B": 0.005}
+    assert sorted((p.mechanism, p.model, p.noise_batch_ratio, p.learning_rate) for p in main_grid(config, chosen)) == [
+        ("bandmf-b4", "A", 0.5, 0.04), ("bandmf-b4", "B", 0.5, 0.02),
+        ("dpsgd", "A", 0.0, 0.01), ("dpsgd", "A", 0.5, 0.01), ("dpsgd", "A", 0.5, 0.02),
+        ("dpsgd", "B", 0.0, 0.005), ("dpsgd", "B", 0.5, 0.005), ("dpsgd", "B", 0.5, 0.01)]
+    assert sorted((p.mechanism, p.model, p.noise_batch_ratio, p.learning_rate) for p in repeat_grid(config, chosen)) == [
+        ("bandmf-b4", "A", 0.5, 0.04), ("dpsgd", "A", 0.5, 0.01), ("dpsgd", "B", 0.0, 0.005)]
+    assert {p.learning_rate for p in possible_grid(config) if p.mechanism == "bandmf-b4"} == {0.08, 0.04, 0.02}
+    correction = {"enabled": True, "physical_batch": 4096, "points": [{"model": "A", "noise_batch_ratio": 0.5,
+                                                                     "learning_rate": "tuned"}]}
+    assert {(p.mechanism, p.learning_rate) for p in correction_grid(
+        validated({**config, "fit": {"physical_batch_correction": correction}}), chosen)} == {("dpsgd", 0.01)}
+    given = {**training, "learning_rates": [0.01], "repeat_points": []}
+    with pytest.raises(UserError, match=r"training\.mechanism_learning_rates\.bandmf-b4: tuned_doublings multiplies "
+                                        r"the learning-rate protocol's chosen rate: set training\.learning_rates: tuned"):
+        main_grid(validated({"training": given, "models": {"names": ["A"]}}))
+
+
 def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accountant():
     """private_model's matched audit of a BandMF plan: the canaries sampled by cyclic Poisson at the group's
     rate, BandMF's correlated noise at the σ its accountant calibrates; the negative control (no noise,

@@ -121,6 +121,9 @@ def _rates(run: RunConfig, mechanism: str, model: str, noise_batch_ratio: float,
     if model not in chosen:
         raise UserError(f"learning-rate protocol: no chosen rate for model {model!r} (chosen for {sorted(chosen)}); "
                         "rerun the protocol (target learning_rates)")
+    doublings = None if noise_batch_ratio == 0 else run.training.tuned_doublings_of(mechanism)
+    if doublings is not None:  # the mechanism's own multiple of the chosen rate, that one rate
+        return tuple(sorted({pick * 2.0 ** doublings for pick in _picks(chosen, model)}, reverse=True))
     protocol = run.learning_rate_protocol
     below, above = (0, 0) if noise_batch_ratio == 0 else (protocol.rates_below, protocol.rates_above)
     return tuple(sorted({rate for pick in _picks(chosen, model) for rate in grid_rates(pick, below, above)},
@@ -158,8 +161,10 @@ def learning_rate_protocol_grid(config: Mapping[str, Any] | RunConfig) -> list[T
             for model, rate in product(run.models.names, run.learning_rate_protocol.ladder)]
 
 
-def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen | None) -> tuple[float, ...]:
-    """A configured grid point's learning rate(s): its number, or (``tuned``) the model's chosen rate(s)."""
+def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen | None, mechanism: str,
+                 noise_batch_ratio: float) -> tuple[float, ...]:
+    """A configured grid point's learning rate(s) in ``mechanism``: its number, or (``tuned``) the model's chosen
+    rate(s), times 2^k for a noisy point of a mechanism whose rates are ``{tuned_doublings: k}``."""
     from dpscaling.config.training_blocks import TUNED
 
     if rate != TUNED:
@@ -167,7 +172,8 @@ def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen |
     if chosen is None or model not in chosen:
         raise UserError(f"learning_rate: {TUNED!r} names the protocol's rate of {model!r}, but training.learning_rates "
                         "is not tuned (or the model is not in models.names)")
-    return _picks(chosen, model)
+    doublings = run.training.tuned_doublings_of(mechanism) if noise_batch_ratio != 0 else None
+    return tuple(pick * 2.0 ** (doublings or 0) for pick in _picks(chosen, model))
 
 
 # training.runs_per_job: "one" job per run, or (the other value, "shape") one job per shape for the runs that
@@ -189,7 +195,8 @@ def noise_levels_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str,
     if training.runs_per_job == ONE_RUN_PER_JOB:
         return ()
     names = mechanisms(run)
-    chosen_only = protocol.rates_below == 0 and protocol.rates_above == 0 and training.learning_rates_of(names[0]) is None
+    chosen_only = (protocol.rates_below == 0 and protocol.rates_above == 0
+                   and names[0] not in training.mechanism_learning_rates)
     with_zero = len(names) == 1 and (not training.tuned or chosen_only)
     return tuple(canonical(float(nbr)) for nbr in training.noise_batch_ratios if float(nbr) != 0 or with_zero)
 
@@ -228,6 +235,10 @@ def mechanisms(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
     unknown = sorted(set(run.training.mechanism_learning_rates) - set(names))
     if unknown:
         raise UserError(f"training.mechanism_learning_rates: {unknown} not in training.mechanisms ({list(names)})")
+    shifted = [name for name in names if run.training.tuned_doublings_of(name) is not None]
+    if shifted and not run.training.tuned:
+        raise UserError(f"training.mechanism_learning_rates.{shifted[0]}: tuned_doublings multiplies the learning-rate "
+                        "protocol's chosen rate: set training.learning_rates: tuned, or give the rates as a list")
     return names
 
 
@@ -289,11 +300,13 @@ def correction_grid(config: Mapping[str, Any] | RunConfig, chosen: Chosen | None
         raise UserError("fit.physical_batch_correction.points: list at least one main-grid point "
                         "(model, noise_batch_ratio, learning_rate) when the correction is enabled")
     main = set(main_grid(run, chosen))
+    primary = mechanisms(run)[0]
     points = []
     for index, point in enumerate(block.points):
-        for rate in _point_rates(run, point.model, point.learning_rate, chosen):
-            grid = TrainPoint(point.model, training.physical_batch, training.seed, float(point.noise_batch_ratio),
-                              rate, run.data.seq_len, mechanisms(run)[0])
+        nbr = float(point.noise_batch_ratio)
+        for rate in _point_rates(run, point.model, point.learning_rate, chosen, primary, nbr):
+            grid = TrainPoint(point.model, training.physical_batch, training.seed, nbr, rate, run.data.seq_len,
+                              primary)
             if grid not in main:
                 raise UserError(f"fit.physical_batch_correction.points[{index}]: {point.to_mapping()} is not a point "
                                 "of the main grid (models.names x training.noise_batch_ratios x "
@@ -330,13 +343,17 @@ def repeat_grid(config: Mapping[str, Any] | RunConfig, chosen: Chosen | None = N
             if (value if key == "model" else float(value)) not in values:
                 raise UserError(f"training.repeat_points[{index}].{key}: {value!r} is not in {main_keys[key]} "
                                 f"({list(values)})")
-        for rate in _point_rates(run, point.model, point.learning_rate, chosen):
+        # a number repeats in every mechanism that trains it; `tuned`, in each mechanism at its own tuned rate
+        nbr = float(point.noise_batch_ratio)
+        rates = {(mechanism, rate) for mechanism in names
+                 for rate in _point_rates(run, point.model, point.learning_rate, chosen, mechanism, nbr)}
+        for rate in sorted({rate for _, rate in rates}, reverse=True):
             if rate not in axes["learning_rate"]:
                 raise UserError(f"training.repeat_points[{index}].learning_rate: {rate!r} is not in "
                                 f"{main_keys['learning_rate']} ({axes['learning_rate']})")
             # the main grid's runs at the point (every length, each mechanism that trains it), at the other seeds
-            key = (point.model, float(point.noise_batch_ratio), rate)
-            repeated = [grid for grid in main if (grid.model, grid.noise_batch_ratio, grid.learning_rate) == key]
+            repeated = [grid for grid in main if (grid.model, grid.noise_batch_ratio, grid.learning_rate) ==
+                        (point.model, nbr, rate) and (grid.mechanism, rate) in rates]
             if seeds and not repeated:
                 raise UserError(f"training.repeat_points[{index}]: {point.to_mapping()} is in no mechanism's grid "
                                 f"(sigma-bar = 0 trains at {names[0]}'s learning rates only: "

@@ -65,6 +65,8 @@ class GridPoint(Block):
 
 # training.learning_rates (and a grid point's learning_rate) when the learning-rate protocol chooses the rates.
 TUNED = "tuned"
+# A training.mechanism_learning_rates entry's key: that mechanism's noisy rates as doublings of the chosen rate.
+TUNED_DOUBLINGS = "tuned_doublings"
 
 
 # The one job param that is not a training field: accounting.delta, handed to each job, a late key.
@@ -88,7 +90,14 @@ class TrainingBlock(Block):
         ``learning_rates`` (a mechanism's noise changes what Adam's second moment sees, so its best rate moves);
         None where the protocol chooses them per model (:func:`dpscaling.grid.main_grid`)."""
         rates = self.mechanism_learning_rates.get(mechanism, self.learning_rates)
-        return None if rates == TUNED else tuple(float(v) for v in rates)
+        return None if rates == TUNED or isinstance(rates, Mapping) else tuple(float(v) for v in rates)
+
+    def tuned_doublings_of(self, mechanism: str) -> int | None:
+        """``k`` where ``mechanism``'s ``mechanism_learning_rates`` entry is ``{tuned_doublings: k}``: its noisy
+        runs train at each model's chosen rate times 2^k alone (BandMF's best rate is a constant multiple of
+        DP-SGD's, docs/mechanisms.md); None otherwise."""
+        entry = self.mechanism_learning_rates.get(mechanism)
+        return int(entry[TUNED_DOUBLINGS]) if isinstance(entry, Mapping) else None
 
     def job_params(self, delta: float) -> dict[str, Any]:
         """The block (plus ``delta``) as a main-grid job's param, in the config's key order: the
