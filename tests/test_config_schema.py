@@ -213,7 +213,7 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
 
 TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "physical_batch": 48,
                     "seq_lens": [64, 128], "repeat_seeds": [7], "repeat_points": [], "adam_b1": 0.5, "adam_b2": 0.5,
-                    "adam_eps": 1.0e-4, "allow_repeats": True, "sampling": "poisson", "truncated_batch_size": 40,
+                    "adam_eps": 1.0e-4, "allow_repeats": True, "sampling": "truncated_poisson", "truncated_batch_size": 40,
                     "accountant": "deterministic", "decay_factor": 3.0, "mask_rate": 0.3, "clip_norm": 0.5,
                     "clipping": "vmap", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
                     "log_every": 3, "checkpoint_every": 41, "microbatch_size": 2,

@@ -138,7 +138,7 @@ def test_a_private_decoder_run_records_its_family_and_its_guarantee(corpus, tmp_
 
     config = TrainConfig(model="custom", family="decoder", model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
                          batch_size=16, microbatch_size=8, num_steps=20, warmup_steps=2, learning_rate=2.0**-7,
-                         log_every=10, checkpoint_every=10, sampling="poisson", target_epsilon=8.0, clipping="ghost")
+                         log_every=10, checkpoint_every=10, sampling="truncated_poisson", target_epsilon=8.0, clipping="ghost")
     summary = run_training(config, corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
     curve = pq.read_table(tmp_path / "metrics.parquet").to_pandas()
     assert summary.status == "finished" and set(curve["family"]) == {"decoder"}

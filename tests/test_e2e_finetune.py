@@ -103,7 +103,7 @@ def test_a_pretrained_budget_is_fine_tuned_privately_with_the_private_n(finetune
     last = curve.iloc[-1]
     assert plan["budget"]["pretrained"] is True
     assert f"pretrain/checkpoints/model={plan['model']}/" in last["init_checkpoint"]
-    assert last["dataset_size"] == 1000 and last["sampler"] == "poisson" and last["epsilon"] <= 16.0 + 1e-9
+    assert last["dataset_size"] == 1000 and last["sampler"] == "truncated_poisson" and last["epsilon"] <= 16.0 + 1e-9
     report = pd.read_csv(finetune_run / "finetune" / "private_model" / "table.csv")
     assert len(report) == 1 and report["model"].item() == plan["model"]
     assert not (finetune_run / "private_model" / "table.csv").exists()  # no from-scratch budget here

@@ -143,7 +143,7 @@ def test_private_budgets_are_planned_by_the_mechanisms_laws(mechanisms_run: Path
     assert chosen.predicted_loss == planned[chosen.mechanism]
     named = plan_mechanisms(laws, Budget(16.0, 1e-8, 1000, 1e11, mechanism="bandmf-b4"), models)
     assert named.mechanism == "bandmf-b4" and [row["mechanism"] for row in named.mechanisms_compared] == ["bandmf-b4"]
-    spent = account_run("poisson", None, dataset_size=1000, expected_batch_size=named.batch_size,
+    spent = account_run("truncated_poisson", None, dataset_size=1000, expected_batch_size=named.batch_size,
                         steps=named.iterations, delta=1e-8, noise_batch_ratio=named.noise_batch_ratio,
                         truncated_batch_size=named.truncated_batch_size, mechanism="bandmf-b4")
     assert spent.epsilon <= 16.0 * 1.001 and spent.group_size == 250

@@ -238,7 +238,7 @@ PRIVATE = dict(
     learning_rate=2.0**-8,
     log_every=5,
     checkpoint_every=10,
-    sampling="poisson",
+    sampling="truncated_poisson",
     target_epsilon=4.0,
     mechanism="bandmf-b4",
 )
@@ -444,7 +444,7 @@ def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accoun
     results = run_audit(settings)
     private = next(result for result in results if result.run == "private")
     assert private.sampling_probability == pytest.approx(20 / (private.n_included // 4))
-    dpsgd = account_run("poisson", None, dataset_size=private.n_included, expected_batch_size=20, steps=40,
+    dpsgd = account_run("truncated_poisson", None, dataset_size=private.n_included, expected_batch_size=20, steps=40,
                         delta=1e-5, target_epsilon=2.0, multiple=20)
     assert private.sigma != pytest.approx(dpsgd.sigma, rel=1e-3)  # BandMF's own calibration, not DP-SGD's
     summary = audit_summary(results)
@@ -493,7 +493,7 @@ validate_config(config)
 check_config(config)
 grid = main_grid(config)
 new, old = (price(name, "poisson", 4.0, 1e-6, 20000, 256, 300).sigma for name in ("throwaway", "dpsgd"))
-run = account_run("poisson", None, dataset_size=20000, expected_batch_size=256, steps=300, delta=1e-6,
+run = account_run("truncated_poisson", None, dataset_size=20000, expected_batch_size=256, steps=300, delta=1e-6,
                   target_epsilon=4.0, mechanism="throwaway", truncated_batch_size=320)
 noise = mechanism_named("throwaway").noise_transform(jnp.float32(0.5), jax.random.PRNGKey(0), 10, "mean_error")
 update, _ = noise.update({"w": jnp.zeros(3)}, noise.init({"w": jnp.zeros(3)}))

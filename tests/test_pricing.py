@@ -59,7 +59,7 @@ def test_a_bandmf_answer_s_sigma_is_its_cyclic_poisson_price_from_the_cli_and_th
     assert json.loads(json.dumps(_jsonable(choice.to_json()))) == printed  # the CLI prints the API's answer
     answer = choice.answer.runnable
     batch, steps, units = answer.batch_size, answer.iterations, int(answer.data_budget)
-    assert printed["mechanism"] == "bandmf-b4" and printed["sampler"] == "poisson"
+    assert printed["mechanism"] == "bandmf-b4" and printed["sampler"] == "truncated_poisson"
     assert printed["adjacency"] == "zero-out" and printed["sampling"] == "poisson"
     group = units // 4
     assert printed["accounting_event"] == {"kind": "poisson_subsampled_gaussian", "compositions": math.ceil(steps / 4),
@@ -164,7 +164,7 @@ def test_a_bundle_records_its_mechanism_sampler_and_adjacency(mech_run, tmp_path
                           sigma_table=mech_run / "accounting" / "mech=bandmf-b4" / "sigma_table.parquet")
     provenance = bundle.manifest()["provenance"]
     assert provenance["mechanism"] == "bandmf-b4" and provenance["bands"] == 4
-    assert provenance["samplers"] == {"poisson": "poisson", "deterministic": "cyclic"}
+    assert provenance["samplers"] == {"poisson": "truncated_poisson", "deterministic": "cyclic"}
     assert provenance["adjacency"] == {"poisson": "zero-out", "deterministic": "zero-out"}
     answer = dpscaling.load_law(tmp_path / "bundle").query(**QUERY, sampling="poisson")
     assert answer.runnable.mechanism == "bandmf-b4" and answer.runnable.price.event.compositions == math.ceil(

@@ -61,7 +61,7 @@ def test_achieved_loss_is_the_trailing_mean_the_law_smooths_with() -> None:
 def test_the_study_twins_train_the_plan_with_shuffled_batches_at_two_physical_batches() -> None:
     plan = a_plan(Budget(8.0, 1e-8, 5000, 1e12), model="BertNano", batch_size=181, iterations=120,
                   learning_rate=0.0078125, seq_len=64, noise_batch_ratio=0.0019)
-    training = {"steps": 400, "microbatch_size": 8, "sampling": "poisson", "seed": 0}
+    training = {"steps": 400, "microbatch_size": 8, "sampling": "truncated_poisson", "seed": 0}
     grid = twin_config_for(plan, "BertNano", training, "grid_batch", 32, 0)
     at_b = twin_config_for(plan, "BertNano", training, "recommended_batch", 32, 0)
     for twin in (grid, at_b):

@@ -63,7 +63,7 @@ PRIVATE = dict(
     learning_rate=2.0**-8,
     log_every=5,
     checkpoint_every=10,
-    sampling="poisson",
+    sampling="truncated_poisson",
     target_epsilon=TARGET_EPSILON,
 )
 
@@ -116,22 +116,23 @@ def test_padded_train_step_ignores_what_the_padding_contains():
                zip(jax.tree.leaves(three.params), jax.tree.leaves(two.params), strict=True))
 
 
-@pytest.mark.parametrize("sampling, clipping, exact", [("poisson", "ghost", True), ("poisson", "vmap", False),
+@pytest.mark.parametrize("sampling, clipping, exact", [("truncated_poisson", "ghost", True),
+                                                       ("truncated_poisson", "vmap", False),
                                                        ("shuffle", "ghost", False)])
 def test_private_ghost_clipping_multiplies_exactly_whatever_the_device_default(sampling, clipping, exact):
     """A private run's ghost norms and its clipped gradient come from two passes: on a GPU whose default
     float32 products are TF32 they differed, and a clipped gradient's norm reached 1.000055 C. Its step
     therefore asks for exact products even where the device's default (here forced to DEFAULT) is not."""
     config = TrainConfig(**(PRIVATE | dict(sampling=sampling, clipping=clipping, batch_size=4, microbatch_size=4,
-                                           truncated_batch_size=BATCH if sampling == "poisson" else None,
+                                           truncated_batch_size=BATCH if sampling == "truncated_poisson" else None,
                                            target_epsilon=None, noise_batch_ratio=0.1)))
     vocab, seq = 120, 12
     model = BertMlm(config.model_config(vocab))
     objective = MaskedLM(MaskingSpec(vocab_size=vocab, mask_id=4, special_ids=(0, 1, 2, 3, 4), pad_id=0))
     state = jax.eval_shape(lambda: init_state(model, objective, make_optimizer(config), config, seq))
-    rows = BATCH if sampling == "poisson" else 4
+    rows = BATCH if sampling == "truncated_poisson" else 4
     tokens = jax.ShapeDtypeStruct((rows, seq), jnp.int32)
-    weights_arg = (jax.ShapeDtypeStruct((rows,), jnp.float32),) if sampling == "poisson" else ()
+    weights_arg = (jax.ShapeDtypeStruct((rows,), jnp.float32),) if sampling == "truncated_poisson" else ()
     with jax.default_matmul_precision("default"):
         hlo = jax.jit(make_train_step(model, objective, config)).lower(
             state, step_hyperparams(config), tokens, *weights_arg).as_text()
@@ -209,7 +210,8 @@ def test_poisson_participations_follow_the_sampling_rate():
 
 @pytest.mark.parametrize(
     "sampling, accountant",
-    [("poisson", "deterministic"), ("poisson", "poisson"), ("shuffle", "poisson"),
+    [("truncated_poisson", "deterministic"), ("truncated_poisson", "untruncated_poisson"),
+     ("shuffle", "untruncated_poisson"),
      ("shuffle", "truncated_poisson")],
 )
 def test_sampler_and_accountant_that_disagree_are_refused(sampling, accountant):
@@ -253,7 +255,7 @@ def corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def private_run(corpus, tmp_path_factory):
-    """One calibrated poisson run, with everything it logged."""
+    """One calibrated truncated_poisson run, with everything it logged."""
     out = tmp_path_factory.mktemp("private")
     config = TrainConfig(**PRIVATE)
     log = StringIO()
@@ -289,7 +291,7 @@ def test_private_run_epsilon_recomputed_independently(private_run, corpus):
     config, summary, out, _ = private_run
     frame = pq.read_table(out / "metrics.parquet").to_pandas()
     row = frame.iloc[-1]
-    assert (row["sampler"], row["accountant"]) == ("poisson", "truncated_poisson")
+    assert (row["sampler"], row["accountant"]) == ("truncated_poisson", "truncated_poisson")
     assert summary.privacy["epsilon"] == pytest.approx(row["epsilon"])
     # Every input from the run's own record, checked against what the run was given.
     n = int(row["dataset_size"])
@@ -387,12 +389,12 @@ def test_workflow_passes_sampling_and_delta_to_the_run():
     from dpscaling.workflow import training_params
 
     wildcards = {"model": "BertTiny", "nbr": "0.5", "lr": "0.01", "batch": "32", "seed": "0"}
-    config = validated({"training": {"sampling": "poisson", "truncated_batch_size": 48,
+    config = validated({"training": {"sampling": "truncated_poisson", "truncated_batch_size": 48,
                                      "physical_batch": 32, "microbatch_size": 16}, "accounting": {"delta": 1e-6}})
     params = training_params(config)
     made = job_train_config("BertTiny", copy.deepcopy(params), wildcards, seq_len=64)
     assert (made.sampling, made.truncated_batch_size, made.accountant, made.delta) == (
-        "poisson", 48, None, 1e-6)
+        "truncated_poisson", 48, None, 1e-6)
     assert made.physical_batch_size == 48
     # A study job's param and config dict are what they were before these keys existed.
     study = validated({})

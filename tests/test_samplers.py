@@ -12,7 +12,7 @@ import pytest
 from dpscaling.accounting.matched import _ACCOUNTED_BY, ACCOUNTANT_ASSUMES, MATCHED_ACCOUNTANT, account_run
 from dpscaling.config.schema import schema
 from dpscaling.errors import UserError
-from dpscaling.samplers import CYCLIC, POISSON, SAMPLERS, SHUFFLE, sampler_named, shuffle_max_participations
+from dpscaling.samplers import CYCLIC, TRUNCATED_POISSON, SAMPLERS, SHUFFLE, sampler_named, shuffle_max_participations
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
@@ -43,19 +43,19 @@ def test_batch_sources_draw_the_samplers_batches() -> None:
     shuffled = SHUFFLE.batch_source()(rows, 0, 8, 8, 5)
     assert np.array_equal(shuffled.indices(3), BatchSampler(40, 8, 5).indices(3))
     key = np.array([1, 2], np.uint32)
-    poisson = POISSON.batch_source()(rows, 0, 8, 16, 5, key)
+    poisson = TRUNCATED_POISSON.batch_source()(rows, 0, 8, 16, 5, key)
     assert np.array_equal(poisson.indices(3), PoissonBatches(40, 8, 16, key).indices(3))
     assert len(poisson.indices(3)) == 16 and PADDING_INDEX in poisson.indices(3)
     with pytest.raises(ValueError, match="secret key"):
-        POISSON.batch_source()(rows, 0, 8, 16, 5)
+        TRUNCATED_POISSON.batch_source()(rows, 0, 8, 16, 5)
 
 
 def test_records_say_what_each_sampler_is() -> None:
     assert not SHUFFLE.private and not SHUFFLE.truncated
-    assert POISSON.private and POISSON.truncated
+    assert TRUNCATED_POISSON.private and TRUNCATED_POISSON.truncated
     assert SHUFFLE.participation_bound(1000, 300, 10) == 4 == shuffle_max_participations(1000, 300, 10)
-    assert SHUFFLE.physical_batch(8, None) == 8 and POISSON.physical_batch(8, None) is None
-    with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'cyclic', 'poisson'\), "
+    assert SHUFFLE.physical_batch(8, None) == 8 and TRUNCATED_POISSON.physical_batch(8, None) is None
+    with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'cyclic', 'truncated_poisson'\), "
                                         r"got 'x'"):
         sampler_named("x", "training")
     assert SHUFFLE.min_separation(1000, 300) == 1 and CYCLIC.min_separation(1000, 300) == 3

@@ -42,7 +42,7 @@ def poisson_epsilon(sigma: float) -> float:
 @pytest.fixture(scope="module")
 def priced():
     """The default's ε = 4 budget, L priced at multiples of 1 (its smallest passing value)."""
-    return account_run("poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
+    return account_run("truncated_poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
                        target_epsilon=EPSILON)
 
 
@@ -73,7 +73,7 @@ def test_calibrated_sigma_is_within_two_percent_of_untruncated_poisson(priced):
 
 def test_an_explicit_l_that_costs_privacy_warns_with_the_cost(caplog):
     with caplog.at_level(logging.WARNING, logger="dpscaling.accounting.truncation"):
-        run = account_run("poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
+        run = account_run("truncated_poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
                           target_epsilon=EPSILON, truncated_batch_size=240)
     assert run.truncated_batch_size == 240 and not run.truncation_priced  # the user's L is kept
     (message,) = [r.getMessage() for r in caplog.records]
@@ -84,14 +84,14 @@ def test_an_explicit_l_that_costs_privacy_warns_with_the_cost(caplog):
     # An explicit L at or above the priced one costs nothing and says nothing.
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dpscaling.accounting.truncation"):
-        account_run("poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
+        account_run("truncated_poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
                     noise_batch_ratio=0.75 / B, truncated_batch_size=300)
     assert not caplog.records
 
 
 def test_a_fixed_sigma_run_records_the_sigma_untruncated_poisson_would_need():
     sigma = 0.977
-    run = account_run("poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
+    run = account_run("truncated_poisson", None, dataset_size=N, expected_batch_size=B, steps=T, delta=DELTA,
                       noise_batch_ratio=sigma / B, multiple=8)
     assert run.sigma == pytest.approx(sigma) and run.truncated_batch_size % 8 == 0
     assert run.epsilon == pytest.approx(poisson_epsilon(sigma), rel=0.02)  # ~1.84, not the 3.99 of L = 240
@@ -100,7 +100,7 @@ def test_a_fixed_sigma_run_records_the_sigma_untruncated_poisson_would_need():
 
 def test_recorded_padding_share_and_truncation_probability_match_the_sampler():
     n_rows, expected, steps = 1000, 50, 4000
-    run = account_run("poisson", None, dataset_size=n_rows, expected_batch_size=expected, steps=100,
+    run = account_run("truncated_poisson", None, dataset_size=n_rows, expected_batch_size=expected, steps=100,
                       delta=DELTA, target_epsilon=2.0, multiple=4)
     size = run.truncated_batch_size
     sampler = PoissonBatches(n_rows, expected, size, secret_key())
@@ -110,7 +110,7 @@ def test_recorded_padding_share_and_truncation_probability_match_the_sampler():
     # No batch reached L in these steps, as a truncation probability this small says.
     assert run.truncation_probability * steps < 1e-2 and padded.min() > 0
     # A tiny L: nearly every step is cut, and its probability says so.
-    tight = account_run("poisson", None, dataset_size=n_rows, expected_batch_size=expected, steps=100,
+    tight = account_run("truncated_poisson", None, dataset_size=n_rows, expected_batch_size=expected, steps=100,
                         delta=DELTA, noise_batch_ratio=0.02, truncated_batch_size=expected)
     assert tight.truncation_probability == pytest.approx(0.47, abs=0.03)
     assert padding_share(n_rows, expected / n_rows, expected) == pytest.approx(
@@ -132,7 +132,7 @@ def test_a_calibrated_run_records_an_epsilon_within_its_target_at_extreme_epsilo
     from jax_privacy.experimental import accounting
 
     n, batch, steps, target = 20_000, 108, 275, 1024.0
-    run = account_run("poisson", None, dataset_size=n, expected_batch_size=batch, steps=steps, delta=DELTA,
+    run = account_run("truncated_poisson", None, dataset_size=n, expected_batch_size=batch, steps=steps, delta=DELTA,
                       target_epsilon=target, mechanism=mechanism, multiple=4)
     assert run.epsilon <= target
     bands = run.bands

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpscaling.mechanisms import DPSGD, state_copies
 from dpscaling.models.family import BERT, Family, family_named, model_family, run_model_config
-from dpscaling.samplers import POISSON, SHUFFLE, sampler_named
+from dpscaling.samplers import TRUNCATED_POISSON, SHUFFLE, sampler_named
 
 if TYPE_CHECKING:
     from dpscaling.config.blocks import RunConfig
@@ -298,7 +298,7 @@ def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None 
 def _largest_private_work(run: RunConfig) -> Work:
     """Before a plan exists (a dry run): the largest of the run's models at the grid's horizon, Poisson."""
     largest = max(run.models.names, key=lambda name: run_model_config(run, name).param_count().total)
-    return grid_work(run, largest, {**run.training.to_mapping(), "sampling": POISSON.name})
+    return grid_work(run, largest, {**run.training.to_mapping(), "sampling": TRUNCATED_POISSON.name})
 
 
 def savings_work(run: RunConfig, plan: str | os.PathLike[str], role: str) -> Work:

@@ -17,7 +17,7 @@ from dpscaling.config.training_blocks import TrainingBlock
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import mechanism_named
 from dpscaling.plans import PrivatePlan, read_plan
-from dpscaling.samplers import POISSON, SHUFFLE
+from dpscaling.samplers import TRUNCATED_POISSON, SHUFFLE
 
 from dpscaling.private_model import BLOCK
 
@@ -47,7 +47,7 @@ def train_config_for(plan: PrivatePlan, model_param: str | Mapping[str, Any], tr
                      seed: int) -> TrainConfig:
     """The private training job of a plan: truncated Poisson sampling, σ calibrated for the budget's (ε, δ) on
     exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
-    private = {"sampling": POISSON.name, "accountant": None, "truncated_batch_size": None, "delta": plan.budget.delta}
+    private = {"sampling": TRUNCATED_POISSON.name, "accountant": None, "truncated_batch_size": None, "delta": plan.budget.delta}
     config = plan_job_config(plan, model_param, training, private, int(plan.batch_size), 0.0, seed)
     return dataclasses.replace(config, target_epsilon=float(plan.budget.epsilon))
 

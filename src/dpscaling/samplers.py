@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from dpscaling.errors import UserError
 
-__all__ = ["CYCLIC", "POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
+__all__ = ["CYCLIC", "TRUNCATED_POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
            "truncating_samplers"]
 
 
@@ -81,10 +81,10 @@ CYCLIC = Sampler(
     private=False, truncated=False, participation_bound=shuffle_max_participations,
     min_separation=lambda n_rows, batch_size: n_rows // batch_size)
 # Truncated Poisson sampling at a padded static batch L: private training.
-POISSON = Sampler(
-    name="poisson", batches="dpscaling.train.sampling:PoissonStepBatches", accountant="truncated_poisson",
+TRUNCATED_POISSON = Sampler(
+    name="truncated_poisson", batches="dpscaling.train.sampling:TruncatedPoissonStepBatches", accountant="truncated_poisson",
     private=True, truncated=True, participation_bound=None)
-SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (SHUFFLE, CYCLIC, POISSON)}
+SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (SHUFFLE, CYCLIC, TRUNCATED_POISSON)}
 
 
 def sampler_named(name: str, block: str = "train") -> Sampler:

@@ -44,7 +44,7 @@ MATCHED_ACCOUNTANT: dict[str, str] = {name: sampler.accountant for name, sampler
 ACCOUNTANT_ASSUMES: dict[str, str] = {
     "deterministic": "fixed (shuffled) batches, each example in at most k steps, no amplification",
     "truncated_poisson": "truncated Poisson sampling (jax-privacy truncated_dpsgd_event, PLD)",
-    "poisson": "untruncated Poisson sampling (dp-accounting PLD), which no training run executes",
+    "untruncated_poisson": "untruncated Poisson sampling (dp-accounting PLD), which no training run executes",
 }
 ACCOUNTANTS: tuple[str, ...] = tuple(ACCOUNTANT_ASSUMES)
 

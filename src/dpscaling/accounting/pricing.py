@@ -39,7 +39,7 @@ from dpscaling.accounting.branches import (
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import Mechanism, mechanism_named
-from dpscaling.samplers import CYCLIC, POISSON, SHUFFLE, check_batch_fits
+from dpscaling.samplers import CYCLIC, TRUNCATED_POISSON, SHUFFLE, check_batch_fits
 
 POISSON_EVENT, GAUSSIAN_EVENT = "poisson_subsampled_gaussian", "gaussian"
 
@@ -143,7 +143,7 @@ def price(mechanism: str | Mechanism, rule: str, epsilon: float, delta: float, d
             if branch == POISSON_BRANCH:
                 event = poisson_event(noise, units, batch, steps)
                 sigma = calibrate_poisson(epsilon, event.sampling_probability, event.compositions, delta)
-                sampler = POISSON.name
+                sampler = TRUNCATED_POISSON.name
             else:
                 event = deterministic_event(noise, units, batch, steps)
                 sigma = event.sensitivity * gaussian.analytic_gaussian_sigma(epsilon, delta)
@@ -182,6 +182,6 @@ def price_run(mechanism: str, epsilon: float, delta: float, dataset_size: int, b
     by the run's matched accountant (:func:`dpscaling.accounting.matched.account_run`), as the run itself will."""
     from dpscaling.accounting.matched import account_run
 
-    return account_run(POISSON.name, None, dataset_size=int(dataset_size), expected_batch_size=int(batch_size),
+    return account_run(TRUNCATED_POISSON.name, None, dataset_size=int(dataset_size), expected_batch_size=int(batch_size),
                        steps=int(steps), delta=delta, target_epsilon=epsilon, multiple=int(multiple or 1),
                        mechanism=mechanism)

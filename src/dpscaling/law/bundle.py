@@ -162,7 +162,7 @@ def law_provenance(law: Law) -> dict[str, Any]:
     from dpscaling.accounting.pricing import deterministic_sampler
     from dpscaling.accounting.branches import ADD_REMOVE, ZERO_OUT
     from dpscaling.mechanisms import mechanism_named
-    from dpscaling.samplers import POISSON
+    from dpscaling.samplers import TRUNCATED_POISSON
 
     mechanism = mechanism_named(law.mechanism, "mechanism")
     provenance: dict[str, Any] = {
@@ -171,7 +171,7 @@ def law_provenance(law: Law) -> dict[str, Any]:
         # What σ̄ costs (dpscaling.accounting.pricing): the mechanism, and per branch of the sampling rule the
         # sampler that trains an answer and the neighbouring relation of its guarantee.
         "mechanism": mechanism.name, "bands": mechanism.bands,
-        "samplers": {"poisson": POISSON.name, "deterministic": deterministic_sampler(mechanism)},
+        "samplers": {"poisson": TRUNCATED_POISSON.name, "deterministic": deterministic_sampler(mechanism)},
         "adjacency": {"poisson": ZERO_OUT if mechanism.correlated else ADD_REMOVE, "deterministic": ZERO_OUT},
         "mode": "reference-compatible" if law.settings.reference_compatible else "paper",
         "results": law.sources.get("results")}

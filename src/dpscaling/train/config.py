@@ -69,10 +69,10 @@ class TrainConfig:
     # of what determines the curve: left out of to_dict, so checkpoints compare as before.
     allow_repeats: bool = True
     # Batch selection, a name in dpscaling.samplers: shuffle = the study's shuffled epochs, seeded;
-    # poisson = truncated Poisson at the static shape truncated_batch_size, batch_size is then
+    # truncated_poisson = truncated Poisson at the static shape truncated_batch_size, batch_size is then
     # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
     sampling: str = configured("training.sampling", after_runs=True)
-    # poisson's physical batch L; None = chosen by its privacy price when the run is accounted
+    # truncated_poisson's physical batch L; None = chosen by its privacy price when the run is accounted
     # (dpscaling.accounting.truncation), a multiple of the microbatch
     truncated_batch_size: int | None = configured("training.truncated_batch_size", after_runs=True)
     # None = the sampler's own (dpscaling.accounting.matched)

@@ -11,10 +11,10 @@ recorded as ``diverged`` when the divergence happened in the process that record
 starting from a fresh or a verified state. The final curve is written to ``output``
 atomically, once, at the end — for a finished or a diverged run alike.
 
-Batches come from :mod:`dpscaling.train.sampling` (``shuffle`` or truncated ``poisson``), and
+Batches come from :mod:`dpscaling.train.sampling` (``shuffle``, ``cyclic`` or ``truncated_poisson``), and
 every run is accounted for the sampler it ran (:mod:`dpscaling.accounting.matched`): its ε, δ,
 σ, q, T, sampler and accountant are columns of the curve and the ``privacy`` entry of the
-summary. A ``poisson`` run's noise and sampling key is drawn from the operating system's
+summary. A ``truncated_poisson`` run's noise and sampling key is drawn from the operating system's
 entropy, stored only in the checkpointed state, and never logged or written to the curve.
 """
 

@@ -14,7 +14,7 @@ which can exceed ⌈q·T⌉ (N = 1000, B = 300, T = 10: 4 against 3); the matche
 ``cyclic`` (:class:`CyclicStepBatches`) is the same with one permutation for every epoch: participations
 exactly ⌊N/B⌋ steps apart, the fixed batches a correlated mechanism's deterministic accounting needs.
 
-``poisson`` (:class:`PoissonStepBatches`) is jax-privacy's ``CyclicPoissonSampling`` (cycle length 1, so every example is
+``truncated_poisson`` (:class:`TruncatedPoissonStepBatches`) is jax-privacy's ``CyclicPoissonSampling`` (cycle length 1, so every example is
 eligible at every step; ``PartitionType.INDEPENDENT``, the partition compatible with add/remove
 adjacency) with ``truncated_batch_size`` = the physical batch L (chosen by its privacy price,
 :mod:`dpscaling.accounting.truncation`): each example joins a step's
@@ -145,14 +145,14 @@ class CyclicStepBatches(ShuffledStepBatches):
     reshuffle = False
 
 
-class PoissonStepBatches:
+class TruncatedPoissonStepBatches:
     """A private run's step inputs: ``tokens`` and ``example_weights`` of the padded truncated Poisson
     batch as global arrays laid out by ``parallel``; a pure function of (secret key, step)."""
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
                  key: np.ndarray | None = None, cycle_length: int = 1):
         if key is None:
-            raise ValueError("poisson batches need the run's secret key")
+            raise ValueError("truncated_poisson batches need the run's secret key")
         # One extra row of [PAD] tokens, not derived from any example, for the padding slots.
         self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
         self._weights = np.ones(len(rows) + 1, np.float32)
