@@ -18,8 +18,9 @@ S buys a larger B or T at the same C. What a privacy unit is decides the data bu
 
 - ``sequence``: one training sequence is the unit. A data budget of D tokens holds N = ⌊D / S⌋ units, so a
   shorter S means more units, a smaller sampling rate q = B/N and less noise for the same ε;
-- ``user``: N users whatever S (the paper's user-level reading of its method, appendix "Data budget
-  and epochs": an endless stream of data per user).
+- ``user``: N users whatever S, each contributing one training sequence of length S (the paper's reading,
+  appendix "Data budget and epochs": a user has data enough for any S). The unit a run protects is then
+  still one sequence; a user of several sequences is user-level DP proper, which no run trains yet.
 
 :func:`compute_optimal_across_lengths` answers a (C, ε, data budget) query with the best (M, S, B, T)
 over candidate lengths (every measured length and ``lengths_per_octave`` log-spaced ones between),
