@@ -58,6 +58,17 @@ def test_wrong_enum_value_names_key_and_allowed_values() -> None:
     assert "bert-base-uncased" in text and "wordpiece-core-8192" in text
 
 
+@pytest.mark.parametrize("config, key, accepted", [
+    ({"training": {"learning_rates": "tunned"}}, "training.learning_rates", "a list of number > 0 or 'tuned'"),
+    ({"training": {"mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"bandmf-b4": {"doublings": 2}}}},
+     "training.mechanism_learning_rates.bandmf-b4",
+     "a list of number > 0 or a mapping {tuned_doublings: integer >= -8 <= 8}"),
+])
+def test_a_value_of_no_accepted_form_lists_the_forms(config: dict, key: str, accepted: str) -> None:
+    text = error_text(config)
+    assert f"'{key}'" in text and f"accepted: {accepted}" in text, text
+
+
 @pytest.mark.parametrize(
     "config, typo",
     [

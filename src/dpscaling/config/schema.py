@@ -118,4 +118,25 @@ def describe_schema_error(error: Any) -> str:
     elif error.validator == "type":
         if "number" in str(error.validator_value) and isinstance(error.instance, str):
             accepted = "; write numbers as 1.0e-3, not 1e-3 (YAML reads that as a string)"
+    elif error.validator in ("oneOf", "anyOf"):
+        accepted = "; accepted: " + " or ".join(_accepted_form(option) for option in error.validator_value)
     return f"config key {key!r}: {error.message}{accepted}"
+
+
+def _accepted_form(schema: dict[str, Any]) -> str:
+    """One alternative of a ``oneOf`` in words: ``a list of number``, ``a mapping {tuned_doublings: integer}``."""
+    kind = schema.get("type")
+    if "enum" in schema:
+        return f"one of {schema['enum']}"
+    if "const" in schema:
+        return repr(schema["const"])
+    if "pattern" in schema:
+        return f"a name matching {schema['pattern']}"
+    if kind == "array":
+        return f"a list of {_accepted_form(schema.get('items', {}))}"
+    if kind == "object" and "properties" in schema:
+        fields = ", ".join(f"{name}: {_accepted_form(sub)}" for name, sub in schema["properties"].items())
+        return f"a mapping {{{fields}}}"
+    bounds = [f"{word} {schema[bound]}" for bound, word in (("minimum", ">="), ("exclusiveMinimum", ">"),
+                                                             ("maximum", "<=")) if bound in schema]
+    return " ".join([str(kind or "any value"), *bounds])
