@@ -341,7 +341,7 @@ def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_priva
     seq_len = smoke["data"]["seq_len"]
     answer = runs[runs["role"] == "answer"].iloc[0]
     for row in runs.itertuples():
-        assert (row.status, row.accountant, row.sampler) == ("finished", "truncated_poisson", "poisson")
+        assert (row.status, row.accountant, row.sampler) == ("finished", "truncated_poisson", "truncated_poisson")
         assert row.trained_compute == pytest.approx(6 * row.model_size * row.batch_size * seq_len * row.iterations)
         # the baseline and the neighbour spend the answer's compute; C/2's answer half the budget
         expected = 0.5 * row.compute if row.role == "answer_c2" else answer.trained_compute
