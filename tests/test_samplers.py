@@ -12,7 +12,7 @@ import pytest
 from dpscaling.accounting.matched import _ACCOUNTED_BY, ACCOUNTANT_ASSUMES, MATCHED_ACCOUNTANT, account_run
 from dpscaling.config.schema import schema
 from dpscaling.errors import UserError
-from dpscaling.samplers import CYCLIC, TRUNCATED_POISSON, SAMPLERS, SHUFFLE, sampler_named, shuffle_max_participations
+from dpscaling.samplers import CYCLIC, SAMPLERS, SHUFFLE, TRUNCATED_POISSON, sampler_named, shuffle_max_participations
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 

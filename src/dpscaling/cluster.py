@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpscaling.mechanisms import DPSGD, state_copies
 from dpscaling.models.family import BERT, Family, family_named, model_family, run_model_config
-from dpscaling.samplers import TRUNCATED_POISSON, SHUFFLE, sampler_named
+from dpscaling.samplers import SHUFFLE, TRUNCATED_POISSON, sampler_named
 
 if TYPE_CHECKING:
     from dpscaling.config.blocks import RunConfig

@@ -121,19 +121,26 @@ def _rates(run: RunConfig, mechanism: str, model: str, noise_batch_ratio: float,
     if model not in chosen:
         raise UserError(f"learning-rate protocol: no chosen rate for model {model!r} (chosen for {sorted(chosen)}); "
                         "rerun the protocol (target learning_rates)")
-    doublings = None if noise_batch_ratio == 0 else run.training.tuned_doublings_of(mechanism)
+    doublings = _tuned_doublings(run, mechanism, noise_batch_ratio)
     if doublings is not None:  # the mechanism's own multiple of the chosen rate, that one rate
-        return tuple(sorted({pick * 2.0 ** doublings for pick in _picks(chosen, model)}, reverse=True))
+        return tuple(sorted(set(_picks(chosen, model, doublings)), reverse=True))
     protocol = run.learning_rate_protocol
     below, above = (0, 0) if noise_batch_ratio == 0 else (protocol.rates_below, protocol.rates_above)
     return tuple(sorted({rate for pick in _picks(chosen, model) for rate in grid_rates(pick, below, above)},
                         reverse=True))
 
 
-def _picks(chosen: Chosen, model: str) -> tuple[float, ...]:
-    """``model``'s chosen rate, or its candidates, as a tuple of floats."""
+def _picks(chosen: Chosen, model: str, doublings: int = 0) -> tuple[float, ...]:
+    """``model``'s chosen rate, or its candidates, as a tuple of floats, each times 2^``doublings``."""
     picks = chosen[model]
-    return (float(picks),) if isinstance(picks, (int, float)) else tuple(float(p) for p in picks)
+    picks = (picks,) if isinstance(picks, (int, float)) else picks
+    return tuple(float(p) * 2.0 ** doublings for p in picks)
+
+
+def _tuned_doublings(run: RunConfig, mechanism: str, noise_batch_ratio: float) -> int | None:
+    """``k`` of ``mechanism``'s ``{tuned_doublings: k}`` entry for a noisy point (σ̄ = 0 trains at the chosen rate
+    itself); None where it has no such entry."""
+    return None if noise_batch_ratio == 0 else run.training.tuned_doublings_of(mechanism)
 
 
 def possible_chosen(config: Mapping[str, Any] | RunConfig) -> dict[str, tuple[float, ...]] | None:
@@ -172,8 +179,7 @@ def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen |
     if chosen is None or model not in chosen:
         raise UserError(f"learning_rate: {TUNED!r} names the protocol's rate of {model!r}, but training.learning_rates "
                         "is not tuned (or the model is not in models.names)")
-    doublings = run.training.tuned_doublings_of(mechanism) if noise_batch_ratio != 0 else None
-    return tuple(pick * 2.0 ** (doublings or 0) for pick in _picks(chosen, model))
+    return _picks(chosen, model, _tuned_doublings(run, mechanism, noise_batch_ratio) or 0)
 
 
 # training.runs_per_job: "one" job per run, or (the other value, "shape") one job per shape for the runs that

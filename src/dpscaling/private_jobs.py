@@ -17,7 +17,7 @@ from dpscaling.config.training_blocks import TrainingBlock
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import mechanism_named
 from dpscaling.plans import PrivatePlan, read_plan
-from dpscaling.samplers import TRUNCATED_POISSON, SHUFFLE
+from dpscaling.samplers import SHUFFLE, TRUNCATED_POISSON
 
 from dpscaling.private_model import BLOCK
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from dpscaling.errors import UserError
 
-__all__ = ["CYCLIC", "TRUNCATED_POISSON", "SAMPLERS", "SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
+__all__ = ["CYCLIC", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
            "truncating_samplers"]
 
 

@@ -39,7 +39,7 @@ from dpscaling.accounting.branches import (
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import Mechanism, mechanism_named
-from dpscaling.samplers import CYCLIC, TRUNCATED_POISSON, SHUFFLE, check_batch_fits
+from dpscaling.samplers import CYCLIC, SHUFFLE, TRUNCATED_POISSON, check_batch_fits
 
 POISSON_EVENT, GAUSSIAN_EVENT = "poisson_subsampled_gaussian", "gaussian"
 
