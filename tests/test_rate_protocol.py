@@ -11,7 +11,8 @@ import pytest
 from dpscaling.config.blocks import load_config
 from dpscaling.config.training_blocks import check_ladder
 from dpscaling.errors import UserError
-from dpscaling.grid import TrainPoint, learning_rate_protocol_grid, main_grid, possible_grid, repeat_grid
+from dpscaling.grid import (TrainPoint, learning_rate_protocol_grid, main_grid, possible_grid, protocol_prefix,
+                            repeat_grid)
 from dpscaling.rate_protocol import (
     candidate_rates, choice_table, choose_rate, choose_rates, final_loss, grid_rates, read_chosen,
     write_choice)
@@ -112,6 +113,21 @@ def test_a_tuned_grid_trains_each_model_at_its_chosen_rate_and_the_rungs_below()
     assert set(main_grid(config, chosen)) <= set(possible_grid(config))
     assert len(learning_rate_protocol_grid(config)) == 2 * 3
     assert {p.noise_batch_ratio for p in learning_rate_protocol_grid(config)} == {0.0}
+
+
+def test_the_sigma_0_run_at_a_ladder_rate_continues_the_protocols_run_and_no_other_does() -> None:
+    config = tuned_config()
+    chosen = {"BertTiny": 0.02, "BertMini": 0.005}
+    grid = main_grid(config, chosen) + repeat_grid(config, chosen)
+    continuing = {p: protocol_prefix(config, p.wildcards) for p in grid if protocol_prefix(config, p.wildcards)}
+    assert sorted((p.model, p.noise_batch_ratio, p.learning_rate, p.seed) for p in continuing) == [
+        ("BertMini", 0.0, 0.005, 0), ("BertTiny", 0.0, 0.02, 0)]
+    for point, found in continuing.items():  # the protocol run of the same model, rate, batch and seed
+        assert found == TrainPoint(point.model, point.batch, point.seed, 0.0, point.learning_rate).wildcards
+    zero = next(iter(continuing)).wildcards
+    assert protocol_prefix(config, {**zero, "seq": "32"}) is None  # another length: other data
+    assert protocol_prefix(config, {**zero, "lr": "0.0025"}) is None  # a rate off the ladder
+    assert protocol_prefix(config, {key: value for key, value in zero.items() if key != "seq"}) is None  # the ablation's
 
 
 def test_tuned_point_rates_need_a_tuned_config() -> None:

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO, run_snakemake
+from dpscaling.grid import canonical
+from dpscaling.train.metrics import SUMMARY_KEY
 
 CONFIGS = [str(REPO / "tests" / "configs" / name) for name in ("smoke.yaml", "smoke-decoder.yaml", "smoke-seqlen.yaml")]
 LENGTHS = (16, 32, 64)
@@ -61,6 +64,20 @@ def test_the_protocol_chose_a_rate_per_model_and_the_grid_trained_at_it(seqlen_r
     grid = list((seqlen_run / "runs").rglob("metrics.parquet"))
     assert grid and all(set(pd.read_parquet(p)["learning_rate"]) == {chosen[pd.read_parquet(p)["model"].iloc[0]]}
                         for p in grid)
+    # The σ̄ = 0 run at the chosen rate and the primary length continues the protocol's run at that rate, its
+    # first 10 steps (dpscaling.train.prefix); at the other lengths (other data) it trains from step 0.
+    for model, rate in chosen.items():
+        point = Path(f"model={model}", "batch=8", "seed=0", "nbr=0", f"lr={canonical(rate)}")
+        protocol = pd.read_parquet(seqlen_run / "learning_rates" / "runs" / point / "metrics.parquet")
+        for length in LENGTHS:
+            curve = seqlen_run / "runs" / f"seq={length}" / point / "metrics.parquet"
+            summary = json.loads(pq.read_schema(curve).metadata[SUMMARY_KEY])
+            if length == 64:
+                assert summary["resumed_from_step"] == 10
+                assert summary["prefix_dir"].endswith(f"learning_rates/checkpoints/{point.as_posix()}")
+                assert pd.read_parquet(curve)["loss"].iloc[:len(protocol)].tolist() == protocol["loss"].tolist()
+            else:
+                assert (summary["resumed_from_step"], summary["prefix_dir"]) == (0, None)
     table = pd.read_csv(seqlen_run / "tables" / "learning-rates.csv")
     assert table.groupby("model")["chosen"].sum().to_dict() == {"DecoderMicro": 1, "DecoderNano": 1}
     assert (seqlen_run / "figures" / "learning-rates.png").stat().st_size > 0

@@ -168,6 +168,21 @@ def learning_rate_protocol_grid(config: Mapping[str, Any] | RunConfig) -> list[T
             for model, rate in product(run.models.names, run.learning_rate_protocol.ladder)]
 
 
+def protocol_prefix(config: Mapping[str, Any] | RunConfig, wildcards: Mapping[str, str]) -> dict[str, str] | None:
+    """The wildcards of the learning-rate protocol's run that is the first steps of the grid run named by
+    ``wildcards`` (which continues it: :mod:`dpscaling.train.prefix`), or None. A protocol run is the grid's σ̄ = 0
+    run at its rate stopped early (:meth:`~dpscaling.config.training_blocks.LearningRateProtocolBlock.run_params`),
+    at ``data.seq_len`` under the primary mechanism; the training job checks the two configs before it continues."""
+    run = _typed(config)
+    if wildcards.get("seq") != canonical(run.data.seq_len) or wildcards.get("mech", DPSGD.name) != mechanisms(run)[0]:
+        return None
+    wanted = {key: wildcards.get(key) for key in ("model", "batch", "seed", "nbr", "lr")}
+    for point in learning_rate_protocol_grid(run):
+        if {key: point.wildcards[key] for key in wanted} == wanted:
+            return point.wildcards
+    return None
+
+
 def _point_rates(run: RunConfig, model: str, rate: float | str, chosen: Chosen | None, mechanism: str,
                  noise_batch_ratio: float) -> tuple[float, ...]:
     """A configured grid point's learning rate(s) in ``mechanism``: its number, or (``tuned``) the model's chosen

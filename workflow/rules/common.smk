@@ -49,6 +49,7 @@ from dpscaling.grid import (
     possible_chosen,
     possible_grid,
     pretrain_grid,
+    protocol_prefix,
     repeat_grid,
 )
 from dpscaling.rate_protocol import read_chosen
@@ -350,6 +351,34 @@ def runs_of_one_job(values):
     return [{name: level} for level in levels]
 
 
+def _continued_protocol_runs(wildcards, runs):
+    """(curve, protocol run's wildcards) of each run of a grid job (``runs`` as in runs_of_one_job; the job's one
+    run when None) that continues a learning-rate protocol run (dpscaling.grid.protocol_prefix). None in the rules
+    derived from train_run, whose runs carry no length."""
+    for run in runs or [{}]:
+        values = {**dict(wildcards), **run}
+        found = protocol_prefix(CFG, values)
+        if found is not None:
+            yield f"{RESULTS}/{RUN_PATHS.curve}".format(**values), found
+
+
+def protocol_prefixes(wildcards, runs=None):
+    """A grid job's ``prefixes`` param (workflow/scripts/train.py): curve -> the checkpoint directory of the
+    protocol run it continues."""
+    return {
+        curve: f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.checkpoints}".format(**found)
+        for curve, found in _continued_protocol_runs(wildcards, runs)
+    }
+
+
+def protocol_prefix_curves(wildcards, runs=None):
+    """The curves of the protocol runs a grid job continues: its inputs, so they have finished."""
+    return [
+        f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}".format(**found)
+        for _, found in _continued_protocol_runs(wildcards, runs)
+    ]
+
+
 def paths_of_one_job(pattern, values, wildcards=None):
     """``pattern`` (a run's path) at each of ``values`` (as in runs_of_one_job), in the order of its runs: its
     other wildcards left in (an output or log), or filled from ``wildcards`` (the checkpoint directories).
@@ -373,6 +402,11 @@ def pretrain_job(wildcards, input):
 def finetune_job(wildcards, input):
     return grid_work(CFG, wildcards.model)
 
+
+# The data chain runs ahead of every other ready job: each training job waits for it, while the accounting
+# table's chunks (ready at the start too) are needed only by the analysis. Started behind them, it held the first
+# training job back 74 s of the default's run (docs/runs.md).
+DATA_PRIORITY = 100
 
 # The work of each grouped rule's job (its resources).
 NOISE_LEVELS_WORK = work_of_one_job(grid_job, NOISE_LEVELS_OF_ONE_JOB)

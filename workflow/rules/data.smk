@@ -5,6 +5,7 @@ rule prepare_documents:
         f"{RESULTS}/{layout.DOCUMENTS}",
     log:
         f"{RESULTS}/{layout.log_path(layout.DATA, 'prepare_documents')}",
+    priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -26,6 +27,7 @@ rule prepare_public_documents:
         f"{RESULTS}/{layout.PUBLIC_DOCUMENTS}",
     log:
         f"{RESULTS}/{layout.log_path(layout.PUBLIC_DATA, 'prepare_documents')}",
+    priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -53,6 +55,7 @@ rule train_vocabulary:
         f"{RESULTS}/{layout.TRAINED_VOCAB}",
     log:
         f"{RESULTS}/{layout.log_path(layout.DATA, 'train_vocabulary')}",
+    priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
     threads: 2
@@ -88,6 +91,7 @@ rule pack_sequences:
         heldout=directory(f"{RESULTS}/{layout.PACKED}/{layout.PACKED_HELDOUT}"),
     log:
         f"{RESULTS}/{layout.PACK_LOG}",
+    priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
     threads: 2
@@ -117,6 +121,7 @@ rule pack_public_sequences:
         public_unigram=f"{RESULTS}/{layout.PUBLIC_PACKED}/{layout.PUBLIC_UNIGRAM_FILE}",
     log:
         f"{RESULTS}/{layout.PUBLIC_PACK_LOG}",
+    priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
     threads: 2

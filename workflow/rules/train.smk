@@ -2,6 +2,8 @@ rule train_run:
     input:
         meta=rules.pack_sequences.output.meta,
         train=rules.pack_sequences.output.train,
+        # A σ̄ = 0 run at a protocol rate continues the protocol's run, its first steps (dpscaling.train.prefix).
+        prefixes=lambda wildcards: protocol_prefix_curves(wildcards),
     output:
         f"{RESULTS}/{RUN_PATHS.curve}",
     log:
@@ -24,6 +26,8 @@ rule train_run:
         checkpoint_dir=lambda wildcards: f"{RESULTS}/{RUN_PATHS.checkpoints}".format(
             **wildcards
         ),
+        # Derived from the outputs (their paths are its keys), so not a params rerun trigger of any run.
+        prefixes=lambda wildcards, output: protocol_prefixes(wildcards),
     script:
         "../scripts/train.py"
 
@@ -38,6 +42,9 @@ if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
         input:
             meta=rules.pack_sequences.output.meta,
             train=rules.pack_sequences.output.train,
+            prefixes=lambda wildcards: protocol_prefix_curves(
+                wildcards, runs_of_one_job(NOISE_LEVELS_OF_ONE_JOB)
+            ),
         output:
             paths_of_one_job(f"{RESULTS}/{RUN_PATHS.curve}", NOISE_LEVELS_OF_ONE_JOB),
         log:
@@ -62,6 +69,9 @@ if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
                 wildcards,
             ),
             runs=runs_of_one_job(NOISE_LEVELS_OF_ONE_JOB),
+            prefixes=lambda wildcards, output: protocol_prefixes(
+                wildcards, runs_of_one_job(NOISE_LEVELS_OF_ONE_JOB)
+            ),
         script:
             "../scripts/train.py"
 

@@ -26,6 +26,9 @@ if (status := relaunch_per_node()) is not None:
 runs = snakemake.params.get("runs") or [{}]
 checkpoint_dirs = snakemake.params.checkpoint_dir
 checkpoint_dirs = [checkpoint_dirs] if isinstance(checkpoint_dirs, str) else checkpoint_dirs
+# A run that continues a shorter run of its config (a learning-rate protocol run) maps its curve to that run's
+# checkpoint directory (dpscaling.train.prefix).
+prefixes = snakemake.params.get("prefixes") or {}
 data_dir = Path(snakemake.input.meta).parent
 compiled_steps = CompiledSteps()
 for run, output, log_file, checkpoint_dir in zip(runs, snakemake.output, snakemake.log, checkpoint_dirs, strict=True):
@@ -45,4 +48,5 @@ for run, output, log_file, checkpoint_dir in zip(runs, snakemake.output, snakema
             output=Path(output),
             checkpoint_dir=Path(checkpoint_dir),
             compiled_steps=compiled_steps,
+            prefix_dir=prefixes.get(output),
         )

@@ -59,6 +59,7 @@ from dpscaling.train.distributed import DataParallel, maybe_initialize_distribut
 from dpscaling.train.init import with_output_bias
 from dpscaling.train.metrics import code_version, write_metrics
 from dpscaling.train.objectives import run_objective
+from dpscaling.train.prefix import restore_prefix
 from dpscaling.train.sampling import secret_key
 from dpscaling.train.step import init_key, init_state, make_optimizer, make_train_step, step_hyperparams
 
@@ -75,6 +76,7 @@ class RunSummary:
     n_params: int
     n_params_non_embedding: int
     resumed_from_step: int
+    prefix_dir: str | None  # the shorter run this one continued from its checkpoint (dpscaling.train.prefix)
     wall_seconds: float
     privacy: dict[str, Any] | None = None  # RunPrivacy.record(): the guarantee of what ran
 
@@ -110,9 +112,12 @@ def run_training(
     output: Path,
     checkpoint_dir: Path,
     compiled_steps: CompiledSteps | None = None,
+    prefix_dir: Path | None = None,
 ) -> RunSummary:
     """Train one grid point; write its curve to ``output`` (Parquet) atomically. Runs of one shape
-    trained in one process share ``compiled_steps`` (default: this run's own)."""
+    trained in one process share ``compiled_steps`` (default: this run's own). With no checkpoint of its own, a
+    run given ``prefix_dir``, the checkpoint directory of a shorter run of its config, continues that run
+    (:mod:`dpscaling.train.prefix`)."""
     started = time.perf_counter()
     maybe_initialize_distributed(config.distributed)
     data_dir, output, checkpoint_dir = Path(data_dir), Path(output), Path(checkpoint_dir)
@@ -152,6 +157,7 @@ def run_training(
             output,
             started,
             CompiledSteps() if compiled_steps is None else compiled_steps,
+            None if prefix_dir is None else Path(prefix_dir),
         )
     finally:
         manager.close()
@@ -168,6 +174,7 @@ def _train(
     output: Path,
     started: float,
     compiled_steps: CompiledSteps,
+    prefix_dir: Path | None,
 ) -> RunSummary:
     coefficients = strategy_coefficients(config.noise_mechanism, config.num_steps, config.bandmf_strategy)
     privacy = account_run(
@@ -215,6 +222,10 @@ def _train(
         state = _with_noise_key(state, np.zeros(2, np.uint32), parallel)
     # Only a state proven to be the one saved is trained on (corrupted checkpoints are discarded).
     restored = restore_latest_verified(manager, state)
+    prefix = None
+    if restored is None and prefix_dir is not None:
+        restored = restore_prefix(prefix_dir, config, meta, state)
+        prefix = None if restored is None else str(prefix_dir)
     if restored is not None:
         start_step, state, curve = restored.step, restored.state, restored.curve
         logger.info("resuming from verified step %d (%d logged intervals)", start_step, len(curve))
@@ -293,6 +304,7 @@ def _train(
         n_params=counts.total,
         n_params_non_embedding=counts.non_embedding,
         resumed_from_step=start_step,
+        prefix_dir=prefix,
         wall_seconds=time.perf_counter() - started,
         privacy=_jsonable(privacy.record()),
     )
