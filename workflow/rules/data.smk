@@ -58,7 +58,9 @@ rule train_vocabulary:
     priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
-    threads: 2
+    # One core claimed (the tokenizer's own threads use what is free), as by packing: claiming two, the data
+    # chain waited behind the single-core accounting chunks for both cores at once, holding up every training job.
+    threads: 1
     resources:
         mem_mb=4000,
         runtime=30,
@@ -94,7 +96,7 @@ rule pack_sequences:
     priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
-    threads: 2
+    threads: 1
     resources:
         mem_mb=8000,
         runtime=60,
@@ -124,7 +126,7 @@ rule pack_public_sequences:
     priority: DATA_PRIORITY
     conda:
         "../envs/dpscaling.yaml"
-    threads: 2
+    threads: 1
     resources:
         mem_mb=8000,
         runtime=60,
