@@ -22,8 +22,10 @@ from dpscaling.figures.settings import AnalysisSettings
 from dpscaling.law import read_law
 from dpscaling.layout import length_replicates
 from dpscaling.law.artifact import Law
-from dpscaling.law.bootstrap import INTERVAL_NOTE, NO_REPEATS, Replicates, load_replicates, optimum_intervals
-from dpscaling.law.columns import COMPUTE, DATA_BUDGET, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET
+from dpscaling.law.bootstrap import (INTERVAL_NOTE, NO_REPEATS, REPLICATE, Replicates, load_replicates, optimum_intervals,
+                                     replicate_optima)
+from dpscaling.law.columns import (COMPUTE, CROSS_ENTROPY, DATA_BUDGET, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
+                                   PRIVACY_BUDGET)
 from dpscaling.law.noise import SigmaFunction
 from dpscaling.law.sequence_length import (
     LawAcrossLengths, load_law_across_lengths, replicate_laws)
@@ -164,13 +166,25 @@ class AnalysisContext:
         minimum) and of its M, B, T; the ``Interval`` column says over what, or why there is no band."""
         if self.replicates is None:
             return pd.DataFrame({COMPUTE: pd.Series(dtype=float), INTERVAL_NOTE: pd.Series(dtype=str)})
+        table = optimum_intervals(self._priced_candidates(epsilon, users, budgets), self.replicates)
+        return table.assign(**{INTERVAL_NOTE: self.interval_note})
+
+    def replicate_optima(self, epsilon: float, users: float, budgets: np.ndarray) -> pd.DataFrame:
+        """Each bootstrap replicate's own optimum per budget, one row per (replicate, budget) it answers
+        (:func:`dpscaling.law.bootstrap.replicate_optima`); empty without replicates."""
+        if self.replicates is None:
+            return pd.DataFrame(columns=[COMPUTE, CROSS_ENTROPY, REPLICATE])
+        return replicate_optima(self._priced_candidates(epsilon, users, budgets), self.replicates)
+
+    def _priced_candidates(self, epsilon: float, users: float, budgets: np.ndarray | None) -> pd.DataFrame:
+        """The constant-compute configurations of ``budgets`` with σ and σ̄ (the same for every replicate), the
+        unpriced ones left out."""
         budgets = self.compute_budgets() if budgets is None else budgets
         configs = constant_compute_configurations(budgets, self.model_sizes, self.law.seq_len, self.iteration_bounds,
                                                   self.batch_sizes(epsilon))
         candidates = evaluate_configurations(configs.assign(**{PRIVACY_BUDGET: epsilon, DATA_BUDGET: users}),
                                              self.law.loss, self.sigma, self.law.seq_len)
-        table = optimum_intervals(candidates.dropna(subset=[NOISE_BATCH_RATIO]), self.replicates)
-        return table.assign(**{INTERVAL_NOTE: self.interval_note})
+        return candidates.dropna(subset=[NOISE_BATCH_RATIO])
 
     def evaluate(self, configs: pd.DataFrame) -> pd.DataFrame:
         """σ, σ̄ and loss for rows of (Model Size, Batch Size, Iterations, Privacy Budget, Data Budget)."""

@@ -208,15 +208,15 @@ def band(column: str) -> tuple[str, str]:
     return f"{column} 5%", f"{column} 95%"
 
 
-def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute: str = "Compute",
-                      correction: PhysicalBatchCorrection | None = None) -> pd.DataFrame:
-    """Per compute budget: 5% / 95% quantiles over replicates of the optimum's loss, M, B and T.
+def replicate_optima(candidates: pd.DataFrame, replicates: Replicates, compute: str = "Compute",
+                     correction: PhysicalBatchCorrection | None = None) -> pd.DataFrame:
+    """Each replicate's optimum per compute budget: one row per (replicate, budget) it answers, with the optimum's
+    loss, M, B, T, σ̄ and the running best (:data:`BEST`) over budgets, and the replicate's index.
 
     ``candidates``: constant-compute configurations with their σ̄ (as :func:`evaluate_configurations` gives
     them; σ does not depend on the law, so it is computed once). Each replicate's loss picks its own optimum;
-    ``Best Cross Entropy`` bands the running minimum over compute, per replicate. With a ``correction``
-    (not in the paper) every replicate's loss is corrected to the candidate's batch, as the answer's.
-    """
+    with a ``correction`` (not in the paper) every replicate's loss is corrected to the candidate's batch, as the
+    answer's."""
     m, t, s = (candidates[c].to_numpy(float) for c in ("Model Size", ITERATIONS, NOISE_BATCH_RATIO))
     shift = 0.0 if correction is None else correction.shift(candidates["Batch Size"].to_numpy(float), s, m)
     codes, budgets = pd.factorize(candidates[compute], sort=True)
@@ -236,11 +236,20 @@ def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute:
                            *((name, column[best]) for name, column in columns.items()),
                            (BEST, np.minimum.accumulate(values[best])), (REPLICATE, np.full(len(best), index))):
             optima[name].append(part)
-    columns = [compute] + [name for column in (BEST, *OPTIMUM_COLUMNS) for name in band(column)] + [ANSWERING]
     if not optima[REPLICATE]:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=list(optima))
     # One frame of every replicate's optima (a frame per replicate cost more than their losses)
-    stacked = pd.DataFrame({name: np.concatenate(parts) for name, parts in optima.items()})
+    return pd.DataFrame({name: np.concatenate(parts) for name, parts in optima.items()})
+
+
+def optimum_intervals(candidates: pd.DataFrame, replicates: Replicates, compute: str = "Compute",
+                      correction: PhysicalBatchCorrection | None = None) -> pd.DataFrame:
+    """Per compute budget: 5% / 95% quantiles over replicates of the optimum's loss, M, B and T
+    (:func:`replicate_optima`); ``Best Cross Entropy`` bands the running minimum over compute, per replicate."""
+    stacked = replicate_optima(candidates, replicates, compute, correction)
+    columns = [compute] + [name for column in (BEST, *OPTIMUM_COLUMNS) for name in band(column)] + [ANSWERING]
+    if stacked.empty:
+        return pd.DataFrame(columns=columns)
     grouped = stacked.groupby(compute)[[BEST, *OPTIMUM_COLUMNS]]
     low, high = grouped.quantile(QUANTILES[0]), grouped.quantile(QUANTILES[1])
     table = pd.concat([low.add_suffix(" 5%"), high.add_suffix(" 95%"),

@@ -1,0 +1,98 @@
+"""The adaptive design's choice rule: the runs expected to shrink the uncertainty of the answers most per FLOP.
+
+Not in the paper, which trains its whole grid (§3.2). The answers are the law's predicted losses at the target
+budgets (the config's analysis budgets and the explorer's grid). Their uncertainty, and how it moves with what a
+candidate run would measure, is read from a committee of laws fitted to the runs so far (bootstrap replicates,
+:mod:`dpscaling.law.bootstrap`): across the committee, the answers ``a`` and the candidates' predicted losses ``y``
+have a joint covariance Σ. A run measures its loss with the seed-to-seed noise s² on top, so observing candidate c
+reduces the answers' variance, in the linear-Gaussian (ensemble Kalman) approximation, by
+
+    ΔV(c) = Σ_j Cov(a_j, y_c)² / (Var(y_c) + s²),
+
+and the rule takes the candidate of the largest ΔV(c) per FLOP of its cost, updates Σ as if it had been observed
+(Σ ← Σ − Σ[:, c] Σ[c, :] / (Σ_cc + s²)), and repeats for the round's next run. The update makes a second pick of
+the same point (a repeated seed) or of a strongly correlated one worth less than the first, so a round spreads
+its runs where the answers depend on them. Costs are what each run trains: a horizon extension pays only its added
+steps.
+
+Why this criterion: it is aimed at the decisions, not at the law everywhere (a run far from every target's optimum
+is worth little however uncertain the law is there), it prices compute as the design's one scarce resource, and it
+needs nothing but the committee the workflow already fits. Li et al. 2026 ("active experiment selection" for
+scaling laws) choose runs by the same target: the expected reduction of the uncertainty of the prediction in the
+expensive target region per unit cost, coming close to a fit on all runs with about 10% of the budget. The
+linear-Gaussian update is the ensemble Kalman filter's (Evensen 2009), used here as the design criterion of
+sequential Bayesian experimental design under a Gaussian approximation (Chaloner and Verdinelli 1995).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One chosen candidate: its index, and the answers' variance it was expected to remove per FLOP and in all."""
+
+    candidate: int
+    variance_reduction: float  # Σ_j ΔV_j, nats², at the time it was picked
+    per_flop: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A round's picks in order, and the answers' variance before and (expected) after them."""
+
+    picks: tuple[Pick, ...]
+    variance_before: np.ndarray  # per target answer
+    variance_after: np.ndarray
+
+    @property
+    def candidates(self) -> list[int]:
+        return [pick.candidate for pick in self.picks]
+
+
+def joint_covariance(answers: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    """The committee's covariance of (answers, candidate predictions): ``answers`` members × targets, ``predictions``
+    members × candidates; a member with any non-finite value is left out (a replicate that could not answer)."""
+    answers, predictions = np.atleast_2d(answers), np.atleast_2d(predictions)
+    if answers.shape[0] != predictions.shape[0]:
+        raise ValueError(f"{answers.shape[0]} members' answers but {predictions.shape[0]} members' predictions")
+    joint = np.hstack([answers, predictions]).astype(float)
+    joint = joint[np.all(np.isfinite(joint), axis=1)]
+    if len(joint) < 2:
+        raise ValueError("the committee needs at least two members that answer every target and candidate")
+    return np.atleast_2d(np.cov(joint, rowvar=False))
+
+
+def choose_runs(answers: np.ndarray, predictions: np.ndarray, costs: Sequence[float], noise_variance: float,
+                runs: int) -> Choice:
+    """Up to ``runs`` candidates, greedily by expected variance reduction of the answers per FLOP (module doc).
+
+    ``answers``: committee members × target answers (nats); ``predictions``: members × candidates, each candidate's
+    predicted loss where it would be measured; ``costs``: each candidate's FLOPs (> 0); ``noise_variance``: s², the
+    variance of one run's measurement about the law (seed noise). A candidate may be picked again (a repeated seed).
+    Stops early when no candidate is expected to remove any variance."""
+    costs = np.asarray(costs, float)
+    n_targets = np.atleast_2d(answers).shape[1]
+    if costs.shape != (np.atleast_2d(predictions).shape[1],) or np.any(~(costs > 0)):
+        raise ValueError("one positive cost per candidate")
+    if not noise_variance > 0:
+        raise ValueError(f"noise_variance must be > 0, got {noise_variance}")
+    sigma = joint_covariance(answers, predictions)
+    before = np.diag(sigma)[:n_targets].copy()
+    picks: list[Pick] = []
+    for _ in range(runs):
+        cross = sigma[:n_targets, n_targets:]  # targets × candidates
+        spread = np.diag(sigma)[n_targets:] + noise_variance
+        reduction = np.sum(cross**2, axis=0) / spread
+        score = reduction / costs
+        best = int(np.argmax(score))
+        if not reduction[best] > 0:
+            break
+        picks.append(Pick(best, float(reduction[best]), float(score[best])))
+        column = sigma[:, n_targets + best].copy()
+        sigma = sigma - np.outer(column, column) / (column[n_targets + best] + noise_variance)
+    return Choice(tuple(picks), before, np.diag(sigma)[:n_targets].copy())
