@@ -36,8 +36,8 @@ from dpscaling.law.collect import EXCLUDED_STATUSES, one_family, primary_seed_cu
 from dpscaling.law.columns import (
     CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PAPER_PHYSICAL_BATCH,
     PAPER_SEQUENCE_LENGTH, SOURCE, STATUS)
-from dpscaling.law.extrapolation import extrapolate
-from dpscaling.law.interpolation import LossFunction, fill_missing_noise_batch_ratios
+from dpscaling.law.extrapolation import extrapolate, own_extrapolation_where_unfilled
+from dpscaling.law.interpolation import LossFunction, fill_missing_model_sizes, fill_missing_noise_batch_ratios
 from dpscaling.law.noise import (
     SigmaSource, sigma_from_accountant, sigma_from_sigma_table, sigma_from_tables, sigma_on_demand)
 from dpscaling.law.settings import LawSettings
@@ -234,6 +234,9 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
                         "lower the warm-up or train longer")
     extended, fits = extrapolate(smoothed, settings)
     grid = fill_missing_noise_batch_ratios(extended, settings.fill_missing_nbr)
+    if settings.fill_missing_models:  # then across models, and along σ̄ again where that made neighbours
+        grid = fill_missing_noise_batch_ratios(fill_missing_model_sizes(grid), settings.fill_missing_nbr)
+    grid = own_extrapolation_where_unfilled(grid)
     failed = fits[fits["status"] != "ok"]
     report = {
         "measurements": int(len(results)),

@@ -152,6 +152,37 @@ def _tied_after_free_failed(free: PowerLawFit, tied: PowerLawFit) -> PowerLawFit
     return replace(tied, reason=reason if tied.status == "ok" else f"{reason}, which failed too: {tied.reason}")
 
 
+# ``curve_horizons``: a short curve's own extrapolation at the steps of the longer runs, used only where the fills
+# leave its cell empty (:func:`own_extrapolation_where_unfilled`).
+OWN_EXTRAPOLATION = "Own Extrapolation"
+
+
+def own_extrapolation_where_unfilled(grid: pd.DataFrame) -> pd.DataFrame:
+    """The grid with every cell the fills left empty taken from its curve's own extrapolation (``curve_horizons``);
+    the column dropped."""
+    if OWN_EXTRAPOLATION not in grid:
+        return grid
+    own = grid[OWN_EXTRAPOLATION].to_numpy(float)
+    empty = np.isnan(grid[CROSS_ENTROPY].to_numpy(float)) & np.isfinite(own)
+    out = grid.drop(columns=OWN_EXTRAPOLATION)
+    out.loc[empty, CROSS_ENTROPY] = own[empty]
+    return out
+
+
+def _from_own_horizon(curve: pd.Series, settings: LawSettings, horizon: float, measured: np.ndarray,
+                      extension: np.ndarray) -> tuple[tuple[float, float], np.ndarray, bool]:
+    """``settings.curve_horizons`` (not in the paper; for designs whose runs stop at different horizons,
+    :mod:`dpscaling.design`): the fit window at the curve's own last measured step h, and the steps it is read at,
+    every grid step past h (the longer runs' measured ones and the extension's), and whether it is short (h below
+    the longest horizon): the law then prefers what the fills give from its neighbours' longer curves to this
+    extrapolation from a short window (off by 0.5 nats at 4× its horizon on the synthetic law,
+    tests/test_law_sparse_design.py)."""
+    finite = curve.dropna()
+    own = float(finite.index.max()) if len(finite) else horizon
+    at = np.union1d(measured[measured > own], extension)
+    return settings.extrapolation_window.resolve(own), at, own < horizon
+
+
 def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
                 horizon: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Smoothed grid → (grid with extrapolated rows appended, table of every fit incl. failures).
@@ -167,6 +198,7 @@ def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
     extended = []
     tied = settings.extrapolation_asymptote == NONPRIVATE
     fallback = settings.extrapolation_asymptote == PER_CURVE_ELSE_NONPRIVATE
+    measured_iterations = np.sort(smoothed[ITERATIONS].unique())
     for (model, size), group in smoothed.groupby([MODEL, MODEL_SIZE], sort=True):
         surface = group.pivot(index=ITERATIONS, columns=NOISE_BATCH_RATIO, values=CROSS_ENTROPY).sort_index()
         asymptote = None
@@ -174,21 +206,34 @@ def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
             asymptote = _model_asymptote(model, surface, asymptote_window)
             fits.append(asymptote)
         for nbr in surface.columns:
+            window, at, short = fit_window, new_iterations, False
+            if settings.curve_horizons:  # a curve stopped short is extrapolated from its own horizon
+                window, at, short = _from_own_horizon(surface[nbr], settings, horizon, measured_iterations,
+                                                      new_iterations)
             if tied:
-                fit = fit_tied_curve(model, float(nbr), surface[nbr], fit_window, asymptote.E)
+                fit = fit_tied_curve(model, float(nbr), surface[nbr], window, asymptote.E)
             else:
-                fit = fit_free_curve(model, float(nbr), surface[nbr], fit_window)
+                fit = fit_free_curve(model, float(nbr), surface[nbr], window)
                 if fallback and fit.status != "ok":
                     if asymptote is None:  # fitted once per model, and only if a curve needs it
                         asymptote = _model_asymptote(model, surface, asymptote_window)
                         fits.append(asymptote)
-                    fit = _tied_after_free_failed(fit, fit_tied_curve(model, float(nbr), surface[nbr], fit_window,
+                    fit = _tied_after_free_failed(fit, fit_tied_curve(model, float(nbr), surface[nbr], window,
                                                                       asymptote.E))
             fits.append(fit)
-            extended.append(pd.DataFrame({
-                MODEL: model, MODEL_SIZE: size, ITERATIONS: new_iterations, NOISE_BATCH_RATIO: float(nbr),
-                CROSS_ENTROPY: fit(new_iterations)}))
-    grid = pd.concat([smoothed.assign(**{SOURCE: MEASURED}),
-                      *(frame.assign(**{SOURCE: EXTRAPOLATED}) for frame in extended)], ignore_index=True)
+            values = fit(at)
+            frame = {MODEL: model, MODEL_SIZE: size, ITERATIONS: at, NOISE_BATCH_RATIO: float(nbr)}
+            if short:  # the fills' values first (from the neighbours' longer curves), its own where they have none
+                frame |= {CROSS_ENTROPY: np.nan, OWN_EXTRAPOLATION: values}
+            else:
+                frame[CROSS_ENTROPY] = values
+            extended.append(pd.DataFrame(frame))
+    measured = smoothed.assign(**{SOURCE: MEASURED})
+    if settings.curve_horizons:  # an extrapolated cell replaces the unmeasured (NaN) row at its place
+        keys = [MODEL, NOISE_BATCH_RATIO, ITERATIONS]
+        placed = pd.concat(extended, ignore_index=True)[keys] if extended else pd.DataFrame(columns=keys)
+        clash = measured[keys].merge(placed, on=keys, how="left", indicator=True)["_merge"].eq("both").to_numpy()
+        measured = measured[~clash]
+    grid = pd.concat([measured, *(frame.assign(**{SOURCE: EXTRAPOLATED}) for frame in extended)], ignore_index=True)
     fit_table = pd.DataFrame([asdict(fit) for fit in fits])
     return grid.sort_values([MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True), fit_table

@@ -77,6 +77,29 @@ def fill_missing_noise_batch_ratios(grid: pd.DataFrame, method: str = "log_nbr")
         [MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True)
 
 
+def fill_missing_model_sizes(grid: pd.DataFrame) -> pd.DataFrame:
+    """``fit.fill_missing_models`` (not in the paper; for sparse designs, :mod:`dpscaling.design`): a cell (model,
+    σ̄, T) no run measured, between two models that have it at that σ̄ and T, linearly in log M as the law's own
+    interpolant reads between models; new cells get Source "filled", cells outside the models' range stay NaN."""
+    sizes = grid.groupby(MODEL)[MODEL_SIZE].first().sort_values()
+    if len(sizes) < 3:
+        return grid
+    surface = grid.pivot_table(index=[NOISE_BATCH_RATIO, ITERATIONS], columns=MODEL, values=CROSS_ENTROPY,
+                               aggfunc="first", dropna=False).reindex(columns=sizes.index)
+    log_m = np.log(sizes.to_numpy(float))
+    values = np.apply_along_axis(_fill_row_in_log_nbr, 1, surface.to_numpy(float), log_m)
+    new = pd.DataFrame(values, index=surface.index, columns=surface.columns)
+    added = new.where(surface.isna()).stack().dropna().rename(CROSS_ENTROPY).reset_index()
+    if added.empty:
+        return grid
+    added = added.assign(**{MODEL_SIZE: added[MODEL].map(sizes), SOURCE: FILLED})
+    keys = [MODEL, ITERATIONS, NOISE_BATCH_RATIO]
+    kept = grid.merge(added[keys], on=keys, how="left", indicator=True)
+    kept = grid[(kept["_merge"] == "left_only").to_numpy()]
+    return pd.concat([kept, added[kept.columns.intersection(added.columns)]], ignore_index=True).sort_values(
+        [MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True)
+
+
 def _axis(values: np.ndarray, name: str) -> np.ndarray:
     axis = np.sort(np.unique(values))
     if len(axis) < 2:

@@ -78,6 +78,11 @@ class LawSettings:
     # Not in the paper: a cell without a value (a failed fit) leaves NaN only where the interpolation weighs
     # it; False is scipy's interpolant as the authors' code uses it (NaN wherever it is a corner, weight 0 too).
     ignore_zero_weight_nan: bool = False
+    # Not in the paper, for designs that train some points only, some to shorter horizons (dpscaling.design):
+    # each curve extrapolated from its own horizon instead of the longest's, and a cell no run measured filled
+    # between two models that have it, in log M (dpscaling.law.interpolation.fill_missing_model_sizes).
+    curve_horizons: bool = False
+    fill_missing_models: bool = False
     # Accounting: the lower σ of the amplified and unamplified tables (paper) or amplified only (code).
     accounting_rule: Literal["min", "amplified"] = "min"
 

@@ -1,0 +1,181 @@
+"""The adaptive design against the full grid on a known truth (not in the paper): what each design's law says at
+the target budgets, what it cost, and how far it is from the measurements it never trained.
+
+A ground-truth law gives every grid point's clean curve; a run of one seed adds that seed's offset (seed-to-seed
+noise, one draw per run) and measurement noise per logged step, both drawn from the run's own generator, so a run
+to a longer horizon is the same run continued: its first steps are the shorter one's (as
+:mod:`dpscaling.train.prefix` makes them in the workflow). The full grid trains every point to the full horizon; the
+adaptive design trains its seed runs, then rounds of the runs :func:`dpscaling.design.choice.choose_runs` picks,
+fitting the law (and its bootstrap committee) after each, until the answers' 90% band at every target is narrower
+than ``stop_width`` or the next round would pass the compute cap.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.design.answers import Target, answer_matrix
+from dpscaling.design.choice import choose_runs
+from dpscaling.design.runs import Candidate, DesignRun, candidates, design_flops, horizons
+from dpscaling.law.bootstrap import REPLICATE, Replicates, interval, replicate_grids, seed_noise
+from dpscaling.law.collect import TIDY_COLUMNS
+from dpscaling.law.columns import (
+    CROSS_ENTROPY, FAMILY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SEED, STATUS)
+from dpscaling.law.interpolation import LossFunction
+from dpscaling.models.family import BERT
+
+# Truth: loss(M, T, σ̄) (clean, vectorised); the worse of a point's learning rates costs a share more.
+LossOf = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Simulator:
+    """Runs drawn from a ground truth: ``sizes`` per model, ``rate_penalty`` per learning rate (a factor on the
+    clean loss), seed-to-seed and measurement noise in nats, a log every ``log_every`` steps."""
+
+    truth: LossOf
+    sizes: Mapping[str, float]
+    rate_penalty: Mapping[float, float]
+    seed_noise: float
+    measurement_noise: float
+    log_every: int
+    seed: int = 0
+
+    def curve(self, run: DesignRun) -> pd.DataFrame:
+        """The run's tidy curve: the same draws at every horizon, so a longer run continues a shorter one."""
+        key = zlib.crc32(repr((run.point, run.seed)).encode())
+        rng = np.random.default_rng([self.seed, key])
+        offset = rng.normal(0.0, self.seed_noise)
+        steps = np.arange(self.log_every, run.steps + 1, self.log_every, dtype=float)
+        noise = rng.normal(0.0, self.measurement_noise, 1 << 20)[: len(steps)] if len(steps) else np.array([])
+        size = float(self.sizes[run.model])
+        clean = self.truth(np.full(len(steps), size), steps, np.full(len(steps), run.noise_batch_ratio))
+        loss = clean * self.rate_penalty[run.learning_rate] + offset + noise
+        return pd.DataFrame({MODEL: run.model, MODEL_SIZE: size, LEARNING_RATE: run.learning_rate,
+                             ITERATIONS: steps, NOISE_BATCH_RATIO: run.noise_batch_ratio, CROSS_ENTROPY: loss,
+                             STATUS: "finished", SEED: run.seed, FAMILY: BERT.name})[TIDY_COLUMNS]
+
+    def results(self, runs: Sequence[DesignRun]) -> pd.DataFrame:
+        """The tidy curves of ``runs``, each point and seed once, at its longest horizon."""
+        longest: dict[tuple, DesignRun] = {}
+        for run in runs:
+            key = (*run.point, run.seed)
+            if key not in longest or run.steps > longest[key].steps:
+                longest[key] = run
+        return pd.concat([self.curve(run) for _, run in sorted(longest.items())], ignore_index=True)
+
+
+@dataclass(frozen=True)
+class DesignSettings:
+    """How a simulated (or trained) adaptive design runs; see :mod:`dpscaling.design.runs` for the seed design."""
+
+    seed_steps: int
+    horizon: int
+    runs_per_round: int
+    max_rounds: int
+    compute_cap: float  # FLOPs
+    stop_width: float  # nats: the widest 90% committee band at a target that lets the design stop
+    replicates: int
+    batch: int
+    seq_len: int
+    seed: int = 0
+    repeat_seeds: tuple[int, ...] = (1, 2)
+
+
+@dataclass
+class Round:
+    """One round's record: what was trained before it, what the committee said, and what it chose and why."""
+
+    index: int
+    runs: int
+    flops: float
+    answers: list[float]  # the committee's median answer per target
+    widths: list[float]  # its 90% band per target
+    chosen: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str = ""
+
+
+def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame], Any], settings: Any, replicates: int,
+              context_of: Callable[[Any, Replicates], Any], fit_options: Mapping[str, Any]):
+    """The law on ``results``, its bootstrap committee, and the analysis context that answers with both."""
+    law = fit(results)
+    grids = replicate_grids(results, settings, range(replicates), **fit_options)
+    members = Replicates([LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])
+    return law, members, context_of(law, members)
+
+
+def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], models: Sequence[str],
+               rates: Mapping[str, float], targets: Sequence[Target], design: DesignSettings,
+               fit: Callable[[pd.DataFrame], Any], law_settings: Any, fit_options: Mapping[str, Any],
+               context_of: Callable[[Any, Replicates], Any]) -> tuple[list[DesignRun], list[Round]]:
+    """The adaptive design on ``simulator``: seed runs, then rounds (module doc). ``grid``: the full design's
+    points; ``fit``: results → law; ``context_of``: (law, committee) → an analysis context."""
+    from dpscaling.design.runs import seed_design
+
+    noisy = sorted({nbr for _, nbr, _ in grid})
+    trained = seed_design(models, noisy, rates, design.seed, design.repeat_seeds, design.seed_steps)
+    ladder = horizons(design.seed_steps, design.horizon)
+    rounds: list[Round] = []
+    for index in range(design.max_rounds + 1):
+        results = simulator.results(trained)
+        _, members, context = committee(results, fit, law_settings, design.replicates, context_of, fit_options)
+        answers = answer_matrix(context, targets)
+        low, high = interval(answers)
+        spent = design_flops(trained, simulator.sizes, design.batch, design.seq_len)
+        record = Round(index, len(trained), spent, [float(v) for v in np.nanmedian(answers, axis=0)],
+                       [float(v) for v in high - low])
+        rounds.append(record)
+        if np.nanmax(high - low) < design.stop_width:
+            record.stopped = f"every target's band is below {design.stop_width} nats"
+            break
+        if index == design.max_rounds:
+            record.stopped = f"the round limit ({design.max_rounds})"
+            break
+        options = candidates(trained, grid, design.seed, design.repeat_seeds, ladder)
+        costs = [option.flops(simulator.sizes, design.batch, design.seq_len) for option in options]
+        affordable = [i for i, cost in enumerate(costs) if spent + cost <= design.compute_cap]
+        if not affordable:
+            record.stopped = "the compute cap"
+            break
+        chosen = _choose(options, affordable, costs, members, answers, seed_noise(results), simulator.sizes,
+                         design, spent)
+        if not chosen:
+            record.stopped = "no candidate is expected to narrow the answers within the cap"
+            break
+        record.chosen = [{"model": option.run.model, "noise_batch_ratio": option.run.noise_batch_ratio,
+                          "learning_rate": option.run.learning_rate, "seed": option.run.seed,
+                          "steps": option.run.steps, "kind": option.kind, "flops": cost, "variance_reduction": gain}
+                         for option, cost, gain in chosen]
+        trained = sorted({*trained, *(option.run for option, _, _ in chosen)})
+    return trained, rounds
+
+
+def _choose(options: Sequence[Candidate], affordable: Sequence[int], costs: Sequence[float], members: Replicates,
+            answers: np.ndarray, noise: float, sizes: Mapping[str, float], design: DesignSettings, spent: float):
+    """The round's picks among the affordable candidates: distinct, in the rule's order, within the cap in total."""
+    runs = [options[i].run for i in affordable]
+    predictions = members.loss_matrix(np.array([sizes[run.model] for run in runs], float),
+                                      np.array([run.steps for run in runs], float),
+                                      np.array([run.noise_batch_ratio for run in runs], float))
+    answered = np.flatnonzero(np.all(np.isfinite(predictions), axis=0))  # every member predicts it
+    affordable = [affordable[i] for i in answered]
+    if not affordable:
+        return []
+    choice = choose_runs(answers, predictions[:, answered], [costs[i] for i in affordable], max(noise**2, 1e-8),
+                         2 * design.runs_per_round)
+    chosen, total = [], spent
+    for pick in choice.picks:
+        index = affordable[pick.candidate]
+        if any(index == taken for taken, _, _ in chosen) or total + costs[index] > design.compute_cap:
+            continue
+        chosen.append((index, costs[index], pick.variance_reduction))
+        total += costs[index]
+        if len(chosen) == design.runs_per_round:
+            break
+    return [(options[index], cost, gain) for index, cost, gain in chosen]
