@@ -61,3 +61,35 @@ def test_rounds_spend_within_the_cap_choose_stated_kinds_and_stop_by_a_rule() ->
     chosen = [c for r in rounds for c in r.chosen]
     assert {(c["model"], c["noise_batch_ratio"], c["steps"], c["seed"]) for c in chosen} <= {
         (run.model, run.noise_batch_ratio, run.steps, run.seed) for run in trained}
+
+
+def test_the_comparison_of_a_design_that_trained_the_whole_grid_is_the_grids_own() -> None:
+    from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
+
+    from dpscaling.design.compare import compare, untrained
+    from dpscaling.design.runs import seed_design
+    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.law import LawSettings
+    from dpscaling.law.artifact import fit_law
+    from dpscaling.law.synthetic import DeterministicGaussianSigma
+
+    grid = [(model, nbr, RATES[model]) for model, nbr in product(SIZES, NBRS)]
+    settings = LawSettings(warmup_steps=100, rolling_window=3, curve_horizons=True, fill_missing_models=True)
+
+    def fit(results):
+        return fit_law(results, settings, seq_len=SEQ_LEN, physical_batch=PHYSICAL_BATCH)
+
+    def context_of(law):
+        return AnalysisContext(law, DeterministicGaussianSigma(), SETTINGS, delta=1e-8, sampling="deterministic")
+
+    targets = [Target(8.0, 1e5, 1e13)]
+    seeds = seed_design(list(SIZES), NBRS, RATES, 0, (1,), 500)
+    partial = compare(SIMULATOR, grid, seeds, 2000, fit, context_of, targets, PHYSICAL_BATCH, SEQ_LEN)
+    full = SIMULATOR.results([DesignRun(*point, 0, 2000) for point in grid])
+    assert partial.untrained_measurements == len(untrained(full, seeds, 0)) > 0
+    assert 0 < partial.fraction < 1 and partial.grid_error < partial.adaptive_error
+    # the untrained measurements: every step past 500 of a seed point, every step of the others
+    assert partial.untrained_measurements == (len(grid) - 8) * 100 + 8 * 75
+    whole = compare(SIMULATOR, grid, [DesignRun(*point, 0, 2000) for point in grid], 2000, fit, context_of, targets,
+                    PHYSICAL_BATCH, SEQ_LEN)
+    assert whole.fraction == 1 and whole.untrained_measurements == 0 and whole.regret == (0.0,)

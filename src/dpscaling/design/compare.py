@@ -1,0 +1,105 @@
+"""The adaptive design measured against the full grid (issue 54's three numbers), on a known truth.
+
+- **Error**: the adaptive law's mean absolute error on every full-grid measurement it did not train (a point it
+  never trained, or a step past the horizon it trained that point to), beside the full-grid law's error on the
+  same measurements; and both laws' error against the truth's clean loss, which a simulation knows.
+- **Regret** per target budget: the loss the full-grid law predicts for the adaptive law's answer (its M, B, T,
+  σ̄), minus the full-grid law's own answer's loss.
+- **FLOPs** of both designs (:func:`dpscaling.design.runs.design_flops`: an extended run paid once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpscaling.design.answers import Target
+from dpscaling.design.runs import DesignRun, design_flops
+from dpscaling.design.simulate import Simulator
+from dpscaling.law.columns import (
+    CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SEED)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    adaptive_flops: float
+    grid_flops: float
+    untrained_measurements: int
+    adaptive_error: float  # mean |law − measured| over the full grid's measurements the design did not train
+    grid_error: float  # the full-grid law's, on the same measurements
+    adaptive_truth_error: float  # mean |law − truth| there
+    grid_truth_error: float
+    regret: tuple[float, ...]  # per target, nats
+    answers: tuple[tuple[float, float], ...]  # per target: (adaptive answer's loss, full grid's), each its own law
+
+    @property
+    def fraction(self) -> float:
+        return self.adaptive_flops / self.grid_flops
+
+    def row(self) -> dict[str, Any]:
+        return {"FLOPs fraction": self.fraction, "adaptive FLOPs": self.adaptive_flops, "grid FLOPs": self.grid_flops,
+                "untrained measurements": self.untrained_measurements, "adaptive error": self.adaptive_error,
+                "grid error": self.grid_error, "adaptive error vs truth": self.adaptive_truth_error,
+                "grid error vs truth": self.grid_truth_error, "largest regret": max(self.regret, default=np.nan),
+                "mean regret": float(np.mean(self.regret)) if self.regret else np.nan}
+
+
+def untrained(full: pd.DataFrame, trained: Sequence[DesignRun], seed: int) -> pd.DataFrame:
+    """The full grid's main-seed measurements the design did not train."""
+    reached: dict[tuple, int] = {}
+    for run in trained:
+        if run.seed == seed:
+            reached[run.point] = max(reached.get(run.point, 0), run.steps)
+    main = full[full[SEED] == seed]
+    horizon = np.array([reached.get((m, float(s), float(r)), 0) for m, s, r in
+                        zip(main[MODEL], main[NOISE_BATCH_RATIO], main[LEARNING_RATE])], float)
+    return main[main[ITERATIONS].to_numpy(float) > horizon]
+
+
+def compare(simulator: Simulator, grid: Sequence[tuple[str, float, float]], trained: Sequence[DesignRun],
+            horizon: int, fit: Callable[[pd.DataFrame], Any], context_of: Callable[[Any], Any],
+            targets: Sequence[Target], batch: int, seq_len: int, seed: int = 0,
+            full_runs: Sequence[DesignRun] | None = None) -> Comparison:
+    """The three numbers (module doc) for the adaptive design's ``trained`` runs against the full ``grid`` trained
+    to ``horizon`` (or ``full_runs``, the full design's runs, its repeats included); ``context_of``: law → context."""
+    full_runs = list(full_runs) if full_runs is not None else [DesignRun(*point, seed, horizon) for point in grid]
+    full = simulator.results(full_runs)
+    grid_law, adaptive_law = fit(full), fit(simulator.results(trained))
+    held = untrained(full, trained, seed)
+    m, t, s = (held[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
+    measured = held[CROSS_ENTROPY].to_numpy(float)
+    truth = simulator.truth(m, t, s) * np.array([simulator.rate_penalty[r] for r in held[LEARNING_RATE]])
+    adaptive, full_law = adaptive_law.loss(m, t, s), grid_law.loss(m, t, s)
+    regret, answers = _regret(context_of(adaptive_law), context_of(grid_law), grid_law, targets)
+    return Comparison(
+        design_flops(trained, simulator.sizes, batch, seq_len), design_flops(full_runs, simulator.sizes, batch, seq_len),
+        len(held), _mean_abs(adaptive - measured), _mean_abs(full_law - measured), _mean_abs(adaptive - truth),
+        _mean_abs(full_law - truth), regret, answers)
+
+
+def _regret(adaptive: Any, full: Any, full_law: Any, targets: Sequence[Target]):
+    regret, answers = [], []
+    for target in targets:
+        budgets = np.array([target.compute])
+        mine = adaptive.best_per_compute(target.epsilon, target.data_budget, budgets=budgets)
+        best = full.best_per_compute(target.epsilon, target.data_budget, budgets=budgets)
+        if mine.empty or best.empty:
+            regret.append(np.nan)
+            answers.append((np.nan, np.nan))
+            continue
+        row = mine.iloc[0]
+        under_full = float(full_law.loss(np.array([row[MODEL_SIZE]]), np.array([row[ITERATIONS]]),
+                                         np.array([row[NOISE_BATCH_RATIO]]))[0])
+        regret.append(under_full - float(best[CROSS_ENTROPY].iloc[0]))
+        answers.append((float(row[CROSS_ENTROPY]), float(best[CROSS_ENTROPY].iloc[0])))
+    return tuple(regret), tuple(answers)
+
+
+def _mean_abs(values: np.ndarray) -> float:
+    finite = np.asarray(values, float)[np.isfinite(values)]
+    return float(np.mean(np.abs(finite))) if len(finite) else float("nan")
+
