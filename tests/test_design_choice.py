@@ -110,3 +110,18 @@ def test_each_member_answers_each_target_with_its_own_optimum(committee_context)
                              candidates["Noise Batch Ratio"].to_numpy(float)))
         assert answers[member, 0] == pytest.approx(own, abs=1e-12)
         assert abs(answers[member, 0] - float(best["Cross Entropy"].iloc[0])) < 0.2
+
+
+def test_the_jackknife_covariance_is_n_minus_1_over_n_times_the_summed_deviations() -> None:
+    from dpscaling.design.choice import choose_from_covariance, jackknife_covariance
+
+    rng = np.random.default_rng(5)
+    members = rng.normal(size=(7, 3))
+    deviations = members - members.mean(axis=0)
+    wanted = (7 - 1) / 7 * deviations.T @ deviations
+    np.testing.assert_allclose(jackknife_covariance(members[:, :1], members[:, 1:]), wanted, rtol=1e-12)
+    # the rule on a covariance is the rule on members
+    answers, predictions = committee()
+    sigma = joint_covariance(answers, predictions)
+    assert choose_from_covariance(sigma, 1, [1.0, 1.0, 1.0], 1e-4, 2).candidates == choose_runs(
+        answers, predictions, [1.0, 1.0, 1.0], 1e-4, 2).candidates

@@ -67,6 +67,16 @@ def joint_covariance(answers: np.ndarray, predictions: np.ndarray) -> np.ndarray
     return np.atleast_2d(np.cov(joint, rowvar=False))
 
 
+def jackknife_covariance(answers: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    """The jackknife's covariance of (answers, predictions) from laws refitted with one point left out each
+    (members × ...): (n − 1)/n · Σ_i d_i d_iᵀ, d_i the i-th refit's deviation from their mean. It measures what
+    the bootstrap cannot: how much the answers hang on single runs of a sparse design."""
+    sigma = joint_covariance(answers, predictions)
+    members = int(np.sum(np.all(np.isfinite(np.hstack([np.atleast_2d(answers), np.atleast_2d(predictions)])),
+                                axis=1)))
+    return sigma * (members - 1) ** 2 / members
+
+
 def choose_runs(answers: np.ndarray, predictions: np.ndarray, costs: Sequence[float], noise_variance: float,
                 runs: int) -> Choice:
     """Up to ``runs`` candidates, greedily by expected variance reduction of the answers per FLOP (module doc).
@@ -75,13 +85,20 @@ def choose_runs(answers: np.ndarray, predictions: np.ndarray, costs: Sequence[fl
     predicted loss where it would be measured; ``costs``: each candidate's FLOPs (> 0); ``noise_variance``: s², the
     variance of one run's measurement about the law (seed noise). A candidate may be picked again (a repeated seed).
     Stops early when no candidate is expected to remove any variance."""
+    return choose_from_covariance(joint_covariance(answers, predictions), np.atleast_2d(answers).shape[1], costs,
+                                  noise_variance, runs)
+
+
+def choose_from_covariance(sigma: np.ndarray, n_targets: int, costs: Sequence[float], noise_variance: float,
+                           runs: int) -> Choice:
+    """:func:`choose_runs` from the joint covariance ``sigma`` of (the ``n_targets`` answers, the candidates'
+    predictions), e.g. the bootstrap's plus the jackknife's (:func:`jackknife_covariance`)."""
     costs = np.asarray(costs, float)
-    n_targets = np.atleast_2d(answers).shape[1]
-    if costs.shape != (np.atleast_2d(predictions).shape[1],) or np.any(~(costs > 0)):
+    sigma = np.array(sigma, float)
+    if costs.shape != (sigma.shape[0] - n_targets,) or np.any(~(costs > 0)):
         raise ValueError("one positive cost per candidate")
     if not noise_variance > 0:
         raise ValueError(f"noise_variance must be > 0, got {noise_variance}")
-    sigma = joint_covariance(answers, predictions)
     before = np.diag(sigma)[:n_targets].copy()
     picks: list[Pick] = []
     for _ in range(runs):

@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.design.answers import Target, answer_matrix
-from dpscaling.design.choice import choose_runs
+from dpscaling.design.choice import choose_from_covariance, jackknife_covariance, joint_covariance
 from dpscaling.design.runs import Candidate, DesignRun, candidates, design_flops, horizons
-from dpscaling.law.bootstrap import REPLICATE, Replicates, interval, replicate_grids, seed_noise
+from dpscaling.errors import UserError
+from dpscaling.law.bootstrap import REPLICATE, Replicates, replicate_grids, seed_noise
 from dpscaling.law.collect import TIDY_COLUMNS
 from dpscaling.law.columns import (
     CROSS_ENTROPY, FAMILY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SEED, STATUS)
@@ -86,6 +87,7 @@ class DesignSettings:
     seq_len: int
     seed: int = 0
     repeat_seeds: tuple[int, ...] = (1, 2)
+    jackknife: bool = True  # the committee also holds the laws refitted with one trained point left out each
 
 
 @dataclass
@@ -101,13 +103,57 @@ class Round:
     stopped: str = ""
 
 
-def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame], Any], settings: Any, replicates: int,
-              context_of: Callable[[Any, Replicates], Any], fit_options: Mapping[str, Any]):
-    """The law on ``results``, its bootstrap committee, and the analysis context that answers with both."""
+@dataclass(frozen=True)
+class Committee:
+    """The laws whose disagreement the design reads: the bootstrap replicates (seed noise) and, with
+    ``DesignSettings.jackknife``, the laws refitted with one trained point left out each (what the answers hang on);
+    each set's answers at the targets (members × targets)."""
+
+    bootstrap: Replicates
+    bootstrap_answers: np.ndarray
+    jackknife: Replicates | None = None
+    jackknife_answers: np.ndarray | None = None
+
+    def covariance(self, runs: Sequence[DesignRun], sizes: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """The joint covariance of (answers, the ``runs``' predicted losses where they would be measured), and
+        the indices of the runs every member predicts (the others are left out)."""
+        points = (np.array([sizes[run.model] for run in runs], float), np.array([run.steps for run in runs], float),
+                  np.array([run.noise_batch_ratio for run in runs], float))
+        sets = [(self.bootstrap, self.bootstrap_answers, joint_covariance)]
+        if self.jackknife is not None:
+            sets.append((self.jackknife, self.jackknife_answers, jackknife_covariance))
+        predictions = [members.loss_matrix(*points) for members, _, _ in sets]
+        answered = np.flatnonzero(np.all([np.all(np.isfinite(p), axis=0) for p in predictions], axis=0))
+        sigma = sum(covariance(answers, p[:, answered]) for (_, answers, covariance), p in zip(sets, predictions))
+        return sigma, answered
+
+    def widths(self) -> np.ndarray:
+        """Each target's 90% band, Gaussian, from the committee's total variance of its answer."""
+        sigma, _ = self.covariance([], {})
+        return 2 * 1.645 * np.sqrt(np.clip(np.diag(sigma), 0.0, None))
+
+
+def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame], Any], settings: Any, design: DesignSettings,
+              context_of: Callable[[Any, Replicates], Any], fit_options: Mapping[str, Any],
+              targets: Sequence[Target]) -> Committee:
+    """The committee on ``results`` (:class:`Committee`), answering at ``targets``."""
     law = fit(results)
-    grids = replicate_grids(results, settings, range(replicates), **fit_options)
-    members = Replicates([LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])
-    return law, members, context_of(law, members)
+    grids = replicate_grids(results, settings, range(design.replicates), **fit_options)
+    bootstrap = Replicates([LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])
+    if not design.jackknife:
+        return Committee(bootstrap, answer_matrix(context_of(law, bootstrap), targets))
+    point = [MODEL, NOISE_BATCH_RATIO, LEARNING_RATE]
+    left_out = []
+    for (model, nbr, rate), _ in results[results[SEED] == design.seed].groupby(point):
+        rest = results[~((results[MODEL] == model) & (results[NOISE_BATCH_RATIO] == nbr)
+                         & (results[LEARNING_RATE] == rate))]
+        try:
+            left_out.append(fit(rest).loss)
+        except UserError:  # a point the law cannot do without (a model's only curve): no refit of it
+            continue
+    jackknife = Replicates(left_out)
+    return Committee(bootstrap, answer_matrix(context_of(law, bootstrap), targets), jackknife,
+                     answer_matrix(context_of(law, jackknife), targets))
 
 
 def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], models: Sequence[str],
@@ -124,14 +170,13 @@ def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], m
     rounds: list[Round] = []
     for index in range(design.max_rounds + 1):
         results = simulator.results(trained)
-        _, members, context = committee(results, fit, law_settings, design.replicates, context_of, fit_options)
-        answers = answer_matrix(context, targets)
-        low, high = interval(answers)
+        members = committee(results, fit, law_settings, design, context_of, fit_options, targets)
+        widths = members.widths()
         spent = design_flops(trained, simulator.sizes, design.batch, design.seq_len)
-        record = Round(index, len(trained), spent, [float(v) for v in np.nanmedian(answers, axis=0)],
-                       [float(v) for v in high - low])
+        record = Round(index, len(trained), spent,
+                       [float(v) for v in np.nanmedian(members.bootstrap_answers, axis=0)], [float(v) for v in widths])
         rounds.append(record)
-        if np.nanmax(high - low) < design.stop_width:
+        if np.nanmax(widths) < design.stop_width:
             record.stopped = f"every target's band is below {design.stop_width} nats"
             break
         if index == design.max_rounds:
@@ -143,8 +188,7 @@ def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], m
         if not affordable:
             record.stopped = "the compute cap"
             break
-        chosen = _choose(options, affordable, costs, members, answers, seed_noise(results), simulator.sizes,
-                         design, spent)
+        chosen = _choose(options, affordable, costs, members, seed_noise(results), simulator.sizes, design, spent)
         if not chosen:
             record.stopped = "no candidate is expected to narrow the answers within the cap"
             break
@@ -156,19 +200,16 @@ def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], m
     return trained, rounds
 
 
-def _choose(options: Sequence[Candidate], affordable: Sequence[int], costs: Sequence[float], members: Replicates,
-            answers: np.ndarray, noise: float, sizes: Mapping[str, float], design: DesignSettings, spent: float):
+def _choose(options: Sequence[Candidate], affordable: Sequence[int], costs: Sequence[float], members: Committee,
+            noise: float, sizes: Mapping[str, float], design: DesignSettings, spent: float):
     """The round's picks among the affordable candidates: distinct, in the rule's order, within the cap in total."""
-    runs = [options[i].run for i in affordable]
-    predictions = members.loss_matrix(np.array([sizes[run.model] for run in runs], float),
-                                      np.array([run.steps for run in runs], float),
-                                      np.array([run.noise_batch_ratio for run in runs], float))
-    answered = np.flatnonzero(np.all(np.isfinite(predictions), axis=0))  # every member predicts it
+    sigma, answered = members.covariance([options[i].run for i in affordable], sizes)
     affordable = [affordable[i] for i in answered]
     if not affordable:
         return []
-    choice = choose_runs(answers, predictions[:, answered], [costs[i] for i in affordable], max(noise**2, 1e-8),
-                         2 * design.runs_per_round)
+    n_targets = members.bootstrap_answers.shape[1]
+    choice = choose_from_covariance(sigma, n_targets, [costs[i] for i in affordable], max(noise**2, 1e-8),
+                                    2 * design.runs_per_round)
     chosen, total = [], spent
     for pick in choice.picks:
         index = affordable[pick.candidate]
