@@ -50,6 +50,11 @@ def main() -> None:
     parser.add_argument("--runs-per-round", type=int, default=4)
     parser.add_argument("--cap", type=float, default=0.1, help="compute cap, a fraction of the full grid's FLOPs")
     parser.add_argument("--replicates", type=int, default=8)
+    parser.add_argument("--jackknife", action="store_true",
+                        help="add the laws refitted with one trained point left out to the committee")
+    parser.add_argument("--asymptote", default="per_curve", choices=["per_curve", "nonprivate",
+                                                                      "per_curve_else_nonprivate"],
+                        help="fit.extrapolation_asymptote of both laws (the paper's per_curve by default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scale = SCALES[args.scale]
@@ -62,6 +67,7 @@ def main() -> None:
     grid = [(model, float(nbr), rates[0]) for model, nbr in product(models, scale["nbrs"])]
     full_grid = [(model, float(nbr), float(rate)) for model, nbr, rate in product(models, scale["nbrs"], rates)]
     settings = LawSettings(warmup_steps=scale["warmup"], rolling_window=3, curve_horizons=True,
+                           extrapolation_asymptote=args.asymptote,
                            fill_missing_models=True)
     options = dict(seq_len=scale["seq_len"], physical_batch=scale["batch"])
     analysis = AnalysisSettings()
@@ -77,7 +83,8 @@ def main() -> None:
     full_flops = sum(6 * sizes[model] * scale["batch"] * scale["seq_len"] * horizon for model, _, _ in full_grid)
     design = DesignSettings(seed_steps=int(horizon * args.seed_fraction), horizon=horizon,
                             runs_per_round=args.runs_per_round, max_rounds=args.rounds, compute_cap=args.cap * full_flops,
-                            stop_width=0.0, replicates=args.replicates, batch=scale["batch"], seq_len=scale["seq_len"])
+                            stop_width=0.0, replicates=args.replicates, batch=scale["batch"], seq_len=scale["seq_len"],
+                            jackknife=args.jackknife)
     started = time.perf_counter()
     trained, rounds = run_design(simulator, grid, models, best_rate, targets, design, fit, settings, options,
                                  context_of)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -56,25 +57,26 @@ class Choice:
 
 def joint_covariance(answers: np.ndarray, predictions: np.ndarray) -> np.ndarray:
     """The committee's covariance of (answers, candidate predictions): ``answers`` members × targets, ``predictions``
-    members × candidates; a member with any non-finite value is left out (a replicate that could not answer)."""
-    answers, predictions = np.atleast_2d(answers), np.atleast_2d(predictions)
-    if answers.shape[0] != predictions.shape[0]:
-        raise ValueError(f"{answers.shape[0]} members' answers but {predictions.shape[0]} members' predictions")
-    joint = np.hstack([answers, predictions]).astype(float)
-    joint = joint[np.all(np.isfinite(joint), axis=1)]
-    if len(joint) < 2:
+    members × candidates; each pair of columns over the members that give both (a member may fail to answer a
+    target or predict a candidate outside its range). A column fewer than two members give is refused."""
+    joint = np.hstack([np.atleast_2d(answers), np.atleast_2d(predictions)]).astype(float)
+    if np.atleast_2d(answers).shape[0] != np.atleast_2d(predictions).shape[0]:
+        raise ValueError(f"{np.atleast_2d(answers).shape[0]} members' answers but "
+                         f"{np.atleast_2d(predictions).shape[0]} members' predictions")
+    if np.any(np.sum(np.isfinite(joint), axis=0) < 2):
         raise ValueError("the committee needs at least two members that answer every target and candidate")
-    return np.atleast_2d(np.cov(joint, rowvar=False))
+    return pd.DataFrame(joint).cov(min_periods=2).to_numpy(float)
 
 
 def jackknife_covariance(answers: np.ndarray, predictions: np.ndarray) -> np.ndarray:
     """The jackknife's covariance of (answers, predictions) from laws refitted with one point left out each
-    (members × ...): (n − 1)/n · Σ_i d_i d_iᵀ, d_i the i-th refit's deviation from their mean. It measures what
-    the bootstrap cannot: how much the answers hang on single runs of a sparse design."""
-    sigma = joint_covariance(answers, predictions)
-    members = int(np.sum(np.all(np.isfinite(np.hstack([np.atleast_2d(answers), np.atleast_2d(predictions)])),
-                                axis=1)))
-    return sigma * (members - 1) ** 2 / members
+    (members × ...): (n − 1)/n · Σ_i d_i d_iᵀ, d_i the i-th refit's deviation from their mean (pairwise over the
+    members that give both, as :func:`joint_covariance`). It measures what the bootstrap cannot: how much the
+    answers hang on single runs of a sparse design."""
+    joint = np.hstack([np.atleast_2d(answers), np.atleast_2d(predictions)]).astype(float)
+    finite = np.isfinite(joint).astype(float)
+    pairs = finite.T @ finite  # members giving both columns
+    return joint_covariance(answers, predictions) * (pairs - 1) ** 2 / pairs
 
 
 def choose_runs(answers: np.ndarray, predictions: np.ndarray, costs: Sequence[float], noise_variance: float,

@@ -87,7 +87,7 @@ class DesignSettings:
     seq_len: int
     seed: int = 0
     repeat_seeds: tuple[int, ...] = (1, 2)
-    jackknife: bool = True  # the committee also holds the laws refitted with one trained point left out each
+    jackknife: bool = False  # the committee also holds the laws refitted with one trained point left out each
 
 
 @dataclass
@@ -123,7 +123,8 @@ class Committee:
         if self.jackknife is not None:
             sets.append((self.jackknife, self.jackknife_answers, jackknife_covariance))
         predictions = [members.loss_matrix(*points) for members, _, _ in sets]
-        answered = np.flatnonzero(np.all([np.all(np.isfinite(p), axis=0) for p in predictions], axis=0))
+        # a run is a candidate where at least two members of each set predict it
+        answered = np.flatnonzero(np.all([np.sum(np.isfinite(p), axis=0) >= 2 for p in predictions], axis=0))
         sigma = sum(covariance(answers, p[:, answered]) for (_, answers, covariance), p in zip(sets, predictions))
         return sigma, answered
 

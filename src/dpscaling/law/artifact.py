@@ -236,7 +236,10 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     grid = fill_missing_noise_batch_ratios(extended, settings.fill_missing_nbr)
     if settings.fill_missing_models:  # then across models, and along σ̄ again where that made neighbours
         grid = fill_missing_noise_batch_ratios(fill_missing_model_sizes(grid), settings.fill_missing_nbr)
-    grid = own_extrapolation_where_unfilled(grid)
+    if settings.curve_horizons:  # a short curve's own extrapolation where no fill reached, and the fills again from it
+        grid = own_extrapolation_where_unfilled(grid)
+        if settings.fill_missing_models:
+            grid = fill_missing_noise_batch_ratios(fill_missing_model_sizes(grid), settings.fill_missing_nbr)
     failed = fits[fits["status"] != "ok"]
     report = {
         "measurements": int(len(results)),
