@@ -1,4 +1,4 @@
-"""The adaptive design against the full grid on a known truth (issue 54): error, regret and FLOPs, side by side.
+"""The adaptive design against the full grid on a known truth: error, regret and FLOPs, side by side.
 
     python benchmarks/adaptive_design.py --scale paper     # the paper's grid: 6 BERTs x 19 sigma-bar x 3 rates, 128K
     python benchmarks/adaptive_design.py --scale small     # 3 models x 5 sigma-bar, 2,000 steps (a minute)
@@ -22,6 +22,7 @@ import numpy as np
 
 from dpscaling.design.answers import Target
 from dpscaling.design.compare import compare
+from dpscaling.design.runs import DesignRun
 from dpscaling.design.simulate import DesignSettings, Simulator, run_design
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.settings import AnalysisSettings
@@ -89,8 +90,6 @@ def main() -> None:
     trained, rounds = run_design(simulator, grid, models, best_rate, targets, design, fit, settings, options,
                                  context_of)
     designed = time.perf_counter() - started
-    from dpscaling.design.runs import DesignRun
-
     full_runs = [DesignRun(*point, 0, horizon) for point in full_grid]
     result = compare(simulator, grid, trained, horizon, fit, context_of, targets, scale["batch"], scale["seq_len"],
                      full_runs=full_runs)

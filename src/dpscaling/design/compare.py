@@ -1,4 +1,4 @@
-"""The adaptive design measured against the full grid (issue 54's three numbers), on a known truth.
+"""The adaptive design measured against the full grid, on a known truth: error, regret and FLOPs.
 
 - **Error**: the adaptive law's mean absolute error on every full-grid measurement it did not train (a point it
   never trained, or a step past the horizon it trained that point to), beside the full-grid law's error on the

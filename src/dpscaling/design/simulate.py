@@ -22,7 +22,7 @@ import pandas as pd
 
 from dpscaling.design.answers import Target, answer_matrix
 from dpscaling.design.choice import choose_from_covariance, jackknife_covariance, joint_covariance
-from dpscaling.design.runs import Candidate, DesignRun, candidates, design_flops, horizons
+from dpscaling.design.runs import Candidate, DesignRun, candidates, design_flops, horizons, seed_design
 from dpscaling.errors import UserError
 from dpscaling.law.bootstrap import REPLICATE, Replicates, replicate_grids, seed_noise
 from dpscaling.law.collect import TIDY_COLUMNS
@@ -163,8 +163,6 @@ def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], m
                context_of: Callable[[Any, Replicates], Any]) -> tuple[list[DesignRun], list[Round]]:
     """The adaptive design on ``simulator``: seed runs, then rounds (module doc). ``grid``: the full design's
     points; ``fit``: results → law; ``context_of``: (law, committee) → an analysis context."""
-    from dpscaling.design.runs import seed_design
-
     noisy = sorted({nbr for _, nbr, _ in grid})
     trained = seed_design(models, noisy, rates, design.seed, design.repeat_seeds, design.seed_steps)
     ladder = horizons(design.seed_steps, design.horizon)
