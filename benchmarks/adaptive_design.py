@@ -73,8 +73,8 @@ def main() -> None:
     options = dict(seq_len=scale["seq_len"], physical_batch=scale["batch"])
     analysis = AnalysisSettings()
 
-    def fit(results):
-        return fit_law(results, settings, **options)
+    def fit(results, law_settings=settings):
+        return fit_law(results, law_settings, **options)
 
     def context_of(law, members=None):
         return AnalysisContext(law, DeterministicGaussianSigma(), analysis, delta=1e-8, sampling="deterministic",

@@ -46,7 +46,7 @@ def test_rounds_spend_within_the_cap_choose_stated_kinds_and_stop_by_a_rule() ->
                             stop_width=0.0, replicates=4, batch=PHYSICAL_BATCH, seq_len=SEQ_LEN)
     trained, rounds = run_design(
         SIMULATOR, grid, list(SIZES), RATES, [Target(8.0, 1e5, 1e13), Target(1.0, 1e5, 1e13)], design,
-        lambda results: fit_law(results, settings, **options), settings, options,
+        lambda results, law_settings: fit_law(results, law_settings, **options), settings, options,
         lambda law, members: AnalysisContext(law, DeterministicGaussianSigma(), SETTINGS, delta=1e-8,
                                              sampling="deterministic", replicates=members))
     assert [r.index for r in rounds] == list(range(len(rounds))) and 1 <= len(rounds) <= 3

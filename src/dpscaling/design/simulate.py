@@ -12,6 +12,7 @@ than ``stop_width`` or the next round would pass the compute cap.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from dpscaling.law.collect import TIDY_COLUMNS
 from dpscaling.law.columns import (
     CROSS_ENTROPY, FAMILY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SEED, STATUS)
 from dpscaling.law.interpolation import LossFunction
+from dpscaling.law.settings import Window
 from dpscaling.models.family import BERT
 
 # Truth: loss(M, T, σ̄) (clean, vectorised); the worse of a point's learning rates costs a share more.
@@ -87,6 +89,7 @@ class DesignSettings:
     seq_len: int
     seed: int = 0
     repeat_seeds: tuple[int, ...] = (1, 2)
+    model_forms: bool = True  # the committee also holds the law under other extrapolation choices (MODEL_FORMS)
     jackknife: bool = False  # the committee also holds the laws refitted with one trained point left out each
 
 
@@ -104,29 +107,48 @@ class Round:
 
 
 @dataclass(frozen=True)
-class Committee:
-    """The laws whose disagreement the design reads: the bootstrap replicates (seed noise) and, with
-    ``DesignSettings.jackknife``, the laws refitted with one trained point left out each (what the answers hang on);
-    each set's answers at the targets (members × targets)."""
+class MemberSet:
+    """Laws of one kind in the committee and their answers at the targets (members × targets); ``covariance``
+    reads their spread: :func:`joint_covariance` for a sample, :func:`jackknife_covariance` for a jackknife."""
 
-    bootstrap: Replicates
-    bootstrap_answers: np.ndarray
-    jackknife: Replicates | None = None
-    jackknife_answers: np.ndarray | None = None
+    name: str
+    members: Replicates
+    answers: np.ndarray
+    covariance: Callable[[np.ndarray, np.ndarray], np.ndarray] = joint_covariance
+
+
+# The committee's model forms (DesignSettings.model_forms): the design's law refitted with each of these changes,
+# the choices its extrapolation from a short horizon is least sure of (the window, and whether the asymptote is free).
+MODEL_FORMS: tuple[dict[str, Any], ...] = (
+    {"extrapolation_window": Window(0.25, 1.0)},
+    {"extrapolation_window": Window(0.5, 1.0)},
+    {"extrapolation_asymptote": "nonprivate"},
+    {"extrapolation_asymptote": "per_curve_else_nonprivate"},
+)
+
+
+@dataclass(frozen=True)
+class Committee:
+    """The laws whose disagreement the design reads, as sets whose covariances add: the bootstrap replicates (seed
+    noise); with ``DesignSettings.model_forms`` the law refitted under other extrapolation choices (how sure its
+    extrapolation from short horizons is); with ``DesignSettings.jackknife`` the laws refitted with one trained point
+    left out each (what the answers hang on)."""
+
+    sets: tuple[MemberSet, ...]
 
     def covariance(self, runs: Sequence[DesignRun], sizes: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """The joint covariance of (answers, the ``runs``' predicted losses where they would be measured), and
-        the indices of the runs every member predicts (the others are left out)."""
+        the indices of the runs at least two members of every set predict (the others are left out)."""
         points = (np.array([sizes[run.model] for run in runs], float), np.array([run.steps for run in runs], float),
                   np.array([run.noise_batch_ratio for run in runs], float))
-        sets = [(self.bootstrap, self.bootstrap_answers, joint_covariance)]
-        if self.jackknife is not None:
-            sets.append((self.jackknife, self.jackknife_answers, jackknife_covariance))
-        predictions = [members.loss_matrix(*points) for members, _, _ in sets]
-        # a run is a candidate where at least two members of each set predict it
+        predictions = [part.members.loss_matrix(*points) for part in self.sets]
         answered = np.flatnonzero(np.all([np.sum(np.isfinite(p), axis=0) >= 2 for p in predictions], axis=0))
-        sigma = sum(covariance(answers, p[:, answered]) for (_, answers, covariance), p in zip(sets, predictions))
+        sigma = sum(part.covariance(part.answers, p[:, answered]) for part, p in zip(self.sets, predictions))
         return sigma, answered
+
+    @property
+    def bootstrap_answers(self) -> np.ndarray:
+        return self.sets[0].answers
 
     def widths(self) -> np.ndarray:
         """Each target's 90% band, Gaussian, from the committee's total variance of its answer."""
@@ -134,35 +156,47 @@ class Committee:
         return 2 * 1.645 * np.sqrt(np.clip(np.diag(sigma), 0.0, None))
 
 
-def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame], Any], settings: Any, design: DesignSettings,
+def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame, Any], Any], settings: Any, design: DesignSettings,
               context_of: Callable[[Any, Replicates], Any], fit_options: Mapping[str, Any],
               targets: Sequence[Target]) -> Committee:
-    """The committee on ``results`` (:class:`Committee`), answering at ``targets``."""
-    law = fit(results)
+    """The committee on ``results`` (:class:`Committee`), answering at ``targets``; ``fit``: (results, law
+    settings) → law."""
+    law = fit(results, settings)
+
+    def member_set(name, losses, covariance=joint_covariance) -> MemberSet:
+        members = Replicates(list(losses))
+        return MemberSet(name, members, answer_matrix(context_of(law, members), targets), covariance)
+
     grids = replicate_grids(results, settings, range(design.replicates), **fit_options)
-    bootstrap = Replicates([LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])
-    if not design.jackknife:
-        return Committee(bootstrap, answer_matrix(context_of(law, bootstrap), targets))
-    point = [MODEL, NOISE_BATCH_RATIO, LEARNING_RATE]
-    left_out = []
-    for (model, nbr, rate), _ in results[results[SEED] == design.seed].groupby(point):
-        rest = results[~((results[MODEL] == model) & (results[NOISE_BATCH_RATIO] == nbr)
-                         & (results[LEARNING_RATE] == rate))]
-        try:
-            left_out.append(fit(rest).loss)
-        except UserError:  # a point the law cannot do without (a model's only curve): no refit of it
-            continue
-    jackknife = Replicates(left_out)
-    return Committee(bootstrap, answer_matrix(context_of(law, bootstrap), targets), jackknife,
-                     answer_matrix(context_of(law, jackknife), targets))
+    sets = [member_set("bootstrap", [LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])]
+    if design.model_forms:
+        forms = [law.loss]
+        for change in MODEL_FORMS:
+            try:
+                forms.append(fit(results, dataclasses.replace(settings, **change)).loss)
+            except UserError:
+                continue
+        sets.append(member_set("model forms", forms))
+    if design.jackknife:
+        point = [MODEL, NOISE_BATCH_RATIO, LEARNING_RATE]
+        left_out = []
+        for (model, nbr, rate), _ in results[results[SEED] == design.seed].groupby(point):
+            rest = results[~((results[MODEL] == model) & (results[NOISE_BATCH_RATIO] == nbr)
+                             & (results[LEARNING_RATE] == rate))]
+            try:
+                left_out.append(fit(rest, settings).loss)
+            except UserError:  # a point the law cannot do without (a model's only curve): no refit of it
+                continue
+        sets.append(member_set("jackknife", left_out, jackknife_covariance))
+    return Committee(tuple(sets))
 
 
 def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], models: Sequence[str],
                rates: Mapping[str, float], targets: Sequence[Target], design: DesignSettings,
-               fit: Callable[[pd.DataFrame], Any], law_settings: Any, fit_options: Mapping[str, Any],
+               fit: Callable[[pd.DataFrame, Any], Any], law_settings: Any, fit_options: Mapping[str, Any],
                context_of: Callable[[Any, Replicates], Any]) -> tuple[list[DesignRun], list[Round]]:
     """The adaptive design on ``simulator``: seed runs, then rounds (module doc). ``grid``: the full design's
-    points; ``fit``: results → law; ``context_of``: (law, committee) → an analysis context."""
+    points; ``fit``: (results, law settings) → law; ``context_of``: (law, committee) → an analysis context."""
     noisy = sorted({nbr for _, nbr, _ in grid})
     trained = seed_design(models, noisy, rates, design.seed, design.repeat_seeds, design.seed_steps)
     ladder = horizons(design.seed_steps, design.horizon)
