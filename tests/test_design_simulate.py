@@ -93,3 +93,36 @@ def test_the_comparison_of_a_design_that_trained_the_whole_grid_is_the_grids_own
     whole = compare(SIMULATOR, grid, [DesignRun(*point, 0, 2000) for point in grid], 2000, fit, context_of, targets,
                     PHYSICAL_BATCH, SEQ_LEN)
     assert whole.fraction == 1 and whole.untrained_measurements == 0 and whole.regret == (0.0,)
+
+
+def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_runs_are_long() -> None:
+    from dataclasses import replace
+
+    from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
+
+    from dpscaling.design.runs import seed_design
+    from dpscaling.design.simulate import committee
+    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.law import LawSettings
+    from dpscaling.law.artifact import fit_law
+    from dpscaling.law.synthetic import DeterministicGaussianSigma
+
+    settings = LawSettings(warmup_steps=100, rolling_window=3, curve_horizons=True, fill_missing_models=True)
+    options = dict(seq_len=SEQ_LEN, physical_batch=PHYSICAL_BATCH)
+    design = DesignSettings(seed_steps=500, horizon=2000, runs_per_round=3, max_rounds=0, compute_cap=1e30,
+                            stop_width=0.0, replicates=4, batch=PHYSICAL_BATCH, seq_len=SEQ_LEN)
+
+    def spread(runs):
+        found = committee(SIMULATOR.results(runs), lambda results, law: fit_law(results, law, **options), settings,
+                          design, lambda law, members: AnalysisContext(law, DeterministicGaussianSigma(), SETTINGS,
+                                                                       delta=1e-8, sampling="deterministic",
+                                                                       replicates=members), options,
+                          [Target(8.0, 1e5, 1e13), Target(8.0, 1e6, 1e14)])
+        assert [part.name for part in found.sets] == ["bootstrap", "model forms"]
+        return found.widths(), found.sets[1].answers
+
+    short = seed_design(list(SIZES), NBRS, RATES, 0, (1,), 500)
+    long = [replace(run, steps=2000) for run in short]
+    (short_width, short_forms), (long_width, long_forms) = spread(short), spread(long)
+    assert len(short_forms) == 5  # the law itself and its four other extrapolation choices
+    assert short_width.max() > 2 * long_width.max()

@@ -1,8 +1,9 @@
 """The adaptive design measured against the full grid, on a known truth: error, regret and FLOPs.
 
 - **Error**: the adaptive law's mean absolute error on every full-grid measurement it did not train (a point it
-  never trained, or a step past the horizon it trained that point to), beside the full-grid law's error on the
-  same measurements; and both laws' error against the truth's clean loss, which a simulation knows.
+  never trained, or a step past the horizon it trained that point to; at each (model, σ̄, T) the best learning
+  rate's, the quantity the law fits), beside the full-grid law's error on the same measurements; and both laws'
+  error against the truth's clean loss there, which a simulation knows.
 - **Regret** per target budget: the loss the full-grid law predicts for the adaptive law's answer (its M, B, T,
   σ̄), minus the full-grid law's own answer's loss.
 - **FLOPs** of both designs (:func:`dpscaling.design.runs.design_flops`: an extended run paid once).
@@ -49,15 +50,18 @@ class Comparison:
 
 
 def untrained(full: pd.DataFrame, trained: Sequence[DesignRun], seed: int) -> pd.DataFrame:
-    """The full grid's main-seed measurements the design did not train."""
+    """The full grid's main-seed measurements, as the law reads them (each (model, σ̄, T)'s best learning rate:
+    paper §3.3), that the design did not train: a point it never trained at any rate, or a step past the horizon it
+    trained that point to."""
     reached: dict[tuple, int] = {}
     for run in trained:
         if run.seed == seed:
-            reached[run.point] = max(reached.get(run.point, 0), run.steps)
+            key = (run.model, run.noise_batch_ratio)
+            reached[key] = max(reached.get(key, 0), run.steps)
     main = full[full[SEED] == seed]
-    horizon = np.array([reached.get((m, float(s), float(r)), 0) for m, s, r in
-                        zip(main[MODEL], main[NOISE_BATCH_RATIO], main[LEARNING_RATE])], float)
-    return main[main[ITERATIONS].to_numpy(float) > horizon]
+    best = main.loc[main.groupby([MODEL, NOISE_BATCH_RATIO, ITERATIONS])[CROSS_ENTROPY].idxmin()]
+    horizon = np.array([reached.get((m, float(s)), 0) for m, s in zip(best[MODEL], best[NOISE_BATCH_RATIO])], float)
+    return best[best[ITERATIONS].to_numpy(float) > horizon]
 
 
 def compare(simulator: Simulator, grid: Sequence[tuple[str, float, float]], trained: Sequence[DesignRun],
@@ -72,7 +76,7 @@ def compare(simulator: Simulator, grid: Sequence[tuple[str, float, float]], trai
     held = untrained(full, trained, seed)
     m, t, s = (held[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
     measured = held[CROSS_ENTROPY].to_numpy(float)
-    truth = simulator.truth(m, t, s) * np.array([simulator.rate_penalty[r] for r in held[LEARNING_RATE]])
+    truth = simulator.truth(m, t, s) * np.array([simulator.rate_penalty[r] for r in held[LEARNING_RATE]])  # its rate
     adaptive, full_law = adaptive_law.loss(m, t, s), grid_law.loss(m, t, s)
     regret, answers = _regret(context_of(adaptive_law), context_of(grid_law), grid_law, targets)
     return Comparison(
