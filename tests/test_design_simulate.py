@@ -112,14 +112,18 @@ def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_run
     design = DesignSettings(seed_steps=500, horizon=2000, runs_per_round=3, max_rounds=0, compute_cap=1e30,
                             stop_width=0.0, replicates=4, batch=PHYSICAL_BATCH, seq_len=SEQ_LEN)
 
+    coverage = np.array([[4e5, 2000.0, 2.0**-10], [1.6e6, 1000.0, 2.0**-6]])
+
     def spread(runs):
         found = committee(SIMULATOR.results(runs), lambda results, law: fit_law(results, law, **options), settings,
                           design, lambda law, members: AnalysisContext(law, DeterministicGaussianSigma(), SETTINGS,
                                                                        delta=1e-8, sampling="deterministic",
                                                                        replicates=members), options,
-                          [Target(8.0, 1e5, 1e13), Target(8.0, 1e6, 1e14)])
+                          [Target(8.0, 1e5, 1e13), Target(8.0, 1e6, 1e14)], coverage)
         assert [part.name for part in found.sets] == ["bootstrap", "model forms"]
-        return found.widths(), found.sets[1].answers
+        for part in found.sets:  # the coverage points are targets after the answers: each member's loss there
+            np.testing.assert_allclose(part.answers[:, 2:], part.members.loss_matrix(*coverage.T))
+        return found.widths()[:2], found.sets[1].answers
 
     short = seed_design(list(SIZES), NBRS, RATES, 0, (1,), 500)
     long = [replace(run, steps=2000) for run in short]

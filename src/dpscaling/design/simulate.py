@@ -89,6 +89,7 @@ class DesignSettings:
     seq_len: int
     seed: int = 0
     repeat_seeds: tuple[int, ...] = (1, 2)
+    coverage: bool = False  # every grid point's loss at three horizons is a target beside the answers
     model_forms: bool = True  # the committee also holds the law under other extrapolation choices (MODEL_FORMS)
     jackknife: bool = False  # the committee also holds the laws refitted with one trained point left out each
 
@@ -158,14 +159,18 @@ class Committee:
 
 def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame, Any], Any], settings: Any, design: DesignSettings,
               context_of: Callable[[Any, Replicates], Any], fit_options: Mapping[str, Any],
-              targets: Sequence[Target]) -> Committee:
-    """The committee on ``results`` (:class:`Committee`), answering at ``targets``; ``fit``: (results, law
-    settings) → law."""
+              targets: Sequence[Target], coverage: np.ndarray | None = None) -> Committee:
+    """The committee on ``results`` (:class:`Committee`), answering at ``targets`` and, with ``coverage`` (points ×
+    (M, T, σ̄)), predicting the loss there too, each such point one more target; ``fit``: (results, law settings) →
+    law."""
     law = fit(results, settings)
 
     def member_set(name, losses, covariance=joint_covariance) -> MemberSet:
         members = Replicates(list(losses))
-        return MemberSet(name, members, answer_matrix(context_of(law, members), targets), covariance)
+        answers = answer_matrix(context_of(law, members), targets)
+        if coverage is not None and len(coverage):
+            answers = np.hstack([answers, members.loss_matrix(*coverage.T)])
+        return MemberSet(name, members, answers, covariance)
 
     grids = replicate_grids(results, settings, range(design.replicates), **fit_options)
     sets = [member_set("bootstrap", [LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])]
@@ -200,14 +205,20 @@ def run_design(simulator: Simulator, grid: Sequence[tuple[str, float, float]], m
     noisy = sorted({nbr for _, nbr, _ in grid})
     trained = seed_design(models, noisy, rates, design.seed, design.repeat_seeds, design.seed_steps)
     ladder = horizons(design.seed_steps, design.horizon)
+    # DesignSettings.coverage: every grid point's loss at its seed, middle and full horizon is a target too (the law
+    # everywhere, not only at the answers' optima)
+    steps = (design.seed_steps, ladder[len(ladder) // 2], design.horizon)
+    coverage = (np.array(sorted({(simulator.sizes[model], float(t), nbr) for model, nbr, _ in grid for t in steps}))
+                if design.coverage else None)
     rounds: list[Round] = []
     for index in range(design.max_rounds + 1):
         results = simulator.results(trained)
-        members = committee(results, fit, law_settings, design, context_of, fit_options, targets)
-        widths = members.widths()
+        members = committee(results, fit, law_settings, design, context_of, fit_options, targets, coverage)
+        widths = members.widths()[: len(targets)]
         spent = design_flops(trained, simulator.sizes, design.batch, design.seq_len)
         record = Round(index, len(trained), spent,
-                       [float(v) for v in np.nanmedian(members.bootstrap_answers, axis=0)], [float(v) for v in widths])
+                       [float(v) for v in np.nanmedian(members.bootstrap_answers[:, : len(targets)], axis=0)],
+                       [float(v) for v in widths])
         rounds.append(record)
         if np.nanmax(widths) < design.stop_width:
             record.stopped = f"every target's band is below {design.stop_width} nats"
