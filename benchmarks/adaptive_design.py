@@ -58,6 +58,8 @@ def main() -> None:
                         help="fit.extrapolation_asymptote of both laws (the paper's per_curve by default)")
     parser.add_argument("--coverage", action="store_true",
                         help="every grid point's loss at the horizon is a target beside the answers")
+    parser.add_argument("--fill-forms", action="store_true",
+                        help="the committee's model forms include the fills' alternatives")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scale = SCALES[args.scale]
@@ -87,7 +89,8 @@ def main() -> None:
     design = DesignSettings(seed_steps=int(horizon * args.seed_fraction), horizon=horizon,
                             runs_per_round=args.runs_per_round, max_rounds=args.rounds, compute_cap=args.cap * full_flops,
                             stop_width=0.0, replicates=args.replicates, batch=scale["batch"], seq_len=scale["seq_len"],
-                            jackknife=args.jackknife, coverage=args.coverage)
+                            jackknife=args.jackknife, coverage=args.coverage,
+                            fill_forms=args.fill_forms)
     started = time.perf_counter()
     trained, rounds = run_design(simulator, grid, models, best_rate, targets, design, fit, settings, options,
                                  context_of)

@@ -90,6 +90,7 @@ class DesignSettings:
     seed: int = 0
     repeat_seeds: tuple[int, ...] = (1, 2)
     coverage: bool = False  # every grid point's loss at three horizons is a target beside the answers
+    fill_forms: bool = False  # the model forms include the fills' alternatives (FILL_FORMS)
     model_forms: bool = True  # the committee also holds the law under other extrapolation choices (MODEL_FORMS)
     jackknife: bool = False  # the committee also holds the laws refitted with one trained point left out each
 
@@ -125,6 +126,11 @@ MODEL_FORMS: tuple[dict[str, Any], ...] = (
     {"extrapolation_window": Window(0.5, 1.0)},
     {"extrapolation_asymptote": "nonprivate"},
     {"extrapolation_asymptote": "per_curve_else_nonprivate"},
+)
+# With DesignSettings.fill_forms, also the fills it is least sure of: across models first, and in log loss.
+FILL_FORMS: tuple[dict[str, Any], ...] = (
+    {"fill_models_first": True},
+    {"interpolate_log_loss": True},
 )
 
 
@@ -176,7 +182,7 @@ def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame, Any], Any], se
     sets = [member_set("bootstrap", [LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])]
     if design.model_forms:
         forms = [law.loss]
-        for change in MODEL_FORMS:
+        for change in (*MODEL_FORMS, *(FILL_FORMS if design.fill_forms else ())):
             try:
                 forms.append(fit(results, dataclasses.replace(settings, **change)).loss)
             except UserError:

@@ -205,6 +205,28 @@ def exclude_unfit_runs(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFram
     return results[~excluded], dropped_runs.reset_index(drop=True)
 
 
+def _filled(grid: pd.DataFrame, settings: LawSettings) -> pd.DataFrame:
+    """The extrapolated grid with its empty cells filled: along σ̄ (the paper); with ``fill_missing_models`` across
+    models too, after σ̄ and then along σ̄ again where that made neighbours (or, ``fill_models_first``, across models
+    first); with ``curve_horizons`` a short curve's own extrapolation where no fill reached, and the fills across
+    models again from it."""
+    def along_nbr(cells: pd.DataFrame) -> pd.DataFrame:
+        return fill_missing_noise_batch_ratios(cells, settings.fill_missing_nbr)
+
+    fills = [along_nbr]
+    if settings.fill_missing_models:
+        fills = [fill_missing_model_sizes, along_nbr] if settings.fill_models_first else [
+            along_nbr, fill_missing_model_sizes, along_nbr]
+    for fill in fills:
+        grid = fill(grid)
+    if settings.curve_horizons:
+        grid = own_extrapolation_where_unfilled(grid)
+        if settings.fill_missing_models:
+            for fill in (fills if settings.fill_models_first else fills[1:]):
+                grid = fill(grid)
+    return grid
+
+
 def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
             seq_len: int = PAPER_SEQUENCE_LENGTH, physical_batch: int = PAPER_PHYSICAL_BATCH,
             accounting_amplified: pd.DataFrame | None = None, accounting_unamplified: pd.DataFrame | None = None,
@@ -233,13 +255,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
         raise UserError(f"no measurements at or after the warm-up ({settings.warmup_steps:g} steps); "
                         "lower the warm-up or train longer")
     extended, fits = extrapolate(smoothed, settings)
-    grid = fill_missing_noise_batch_ratios(extended, settings.fill_missing_nbr)
-    if settings.fill_missing_models:  # then across models, and along σ̄ again where that made neighbours
-        grid = fill_missing_noise_batch_ratios(fill_missing_model_sizes(grid), settings.fill_missing_nbr)
-    if settings.curve_horizons:  # a short curve's own extrapolation where no fill reached, and the fills again from it
-        grid = own_extrapolation_where_unfilled(grid)
-        if settings.fill_missing_models:
-            grid = fill_missing_noise_batch_ratios(fill_missing_model_sizes(grid), settings.fill_missing_nbr)
+    grid = _filled(extended, settings)
     failed = fits[fits["status"] != "ok"]
     report = {
         "measurements": int(len(results)),

@@ -83,6 +83,7 @@ class LawSettings:
     # between two models that have it, in log M (dpscaling.law.interpolation.fill_missing_model_sizes).
     curve_horizons: bool = False
     fill_missing_models: bool = False
+    fill_models_first: bool = False  # across models before along σ̄ (a model form of the design's committee)
     # Accounting: the lower σ of the amplified and unamplified tables (paper) or amplified only (code).
     accounting_rule: Literal["min", "amplified"] = "min"
 
