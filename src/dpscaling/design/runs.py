@@ -52,14 +52,19 @@ class Candidate:
         return float(compute_cost(sizes[self.run.model], batch, self.run.steps - start, seq_len))
 
 
-def design_flops(runs: Iterable[DesignRun], sizes: Mapping[str, float], batch: int, seq_len: int) -> float:
-    """What a set of trained runs cost: per point and seed, its longest horizon (a shorter one was its start)."""
-    longest: dict[tuple, int] = {}
+def longest_runs(runs: Iterable[DesignRun]) -> dict[tuple, DesignRun]:
+    """Per (point, seed), its run of the longest horizon: what was trained (a shorter one was its start)."""
+    longest: dict[tuple, DesignRun] = {}
     for run in runs:
         key = (*run.point, run.seed)
-        longest[key] = max(longest.get(key, 0), run.steps)
-    return float(sum(compute_cost(sizes[model], batch, steps, seq_len)
-                     for (model, _, _, _), steps in longest.items()))
+        if key not in longest or run.steps > longest[key].steps:
+            longest[key] = run
+    return dict(sorted(longest.items()))
+
+
+def design_flops(runs: Iterable[DesignRun], sizes: Mapping[str, float], batch: int, seq_len: int) -> float:
+    """What a set of trained runs cost: per point and seed, its longest horizon (:func:`longest_runs`)."""
+    return float(sum(compute_cost(sizes[run.model], batch, run.steps, seq_len) for run in longest_runs(runs).values()))
 
 
 def horizons(shortest: int, longest: int) -> tuple[int, ...]:
@@ -93,14 +98,10 @@ def candidates(trained: Sequence[DesignRun], grid: Iterable[tuple[str, float, fl
     each main-seed run extended to the next horizon; each main-seed point with a repeat seed it lacks, at its
     horizon. ``grid``: the full design's (model, σ̄, learning rate) points."""
     trained_set = set(trained)
-    longest: dict[tuple, DesignRun] = {}
-    for run in trained:
-        key = (*run.point, run.seed)
-        if key not in longest or run.steps > longest[key].steps:
-            longest[key] = run
+    longest = longest_runs(trained)
     points = {run.point for run in trained}
     out = [Candidate(DesignRun(*point, seed, ladder[0]), NEW) for point in sorted(set(grid) - points)]
-    for (model, nbr, rate, run_seed), run in sorted(longest.items()):
+    for (model, nbr, rate, run_seed), run in longest.items():
         if run_seed != seed:
             continue
         longer = [steps for steps in ladder if steps > run.steps]

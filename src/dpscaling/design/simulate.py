@@ -23,7 +23,8 @@ import pandas as pd
 
 from dpscaling.design.answers import Target, answer_matrix
 from dpscaling.design.choice import choose_from_covariance, jackknife_covariance, joint_covariance
-from dpscaling.design.runs import Candidate, DesignRun, candidates, design_flops, horizons, seed_design
+from dpscaling.design.runs import (
+    Candidate, DesignRun, candidates, design_flops, horizons, longest_runs, seed_design)
 from dpscaling.errors import UserError
 from dpscaling.law.bootstrap import REPLICATE, Replicates, replicate_grids, seed_noise
 from dpscaling.law.collect import TIDY_COLUMNS
@@ -66,12 +67,7 @@ class Simulator:
 
     def results(self, runs: Sequence[DesignRun]) -> pd.DataFrame:
         """The tidy curves of ``runs``, each point and seed once, at its longest horizon."""
-        longest: dict[tuple, DesignRun] = {}
-        for run in runs:
-            key = (*run.point, run.seed)
-            if key not in longest or run.steps > longest[key].steps:
-                longest[key] = run
-        return pd.concat([self.curve(run) for _, run in sorted(longest.items())], ignore_index=True)
+        return pd.concat([self.curve(run) for run in longest_runs(runs).values()], ignore_index=True)
 
 
 @dataclass(frozen=True)

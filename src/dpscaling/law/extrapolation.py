@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
+from dpscaling.law.interpolation import with_cells
 from dpscaling.law.settings import NONPRIVATE, PER_CURVE_ELSE_NONPRIVATE, LawSettings
 
 MEASURED = "measured"
@@ -229,11 +230,10 @@ def extrapolate(smoothed: pd.DataFrame, settings: LawSettings,
                 frame[CROSS_ENTROPY] = values
             extended.append(pd.DataFrame(frame))
     measured = smoothed.assign(**{SOURCE: MEASURED})
-    if settings.curve_horizons:  # an extrapolated cell replaces the unmeasured (NaN) row at its place
-        keys = [MODEL, NOISE_BATCH_RATIO, ITERATIONS]
-        placed = pd.concat(extended, ignore_index=True)[keys] if extended else pd.DataFrame(columns=keys)
-        clash = measured[keys].merge(placed, on=keys, how="left", indicator=True)["_merge"].eq("both").to_numpy()
-        measured = measured[~clash]
-    grid = pd.concat([measured, *(frame.assign(**{SOURCE: EXTRAPOLATED}) for frame in extended)], ignore_index=True)
+    extended = [frame.assign(**{SOURCE: EXTRAPOLATED}) for frame in extended]
+    if settings.curve_horizons and extended:  # an extrapolated cell replaces the unmeasured (NaN) row at its place
+        grid = with_cells(measured, pd.concat(extended, ignore_index=True))
+    else:
+        grid = pd.concat([measured, *extended], ignore_index=True)
     fit_table = pd.DataFrame([asdict(fit) for fit in fits])
     return grid.sort_values([MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True), fit_table

@@ -33,15 +33,27 @@ FILLED = "filled"
 MISSING_VALUE = "no value in the law's grid here (missing measurement or failed extrapolation)"
 
 
-def _fill_row_in_log_nbr(row: np.ndarray, log_nbr: np.ndarray) -> np.ndarray:
-    """Linear interpolation in log σ̄ between the finite cells of one row; never extrapolates."""
+def _fill_row_in_log(row: np.ndarray, log_axis: np.ndarray) -> np.ndarray:
+    """Linear interpolation on a log axis (σ̄, or M) between the finite cells of one row; never extrapolates."""
     finite = np.isfinite(row)
     if finite.sum() < 2:
         return row
-    inside = (log_nbr >= log_nbr[finite][0]) & (log_nbr <= log_nbr[finite][-1])
+    inside = (log_axis >= log_axis[finite][0]) & (log_axis <= log_axis[finite][-1])
     filled = row.copy()
-    filled[inside] = np.interp(log_nbr[inside], log_nbr[finite], row[finite])
+    filled[inside] = np.interp(log_axis[inside], log_axis[finite], row[finite])
     return filled
+
+
+CELL = [MODEL, ITERATIONS, NOISE_BATCH_RATIO]
+
+
+def with_cells(grid: pd.DataFrame, added: pd.DataFrame) -> pd.DataFrame:
+    """``grid`` with the rows of ``added`` in place of its rows for the same cells (model, T, σ̄): a NaN row a fill
+    or an extrapolation replaces, or a cell that had no row at all; sorted by M, σ̄, T."""
+    kept = grid.merge(added[CELL], on=CELL, how="left", indicator=True)
+    kept = grid[(kept["_merge"] == "left_only").to_numpy()]
+    return pd.concat([kept, added], ignore_index=True).sort_values(
+        [MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True)
 
 
 def fill_missing_noise_batch_ratios(grid: pd.DataFrame, method: str = "log_nbr") -> pd.DataFrame:
@@ -60,7 +72,7 @@ def fill_missing_noise_batch_ratios(grid: pd.DataFrame, method: str = "log_nbr")
         if method == "positional":
             new = surface.interpolate(axis=1)
         elif method == "log_nbr":
-            values = np.apply_along_axis(_fill_row_in_log_nbr, 1, surface.to_numpy(float), np.log(all_nbr))
+            values = np.apply_along_axis(_fill_row_in_log, 1, surface.to_numpy(float), np.log(all_nbr))
             new = pd.DataFrame(values, index=surface.index, columns=surface.columns)
         else:
             raise ValueError(f"unknown fill method {method!r}")
@@ -68,13 +80,7 @@ def fill_missing_noise_batch_ratios(grid: pd.DataFrame, method: str = "log_nbr")
         filled_frames.append(added.assign(**{MODEL: model, MODEL_SIZE: size, SOURCE: FILLED}))
     if not filled_frames:
         return grid
-    keys = [MODEL, ITERATIONS, NOISE_BATCH_RATIO]
-    added = pd.concat(filled_frames, ignore_index=True)
-    # Replace NaN rows for the same cell, append cells that had no row at all.
-    kept = grid.merge(added[keys], on=keys, how="left", indicator=True)
-    kept = grid[(kept["_merge"] == "left_only").to_numpy()]
-    return pd.concat([kept, added], ignore_index=True).sort_values(
-        [MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True)
+    return with_cells(grid, pd.concat(filled_frames, ignore_index=True))
 
 
 def fill_missing_model_sizes(grid: pd.DataFrame) -> pd.DataFrame:
@@ -87,17 +93,12 @@ def fill_missing_model_sizes(grid: pd.DataFrame) -> pd.DataFrame:
     surface = grid.pivot_table(index=[NOISE_BATCH_RATIO, ITERATIONS], columns=MODEL, values=CROSS_ENTROPY,
                                aggfunc="first", dropna=False).reindex(columns=sizes.index)
     log_m = np.log(sizes.to_numpy(float))
-    values = np.apply_along_axis(_fill_row_in_log_nbr, 1, surface.to_numpy(float), log_m)
+    values = np.apply_along_axis(_fill_row_in_log, 1, surface.to_numpy(float), log_m)
     new = pd.DataFrame(values, index=surface.index, columns=surface.columns)
     added = new.where(surface.isna()).stack().dropna().rename(CROSS_ENTROPY).reset_index()
     if added.empty:
         return grid
-    added = added.assign(**{MODEL_SIZE: added[MODEL].map(sizes), SOURCE: FILLED})
-    keys = [MODEL, ITERATIONS, NOISE_BATCH_RATIO]
-    kept = grid.merge(added[keys], on=keys, how="left", indicator=True)
-    kept = grid[(kept["_merge"] == "left_only").to_numpy()]
-    return pd.concat([kept, added[kept.columns.intersection(added.columns)]], ignore_index=True).sort_values(
-        [MODEL_SIZE, NOISE_BATCH_RATIO, ITERATIONS]).reset_index(drop=True)
+    return with_cells(grid, added.assign(**{MODEL_SIZE: added[MODEL].map(sizes), SOURCE: FILLED}))
 
 
 def _axis(values: np.ndarray, name: str) -> np.ndarray:

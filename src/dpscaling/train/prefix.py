@@ -71,13 +71,15 @@ def restore_prefix(prefix_dir: Path, config: TrainConfig, meta: DatasetMeta, tem
     if reason is None:
         manager = open_manager(prefix_dir / STATE_DIR, read_only=True)
         try:
-            restored = restore_verified_read_only(manager, template, prefix_dir)
+            step = manager.latest_step()  # checked before its state is read
+            if step is not None and step % config.log_every:
+                reason = f"its step {step} is not a multiple of log_every={config.log_every}"
+            else:
+                restored = restore_verified_read_only(manager, template, prefix_dir)
         except UserError as error:
             reason = str(error)
         finally:
             manager.close()
-    if restored is not None and restored.step % config.log_every:
-        reason, restored = f"its step {restored.step} is not a multiple of log_every={config.log_every}", None
     if reason is not None:
         logger.warning("not continuing %s (%s): training from step 0", prefix_dir, reason)
         return None
