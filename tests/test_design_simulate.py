@@ -10,7 +10,8 @@ import pytest
 
 from dpscaling.design.answers import Target
 from dpscaling.design.runs import EXTEND, NEW, REPEAT, DesignRun
-from dpscaling.design.simulate import DesignSettings, Simulator, run_design
+from dpscaling.design.plan import DesignSettings
+from dpscaling.design.simulate import Simulator, run_design
 from dpscaling.law.synthetic import TrueLaw
 
 pytestmark = pytest.mark.slow(minutes=1)
@@ -101,7 +102,7 @@ def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_run
     from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
 
     from dpscaling.design.runs import seed_design
-    from dpscaling.design.simulate import committee
+    from dpscaling.design.committee import committee
     from dpscaling.figures.context import AnalysisContext
     from dpscaling.law import LawSettings
     from dpscaling.law.artifact import fit_law

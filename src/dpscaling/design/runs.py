@@ -92,11 +92,20 @@ def seed_design(models: Sequence[str], noise_batch_ratios: Sequence[float], rate
     return sorted(runs)
 
 
+def continued(run: DesignRun, ladder: Sequence[int]) -> DesignRun | None:
+    """The run that ``run`` continues: the same point and seed one horizon of ``ladder`` shorter (every candidate
+    past the shortest horizon extends that one); None at the shortest."""
+    if run.steps not in ladder:
+        raise ValueError(f"{run.steps} steps is not a horizon of the design {list(ladder)}")
+    shorter = [steps for steps in ladder if steps < run.steps]
+    return replace(run, steps=shorter[-1]) if shorter else None
+
+
 def candidates(trained: Sequence[DesignRun], grid: Iterable[tuple[str, float, float]], seed: int,
                repeat_seeds: Sequence[int], ladder: Sequence[int]) -> list[Candidate]:
     """What a round may train next: every grid point not yet trained, at the shortest horizon of ``ladder``;
-    each main-seed run extended to the next horizon; each main-seed point with a repeat seed it lacks, at its
-    horizon. ``grid``: the full design's (model, σ̄, learning rate) points."""
+    each main-seed run extended to the next horizon; each main-seed point with a repeat seed it lacks, at the
+    shortest horizon (so every run past it continues the run one horizon shorter: :func:`continued`). ``grid``: the full design's (model, σ̄, learning rate) points."""
     trained_set = set(trained)
     longest = longest_runs(trained)
     points = {run.point for run in trained}
@@ -109,7 +118,7 @@ def candidates(trained: Sequence[DesignRun], grid: Iterable[tuple[str, float, fl
             out.append(Candidate(replace(run, steps=longer[0]), EXTEND, continues=run))
         lacking = [extra for extra in repeat_seeds if (model, nbr, rate, extra) not in longest]
         if lacking:
-            repeat = replace(run, seed=lacking[0])
+            repeat = replace(run, seed=lacking[0], steps=ladder[0])
             if repeat not in trained_set:
                 out.append(Candidate(repeat, REPEAT))
     return out
