@@ -26,6 +26,7 @@ include: "workflow/rules/private_model.smk"
 include: "workflow/rules/savings.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/mechanisms.smk"
+include: "workflow/rules/adaptive.smk"
 
 
 localrules:
@@ -52,6 +53,7 @@ localrules:
     mechanisms,
     bundle,
     explorer,
+    adaptive,
 
 
 rule all:

@@ -72,6 +72,8 @@ LENGTH = Axis("seq", "seq")
 RUN_AXES: tuple[Axis, ...] = (MECHANISM, LENGTH, Axis("model", "model"), Axis("batch", "batch"),
                               Axis("seed", "seed"), Axis("nbr", "nbr"), Axis("lr", "lr"))
 ONE_LENGTH_AXES: tuple[Axis, ...] = tuple(axis for axis in RUN_AXES if axis != LENGTH)
+# An adaptive design's run: at the primary length and mechanism, to its own horizon.
+DESIGN_AXES: tuple[Axis, ...] = (*(axis for axis in ONE_LENGTH_AXES if axis != MECHANISM), Axis("steps", "steps"))
 
 # The run's own files, at the top of its directory; their jobs log at the top of logs/ (log_path("", job)).
 RUN_CONFIG = "config.yaml"  # the effective config (every named target's)
@@ -101,6 +103,14 @@ ABLATION = "ablation/"
 ABLATION_CURVES = f"{ABLATION}curves.parquet"
 ABLATION_EVALUATIONS, ABLATION_EVALUATE_LOGS = f"{ABLATION}evaluations", f"{ABLATION}evaluate"
 PRETRAIN, FINETUNE = "pretrain/", "finetune/"  # fine-tuning's public pretraining and private fine-tuning runs
+# The adaptive design (design: adaptive; dpscaling.design.rounds): its runs, each a grid point of one seed to a
+# horizon (one more level, steps=T, after the one-length id), its rounds' records, its law and its report.
+DESIGN = "design/"
+DESIGN_ROUND = f"{DESIGN}rounds/round-{{round}}.json"
+DESIGN_LAW = f"{DESIGN}law"
+DESIGN_ROUNDS_TABLE = f"{DESIGN}rounds"  # .csv, .md: one row per round and target
+DESIGN_FIGURE = f"{DESIGN}intervals"  # .pdf, .png: the answers' bands against the FLOPs spent
+DESIGN_COMPARISON = f"{DESIGN}vs_grid.json"  # the adaptive law against the grid's (target adaptive_vs_grid)
 
 # The paper's figures (one <name>.pdf, .png and .csv each) and tables (table: .csv, .md and .tex).
 FIGURES, TABLES = "figures", "tables"

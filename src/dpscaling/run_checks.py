@@ -66,6 +66,9 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
             if budget.mechanism not in (None, CHOOSE):
                 mechanism_named(budget.mechanism, f"{block.NAME}.budgets[{index}].mechanism")
     family = run_family(models)  # one family per run: its law is fitted on one family
+    from dpscaling.design.rounds import check_design  # the design's refusals, beside its rounds
+
+    check_design(run)
     check_output_bias_start(training.output_bias, family, "training.output_bias")
     if training.warmup_steps >= training.steps and training.steps > 1:
         raise UserError(

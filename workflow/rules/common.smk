@@ -31,6 +31,15 @@ from dpscaling.run_checks import (
     vocab_path,
 )
 from dpscaling.config.schema import validate_config
+from dpscaling.design.rounds import (
+    curve_runs,
+    design_law_settings_json,
+    design_wildcards,
+    read_round,
+    runs_after,
+    shorter_wildcards,
+    training_params as design_training_params,
+)
 from dpscaling.grid import (
     ablation_grid,
     alternation,
@@ -489,3 +498,71 @@ def savings_runs(wildcards):
                 outputs.evaluation.format(savings_budget=label, role=role)
             )
     return runs
+
+
+# The adaptive design (design: adaptive; workflow/rules/adaptive.smk, dpscaling.design.rounds).
+DESIGN_RUN_PATHS = layout.run_paths(
+    layout.run_id(layout.DESIGN_AXES), f"{layout.DESIGN}"
+)
+DESIGN_BATCH = CFG.training.physical_batch
+
+
+def design_job(wildcards, input):
+    return grid_work(
+        CFG, wildcards.model, design_training_params(CFG, int(wildcards.steps))
+    )
+
+
+def design_shorter_curve(wildcards):
+    """The curve of the run a design run continues (none at the shortest horizon): its input, so it has finished."""
+    shorter = shorter_wildcards(CFG, wildcards)
+    return [] if shorter is None else [f"{RESULTS}/{DESIGN_RUN_PATHS.curve}".format(**shorter)]
+
+
+def design_prefixes(wildcards, output):
+    """A design job's ``prefixes`` param: its curve -> the checkpoints of the run it continues."""
+    shorter = shorter_wildcards(CFG, wildcards)
+    if shorter is None:
+        return {}
+    return {output[0]: f"{RESULTS}/{DESIGN_RUN_PATHS.checkpoints}".format(**shorter)}
+
+
+def design_curves(runs):
+    return {
+        f"{RESULTS}/{DESIGN_RUN_PATHS.curve}".format(**design_wildcards(run, DESIGN_BATCH)): run
+        for run in runs
+    }
+
+
+def design_round_inputs(wildcards):
+    """Round R's inputs: the protocol's choice (its grid's rates); past round 0 the record of round R-1 and the
+    curves of every run trained by then (each run of the records, waiting on the checkpoint before)."""
+    inputs = {"chosen": [checkpoints.choose_learning_rates.get().output.chosen] if TUNED else []}
+    index = int(wildcards.round)
+    if index == 0:
+        return inputs
+    previous = checkpoints.design_round.get(round=index - 1).output[0]
+    curves = design_curves(runs_after(read_round(previous)))
+    return {
+        **inputs,
+        "previous": previous,
+        "curves": list(curves),
+        "sigma_table": rules.accounting_table.output.table,
+    }
+
+
+def design_records(wildcards):
+    """Every round's record, up to the one that stopped the design."""
+    records = []
+    for index in range(CFG.adaptive_design.rounds + 2):
+        path = checkpoints.design_round.get(round=index).output[0]
+        records.append(path)
+        if read_round(path)["stopped"]:
+            break
+    return records
+
+
+def design_final_curves(wildcards):
+    """The curves the design's law is fitted on: each point and seed's longest horizon."""
+    final = read_round(design_records(wildcards)[-1])
+    return list(design_curves(curve_runs(runs_after(final))))

@@ -14,7 +14,7 @@ def first(files):
 
 with log_to_file(snakemake.log[0]) as log:
     given = snakemake.input
-    lengths = first(given.lengths)
+    lengths = first(given.get("lengths", []))
     lengths = Path(lengths).parent if lengths else None
     # Each other mechanism's files, in the run's order (none: one mechanism, or the fine-tuning law's bundle).
     names = snakemake.params.get("mechanisms", [])
@@ -36,8 +36,8 @@ with log_to_file(snakemake.log[0]) as log:
         provenance={**snakemake.params.provenance, **data_provenance(first(given.data_meta))},
         sigma_table=given.sigma_table,
         bootstrap=first(given.bootstrap),
-        calibration=given.calibration,
-        correction=first(given.correction),
+        calibration=first(given.get("calibration", [])),
+        correction=first(given.get("correction", [])),
         lengths=lengths,
         length_replicates=length_replicates(lengths) if lengths else None,
         mechanisms=mechanisms,

@@ -1,5 +1,5 @@
 """The blocks of what is computed from the runs (docs/config.md): ``accounting``, ``fit``, ``audit``,
-``private_model``, ``savings`` and ``explorer``, with the settings their stages derive from them.
+``private_model``, ``savings``, ``adaptive_design`` and ``explorer``, with the settings their stages derive from them.
 """
 
 from __future__ import annotations
@@ -98,6 +98,13 @@ class SavingsBlock(Block):
     NAME: ClassVar[str] = "savings"
     NESTED: ClassVar[Mapping[str, type[Block]]] = {"evaluation": Evaluation}
     NESTED_LISTS: ClassVar[Mapping[str, type[Block]]] = {"budgets": BudgetEntry, "baselines": SavingsBaseline}
+
+
+@from_schema("adaptive_design")
+class AdaptiveDesignBlock(Block):
+    """``adaptive_design``: the rounds of ``design: adaptive`` (:mod:`dpscaling.design.rounds`)."""
+
+    NAME: ClassVar[str] = "adaptive_design"
 
 
 @from_schema("explorer")

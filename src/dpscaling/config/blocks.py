@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from dpscaling.config.block import Block, from_schema, plain
 from dpscaling.config.analysis_blocks import (
-    AccountingBlock, AuditBlock, ExplorerBlock, FitBlock, PrivateModelBlock, SavingsBlock)
+    AccountingBlock, AdaptiveDesignBlock, AuditBlock, ExplorerBlock, FitBlock, PrivateModelBlock, SavingsBlock)
 from dpscaling.config.training_blocks import (
     AblationBlock, DataBlock, FinetuneBlock, LearningRateProtocolBlock, ModelsBlock, TrainingBlock)
 
@@ -34,7 +34,8 @@ class RunConfig(Block):
         "data": DataBlock, "models": ModelsBlock, "training": TrainingBlock,
         "learning_rate_protocol": LearningRateProtocolBlock, "accounting": AccountingBlock,
         "fit": FitBlock, "ablation_batch": AblationBlock, "audit": AuditBlock, "private_model": PrivateModelBlock,
-        "savings": SavingsBlock, "explorer": ExplorerBlock, "finetune": FinetuneBlock}
+        "savings": SavingsBlock, "explorer": ExplorerBlock, "finetune": FinetuneBlock,
+        "adaptive_design": AdaptiveDesignBlock}
 
     @property
     def root(self) -> str:

@@ -72,17 +72,30 @@ def compare(simulator: Simulator, grid: Sequence[tuple[str, float, float]], trai
     to ``horizon`` (or ``full_runs``, the full design's runs, its repeats included); ``context_of``: law → context."""
     full_runs = list(full_runs) if full_runs is not None else [DesignRun(*point, seed, horizon) for point in grid]
     full = simulator.results(full_runs)
-    grid_law, adaptive_law = fit(full), fit(simulator.results(trained))
+
+    def truth(held: pd.DataFrame) -> np.ndarray:  # the clean loss at each measurement's own rate
+        m, t, s = (held[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
+        return simulator.truth(m, t, s) * np.array([simulator.rate_penalty[r] for r in held[LEARNING_RATE]])
+
+    return comparison(full, trained, fit(full), fit(simulator.results(trained)), context_of, targets,
+                      design_flops(trained, simulator.sizes, batch, seq_len),
+                      design_flops(full_runs, simulator.sizes, batch, seq_len), seed, truth)
+
+
+def comparison(full: pd.DataFrame, trained: Sequence[DesignRun], grid_law: Any, adaptive_law: Any,
+               context_of: Callable[[Any], Any], targets: Sequence[Target], adaptive_flops: float, grid_flops: float,
+               seed: int, truth: Callable[[pd.DataFrame], np.ndarray] | None = None) -> Comparison:
+    """The three numbers from the full grid's tidy measurements ``full`` and both laws, simulated or trained;
+    ``truth`` (held-out measurements → their clean loss) where a simulation knows it."""
     held = untrained(full, trained, seed)
     m, t, s = (held[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
     measured = held[CROSS_ENTROPY].to_numpy(float)
-    truth = simulator.truth(m, t, s) * np.array([simulator.rate_penalty[r] for r in held[LEARNING_RATE]])  # its rate
+    clean = truth(held) if truth is not None else np.full(len(held), np.nan)
     adaptive, full_law = adaptive_law.loss(m, t, s), grid_law.loss(m, t, s)
     regret, answers = _regret(context_of(adaptive_law), context_of(grid_law), grid_law, targets)
-    return Comparison(
-        design_flops(trained, simulator.sizes, batch, seq_len), design_flops(full_runs, simulator.sizes, batch, seq_len),
-        len(held), _mean_abs(adaptive - measured), _mean_abs(full_law - measured), _mean_abs(adaptive - truth),
-        _mean_abs(full_law - truth), regret, answers)
+    return Comparison(adaptive_flops, grid_flops, len(held), _mean_abs(adaptive - measured),
+                      _mean_abs(full_law - measured), _mean_abs(adaptive - clean), _mean_abs(full_law - clean),
+                      regret, answers)
 
 
 def _regret(adaptive: Any, full: Any, full_law: Any, targets: Sequence[Target]):
