@@ -23,7 +23,7 @@ import numpy as np
 from dpscaling.design.answers import Target
 from dpscaling.design.compare import compare
 from dpscaling.design.runs import DesignRun
-from dpscaling.design.plan import DesignSettings
+from dpscaling.design.settings import DesignSettings
 from dpscaling.design.simulate import Simulator, run_design
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.settings import AnalysisSettings

@@ -10,7 +10,7 @@ import pytest
 
 from dpscaling.design.answers import Target
 from dpscaling.design.runs import EXTEND, NEW, REPEAT, DesignRun
-from dpscaling.design.plan import DesignSettings
+from dpscaling.design.settings import DesignSettings
 from dpscaling.design.simulate import Simulator, run_design
 from dpscaling.law.synthetic import TrueLaw
 

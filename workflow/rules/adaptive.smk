@@ -16,6 +16,7 @@ rule design_train:
         f"{RESULTS}/{DESIGN_RUN_PATHS.log}",
     wildcard_constraints:
         steps=r"\d+",
+        seed=r"\d+",  # adaptive_design.repeat_seeds, which the grid's runs may not take
     priority: job_priority(CFG, design_job)
     conda:
         "../envs/dpscaling.yaml"
@@ -98,7 +99,8 @@ rule design_bundle:
     conda:
         "../envs/dpscaling.yaml"
     params:
-        provenance=bundle_provenance(CFG),
+        # Which runs the law stands on: the bundle says it is the design's, not the grid's.
+        provenance={**bundle_provenance(CFG), "design": "adaptive"},
     script:
         "../scripts/law_bundle.py"
 

@@ -516,7 +516,11 @@ def design_job(wildcards, input):
 def design_shorter_curve(wildcards):
     """The curve of the run a design run continues (none at the shortest horizon): its input, so it has finished."""
     shorter = shorter_wildcards(CFG, wildcards)
-    return [] if shorter is None else [f"{RESULTS}/{DESIGN_RUN_PATHS.curve}".format(**shorter)]
+    return (
+        []
+        if shorter is None
+        else [f"{RESULTS}/{DESIGN_RUN_PATHS.curve}".format(**shorter)]
+    )
 
 
 def design_prefixes(wildcards, output):
@@ -529,15 +533,22 @@ def design_prefixes(wildcards, output):
 
 def design_curves(runs):
     return {
-        f"{RESULTS}/{DESIGN_RUN_PATHS.curve}".format(**design_wildcards(run, DESIGN_BATCH)): run
+        f"{RESULTS}/{DESIGN_RUN_PATHS.curve}".format(
+            **design_wildcards(run, DESIGN_BATCH)
+        ): run
         for run in runs
     }
 
 
 def design_round_inputs(wildcards):
     """Round R's inputs: the protocol's choice (its grid's rates); past round 0 the record of round R-1 and the
-    curves of every run trained by then (each run of the records, waiting on the checkpoint before)."""
-    inputs = {"chosen": [checkpoints.choose_learning_rates.get().output.chosen] if TUNED else []}
+    curves of every run trained by then (each run of the records, waiting on the checkpoint before).
+    """
+    inputs = {
+        "chosen": (
+            [checkpoints.choose_learning_rates.get().output.chosen] if TUNED else []
+        )
+    }
     index = int(wildcards.round)
     if index == 0:
         return inputs

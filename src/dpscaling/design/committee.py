@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,14 +20,12 @@ import pandas as pd
 from dpscaling.design.answers import Target, answer_matrix
 from dpscaling.design.choice import jackknife_covariance, joint_covariance
 from dpscaling.design.runs import DesignRun
+from dpscaling.design.settings import DesignSettings
 from dpscaling.errors import UserError
 from dpscaling.law.bootstrap import REPLICATE, Replicates, replicate_grids
 from dpscaling.law.columns import LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SEED
 from dpscaling.law.interpolation import LossFunction
 from dpscaling.law.settings import Window
-
-if TYPE_CHECKING:
-    from dpscaling.design.plan import DesignSettings
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ What the workflow fixes here, from the config:
   choice under ``training.learning_rates: tuned``; the middle of the config's rates otherwise);
 - the horizons: ``adaptive_design.seed_fraction`` of ``training.steps`` rounded down to a multiple of
   ``training.log_every``, doubled up to ``training.steps`` (a continued run starts at a logged step);
-- the targets: the ``private_model`` and ``savings`` budgets (ε, N, C);
+- the targets: the ``private_model`` and ``savings`` budgets (ε, N, C), or the paper's fig:grid budgets without
+  any (:func:`targets`);
 - the law: the run's (paper or reference-compatible mode), with the sparse-design options ``curve_horizons`` and
   ``fill_missing_models`` (:mod:`dpscaling.law.settings`), which leave a full grid's law as it was;
 - the compute cap: ``adaptive_design.compute_cap`` of the grid's FLOPs (its main grid and repeat seeds to
@@ -33,7 +34,8 @@ import pandas as pd
 
 from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.design.answers import Target
-from dpscaling.design.plan import DesignSettings, plan_round, run_of_record, run_record
+from dpscaling.design.plan import plan_round, run_of_record, run_record
+from dpscaling.design.settings import DesignSettings
 from dpscaling.design.runs import DesignRun, continued, design_flops, horizons, longest_runs, seed_design
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.settings import analysis_settings_of
@@ -102,9 +104,15 @@ def grid_flops(run: RunConfig, chosen: Mapping[str, float] | None) -> float:
 
 
 def targets(run: RunConfig) -> list[Target]:
-    """The budgets the design's answers are for: the ``private_model`` and ``savings`` budgets, each once."""
+    """The budgets the design's answers are for: the ``private_model`` and ``savings`` budgets, each once; without
+    any, the analysis block's ``grid_privacy_budget`` and ``grid_data_budget`` at each of its
+    ``grid_compute_budgets`` (the paper's fig:grid budgets)."""
     budgets = [*run.private_model.budgets, *run.savings.budgets]
-    return sorted({Target(float(b.epsilon), float(b.data_budget), float(b.compute)) for b in budgets})
+    if budgets:
+        return sorted({Target(float(b.epsilon), float(b.data_budget), float(b.compute)) for b in budgets})
+    analysis = analysis_settings_of(run)
+    return [Target(float(analysis.grid_privacy_budget), float(analysis.grid_data_budget), float(compute))
+            for compute in sorted(analysis.grid_compute_budgets)]
 
 
 def design_settings(run: RunConfig, chosen: Mapping[str, float] | None) -> DesignSettings:
@@ -114,7 +122,7 @@ def design_settings(run: RunConfig, chosen: Mapping[str, float] | None) -> Desig
         seed_steps=seed_steps(run), horizon=training.steps, runs_per_round=block.runs_per_round,
         max_rounds=block.rounds, compute_cap=block.compute_cap * grid_flops(run, chosen),
         stop_width=block.stop_width, replicates=block.replicates, batch=training.physical_batch,
-        seq_len=run.data.seq_len, seed=training.seed, repeat_seeds=tuple(training.repeat_seeds),
+        seq_len=run.data.seq_len, seed=training.seed, repeat_seeds=tuple(block.repeat_seeds),
         coverage=block.coverage, fill_forms=block.fill_forms, model_forms=block.model_forms,
         jackknife=block.jackknife)
 
@@ -197,8 +205,8 @@ def write_round(config: Mapping[str, Any], index: int, output: str | Path, *, ch
 
 def check_design(run: RunConfig) -> None:
     """``design: adaptive``'s own refusals (UserError naming the key): a run continued from a shorter one must compute
-    the same first steps (:mod:`dpscaling.train.prefix`), so no private sampler and no correlated mechanism, and a
-    design needs two horizons and a repeat seed for its seed noise."""
+    the same first steps (:mod:`dpscaling.train.prefix`), so no private sampler, no correlated mechanism and a horizon
+    at a logged step; a repeat seed is another seed."""
     from dpscaling.errors import UserError
     from dpscaling.mechanisms import mechanism_named
     from dpscaling.samplers import sampler_named
@@ -213,14 +221,12 @@ def check_design(run: RunConfig) -> None:
     if mechanism_named(primary, "training.mechanisms").correlated:
         raise UserError(f"training.mechanisms: the primary mechanism {primary!r} is built for each run's horizon, so "
                         "a design run cannot continue a shorter one; design: adaptive needs dpsgd first")
-    if not training.repeat_seeds:
-        raise UserError("training.repeat_seeds: design: adaptive measures the seed noise its committee needs with "
-                        "repeat seeds; give at least one")
+    if training.seed in run.adaptive_design.repeat_seeds:
+        raise UserError(f"adaptive_design.repeat_seeds: {list(run.adaptive_design.repeat_seeds)} holds training.seed "
+                        f"({training.seed}); a repeat needs another seed")
     if training.steps % training.log_every:
         raise UserError(f"training.steps: {training.steps} must be a multiple of training.log_every "
                         f"({training.log_every}) under design: adaptive (a run continues at a logged step)")
-    if not targets(run):
-        raise UserError("private_model.budgets, savings.budgets: design: adaptive aims at these budgets; give one")
 
 
 def design_wildcards(run: DesignRun, batch: int) -> dict[str, str]:

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.design.answers import Target
-from dpscaling.design.plan import DesignSettings, Round, plan_round
+from dpscaling.design.plan import Round, plan_round
+from dpscaling.design.settings import DesignSettings
 from dpscaling.design.runs import DesignRun, longest_runs, seed_design
 from dpscaling.law.collect import TIDY_COLUMNS
 from dpscaling.law.columns import (
