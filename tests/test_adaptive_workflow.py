@@ -157,7 +157,7 @@ def test_the_paper_grid_plans_its_seed_design_on_slurm(tmp_path: Path) -> None:
     """config/paper.yaml with design: adaptive: round 0 (the seed design, which needs no data) runs here, then a
     dry run on profiles/slurm-gpu plans its training jobs with the cluster's resources."""
     paper = ("--configfile", str(REPO / "config" / "paper.yaml"), "--config", "design=adaptive")
-    run_snakemake("--cores", "1", *paper, "results/paper/design/rounds/round-0.json", cwd=tmp_path)
+    run_snakemake("results/paper/design/rounds/round-0.json", "--cores", "1", *paper, cwd=tmp_path)
     record = json.loads((tmp_path / "results/paper/design/rounds/round-0.json").read_text())
     assert record["horizons"] == [32000, 64000, 128000]
     # corners and centre of 6 models x 18 noisy sigma-bar, sigma-bar = 0 at three models, the smallest's 3 twice more
