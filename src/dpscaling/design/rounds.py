@@ -39,7 +39,8 @@ from dpscaling.design.settings import DesignSettings
 from dpscaling.design.runs import DesignRun, continued, design_flops, horizons, longest_runs, seed_design
 from dpscaling.figures.context import AnalysisContext
 from dpscaling.figures.settings import analysis_settings_of
-from dpscaling.grid import main_grid, points_at_length, points_with_mechanism, mechanisms, repeat_grid
+from dpscaling.grid import (
+    TrainPoint, canonical, main_grid, mechanisms, points_at_length, points_with_mechanism, repeat_grid)
 from dpscaling.io import write_json_atomic
 from dpscaling.law.artifact import fit_law
 from dpscaling.law.collect import collect_training_curves, read_curve
@@ -53,6 +54,18 @@ SEED_KIND = "seed design"
 def design_law_settings(run: RunConfig) -> LawSettings:
     """The run's law settings with the sparse-design options on (module doc)."""
     return dataclasses.replace(law_settings_of(run), curve_horizons=True, fill_missing_models=True)
+
+
+def contexts(run: RunConfig, sigma_table: str | Path | None):
+    """(law, committee members or None) → the analysis context that prices the answers: σ from ``sigma_table``
+    under the run's sampling rule, the run's analysis settings."""
+    sampling, analysis = run.accounting.sampling, analysis_settings_of(run)
+
+    def context_of(law, members=None) -> AnalysisContext:
+        found = law.sigma_source(sigma_table=sigma_table, sampling=sampling)
+        return AnalysisContext(law, found.sigma, analysis, found.delta, found.sampling, replicates=members)
+
+    return context_of
 
 
 def design_law_settings_json(config: Mapping[str, Any] | RunConfig) -> dict[str, Any]:
@@ -178,24 +191,19 @@ def write_round(config: Mapping[str, Any], index: int, output: str | Path, *, ch
     before = read_round(previous)
     trained = runs_after(before)
     curves = {r: curve.format(**design_wildcards(r, design.batch)) for r in trained}
+    horizons_ = ladder(run)
+    started = {r: continued(r, horizons_) for r in map(run_of_record, before["chosen"])}
     seconds = float(before["seconds"]) + sum(
-        training_seconds(curves[r], getattr(continued(r, ladder(run)), "steps", 0)) for r in map(run_of_record,
-                                                                                                before["chosen"]))
+        training_seconds(curves[r], 0 if start is None else start.steps) for r, start in started.items())
     results = collect_training_curves([curves[r] for r in curve_runs(trained)])[0]
     settings = design_law_settings(run)
     fit_options = {"seq_len": design.seq_len, "physical_batch": design.batch}
-    sampling = run.accounting.sampling
-    analysis = analysis_settings_of(run)
 
     def fit(frame: pd.DataFrame, law_settings: LawSettings):
-        return fit_law(frame, law_settings, sigma_table=sigma_table, sampling=sampling, **fit_options)
-
-    def context_of(law, members=None) -> AnalysisContext:
-        found = law.sigma_source(sigma_table=sigma_table, sampling=sampling)
-        return AnalysisContext(law, found.sigma, analysis, found.delta, found.sampling, replicates=members)
+        return fit_law(frame, law_settings, sigma_table=sigma_table, sampling=run.accounting.sampling, **fit_options)
 
     round_, chosen = plan_round(index - 1, trained, results, design_grid(run, chosen_rates), sizes, goals, design,
-                                fit, settings, fit_options, context_of)
+                                fit, settings, fit_options, contexts(run, sigma_table))
     record = {**base, "trained": [run_record(r) for r in trained], "flops": round_.flops, "seconds": seconds,
               "answers": round_.answers, "widths": round_.widths, "chosen": round_.chosen,
               "stopped": round_.stopped}
@@ -231,8 +239,6 @@ def check_design(run: RunConfig) -> None:
 
 def design_wildcards(run: DesignRun, batch: int) -> dict[str, str]:
     """The wildcards of a design run's paths (:data:`dpscaling.layout.DESIGN_AXES`)."""
-    from dpscaling.grid import TrainPoint, canonical
-
     point = TrainPoint(run.model, batch, run.seed, run.noise_batch_ratio, run.learning_rate)
     return {key: point.wildcards[key] for key in ("model", "batch", "seed", "nbr", "lr")} | {
         "steps": canonical(run.steps)}
@@ -312,15 +318,10 @@ def compare_with_grid(config: Mapping[str, Any], records: Sequence[str | Path], 
     run = typed(config)
     final = read_round(records[-1])
     trained = runs_after(final)
-    sampling, analysis = run.accounting.sampling, analysis_settings_of(run)
-
-    def context_of(law) -> AnalysisContext:
-        found = law.sigma_source(sigma_table=sigma_table, sampling=sampling)
-        return AnalysisContext(law, found.sigma, analysis, found.delta, found.sampling)
-
     goals = targets(run)
     spent = design_flops(trained, model_sizes(run), run.training.physical_batch, run.data.seq_len)
-    result = comparison(load_results(grid_results)[0], trained, read_law(grid_law), read_law(design_law), context_of,
+    result = comparison(load_results(grid_results)[0], trained, read_law(grid_law), read_law(design_law),
+                        contexts(run, sigma_table),
                         goals, spent, float(final["grid_flops"]), run.training.seed)
     row = {key: value for key, value in result.row().items() if "truth" not in key}
     report = {**row, "rounds": len(records) - 1, "runs trained": len(trained), "stopped": final["stopped"],
