@@ -10,7 +10,7 @@ from dpscaling.law import LawSettings
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO
 from dpscaling.law.synthetic import TrueLaw, synthetic_results
 from dpscaling.law.validation import (
-    HELD_OUT, INTERIOR_MODEL, KIND, MODE, PREDICTED, SEED_HIGH, SEED_LOW, error_table, held_out_sets, validate)
+    HELD_OUT, INTERIOR_MODEL, KIND, MODE, PREDICTED, SEED_HIGH, SEED_LOW, error_table, held_out_sets, pooled_error, validate)
 
 MODES = {"paper": LawSettings(warmup_steps=100, rolling_window=None),
          "reference-compatible": LawSettings.reference(warmup_steps=100)}
@@ -100,6 +100,19 @@ def test_error_table_is_computed_from_the_points(exact_points) -> None:
     assert row["mean_abs_error (reference-compatible)"] == pytest.approx(error.mean())
     assert row["max_abs_error (reference-compatible)"] == pytest.approx(error.max())
     assert row["mean_relative_error (reference-compatible)"] == pytest.approx((error / rows[CROSS_ENTROPY]).mean())
+
+
+def test_pooled_error_weighs_every_answered_point_of_one_mode_once(exact_points) -> None:
+    points = exact_points.copy()
+    paper = points.index[points[MODE] == "paper"]
+    points.loc[paper[:3], PREDICTED] = np.nan  # unanswered points are not scored
+    error, scored = pooled_error(points, "paper")
+    kept = points.loc[paper[3:]]
+    assert scored == len(kept)
+    assert error == pytest.approx(float((kept[PREDICTED] - kept[CROSS_ENTROPY]).abs().sum()) / len(kept))
+    assert error != pytest.approx(pooled_error(points, "reference-compatible")[0])
+    with pytest.raises(Exception, match="modes: \\['paper', 'reference-compatible'\\]"):
+        pooled_error(points, "papr")
 
 
 def test_a_held_out_set_the_law_cannot_fit_is_reported_not_fatal(tmp_path) -> None:

@@ -138,6 +138,7 @@ rule adaptive_vs_grid:
         design_law=rules.design_law.output.law,
         grid_results=FIT_RESULTS,
         grid_law=rules.fit_law.output[0],
+        grid_validation=rules.validate_law.output.data,
         sigma_table=rules.accounting_table.output.table,
     output:
         f"{RESULTS}/{layout.DESIGN_COMPARISON}",

@@ -11,5 +11,6 @@ with log_to_file(snakemake.log[0]) as log:
         given.design_law,
         given.sigma_table,
         snakemake.output[0],
+        given.grid_validation,
     )
     log.info("adaptive design against the grid: %s", report)

@@ -307,13 +307,15 @@ def draw_rounds(table: pd.DataFrame, out_stem: str | Path) -> None:
 
 def compare_with_grid(config: Mapping[str, Any], records: Sequence[str | Path], grid_results: str | Path,
                       grid_law: str | Path, design_law: str | Path, sigma_table: str | Path,
-                      output: str | Path) -> dict[str, Any]:
+                      output: str | Path, grid_validation: str | Path | None = None) -> dict[str, Any]:
     """The adaptive law against the grid's (:func:`dpscaling.design.compare.comparison`), written to ``output``:
-    its error on every grid measurement it did not train beside the grid law's on the same ones, the regret of its
-    answers at the targets under the grid's law, and both designs' FLOPs."""
+    its error on every grid measurement it did not train beside the grid law's on the same ones (in-sample) and,
+    from ``grid_validation`` (``validate``'s points), the grid law's own held-out error in the config's mode, every
+    held-out set pooled; the regret of its answers at the targets under the grid's law; and both designs' FLOPs."""
     from dpscaling.design.compare import comparison
     from dpscaling.law.artifact import read_law
     from dpscaling.law.collect import load_results
+    from dpscaling.law.validation import pooled_error
 
     run = typed(config)
     final = read_round(records[-1])
@@ -324,6 +326,10 @@ def compare_with_grid(config: Mapping[str, Any], records: Sequence[str | Path], 
                         contexts(run, sigma_table),
                         goals, spent, float(final["grid_flops"]), run.training.seed)
     row = {key: value for key, value in result.row().items() if "truth" not in key}
+    if grid_validation is not None:
+        mode = "reference-compatible" if run.fit.reference_compatible else "paper"
+        error, points = pooled_error(pd.read_csv(grid_validation), mode)
+        row |= {"grid law held-out error": error, "grid law held-out points": points}
     report = {**row, "rounds": len(records) - 1, "runs trained": len(trained), "stopped": final["stopped"],
               "targets": [{**dataclasses.asdict(t), "regret": r, "adaptive answer": a, "grid answer": g}
                           for t, r, (a, g) in zip(goals, result.regret, result.answers)]}

@@ -199,6 +199,16 @@ def validate(results: pd.DataFrame, modes: Mapping[str, LawSettings], *, seq_len
     return pd.concat(rows, ignore_index=True)
 
 
+def pooled_error(points: pd.DataFrame, mode: str) -> tuple[float, int]:
+    """The mean absolute error (nats) over every answered held-out point of ``mode`` in ``validate``'s output, and
+    how many points that is: one number for the law's own held-out error, every set pooled."""
+    scored = points[(points[MODE] == mode) & points[PREDICTED].notna()]
+    if scored.empty:
+        raise UserError(f"validation: no held-out point of mode {mode!r} was answered "
+                        f"(modes: {sorted(points[MODE].unique())})")
+    return float((scored[PREDICTED] - scored[CROSS_ENTROPY]).abs().mean()), len(scored)
+
+
 def error_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per held-out set: points, mean and max absolute error (nats) and mean relative error, modes side by side."""
     error = (points[PREDICTED] - points[CROSS_ENTROPY]).abs()
