@@ -20,7 +20,7 @@ from dpscaling.data.documents import CorpusSpec
 from dpscaling.errors import UserError
 from dpscaling.accounting.table_spec import table_spec_of
 from dpscaling.figures.settings import analysis_settings_of
-from dpscaling.law.settings import law_settings_of
+from dpscaling.law.settings import law_settings_of, mode_name
 from dpscaling.models.family import known_model_names, model_param_of, run_family, run_model_config
 
 Config = Mapping[str, Any] | RunConfig  # a validated config, typed or as its mapping
@@ -79,8 +79,7 @@ def validation_modes(config: Config) -> dict[str, dict[str, Any]]:
     """The settings ``validate`` scores side by side: paper mode and reference-compatible mode (same
     windows and warm-up), as JSON."""
     run = typed(config)
-    return {name: law_settings_of(run, reference).to_json()
-            for name, reference in (("paper", False), ("reference-compatible", True))}
+    return {mode_name(reference): law_settings_of(run, reference).to_json() for reference in (False, True)}
 
 
 def accounting_spec(config: Config, mechanism: str | None = None) -> dict[str, Any]:
@@ -166,7 +165,7 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
         "seq_lens": list(run.seq_lens()), "privacy_unit": analysis_settings_of(run).privacy_unit,
         "delta": run.accounting.delta, "sampling": run.accounting.sampling,
         "physical_batch": run.training.physical_batch, "microbatch_size": run.training.microbatch_size or 1,
-        "mode": "reference-compatible" if run.fit.reference_compatible else "paper"}
+        "mode": mode_name(run.fit.reference_compatible)}
     if run.results_csv:  # the authors' format: no data stage, the presets at BERT's vocabulary
         provenance["results"] = {"format": "reference", "path": run.results_csv}
         provenance["vocab_size"] = family.vocab_size

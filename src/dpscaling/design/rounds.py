@@ -44,7 +44,7 @@ from dpscaling.grid import (
 from dpscaling.io import write_json_atomic
 from dpscaling.law.artifact import fit_law
 from dpscaling.law.collect import collect_training_curves, read_curve
-from dpscaling.law.settings import LawSettings, law_settings_of
+from dpscaling.law.settings import LawSettings, law_settings_of, mode_name
 from dpscaling.law.queries import compute_cost
 from dpscaling.models.family import run_model_config
 
@@ -327,8 +327,7 @@ def compare_with_grid(config: Mapping[str, Any], records: Sequence[str | Path], 
                         goals, spent, float(final["grid_flops"]), run.training.seed)
     row = {key: value for key, value in result.row().items() if "truth" not in key}
     if grid_validation is not None:
-        mode = "reference-compatible" if run.fit.reference_compatible else "paper"
-        error, points = pooled_error(pd.read_csv(grid_validation), mode)
+        error, points = pooled_error(pd.read_csv(grid_validation), mode_name(run.fit.reference_compatible))
         row |= {"grid law held-out error": error, "grid law held-out points": points}
     report = {**row, "rounds": len(records) - 1, "runs trained": len(trained), "stopped": final["stopped"],
               "targets": [{**dataclasses.asdict(t), "regret": r, "adaptive answer": a, "grid answer": g}

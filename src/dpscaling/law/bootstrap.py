@@ -38,7 +38,7 @@ from dpscaling.law.collect import RUN, load_results, primary_seed_curves
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, NOISE_BATCH_RATIO, SEED
 from dpscaling.law.interpolation import LossFunction
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
-from dpscaling.law.settings import LawSettings
+from dpscaling.law.settings import LawSettings, mode_name
 
 REPLICATE = "Replicate"
 REFERENCE_COMPATIBLE = "Reference Compatible"
@@ -171,7 +171,7 @@ def load_replicates(directory: str | os.PathLike[str], settings: LawSettings) ->
     table = pd.concat([pd.read_parquet(path) for path in files], ignore_index=True)
     modes = set(table[REFERENCE_COMPATIBLE].astype(bool))
     if modes != {settings.reference_compatible}:
-        mode = "reference-compatible" if settings.reference_compatible else "paper"
+        mode = mode_name(settings.reference_compatible)
         raise UserError(f"the bootstrap replicates in {directory} were not fitted in this law's {mode} mode; "
                         "refit them (`snakemake fit`) or pass the matching --bootstrap DIR")
     losses = [LossFunction.from_grid(grid, log_loss=settings.interpolate_log_loss,

@@ -57,6 +57,7 @@ from dpscaling.law.physical_batch import PhysicalBatchCorrection, load_correctio
 from dpscaling.law.pipeline import sha256
 from dpscaling.law.range_checks import ValidatedRanges
 from dpscaling.law.runnable import ModelShape, preset_shapes
+from dpscaling.law.settings import mode_name
 from dpscaling.law.sequence_length import (
     LawAcrossLengths, is_law_across_lengths, law_directories, load_law_across_lengths, replicate_laws, write_lengths)
 from dpscaling.law.validation import HORIZON, HORIZON_FRACTION
@@ -173,7 +174,7 @@ def law_provenance(law: Law) -> dict[str, Any]:
         "mechanism": mechanism.name, "bands": mechanism.bands,
         "samplers": {"poisson": TRUNCATED_POISSON.name, "deterministic": deterministic_sampler(mechanism)},
         "adjacency": {"poisson": ZERO_OUT if mechanism.correlated else ADD_REMOVE, "deterministic": ZERO_OUT},
-        "mode": "reference-compatible" if law.settings.reference_compatible else "paper",
+        "mode": mode_name(law.settings.reference_compatible),
         "results": law.sources.get("results")}
     if law.sigma_table:
         provenance["sampling"] = law.sigma_table.get("sampling", "min")

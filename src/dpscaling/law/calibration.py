@@ -87,7 +87,7 @@ from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.distance import DistanceScale
-from dpscaling.law.settings import LawSettings
+from dpscaling.law.settings import LawSettings, mode_name
 from dpscaling.law.smoothing import rolling_mean
 from dpscaling.law.validation import DISTANCE, HELD_OUT, KIND, MODE, PREDICTED, SEED_HIGH, SEED_LOW
 
@@ -346,7 +346,7 @@ def load_calibration(path: str | os.PathLike[str], settings: LawSettings) -> Cal
 
     Raises UserError when the file is unreadable or holds no calibration of that mode.
     """
-    mode = "reference-compatible" if settings.reference_compatible else "paper"
+    mode = mode_name(settings.reference_compatible)
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
         version = document.get("format_version", 1)

@@ -137,6 +137,15 @@ class LawSettings:
         return cls(**values)
 
 
+# The two modes' names, as every output that records a mode writes them (provenance, validation, bundles).
+PAPER_MODE, REFERENCE_MODE = "paper", "reference-compatible"
+
+
+def mode_name(reference_compatible: bool) -> str:
+    """The name of the analysis mode: :data:`REFERENCE_MODE` for the authors' code's, else :data:`PAPER_MODE`."""
+    return REFERENCE_MODE if reference_compatible else PAPER_MODE
+
+
 def law_settings_of(run: RunConfig, reference_compatible: bool | None = None) -> LawSettings:
     """The :class:`LawSettings` the run's ``fit`` block asks for, in paper or reference-compatible mode
     (``reference_compatible``; None = the block's own). The reference mode fixes the keys the authors' code
