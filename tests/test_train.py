@@ -111,6 +111,26 @@ def test_learning_rate_schedule_matches_paper():
     np.testing.assert_allclose(float(lr(1000 + 64_000)), 2.0**-7 / np.sqrt(10), rtol=1e-5)
 
 
+
+def test_constant_cooldown_holds_the_peak_then_cools_to_zero_over_its_horizons_last_fraction():
+    config = TrainConfig(learning_rate=2.0**-7, num_steps=10_000, warmup_steps=1000, log_every=100,
+                         schedule="constant_cooldown", cooldown_fraction=0.2)
+    lr = learning_rate_schedule(config)
+    np.testing.assert_allclose(float(lr(500)), 2.0**-8, rtol=1e-6)  # the paper's warm-up
+    for step in (1000, 5000, 8000):  # the peak, held until the cooldown starts at 80% of the horizon
+        np.testing.assert_allclose(float(lr(step)), 2.0**-7, rtol=1e-6)
+    assert config.branch_step == 8000
+    np.testing.assert_allclose(float(lr(8500)), 2.0**-7 * (1 - np.sqrt(0.25)), rtol=1e-5)  # 1 - sqrt(progress)
+    assert float(lr(10_000)) == 0.0
+    # the cooldown's start is rounded down to a logged step, and must come after the warm-up
+    assert dataclasses.replace(config, num_steps=10_050).branch_step == 8000
+    with pytest.raises(UserError, match=r"train\.cooldown_fraction: .* before the warm-up ends"):
+        dataclasses.replace(config, num_steps=1200)
+    with pytest.raises(UserError, match=r"train\.schedule: must be one of \('paper', 'constant_cooldown'\)"):
+        dataclasses.replace(config, schedule="cosine")
+    # the paper's schedule is the same at every horizon: its branch step is the whole run
+    assert TrainConfig(num_steps=300, log_every=100).branch_step == 300
+
 def test_batch_sampler_is_a_seeded_per_epoch_permutation():
     sampler = BatchSampler(n_rows=10, batch_size=3, seed=7)
     epoch0 = np.concatenate([sampler.indices(s) for s in range(3)])

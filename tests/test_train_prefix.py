@@ -119,3 +119,50 @@ def test_private_and_correlated_runs_never_continue_another_run(corpus, prefix) 
     correlated = dataclasses.replace(LONG, mechanism="bandmf-b4")
     assert "strategy is built for the run's horizon" in prefix_refusal(prefix, correlated, meta)
     assert prefix_refusal(prefix, LONG, meta) is None
+
+
+# constant_cooldown: 20 steps cool down from step 10, 10 steps from step 5 (each saved and kept there).
+LONG_COOLED = dataclasses.replace(LONG, schedule="constant_cooldown", cooldown_fraction=0.5, checkpoint_every=5)
+SHORT_COOLED = dataclasses.replace(LONG_COOLED, num_steps=10, checkpoint_every=10)
+
+
+@pytest.fixture(scope="module")
+def cooled_prefix(corpus, compile_cache, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cooled")
+    run_training(SHORT_COOLED, corpus, out / "metrics.parquet", out / "ckpt")
+    return out / "ckpt"
+
+
+def _steps(checkpoint_dir: Path) -> set[int]:
+    return {int(p.name) for p in (checkpoint_dir / "state").iterdir() if p.name.isdigit()}
+
+
+def test_a_cooldown_branches_from_the_shorter_runs_cooldown_start_and_matches_a_run_from_step_0(
+        corpus, cooled_prefix, tmp_path) -> None:
+    assert (SHORT_COOLED.branch_step, LONG_COOLED.branch_step) == (5, 10)
+    assert _steps(cooled_prefix) == {5, 10}  # the branch step is kept beside the last
+    scratch = tmp_path / "scratch"
+    run_training(LONG_COOLED, corpus, scratch / "metrics.parquet", scratch / "ckpt")
+    assert _steps(scratch / "ckpt") == {10, 15, 20}  # saved every 5 steps: the latest two, and the branch step
+    summary = run_training(LONG_COOLED, corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt",
+                           prefix_dir=cooled_prefix)
+    assert (summary.resumed_from_step, summary.prefix_dir) == (5, str(cooled_prefix))
+    found, wanted = _curve(tmp_path / "metrics.parquet"), _curve(scratch / "metrics.parquet")
+    for name in CURVE:
+        np.testing.assert_array_equal(found[name], wanted[name], err_msg=name)
+    # the shorter run cooled down over steps 5..10; the longer one was still at its peak there
+    short = _curve(cooled_prefix.parent / "metrics.parquet")
+    assert short["lr"][1] < found["lr"][1] == pytest.approx(LONG.learning_rate)
+
+
+def test_a_cooldown_without_its_branch_checkpoint_is_refused(corpus, cooled_prefix, tmp_path, caplog) -> None:
+    import shutil
+
+    copy = tmp_path / "prefix"
+    shutil.copytree(cooled_prefix, copy)
+    shutil.rmtree(copy / "state" / "5")
+    with caplog.at_level(logging.WARNING, logger="dpscaling.train.prefix"):
+        summary = run_training(LONG_COOLED, corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt",
+                               prefix_dir=copy)
+    assert summary.resumed_from_step == 0
+    assert any("no checkpoint at or before step 5" in r.message for r in caplog.records)

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,17 +56,22 @@ class Restored:
     discarded: tuple[int, ...]  # newer checkpoints that failed verification and were deleted
 
 
-def open_manager(state_dir: Path, *, read_only: bool = False) -> ocp.CheckpointManager:
-    """The orbax manager of a job's ``state`` directory (synchronous saves, two kept).
+def open_manager(state_dir: Path, *, read_only: bool = False, keep: Sequence[int] = ()) -> ocp.CheckpointManager:
+    """The orbax manager of a job's ``state`` directory (synchronous saves; the latest two kept, and the steps in
+    ``keep``: a run's branch step, :attr:`dpscaling.train.config.TrainConfig.branch_step`).
 
     Synchronous saves keep "partial curve written, then state saved" in order. Leftover
     temporaries of a save cut short by a kill are removed, so the same step can be saved again.
     """
+    policies = ocp.checkpoint_managers
     options = (
         ocp.CheckpointManagerOptions(read_only=True)
         if read_only
         else ocp.CheckpointManagerOptions(
-            max_to_keep=2, enable_async_checkpointing=False, cleanup_tmp_directories=True
+            preservation_policy=policies.AnyPreservationPolicy(
+                [policies.LatestN(2), policies.CustomSteps(list(keep))]),
+            enable_async_checkpointing=False,
+            cleanup_tmp_directories=True,
         )
     )
     return ocp.CheckpointManager(Path(state_dir).absolute(), options=options)
@@ -167,9 +173,10 @@ def restore_latest_verified(manager: ocp.CheckpointManager, template: Any) -> Re
     return None
 
 
-def restore_verified_read_only(manager: ocp.CheckpointManager, template: Any, where: Path) -> Restored:
-    """The latest checkpoint, verified, without modifying anything (for evaluation)."""
-    step = manager.latest_step()
+def restore_verified_read_only(manager: ocp.CheckpointManager, template: Any, where: Path,
+                               step: int | None = None) -> Restored:
+    """Checkpoint ``step`` (default the latest), verified, without modifying anything (for evaluation)."""
+    step = manager.latest_step() if step is None else step
     if step is None:
         raise UserError(f"{where}: no finished checkpoint")
     try:

@@ -17,6 +17,7 @@ from dpscaling.errors import UserError
 from dpscaling.mechanisms import DPSGD, STRATEGIES, Mechanism, mechanism_named
 from dpscaling.models.family import BERT, BERT_MAX_POSITIONS, PRESETS, Family, ModelConfig, family_named
 from dpscaling.samplers import SAMPLERS, Sampler, sampler_named
+from dpscaling.train.schedules import branch_step, learning_rates, schedule_refusal
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
 # clips), only for benchmarks and ablations.
@@ -52,6 +53,10 @@ class TrainConfig:
     warmup_steps: int = configured("training.warmup_steps")
     decay_steps: int = configured("training.decay_steps")  # exponential decay by decay_factor over this many steps
     decay_factor: float = configured("training.decay_factor")
+    # The learning-rate schedule (dpscaling.train.schedules): paper, or constant_cooldown over its last
+    # cooldown_fraction of the horizon
+    schedule: str = configured("training.schedule", after_runs=True)
+    cooldown_fraction: float = configured("training.cooldown_fraction", after_runs=True)
     clip_norm: float = configured("training.clip_norm")  # C of normalized clipping (same result for C ≤ ‖g‖)
     clipping: str = configured("training.clipping")  # "vmap" | "ghost" | "none"
     p_mask: float = configured("training.mask_rate")
@@ -145,6 +150,10 @@ class TrainConfig:
         need(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         need(self.decay_steps >= 1, "decay_steps", "must be >= 1")
         need(self.decay_factor >= 1, "decay_factor", "must be >= 1")
+        refusal = schedule_refusal(self.schedule, self.num_steps, self.warmup_steps, self.cooldown_fraction,
+                                   self.log_every)
+        if refusal is not None:
+            raise UserError(f"train.{refusal}")
         need(self.clip_norm > 0, "clip_norm", "must be > 0")
         need(self.clipping in GRADIENT_MODES, "clipping", f"must be one of {GRADIENT_MODES}")
         need(self.model == "custom" or self.model not in PRESETS or PRESETS[self.model].name == self.family,
@@ -185,6 +194,12 @@ class TrainConfig:
         if size is None:
             raise ValueError("train.truncated_batch_size: not priced yet (the run's accountant chooses it)")
         return size
+
+    @property
+    def branch_step(self) -> int:
+        """The last step whose learning rate is that of every longer horizon of this run
+        (:func:`dpscaling.train.schedules.branch_step`): where a longer run may start from this one."""
+        return branch_step(self.schedule, self.num_steps, self.cooldown_fraction, self.log_every)
 
     @property
     def microbatch(self) -> int:
@@ -263,18 +278,9 @@ def config_keys() -> dict[str, str]:
 
 
 def learning_rate_schedule(config: TrainConfig, peak: Any = None) -> optax.Schedule:
-    """Linear warm-up to the peak, then exponential decay by ``decay_factor`` over ``decay_steps``.
-
-    Paper §3.2: 1000 warm-up steps, then 10× decay over a 128K-iteration horizon. The peak is
-    ``config.learning_rate`` unless given (a traced value inside the compiled step).
-    """
-    peak = config.learning_rate if peak is None else peak
-    decay = optax.exponential_decay(
-        init_value=peak,
-        transition_steps=config.decay_steps,
-        decay_rate=1.0 / config.decay_factor,
-    )
-    if config.warmup_steps == 0:
-        return decay
-    warmup = optax.linear_schedule(0.0, peak, config.warmup_steps)
-    return optax.join_schedules([warmup, decay], [config.warmup_steps])
+    """``config.schedule`` (:mod:`dpscaling.train.schedules`; paper §3.2: 1000 warm-up steps, then 10× decay over
+    a 128K-iteration horizon). The peak is ``config.learning_rate`` unless given (a traced value inside the
+    compiled step)."""
+    return learning_rates(
+        config.schedule, config.learning_rate if peak is None else peak, config.num_steps, config.warmup_steps,
+        config.decay_steps, config.decay_factor, config.cooldown_fraction, config.log_every)

@@ -139,7 +139,7 @@ def run_training(
     try:  # a read-only or full results directory fails here, in one line, before any training
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         _check_same_config(checkpoint_dir, config, jax.process_index() == 0, meta)
-        manager = open_manager(checkpoint_dir / STATE_DIR)
+        manager = open_manager(checkpoint_dir / STATE_DIR, keep=(config.branch_step,))
     except OSError as error:
         raise_if_storage_full_or_read_only(error, f"cannot write checkpoints to {checkpoint_dir}")
         raise
@@ -292,7 +292,8 @@ def _train(
                 run_info | {"status": "running"},
                 config.to_dict(),
             )
-        if step % config.checkpoint_every == 0 or step == config.num_steps:
+        # the branch step is kept: a longer horizon of this run starts there (dpscaling.train.prefix)
+        if step % config.checkpoint_every == 0 or step in (config.num_steps, config.branch_step):
             save_checkpoint(manager, step, state, curve)
 
     finite_losses = [r["loss"] for r in curve if math.isfinite(r["loss"])]
