@@ -143,7 +143,8 @@ def test_a_design_that_cannot_continue_its_runs_is_refused() -> None:
     base = {**yaml.safe_load((CONFIGS / "smoke.yaml").read_text()), "design": "adaptive"}
     for change, key in (({"sampling": "truncated_poisson"}, "training.sampling"),
                         ({"seed": 1}, "adaptive_design.repeat_seeds"),
-                        ({"steps": 45, "decay_steps": 45}, "training.steps")):
+                        ({"steps": 45, "decay_steps": 45}, "training.steps"),
+                        ({"schedule": "constant_cooldown"}, "training.schedule")):
         config = {**base, "training": {**base["training"], **change}}
         validate_config(config, REPO / "workflow" / "schemas" / "config.schema.yaml")
         with pytest.raises(UserError, match=key.replace(".", r"\.")):

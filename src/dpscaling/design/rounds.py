@@ -214,7 +214,7 @@ def write_round(config: Mapping[str, Any], index: int, output: str | Path, *, ch
 def check_design(run: RunConfig) -> None:
     """``design: adaptive``'s own refusals (UserError naming the key): a run continued from a shorter one must compute
     the same first steps (:mod:`dpscaling.train.prefix`), so no private sampler, no correlated mechanism and a horizon
-    at a logged step; a repeat seed is another seed."""
+    at a logged step; the paper's schedule, whose every row is a loss the law can read; a repeat seed is another seed."""
     from dpscaling.errors import UserError
     from dpscaling.mechanisms import mechanism_named
     from dpscaling.samplers import sampler_named
@@ -229,6 +229,10 @@ def check_design(run: RunConfig) -> None:
     if mechanism_named(primary, "training.mechanisms").correlated:
         raise UserError(f"training.mechanisms: the primary mechanism {primary!r} is built for each run's horizon, so "
                         "a design run cannot continue a shorter one; design: adaptive needs dpsgd first")
+    if training.schedule != "paper":
+        raise UserError(f"training.schedule: {training.schedule!r} cools each run down at its own horizon, and the "
+                        "design's law reads every row of a curve as the loss at its step; design: adaptive takes "
+                        "the paper's schedule, under which a shorter horizon is the first steps of a longer one")
     if training.seed in run.adaptive_design.repeat_seeds:
         raise UserError(f"adaptive_design.repeat_seeds: {list(run.adaptive_design.repeat_seeds)} holds training.seed "
                         f"({training.seed}); a repeat needs another seed")
