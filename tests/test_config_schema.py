@@ -201,7 +201,7 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     # repeat_points / seq_lens / the mechanisms and their learning rates, which choose which jobs exist,
     # never a job's param.
     late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant",
-            "bandmf_strategy")
+            "bandmf_strategy", "schedule", "cooldown_fraction")
     selects = ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms", "mechanism_learning_rates", "runs_per_job")
     before = {key: value for key, value in config["training"].items() if key not in late and key not in selects}
     assert repr(training_params(config)) == repr(before)
@@ -262,7 +262,7 @@ ROLE_REACH = {
     "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates",
                       "runs_per_job"), (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
-    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy"), (True, True, True)),
+    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy", "schedule", "cooldown_fraction"), (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),
     "model_start": (("output_bias",), (True, True, False)),
     "ablation_shared": (("decay_factor", "mask_rate", "clip_norm", "clipping"), (True, True, True)),
