@@ -229,7 +229,8 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "clipping": "vmap", "seed": 9, "steps": 123, "warmup_steps": 7, "decay_steps": 123,
                     "log_every": 3, "checkpoint_every": 41, "microbatch_size": 2,
                     "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
-                    "bandmf_strategy": "max_error", "output_bias": "zeros", "runs_per_job": "shape"}
+                    "bandmf_strategy": "max_error", "output_bias": "zeros", "runs_per_job": "shape",
+                    "schedule": "constant_cooldown", "cooldown_fraction": 0.3}
 
 
 def _reached(key: str) -> dict[str, bool]:
@@ -262,7 +263,8 @@ ROLE_REACH = {
     "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates",
                       "runs_per_job"), (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
-    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy", "schedule", "cooldown_fraction"), (True, True, True)),
+    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy", "schedule", "cooldown_fraction"),
+             (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),
     "model_start": (("output_bias",), (True, True, False)),
     "ablation_shared": (("decay_factor", "mask_rate", "clip_norm", "clipping"), (True, True, True)),
