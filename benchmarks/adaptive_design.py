@@ -57,6 +57,8 @@ def main() -> None:
     parser.add_argument("--asymptote", default="per_curve", choices=["per_curve", "nonprivate",
                                                                       "per_curve_else_nonprivate"],
                         help="fit.extrapolation_asymptote of both laws (the paper's per_curve by default)")
+    parser.add_argument("--contenders", type=int, default=0,
+                        help="per target, rival answers whose loss gap to the consensus is a target too")
     parser.add_argument("--coverage", action="store_true",
                         help="every grid point's loss at the horizon is a target beside the answers")
     parser.add_argument("--fill-forms", action="store_true",
@@ -90,7 +92,7 @@ def main() -> None:
     design = DesignSettings(seed_steps=int(horizon * args.seed_fraction), horizon=horizon,
                             runs_per_round=args.runs_per_round, max_rounds=args.rounds, compute_cap=args.cap * full_flops,
                             stop_width=0.0, replicates=args.replicates, batch=scale["batch"], seq_len=scale["seq_len"],
-                            jackknife=args.jackknife, coverage=args.coverage,
+                            jackknife=args.jackknife, coverage=args.coverage, contenders=args.contenders,
                             fill_forms=args.fill_forms)
     started = time.perf_counter()
     trained, rounds = run_design(simulator, grid, models, best_rate, targets, design, fit, settings, options,

@@ -125,3 +125,32 @@ def test_the_jackknife_covariance_is_n_minus_1_over_n_times_the_summed_deviation
     sigma = joint_covariance(answers, predictions)
     assert choose_from_covariance(sigma, 1, [1.0, 1.0, 1.0], 1e-4, 2).candidates == choose_runs(
         answers, predictions, [1.0, 1.0, 1.0], 1e-4, 2).candidates
+
+
+def test_the_contenders_are_the_members_choices_most_frequent_first_and_the_consensus_leads() -> None:
+    import pandas as pd
+
+    from dpscaling.design.answers import contenders
+
+    def chosen(*points):
+        return pd.DataFrame(points, columns=["Model Size", "Iterations", "Noise Batch Ratio"])
+
+    bootstrap = chosen((1e6, 500.0, 0.01), (1e6, 500.0, 0.01), (4e6, 250.0, 0.02), (1e6, 1000.0, 0.01))
+    forms = chosen((4e6, 250.0, 0.02), (1e6, 500.0, 0.01), (2e6, 250.0, 0.04))
+    rows = contenders([bootstrap, forms, pd.DataFrame()], limit=5)
+    np.testing.assert_array_equal(rows[:2], [[1e6, 500.0, 0.01], [4e6, 250.0, 0.02]])  # chosen 3 and 2 times
+    assert len(rows) == 4 and {tuple(r) for r in rows[2:]} == {(1e6, 1000.0, 0.01), (2e6, 250.0, 0.04)}
+    assert len(contenders([bootstrap, forms], limit=1)) == 2  # the consensus and one rival
+    assert contenders([pd.DataFrame()], limit=3).shape == (0, 3)
+
+
+def test_a_decision_column_is_a_contenders_loss_less_the_consensus_in_every_member(committee_context) -> None:
+    from dpscaling.design.committee import decision_columns
+
+    members = committee_context.replicates
+    consensus, rival, other = [4e5, 2000.0, 2.0**-10], [1.6e6, 1000.0, 2.0**-6], [1.6e6, 500.0, 2.0**-8]
+    columns = decision_columns(members, [np.array([consensus, rival, other]), np.array([consensus])])
+    losses = members.loss_matrix(*np.array([consensus, rival, other]).T)
+    assert columns.shape == (6, 2)  # a target without a rival adds nothing
+    np.testing.assert_allclose(columns, losses[:, 1:] - losses[:, :1], rtol=0, atol=1e-12)
+    assert np.isfinite(columns).all() and columns.std(axis=0).min() > 0  # the members disagree on the gaps

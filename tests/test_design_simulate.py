@@ -102,7 +102,7 @@ def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_run
     from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
 
     from dpscaling.design.runs import seed_design
-    from dpscaling.design.committee import committee
+    from dpscaling.design.committee import committee, decision_columns
     from dpscaling.figures.context import AnalysisContext
     from dpscaling.law import LawSettings
     from dpscaling.law.artifact import fit_law
@@ -111,7 +111,7 @@ def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_run
     settings = LawSettings(warmup_steps=100, rolling_window=3, curve_horizons=True, fill_missing_models=True)
     options = dict(seq_len=SEQ_LEN, physical_batch=PHYSICAL_BATCH)
     design = DesignSettings(seed_steps=500, horizon=2000, runs_per_round=3, max_rounds=0, compute_cap=1e30,
-                            stop_width=0.0, replicates=4, batch=PHYSICAL_BATCH, seq_len=SEQ_LEN)
+                            stop_width=0.0, replicates=4, batch=PHYSICAL_BATCH, seq_len=SEQ_LEN, contenders=2)
 
     coverage = np.array([[4e5, 2000.0, 2.0**-10], [1.6e6, 1000.0, 2.0**-6]])
 
@@ -122,8 +122,13 @@ def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_run
                                                                        replicates=members), options,
                           [Target(8.0, 1e5, 1e13), Target(8.0, 1e6, 1e14)], coverage)
         assert [part.name for part in found.sets] == ["bootstrap", "model forms"]
+        assert len(found.contenders) == 2 and all(1 <= len(rows) <= 3 for rows in found.contenders)
+        assert sum(len(rows) - 1 for rows in found.contenders) >= 1  # the members choose differently somewhere
         for part in found.sets:  # the coverage points are targets after the answers: each member's loss there
-            np.testing.assert_allclose(part.answers[:, 2:], part.members.loss_matrix(*coverage.T))
+            np.testing.assert_allclose(part.answers[:, 2:4], part.members.loss_matrix(*coverage.T))
+            # then each target's rivals' loss gaps to its consensus, the same columns in every set
+            np.testing.assert_allclose(part.answers[:, 4:], decision_columns(part.members, found.contenders))
+            assert part.answers.shape[1] == 4 + sum(len(rows) - 1 for rows in found.contenders)
         return found.widths()[:2], found.sets[1].answers
 
     short = seed_design(list(SIZES), NBRS, RATES, 0, (1,), 500)

@@ -14,9 +14,10 @@ from itertools import groupby
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
 from dpscaling.law.bootstrap import REPLICATE
-from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY
+from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
 
 if TYPE_CHECKING:
     from dpscaling.figures.context import AnalysisContext
@@ -31,21 +32,46 @@ class Target:
     compute: float
 
 
-def answer_matrix(context: AnalysisContext, targets: Sequence[Target]) -> np.ndarray:
-    """Committee members × ``targets``: each replicate's optimal loss at each target, NaN where it has none."""
+def target_optima(context: AnalysisContext, targets: Sequence[Target]) -> list[pd.DataFrame]:
+    """Per target, every committee member's optimum there: rows of
+    :func:`dpscaling.law.bootstrap.replicate_optima` (loss, M, B, T, σ̄, the member's index), none for a member
+    without one."""
     if context.replicates is None:
         raise ValueError("the design's committee is the law's bootstrap replicates, and this law has none")
-    answers = np.full((len(context.replicates), len(targets)), np.nan)
+    optima = [pd.DataFrame()] * len(targets)
     order = sorted(range(len(targets)), key=lambda index: targets[index])
     for (epsilon, users), members in groupby(order, key=lambda index: (targets[index].epsilon,
                                                                         targets[index].data_budget)):
         members = list(members)
-        budgets = np.array([targets[index].compute for index in members], float)
-        optima = context.replicate_optima(epsilon, users, np.unique(budgets))
-        table = optima.pivot_table(index=REPLICATE, columns=COMPUTE, values=CROSS_ENTROPY, aggfunc="first")
+        budgets = np.unique([targets[index].compute for index in members])
+        table = context.replicate_optima(epsilon, users, budgets)
         for index in members:
-            compute = targets[index].compute
-            if compute in table.columns:
-                column = table[compute]
-                answers[column.index.to_numpy(int), index] = column.to_numpy(float)
+            optima[index] = table[table[COMPUTE] == targets[index].compute].drop_duplicates(REPLICATE)
+    return optima
+
+
+def answer_matrix(context: AnalysisContext, targets: Sequence[Target]) -> np.ndarray:
+    """Committee members × ``targets``: each replicate's optimal loss at each target, NaN where it has none."""
+    return answers_of(target_optima(context, targets), len(context.replicates or ()))
+
+
+def answers_of(optima: Sequence[pd.DataFrame], members: int) -> np.ndarray:
+    """``members`` × targets: the optimal losses of :func:`target_optima`'s frames, NaN where a member has none."""
+    answers = np.full((members, len(optima)), np.nan)
+    for index, frame in enumerate(optima):
+        answers[frame[REPLICATE].to_numpy(int), index] = frame[CROSS_ENTROPY].to_numpy(float)
     return answers
+
+
+def contenders(optima: Sequence[pd.DataFrame], limit: int) -> np.ndarray:
+    """The configurations that compete for one target's answer: each distinct (M, T, σ̄) the members chose there
+    (``optima``: one frame per set of members, as :func:`target_optima` gives them), most often chosen first, at
+    most ``limit`` + 1. The first is the consensus; the rest are what a run must tell it from. Rows (M, T, σ̄)."""
+    point = [MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO]
+    frames = [frame[point] for frame in optima if len(frame)]
+    if not frames:  # no member answers this target
+        return np.empty((0, 3))
+    chosen = pd.concat(frames)
+    counts = chosen.value_counts(sort=False).reset_index(name="members")
+    counts = counts.sort_values("members", ascending=False, kind="stable")
+    return counts[point].to_numpy(float)[: limit + 1]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpscaling.design.answers import Target, answer_matrix
+from dpscaling.design.answers import Target, answers_of, contenders, target_optima
 from dpscaling.design.choice import jackknife_covariance, joint_covariance
 from dpscaling.design.runs import DesignRun
 from dpscaling.design.settings import DesignSettings
@@ -59,9 +59,11 @@ class Committee:
     """The laws whose disagreement the design reads, as sets whose covariances add: the bootstrap replicates (seed
     noise); with ``DesignSettings.model_forms`` the law refitted under other extrapolation choices (how sure its
     extrapolation from short horizons is); with ``DesignSettings.jackknife`` the laws refitted with one trained point
-    left out each (what the answers hang on)."""
+    left out each (what the answers hang on). ``contenders``: per target, its consensus answer then its rivals
+    (M, T, σ̄) whose loss gaps are targets too (:func:`decision_columns`), empty without ``DesignSettings.contenders``."""
 
     sets: tuple[MemberSet, ...]
+    contenders: tuple[np.ndarray, ...] = ()
 
     def covariance(self, runs: Sequence[DesignRun], sizes: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """The joint covariance of (answers, the ``runs``' predicted losses where they would be measured), and
@@ -86,20 +88,15 @@ class Committee:
 def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame, Any], Any], settings: Any, design: DesignSettings,
               context_of: Callable[[Any, Replicates], Any], fit_options: Mapping[str, Any],
               targets: Sequence[Target], coverage: np.ndarray | None = None) -> Committee:
-    """The committee on ``results`` (:class:`Committee`), answering at ``targets`` and, with ``coverage`` (points ×
-    (M, T, σ̄)), predicting the loss there too, each such point one more target; ``fit``: (results, law settings) →
-    law."""
+    """The committee on ``results`` (:class:`Committee`), answering at ``targets``; with ``coverage`` (points ×
+    (M, T, σ̄)) also predicting the loss there, each such point one more target; with ``DesignSettings.contenders``
+    also the loss of each target's contending answers less its consensus's (:func:`decision_columns`), one more
+    target each. ``fit``: (results, law settings) → law."""
     law = fit(results, settings)
-
-    def member_set(name, losses, covariance=joint_covariance) -> MemberSet:
-        members = Replicates(list(losses))
-        answers = answer_matrix(context_of(law, members), targets)
-        if coverage is not None and len(coverage):
-            answers = np.hstack([answers, members.loss_matrix(*coverage.T)])
-        return MemberSet(name, members, answers, covariance)
-
+    kinds: list[tuple[str, Replicates, Callable[[np.ndarray, np.ndarray], np.ndarray]]] = []
     grids = replicate_grids(results, settings, range(design.replicates), **fit_options)
-    sets = [member_set("bootstrap", [LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)])]
+    kinds.append(("bootstrap", Replicates([LossFunction.from_grid(grid) for _, grid in grids.groupby(REPLICATE)]),
+                  joint_covariance))
     if design.model_forms:
         forms = [law.loss]
         for change in (*MODEL_FORMS, *(FILL_FORMS if design.fill_forms else ())):
@@ -107,7 +104,7 @@ def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame, Any], Any], se
                 forms.append(fit(results, dataclasses.replace(settings, **change)).loss)
             except UserError:
                 continue
-        sets.append(member_set("model forms", forms))
+        kinds.append(("model forms", Replicates(forms), joint_covariance))
     if design.jackknife:
         point = [MODEL, NOISE_BATCH_RATIO, LEARNING_RATE]
         left_out = []
@@ -118,5 +115,29 @@ def committee(results: pd.DataFrame, fit: Callable[[pd.DataFrame, Any], Any], se
                 left_out.append(fit(rest, settings).loss)
             except UserError:  # a point the law cannot do without (a model's only curve): no refit of it
                 continue
-        sets.append(member_set("jackknife", left_out, jackknife_covariance))
-    return Committee(tuple(sets))
+        kinds.append(("jackknife", Replicates(left_out), jackknife_covariance))
+    optima = [target_optima(context_of(law, members), targets) for _, members, _ in kinds]
+    points = [contenders([per_set[j] for per_set in optima], design.contenders) if design.contenders
+              else np.empty((0, 3)) for j in range(len(targets))]
+    sets = []
+    for (name, members, covariance), per_set in zip(kinds, optima):
+        answers = answers_of(per_set, len(members))
+        if coverage is not None and len(coverage):
+            answers = np.hstack([answers, members.loss_matrix(*coverage.T)])
+        answers = np.hstack([answers, decision_columns(members, points)])
+        sets.append(MemberSet(name, members, answers, covariance))
+    return Committee(tuple(sets), tuple(points) if design.contenders else ())
+
+
+def decision_columns(members: Replicates, points: Sequence[np.ndarray]) -> np.ndarray:
+    """Members × contenders: per target (``points``, each its consensus then its contenders, rows (M, T, σ̄), as
+    :func:`dpscaling.design.answers.contenders` gives them), each contender's loss less the consensus's, as each
+    member predicts them. A run that shrinks these tells the target's answer from its rivals: what a wrong choice
+    would cost (the regret), where the answer's own variance is what its loss is."""
+    columns = [np.empty((len(members), 0))]
+    for rows in points:
+        if len(rows) < 2:
+            continue
+        losses = members.loss_matrix(*rows.T)
+        columns.append(losses[:, 1:] - losses[:, :1])
+    return np.hstack(columns)

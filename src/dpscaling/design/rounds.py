@@ -137,7 +137,7 @@ def design_settings(run: RunConfig, chosen: Mapping[str, float] | None) -> Desig
         stop_width=block.stop_width, replicates=block.replicates, batch=training.physical_batch,
         seq_len=run.data.seq_len, seed=training.seed, repeat_seeds=tuple(block.repeat_seeds),
         coverage=block.coverage, fill_forms=block.fill_forms, model_forms=block.model_forms,
-        jackknife=block.jackknife)
+        jackknife=block.jackknife, contenders=block.contenders)
 
 
 # ----------------------------------------------------------------------------------------------- records

@@ -24,3 +24,4 @@ class DesignSettings:
     fill_forms: bool = False  # the model forms include the fills' alternatives (FILL_FORMS)
     model_forms: bool = True  # the committee also holds the law under other extrapolation choices (MODEL_FORMS)
     jackknife: bool = False  # the committee also holds the laws refitted with one trained point left out each
+    contenders: int = 0  # per target, how many rival answers' loss gaps to the consensus are targets too

@@ -220,7 +220,8 @@ def replicate_optima(candidates: pd.DataFrame, replicates: Replicates, compute: 
     m, t, s = (candidates[c].to_numpy(float) for c in ("Model Size", ITERATIONS, NOISE_BATCH_RATIO))
     shift = 0.0 if correction is None else correction.shift(candidates["Batch Size"].to_numpy(float), s, m)
     codes, budgets = pd.factorize(candidates[compute], sort=True)
-    columns = {name: candidates[name].to_numpy(float) for name in OPTIMUM_COLUMNS if name != CROSS_ENTROPY}
+    columns = {name: candidates[name].to_numpy(float)
+               for name in (*OPTIMUM_COLUMNS, NOISE_BATCH_RATIO) if name != CROSS_ENTROPY}
     optima: dict[str, list[np.ndarray]] = {name: [] for name in (compute, CROSS_ENTROPY, *columns, BEST, REPLICATE)}
     for index, loss in enumerate(replicates.losses):
         values = np.asarray(loss(m, t, s) - shift, float)
