@@ -106,6 +106,8 @@ rule pack_sequences:
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
         source=CORPUS.record(),
+        # Only where set: data packed before users existed stays this rule's output.
+        **({"users": CFG.data.users.to_mapping()} if CFG.data.users else {}),
     script:
         "../scripts/pack_sequences.py"
 

@@ -20,9 +20,15 @@ from dpscaling.errors import UserError
 VENDORED_VOCAB_SIZES = {"bert-base-uncased": 30522, "wordpiece-core-8192": 8192}  # resources/vocab/
 
 
+@from_schema("data.users")
+class UsersBlock(Block):
+    """``data.users``: the privacy unit of the data (:mod:`dpscaling.data.users`)."""
+
+
 @from_schema("data")
 class DataBlock(Block):
     NAME: ClassVar[str] = "data"
+    NESTED: ClassVar[Mapping[str, type[Block]]] = {"users": UsersBlock}
 
     def model_vocab_size(self) -> int:
         """The vocabulary size models are built with: ``vocab_size`` when the data stage trains the

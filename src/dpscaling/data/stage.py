@@ -5,18 +5,22 @@
 1b. :func:`train_vocabulary` — with ``data.tokenizer: train`` only: train a WordPiece
    vocabulary on the train split (:mod:`dpscaling.data.wordpiece`, ``vocab.txt``).
 2. :func:`pack_documents` — tokenize each split and pack it into fixed-length
-   sequences (Parquet shards + ``meta.json``, see :mod:`dpscaling.data.shards`).
+   sequences (Parquet shards + ``meta.json``, see :mod:`dpscaling.data.shards`); with ``data.users``, each
+   train sequence's user beside it (:mod:`dpscaling.data.users`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dpscaling.data.documents import SPLITS, CorpusSpec, documents_of_split, load_documents, split_documents
 from dpscaling.data.packing import Vocabulary, load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
 from dpscaling.data.shards import DatasetMeta, write_meta, write_split
+from dpscaling.data.users import (
+    UserSpec, cap_examples, synthetic_contributions, users_of_contributions, users_record)
 from dpscaling.data.wordpiece import train_wordpiece, write_vocabulary
 from dpscaling.errors import UserError
 from dpscaling.io import atomic_path
@@ -46,8 +50,10 @@ def pack_documents(
     shard_rows: int,
     output_dir: str | Path,
     source: dict | None = None,
+    users: UserSpec | None = None,
 ) -> DatasetMeta:
-    """Tokenize and pack each split of ``documents`` into ``output_dir``."""
+    """Tokenize and pack each split of ``documents`` into ``output_dir``; with ``users``, the train split's
+    sequences carry their users, capped at ``users.max_examples`` each."""
     frame = pd.read_parquet(documents)
     vocabulary = load_vocabulary(vocab)
     tokenizer = make_tokenizer(vocabulary)
@@ -55,12 +61,16 @@ def pack_documents(
     counts = {}
     for split in SPLITS:
         ids = tokenize_documents(tokenizer, documents_of_split(frame, split))
-        rows = pack_sequences(ids, seq_len, vocabulary.cls_id, vocabulary.sep_id)
+        owners = None
+        if users is not None and split == "train":
+            rows, owners, record = _pack_users(ids, seq_len, vocabulary, users)
+        else:
+            rows = pack_sequences(ids, seq_len, vocabulary.cls_id, vocabulary.sep_id)
         if rows.shape[0] == 0:
             raise UserError(
                 f"data.seq_len: the {split} split has too few tokens for one sequence of {seq_len}"
             )
-        write_split(rows, output_dir / split, shard_rows)
+        write_split(rows, output_dir / split, shard_rows, users=owners)
         counts[split] = int(rows.shape[0])
     meta = DatasetMeta(
         seq_len=seq_len,
@@ -75,7 +85,23 @@ def pack_documents(
         tokenizer=tokenizer_name,
         vocab_sha256=vocabulary.sha256,
         source=dict(source or {}),
+        users=record if users is not None else {},
     )
     write_meta(output_dir, meta)
     return meta
+
+
+def _pack_users(ids: list[np.ndarray], seq_len: int, vocabulary: Vocabulary,
+                users: UserSpec) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The train split's rows, each row's user, and the users' record, capped (:mod:`dpscaling.data.users`)."""
+    if users.unit == "document":  # each document packed alone: no sequence holds two users' text
+        per_document = [pack_sequences([doc], seq_len, vocabulary.cls_id, vocabulary.sep_id) for doc in ids]
+        per_document = [rows for rows in per_document if len(rows)]
+        rows = (np.concatenate(per_document) if per_document else np.zeros((0, seq_len), np.int32))
+        owners = users_of_contributions([len(block) for block in per_document])
+    else:
+        rows = pack_sequences(ids, seq_len, vocabulary.cls_id, vocabulary.sep_id)
+        owners = users_of_contributions(synthetic_contributions(len(rows), users))
+    kept = cap_examples(owners, users.max_examples, users.seed)
+    return rows[kept], owners[kept], users_record(users, owners, owners[kept])
 

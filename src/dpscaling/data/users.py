@@ -1,0 +1,130 @@
+"""Who contributed each training sequence: the user identities of user-level DP (not in the paper, which
+protects one sequence; Charles et al. 2024, arXiv 2407.07737, and Chua et al. 2024, arXiv 2406.14322, train
+and account per user).
+
+``data.users`` names the unit (:class:`UserSpec`):
+
+* ``document`` — each train document is one user. Its tokens are packed apart from every other document's, so
+  no sequence holds two users' text (each document's last partial sequence is dropped). The number of
+  sequences per user is then the corpus's own, heavy-tailed as documents are.
+* ``synthetic`` — the train split is packed as without users, and its sequences, in stream order, are dealt
+  out to users whose contributions are drawn from ``distribution``: ``lomax`` (1 + ⌊λ·X⌋, X Pareto-II with
+  tail index α, λ = (mean − 1)(α − 1), so the mean is about ``mean_examples`` and, for α ≤ 2, the variance
+  infinite, as in real data), or ``constant`` (every user ``mean_examples`` sequences). A user's sequences are
+  consecutive text, as one author's writing is.
+
+A user with more than ``max_examples`` (k) sequences keeps a seeded uniform k of them, in stream order, and
+the rest are dropped from training (never given to another user, which would break the unit): every user then
+contributes at most k sequences, the bound a user-level accountant needs. The held-out split has no users.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpscaling.errors import UserError
+
+UNITS = ("document", "synthetic")
+DISTRIBUTIONS = ("lomax", "constant")
+
+
+@dataclass(frozen=True)
+class UserSpec:
+    """The config's ``data.users``: the unit, the contributions of synthetic users, the cap k, the seed."""
+
+    unit: str
+    distribution: str = "lomax"
+    mean_examples: float = 8.0
+    tail_index: float = 1.5
+    max_examples: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise UserError(f"data.users.unit: must be one of {UNITS}, got {self.unit!r}")
+        if self.distribution not in DISTRIBUTIONS:
+            raise UserError(f"data.users.distribution: must be one of {DISTRIBUTIONS}, got {self.distribution!r}")
+        if not self.mean_examples >= 1:
+            raise UserError(f"data.users.mean_examples: {self.mean_examples} must be >= 1")
+        if self.distribution == "lomax" and not self.tail_index > 1:
+            raise UserError(f"data.users.tail_index: {self.tail_index} must be > 1 (a finite mean)")
+        if self.max_examples is not None and self.max_examples < 1:
+            raise UserError(f"data.users.max_examples: {self.max_examples} must be >= 1 (or null: no cap)")
+
+    @classmethod
+    def from_config(cls, values: dict[str, Any] | None) -> UserSpec | None:
+        """The spec of a ``data.users`` mapping; None where it is unset (each sequence its own unit)."""
+        if not values:
+            return None
+        return cls(**{key: value for key, value in values.items() if value is not None or key == "max_examples"})
+
+
+def synthetic_contributions(n_rows: int, spec: UserSpec) -> np.ndarray:
+    """Sequences per synthetic user, drawn until they cover ``n_rows`` (the last user takes the remainder)."""
+    rng = np.random.default_rng([spec.seed, n_rows])
+    counts: list[np.ndarray] = []
+    covered = 0
+    while covered < n_rows:
+        draw = max(64, math.ceil(2 * (n_rows - covered) / spec.mean_examples))
+        if spec.distribution == "constant":
+            block = np.full(draw, round(spec.mean_examples), np.int64)
+        else:
+            scale = (spec.mean_examples - 1) * (spec.tail_index - 1)
+            block = 1 + np.floor(scale * rng.pareto(spec.tail_index, draw)).astype(np.int64)
+        counts.append(block)
+        covered += int(block.sum())
+    contributions = np.concatenate(counts)
+    ends = np.cumsum(contributions)
+    last = int(np.searchsorted(ends, n_rows))
+    contributions = contributions[: last + 1].copy()
+    contributions[-1] -= int(ends[last]) - n_rows
+    return contributions
+
+
+def users_of_contributions(contributions: Sequence[int]) -> np.ndarray:
+    """Each row's user: ``contributions[u]`` consecutive rows per user u."""
+    return np.repeat(np.arange(len(contributions), dtype=np.int32), np.asarray(contributions, np.int64))
+
+
+def cap_examples(users: np.ndarray, max_examples: int | None, seed: int) -> np.ndarray:
+    """Indices of the rows kept (in order): every row of a user with at most ``max_examples`` rows, a seeded
+    uniform ``max_examples`` of a larger user's."""
+    users = np.asarray(users)
+    if max_examples is None:
+        return np.arange(len(users))
+    rng = np.random.default_rng([seed, len(users), max_examples])
+    scores = rng.random(len(users))
+    # Within each user, rank rows by a random score: the first max_examples ranks are the kept subset.
+    order = np.lexsort((scores, users))
+    starts = np.r_[0, np.flatnonzero(np.diff(users[order])) + 1]
+    rank = np.arange(len(users)) - np.repeat(starts, np.diff(np.r_[starts, len(users)]))
+    return np.sort(order[rank < max_examples])
+
+
+def contribution_summary(users: np.ndarray) -> dict[str, float]:
+    """Users and their sequences: count, mean, median, 90th and 99th percentile, max."""
+    counts = np.bincount(np.asarray(users, np.int64))
+    counts = counts[counts > 0]
+    return {"users": int(len(counts)), "mean": float(counts.mean()), "median": float(np.median(counts)),
+            "p90": float(np.percentile(counts, 90)), "p99": float(np.percentile(counts, 99)),
+            "max": int(counts.max())}
+
+
+def users_record(spec: UserSpec, before: np.ndarray, after: np.ndarray) -> dict[str, Any]:
+    """What the packed data's ``meta.json`` says of its users: the spec, the contributions before and after the
+    cap, and k, the most sequences any user now contributes (what a user-level accountant reads)."""
+    capped = np.bincount(np.asarray(before, np.int64))
+    k = spec.max_examples
+    return {"unit": spec.unit, "distribution": spec.distribution if spec.unit == "synthetic" else None,
+            "mean_examples": spec.mean_examples if spec.unit == "synthetic" else None,
+            "tail_index": spec.tail_index if spec.unit == "synthetic" and spec.distribution == "lomax" else None,
+            "max_examples": k, "seed": spec.seed, "n_users": int(len(np.unique(after))),
+            "examples_per_user": int(np.bincount(np.asarray(after, np.int64)).max()),
+            "capped_users": int((capped > k).sum()) if k is not None else 0,
+            "dropped_sequences": int(len(before) - len(after)),
+            "contributions": contribution_summary(before), "contributions_capped": contribution_summary(after)}

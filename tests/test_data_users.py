@@ -1,0 +1,120 @@
+"""Users in the data (dpscaling.data.users): each train sequence's user, the contributions, the cap k."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake
+from dpscaling.data.documents import CorpusSpec
+from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
+from dpscaling.data.shards import load_meta, load_split, load_users
+from dpscaling.data.stage import pack_documents, prepare_documents
+from dpscaling.data.users import UserSpec, cap_examples, synthetic_contributions, users_of_contributions
+from dpscaling.errors import UserError
+
+CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
+VOCAB = REPO / "resources" / "vocab" / "wordpiece-core-8192" / "vocab.txt"
+
+
+def test_synthetic_contributions_cover_the_rows_with_the_asked_mean_and_a_heavy_tail() -> None:
+    light = synthetic_contributions(200_000, UserSpec("synthetic", mean_examples=8, tail_index=4.0))
+    assert light.sum() == 200_000 and light.min() >= 1
+    assert light.mean() == pytest.approx(8, rel=0.1)  # 1 + floor(lambda X) is a little under 1 + lambda E[X]
+    heavy = synthetic_contributions(200_000, UserSpec("synthetic", mean_examples=8, tail_index=1.5))
+    assert heavy.sum() == 200_000 and np.median(heavy) < 8 < heavy.max() / 50  # most users few, some very many
+    constant = synthetic_contributions(1003, UserSpec("synthetic", distribution="constant", mean_examples=10))
+    assert constant.sum() == 1003 and (constant[:-1] == 10).all() and constant[-1] == 3
+    again = synthetic_contributions(200_000, UserSpec("synthetic", mean_examples=8, tail_index=1.5))
+    assert np.array_equal(heavy, again)  # seeded
+    assert not np.array_equal(heavy[:500], synthetic_contributions(
+        200_000, UserSpec("synthetic", mean_examples=8, tail_index=1.5, seed=1))[:500])
+
+
+def test_the_cap_keeps_a_seeded_uniform_k_of_a_larger_users_rows_and_every_row_of_the_others() -> None:
+    users = users_of_contributions([3, 12, 1, 40, 5])
+    kept = cap_examples(users, 5, seed=0)
+    assert np.all(np.diff(kept) > 0)  # stream order
+    counts = np.bincount(users[kept])
+    assert counts.tolist() == [3, 5, 1, 5, 5]
+    # the kept rows of the user of 40 are 5 of its own; another seed keeps others; no cap keeps all
+    assert set(kept[users[kept] == 3]) <= set(np.flatnonzero(users == 3))
+    assert not np.array_equal(kept, cap_examples(users, 5, seed=1))
+    assert np.array_equal(cap_examples(users, None, 0), np.arange(len(users)))
+    # uniform: over many seeds each of the user's 40 rows is kept about 5/40 of the time
+    hits = np.zeros(len(users))
+    for seed in range(2000):
+        hits[cap_examples(users, 5, seed)] += 1
+    np.testing.assert_allclose(hits[users == 3] / 2000, 5 / 40, atol=0.03)
+
+
+@pytest.mark.parametrize("values, key", [({"unit": "people"}, "data.users.unit"),
+                                         ({"unit": "synthetic", "tail_index": 1.0}, "data.users.tail_index"),
+                                         ({"unit": "synthetic", "distribution": "zipf"}, "data.users.distribution"),
+                                         ({"unit": "document", "max_examples": 0}, "data.users.max_examples")])
+def test_a_bad_users_block_names_its_key(values, key) -> None:
+    with pytest.raises(UserError, match=key.replace(".", r"\.")):
+        UserSpec.from_config(values)
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    path = tmp_path_factory.mktemp("users") / "documents.parquet"
+    frame = prepare_documents(CorpusSpec(source="core", paths=(str(CORPUS),), max_documents=30), 0.1, 0, path)
+    return path, frame
+
+
+def test_document_users_pack_each_document_alone_and_are_capped(documents, tmp_path: Path) -> None:
+    path, frame = documents
+    spec = UserSpec("document", max_examples=20)
+    meta = pack_documents(path, VOCAB, "wordpiece-core-8192", 64, 100, tmp_path, users=spec)
+    rows, users = load_split(tmp_path, "train"), load_users(tmp_path)
+    assert meta == load_meta(tmp_path) and len(users) == len(rows) == meta.n_train
+    # an independent packing, document by document: each user's rows are its document's own, capped
+    vocabulary = load_vocabulary(VOCAB)
+    ids = tokenize_documents(make_tokenizer(vocabulary), frame.loc[frame.split == "train", "text"])
+    own = [pack_sequences([doc], 64, vocabulary.cls_id, vocabulary.sep_id) for doc in ids]
+    own = [block for block in own if len(block)]
+    assert meta.users["n_users"] == len(own) == len(np.unique(users))
+    for user, block in enumerate(own):
+        mine = rows[users == user]
+        assert len(mine) == min(len(block), 20)
+        assert {row.tobytes() for row in mine} <= {row.tobytes() for row in block}
+    before = np.array([len(block) for block in own])
+    assert meta.users["capped_users"] == int((before > 20).sum()) > 0
+    assert meta.users["dropped_sequences"] == int(np.clip(before - 20, 0, None).sum())
+    assert meta.users["examples_per_user"] == 20 and meta.users["contributions"]["max"] == before.max()
+    # the held-out split has no users and is packed as without them
+    plain = pack_documents(path, VOCAB, "wordpiece-core-8192", 64, 100, tmp_path / "plain")
+    assert np.array_equal(load_split(tmp_path / "plain", "heldout"), load_split(tmp_path, "heldout"))
+    assert "users" not in json.loads((tmp_path / "plain" / "meta.json").read_text())  # meta.json as before
+    with pytest.raises(UserError, match="data.users"):
+        load_users(tmp_path / "plain")
+    assert plain.users == {}
+
+
+def test_synthetic_users_keep_the_packing_and_deal_its_rows_out_in_order(documents, tmp_path: Path) -> None:
+    path, _ = documents
+    plain = pack_documents(path, VOCAB, "wordpiece-core-8192", 64, 100, tmp_path / "plain")
+    spec = UserSpec("synthetic", mean_examples=6, tail_index=1.5, seed=3)
+    meta = pack_documents(path, VOCAB, "wordpiece-core-8192", 64, 100, tmp_path / "users", users=spec)
+    rows, users = load_split(tmp_path / "users", "train"), load_users(tmp_path / "users")
+    assert np.array_equal(rows, load_split(tmp_path / "plain", "train")) and meta.n_train == plain.n_train
+    assert np.all(np.diff(users) >= 0)  # consecutive text per user
+    assert np.array_equal(np.bincount(users), synthetic_contributions(plain.n_train, spec))
+    assert meta.users["unit"] == "synthetic" and meta.users["tail_index"] == 1.5 and meta.users["max_examples"] is None
+
+
+def test_the_data_rule_packs_users_where_the_config_sets_them(tmp_path: Path) -> None:
+    users = tmp_path / "users.yaml"
+    users.write_text("data:\n  users: {unit: synthetic, mean_examples: 4.0, max_examples: 10}\n")
+    run_snakemake("data", "--cores", "2", "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), str(users),
+                  cwd=tmp_path)
+    packed = tmp_path / "results" / "smoke" / "data" / "packed" / "seq=64"
+    meta = json.loads((packed / "meta.json").read_text())
+    assert meta["users"]["unit"] == "synthetic" and meta["users"]["examples_per_user"] <= 10
+    assert np.bincount(load_users(packed)).max() <= 10 and len(load_users(packed)) == meta["n_train"]
