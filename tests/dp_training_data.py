@@ -11,17 +11,20 @@ from pathlib import Path
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.shards import DatasetMeta
 from dpscaling.data.stage import pack_documents, prepare_documents
+from dpscaling.data.users import UserSpec
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
 VOCAB = REPO / "resources" / "vocab" / "wordpiece-core-8192" / "vocab.txt"
 
 
-def build_packed_corpus(directory: Path, seq_len: int = 64, n_documents: int = 60) -> DatasetMeta:
+def build_packed_corpus(directory: Path, seq_len: int = 64, n_documents: int = 60,
+                        users: UserSpec | None = None) -> DatasetMeta:
     spec = CorpusSpec(source="core", paths=(str(CORPUS),), max_documents=n_documents)
     documents = directory / "documents.parquet"
     prepare_documents(spec, heldout_fraction=0.05, seed=0, output=documents)
-    return pack_documents(documents, VOCAB, "wordpiece-core-8192", seq_len, shard_rows=512, output_dir=directory)
+    return pack_documents(documents, VOCAB, "wordpiece-core-8192", seq_len, shard_rows=512, output_dir=directory,
+                          users=users)
 
 
 def packed_corpus(tmp_path_factory, seq_len: int, n_documents: int) -> Path:

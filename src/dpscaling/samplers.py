@@ -17,6 +17,10 @@ checks, the private runs and :mod:`dpscaling.cluster` ask the sampler; none test
   ⌊N/B⌋ ≥ b (:mod:`dpscaling.accounting.pricing`).
 * ``poisson`` — private training: jax-privacy's Poisson batch selection truncated at a static L,
   accounted with jax-privacy's truncated DP-SGD event.
+* ``user_shuffle`` and ``user_poisson`` — the same two at the user level (user-level sampling, ULS; its unit
+  is ``user``, :mod:`dpscaling.train.units`): each batch is B (expected) users of the data's ``data.users``,
+  each user's m sequences clipped as one, and the data budget N is the number of users. ``user_poisson`` is
+  accounted with the truncated DP-SGD event over users.
 
 This module is JAX-free on purpose: the workflow imports it to check and size jobs.
 """
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 
 from dpscaling.errors import UserError
 
-__all__ = ["CYCLIC", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
+__all__ = ["CYCLIC", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "USER_POISSON", "USER_SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
            "truncating_samplers"]
 
 
@@ -60,6 +64,9 @@ class Sampler:
     participation_bound: Callable[[int, int, int], int] | None
     # Fewest steps between two participations of one example, from (N, B); 1: any two may be adjacent.
     min_separation: Callable[[int, int], int] = lambda n_rows, batch_size: 1
+    # What one clipped contribution is (dpscaling.train.units): a sequence, or a user's m sequences. For a
+    # user unit, N and B count users.
+    unit: str = "sequence"
 
     def batch_source(self) -> type:
         """The class that yields a run's step inputs (imported on demand: it needs JAX)."""
@@ -84,7 +91,16 @@ CYCLIC = Sampler(
 TRUNCATED_POISSON = Sampler(
     name="truncated_poisson", batches="dpscaling.train.sampling:TruncatedPoissonStepBatches", accountant="truncated_poisson",
     private=True, truncated=True, participation_bound=None)
-SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (SHUFFLE, CYCLIC, TRUNCATED_POISSON)}
+# The study mode of user-level sampling: seeded per-epoch permutations of the users.
+USER_SHUFFLE = Sampler(
+    name="user_shuffle", batches="dpscaling.train.sampling:UserShuffledStepBatches", accountant="deterministic",
+    private=False, truncated=False, participation_bound=shuffle_max_participations, unit="user")
+# Truncated Poisson sampling of users at a padded static L user slots: user-level private training.
+USER_POISSON = Sampler(
+    name="user_poisson", batches="dpscaling.train.sampling:UserPoissonStepBatches", accountant="truncated_poisson",
+    private=True, truncated=True, participation_bound=None, unit="user")
+SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (
+    SHUFFLE, CYCLIC, TRUNCATED_POISSON, USER_SHUFFLE, USER_POISSON)}
 
 
 def sampler_named(name: str, block: str = "train") -> Sampler:

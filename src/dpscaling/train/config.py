@@ -77,6 +77,8 @@ class TrainConfig:
     # truncated_poisson = truncated Poisson at the static shape truncated_batch_size, batch_size is then
     # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
     sampling: str = configured("training.sampling", after_runs=True)
+    # A user-level sampler's sequences per sampled user and step (dpscaling.train.units)
+    examples_per_user_per_batch: int = configured("training.examples_per_user_per_batch", after_runs=True)
     # truncated_poisson's physical batch L; None = chosen by its privacy price when the run is accounted
     # (dpscaling.accounting.truncation), a multiple of the microbatch
     truncated_batch_size: int | None = configured("training.truncated_batch_size", after_runs=True)
@@ -137,6 +139,13 @@ class TrainConfig:
             f"must be >= batch_size={self.batch_size} (or None: the whole train split)",
         )
         matched_accountant(self.sampling, self.accountant)  # refuses a mismatched pair
+        need(self.examples_per_user_per_batch >= 1, "examples_per_user_per_batch", "must be >= 1")
+        need(self.sampler.unit == "user" or self.examples_per_user_per_batch == 1, "examples_per_user_per_batch",
+             f"is a user-level sampler's; {self.sampling} samples sequences: leave it at 1")
+        need(self.sampler.unit == "sequence" or self.clipping in ("vmap", "none"), "clipping",
+             "ghost norms are per sequence; a user-level sampler clips a user's sequences as one: use 'vmap'")
+        need(self.sampler.unit == "sequence" or self.train_sequences is None, "train_sequences",
+             "draws sequences; a user-level sampler trains on every user of the data: leave it None")
         need(
             self.microbatch_size is None
             or (

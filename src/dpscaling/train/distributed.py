@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 from dpscaling.cluster import launch_environment
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -102,10 +103,11 @@ class DataParallel:
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
 
     def global_batch(self, rows, indices):
-        """The global ``(B, seq)`` array from every process's share of ``rows[indices]``."""
+        """The global ``(B, seq)`` array (``(B, m, seq)`` for ``(B, m)`` user-level indices) from every process's
+        share of ``rows[indices]``."""
         per_process = len(indices) // jax.process_count()
         start = jax.process_index() * per_process
         local = rows[indices[start : start + per_process]]
         return jax.make_array_from_process_local_data(
-            self.batch, local, (len(indices),) + rows.shape[1:]
+            self.batch, local, np.shape(indices) + rows.shape[1:]
         )

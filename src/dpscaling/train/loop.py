@@ -36,7 +36,7 @@ import orbax.checkpoint as ocp
 from dpscaling.data.epochs import check_one_epoch, epochs_seen
 from dpscaling.data.public_unigram import ZEROS, load_public_unigram
 from dpscaling.accounting.matched import RunPrivacy, account_run
-from dpscaling.data.shards import DatasetMeta, load_meta, load_split
+from dpscaling.data.shards import DatasetMeta, load_meta, load_split, load_users
 from dpscaling.dp.correlated import strategy_coefficients
 from dpscaling.dp.noise import noise_key_of, replace_noise_key
 from dpscaling.errors import UserError
@@ -131,8 +131,11 @@ def run_training(
         raise UserError(
             f"train.train_sequences: {n_train:,} exceeds the {meta.n_train:,} sequences of the train split"
         )
+    # A user-level sampler's unit is a user (dpscaling.train.units): N and B count users.
+    users = load_users(data_dir) if config.sampler.unit == "user" else None
+    units = n_train if users is None else int(users.max()) + 1
     # The one-epoch guard, before anything trains (dpscaling.data.epochs).
-    check_one_epoch(config.num_steps, config.batch_size, n_train, config.allow_repeats)
+    check_one_epoch(config.num_steps, config.batch_size, units, config.allow_repeats)
     parallel = DataParallel()
     if config.truncation_resolved:  # else checked once the accountant has priced L
         _check_divisible(config, parallel)
@@ -151,6 +154,7 @@ def run_training(
             meta,
             output_bias,
             training_rows(load_split(data_dir, "train"), config),
+            users,
             parallel,
             manager,
             checkpoint_dir,
@@ -168,6 +172,7 @@ def _train(
     meta: DatasetMeta,
     output_bias: np.ndarray | None,
     rows: np.ndarray,
+    users: np.ndarray | None,
     parallel: DataParallel,
     manager: ocp.CheckpointManager,
     checkpoint_dir: Path,
@@ -177,10 +182,11 @@ def _train(
     prefix_dir: Path | None,
 ) -> RunSummary:
     coefficients = strategy_coefficients(config.noise_mechanism, config.num_steps, config.bandmf_strategy)
+    units = len(rows) if users is None else int(users.max()) + 1  # the data budget N, in privacy units
     privacy = account_run(
         config.sampling,
         config.accountant,
-        dataset_size=len(rows),
+        dataset_size=units,
         expected_batch_size=config.batch_size,
         steps=config.num_steps,
         delta=config.delta,
@@ -213,7 +219,11 @@ def _train(
     if config.noise_mechanism.correlated:
         started_from["bandmf_coefficients"] = json.dumps([float(c) for c in coefficients])
     run_info = _run_constants(config, meta.seq_len, counts, parallel) | started_from | {
-        "epochs": epochs_seen(config.num_steps, config.batch_size, len(rows))} | _privacy_columns(privacy)
+        "epochs": epochs_seen(config.num_steps, config.batch_size, units)} | _privacy_columns(privacy)
+    if users is not None:  # a user-level run's curve says so (columns only such runs have)
+        run_info |= {"privacy_unit": "user", "users": units,
+                     "examples_per_user_per_batch": config.examples_per_user_per_batch,
+                     "examples_per_user": int(np.bincount(users).max())}
     writer = jax.process_index() == 0
 
     curve: list[dict[str, Any]] = []
@@ -246,6 +256,8 @@ def _train(
         config.seed,
         key,
         cycle_length=config.noise_mechanism.cycle_length,
+        users=users,
+        examples_per_user=config.examples_per_user_per_batch,
     )
 
     # The same program for every σ̄, learning rate and seed of this shape: traced once per process

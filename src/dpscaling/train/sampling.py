@@ -116,6 +116,37 @@ class PoissonBatches:
         return next(batches)
 
 
+class UserExamples:
+    """Each selected user's ``per_user`` sequences for a step: a uniform ``per_user`` of its own without
+    replacement (all of them, cycled in a random order, when it has fewer), from a generator seeded by
+    (seed words, step). A pure function of the step, so a resumed run draws what an uninterrupted one does;
+    jax-privacy's ``UserSelectionStrategy`` cycles each user's examples across steps instead, a state only a
+    replay of every earlier batch restores. Which sequences a user contributes does not change its
+    guarantee: the user's whole contribution is clipped as one (:mod:`dpscaling.train.units`)."""
+
+    def __init__(self, users: np.ndarray, per_user: int, seed_words: list[int]):
+        users = np.asarray(users, np.int64)
+        self.n_users = int(users.max()) + 1 if len(users) else 0
+        self.per_user = per_user
+        self._order = np.argsort(users, kind="stable")
+        self._counts = np.bincount(users, minlength=self.n_users)
+        self._starts = np.r_[0, np.cumsum(self._counts)[:-1]]
+        self._seed = list(seed_words)
+
+    def rows(self, step: int, selected: np.ndarray) -> np.ndarray:
+        """``(len(selected), per_user)`` row indices; a padding slot (user ``PADDING_INDEX``) stays padding."""
+        rng = np.random.default_rng([*self._seed, Stream.USER_EXAMPLES, step])
+        rows = np.full((len(selected), self.per_user), PADDING_INDEX, np.int64)
+        for slot, user in enumerate(selected):
+            if user == PADDING_INDEX:
+                continue
+            count = self._counts[user]
+            picks = rng.permutation(count)
+            picks = picks[: self.per_user] if count >= self.per_user else np.resize(picks, self.per_user)
+            rows[slot] = self._order[self._starts[user] + picks]
+        return rows
+
+
 class ShuffledStepBatches:
     """The study's step inputs: ``tokens`` of the seeded shuffled batch, laid out by ``parallel``; a
     pure function of (seed, step). ``key`` is unused (the study's batches are not secret), and so is
@@ -125,7 +156,8 @@ class ShuffledStepBatches:
     reshuffle = True
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
-                 key: np.ndarray | None = None, cycle_length: int = 1):
+                 key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
+                 examples_per_user: int = 1):
         self._rows = rows
         self._shuffle = BatchSampler(len(rows), batch_size, seed, reshuffle=self.reshuffle)
 
@@ -150,7 +182,8 @@ class TruncatedPoissonStepBatches:
     batch as global arrays laid out by ``parallel``; a pure function of (secret key, step)."""
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
-                 key: np.ndarray | None = None, cycle_length: int = 1):
+                 key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
+                 examples_per_user: int = 1):
         if key is None:
             raise ValueError("truncated_poisson batches need the run's secret key")
         # One extra row of [PAD] tokens, not derived from any example, for the padding slots.
@@ -168,3 +201,57 @@ class TruncatedPoissonStepBatches:
         indices = self.indices(step)
         rows = np.where(indices == PADDING_INDEX, len(self._rows) - 1, indices)
         return parallel.global_batch(self._rows, rows), parallel.global_batch(self._weights, rows)
+
+
+class UserShuffledStepBatches:
+    """The ``user_shuffle`` sampler's step inputs (the study mode of user-level sampling): ``tokens``
+    ``(B, m, S)`` of B users from seeded per-epoch permutations of the users, each user's m sequences drawn by
+    :class:`UserExamples`; a pure function of (seed, step)."""
+
+    def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
+                 key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
+                 examples_per_user: int = 1):
+        if users is None:
+            raise ValueError("user-level batches need each sequence's user")
+        self._rows = rows
+        self._examples = UserExamples(users, examples_per_user, [seed])
+        self._shuffle = BatchSampler(self._examples.n_users, batch_size, seed)
+
+    def indices(self, step: int) -> np.ndarray:
+        """``(B, m)`` row indices of the step's users' sequences."""
+        return self._examples.rows(step, self._shuffle.indices(step))
+
+    def __call__(self, parallel, step: int) -> tuple:
+        return parallel.global_batch(self._rows, self.indices(step)), None
+
+
+class UserPoissonStepBatches:
+    """A user-level private run's step inputs (``user_poisson``): users drawn by truncated Poisson sampling
+    (:class:`PoissonBatches` over the users, rate B/U, L user slots), each real user's m sequences drawn by
+    :class:`UserExamples` under the secret key; ``tokens`` ``(L, m, S)`` and one weight per user slot (0:
+    padding, whose rows read the [PAD] row). A pure function of (secret key, step)."""
+
+    def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
+                 key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
+                 examples_per_user: int = 1):
+        if key is None or users is None:
+            raise ValueError("user_poisson batches need the run's secret key and each sequence's user")
+        self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
+        words = [int(w) for w in np.asarray(key, dtype=np.uint32).ravel()]
+        self._examples = UserExamples(users, examples_per_user, words)
+        self._poisson = PoissonBatches(self._examples.n_users, batch_size, physical_batch_size, key, cycle_length)
+
+    def users(self, step: int) -> np.ndarray:
+        """The step's L user slots (padding = ``PADDING_INDEX``)."""
+        return self._poisson.indices(step)
+
+    def indices(self, step: int) -> np.ndarray:
+        """``(L, m)`` row indices (padding slots = ``PADDING_INDEX``)."""
+        return self._examples.rows(step, self.users(step))
+
+    def __call__(self, parallel, step: int) -> tuple:
+        selected = self.users(step)
+        indices = self._examples.rows(step, selected)
+        rows = np.where(indices == PADDING_INDEX, len(self._rows) - 1, indices)
+        weights = (selected != PADDING_INDEX).astype(np.float32)
+        return parallel.global_batch(self._rows, rows), parallel.global_batch(weights, np.arange(len(weights)))

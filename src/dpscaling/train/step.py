@@ -13,6 +13,7 @@ from dpscaling.dp import CLIPPED_SUMS, clipped_mean_grad, dp_optimizer
 from dpscaling.streams import Stream
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.objectives import Objective, loss_fn
+from dpscaling.train.units import UNITS
 
 PyTree = Any
 
@@ -114,12 +115,13 @@ def make_train_step(
     ``hyperparams`` (:class:`StepHyperparams`) are arguments, not constants, so the compiled
     step depends only on the shapes and the config's fixed settings (clipping, schedule
     shape, Adam's b1/b2/eps). ``tokens`` is the ``(B, seq)`` physical batch of unmasked
-    token ids. A padded Poisson
+    token ids (``(B, m, seq)``: B users' m sequences each, for a user-level sampler). A padded Poisson
     batch also passes ``example_weights`` (1 real, 0 padding): padding contributes nothing,
     the clipped sum is divided by the expected batch ``config.batch_size``, and the metrics
     average over real examples only.
     """
-    losses_of = loss_fn(objective, model)
+    unit = UNITS[config.sampler.unit]  # what one clipped contribution is: a sequence, or a user's sequences
+    losses_of = unit.losses(loss_fn(objective, model))
     precision = clipping_precision(config)
 
     def step(
@@ -133,7 +135,7 @@ def make_train_step(
 
     def _step(state, hyperparams, tokens, example_weights):
         optimizer = make_optimizer(config, hyperparams)
-        batch = objective.batch(jax.random.fold_in(hyperparams.mask_key, state.step), tokens)
+        batch = unit.batch(objective, jax.random.fold_in(hyperparams.mask_key, state.step), tokens)
         if config.clipping == "none":
             losses, grad = _mean_grad(losses_of, state.params, batch, config.microbatch)
             norms = jnp.full(losses.shape, jnp.nan)

@@ -1,0 +1,159 @@
+"""User-level sampling (ULS, docs/private-training.md): a user's sequences clipped as one, users drawn by
+truncated Poisson sampling, each run's ε recomputed with dp-accounting from the run's own record."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dp_training_data import build_packed_corpus
+from dpscaling.data.shards import load_meta, load_users
+from dpscaling.data.users import UserSpec, users_of_contributions
+from dpscaling.dp import clipped_mean_grad, vmap_clipped_sum
+from dpscaling.errors import UserError
+from dpscaling.train import TrainConfig, run_training
+from dpscaling.train.sampling import PADDING_INDEX, UserExamples, UserPoissonStepBatches, secret_key
+from dpscaling.train.units import UserUnit
+from test_dp import BATCH, _setup
+
+pytestmark = pytest.mark.slow(minutes=2)
+
+CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
+TARGET_EPSILON = 4.0
+USER_LEVEL = dict(
+    model="custom",
+    model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
+    batch_size=16,  # expected users per step
+    truncated_batch_size=None,  # priced by the run's accountant, in user slots
+    microbatch_size=8,
+    num_steps=20,
+    warmup_steps=5,
+    learning_rate=2.0**-8,
+    log_every=5,
+    checkpoint_every=10,
+    sampling="user_poisson",
+    examples_per_user_per_batch=3,
+    target_epsilon=TARGET_EPSILON,
+)
+
+
+def test_a_users_sequences_are_clipped_as_one_contribution() -> None:
+    loss_fn, params, batch = _setup()
+    per_user = 2
+    grouped = jax.tree.map(lambda leaf: leaf.reshape((BATCH // per_user, per_user) + leaf.shape[1:]), batch)
+    clip = 0.05
+    found = clipped_mean_grad(UserUnit().losses(loss_fn), params, grouped, clipped_sum=vmap_clipped_sum,
+                              clip_norm=clip, microbatch_size=2)
+    # independently: each user's gradient of its mean loss, clipped to C then divided by C, averaged over users
+    wanted = jax.tree.map(jnp.zeros_like, params)
+    for user in range(BATCH // per_user):
+        rows = jax.tree.map(lambda leaf: leaf[user], grouped)
+        grad = jax.grad(lambda p: jnp.mean(loss_fn(p, rows)))(params)
+        norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grad)))
+        wanted = jax.tree.map(lambda w, g: w + g / jnp.maximum(norm, clip) / (BATCH // per_user), wanted, grad)
+    for got, want in zip(jax.tree.leaves(found.grad), jax.tree.leaves(wanted)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-7)
+    # not the sequence-level clipped mean: grouping changes what is bounded
+    sequence = clipped_mean_grad(loss_fn, params, batch, clipped_sum=vmap_clipped_sum, clip_norm=clip)
+    assert not np.allclose(jax.tree.leaves(sequence.grad)[0], jax.tree.leaves(found.grad)[0], rtol=1e-3)
+    assert found.losses.shape == (BATCH // per_user,)
+
+
+def test_a_selected_user_contributes_m_of_its_own_sequences_cycled_when_it_has_fewer() -> None:
+    users = users_of_contributions([1, 5, 2, 40])
+    examples = UserExamples(users, 3, [7])
+    rows = examples.rows(4, np.array([3, 0, PADDING_INDEX, 1, 2]))
+    assert rows.shape == (5, 3) and (rows[2] == PADDING_INDEX).all()
+    for slot, user in zip((0, 1, 3, 4), (3, 0, 1, 2)):
+        assert (users[rows[slot]] == user).all()
+    assert len(set(rows[0])) == 3 and len(set(rows[3])) == 3  # without replacement where it has 3 or more
+    assert set(rows[1]) == {0} and set(rows[4]) == {6, 7}  # cycled where it has fewer
+    np.testing.assert_array_equal(rows, examples.rows(4, np.array([3, 0, PADDING_INDEX, 1, 2])))  # per step
+    assert not np.array_equal(rows[0], examples.rows(5, np.array([3]))[0])
+
+
+def test_users_are_sampled_at_the_user_rate_whatever_they_contributed() -> None:
+    users = users_of_contributions([1] * 300 + [50] * 100)  # a quarter of the users write 94% of the text
+    rows = np.zeros((len(users), 4), np.int32)
+    batches = UserPoissonStepBatches(rows, 0, 40, 64, seed=0, key=secret_key(), users=users, examples_per_user=2)
+    counts = np.zeros(400)
+    for step in range(400):
+        selected = batches.users(step)
+        counts[selected[selected != PADDING_INDEX]] += 1
+    rate = counts / 400
+    assert rate.mean() == pytest.approx(40 / 400, rel=0.05)
+    assert rate[:300].mean() == pytest.approx(rate[300:].mean(), rel=0.15)  # the rate is per user, not per sequence
+
+
+def test_bad_user_level_configs_are_refused_naming_the_key(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="train.clipping"):
+        TrainConfig(**(USER_LEVEL | dict(clipping="ghost")))
+    with pytest.raises(UserError, match="train.examples_per_user_per_batch"):
+        TrainConfig(**(USER_LEVEL | dict(sampling="truncated_poisson")))
+    with pytest.raises(UserError, match="train.train_sequences"):
+        TrainConfig(**(USER_LEVEL | dict(train_sequences=100)))
+    plain = tmp_path / "plain"
+    build_packed_corpus(plain, seq_len=64, n_documents=8)
+    with pytest.raises(UserError, match="data.users"):
+        run_training(TrainConfig(**USER_LEVEL), plain, tmp_path / "m.parquet", tmp_path / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def user_corpus(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("users")
+    build_packed_corpus(directory, seq_len=64, n_documents=60,
+                        users=UserSpec("synthetic", mean_examples=4.0, max_examples=12))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def user_run(user_corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("uls")
+    config = TrainConfig(**USER_LEVEL)
+    return config, run_training(config, user_corpus, out / "metrics.parquet", out / "ckpt"), out
+
+
+def test_a_user_level_runs_epsilon_is_recomputed_with_the_users_as_the_unit(user_run, user_corpus) -> None:
+    config, summary, out = user_run
+    row = pq.read_table(out / "metrics.parquet").to_pandas().iloc[-1]
+    users = load_users(user_corpus)
+    assert (row["sampler"], row["accountant"], row["privacy_unit"]) == ("user_poisson", "truncated_poisson", "user")
+    # N is the number of users, not of sequences, and q = B / N over users
+    n_users = len(np.unique(users))
+    assert int(row["dataset_size"]) == int(row["users"]) == n_users < load_meta(user_corpus).n_train
+    assert int(row["examples_per_user"]) == np.bincount(users).max() <= 12
+    assert row["sampling_probability"] == pytest.approx(config.batch_size / n_users, rel=1e-12)
+    assert np.isfinite(row["loss"]) and summary.privacy["epsilon"] == pytest.approx(row["epsilon"])
+
+    # dp-accounting alone, from the run's recorded parameters
+    def epsilon_at(sigma: float) -> float:
+        event = dp_accounting.SelfComposedDpEvent(
+            dp_accounting.TruncatedSubsampledGaussianDpEvent(
+                dataset_size=n_users, sampling_probability=float(row["sampling_probability"]),
+                truncated_batch_size=int(row["truncated_batch_size"]), noise_multiplier=sigma),
+            int(row["accounted_steps"]))
+        return dp_accounting.pld.PLDAccountant(value_discretization_interval=3e-4).compose(event).get_epsilon(
+            float(row["delta"]))
+
+    assert epsilon_at(float(row["sigma"])) == pytest.approx(TARGET_EPSILON, rel=0.01)
+    assert epsilon_at(0.97 * float(row["sigma"])) > TARGET_EPSILON
+
+
+def test_a_user_level_run_resumes_exactly(user_run, user_corpus, tmp_path: Path) -> None:
+    config, _, out = user_run
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out / "ckpt", resumed / "ckpt")
+    shutil.rmtree(resumed / "ckpt" / "state" / str(config.num_steps))
+    summary = run_training(config, user_corpus, resumed / "metrics.parquet", resumed / "ckpt")
+    assert summary.resumed_from_step == config.checkpoint_every
+    reference = pq.read_table(out / "metrics.parquet", columns=CURVE).to_pydict()
+    again = pq.read_table(resumed / "metrics.parquet", columns=CURVE).to_pydict()
+    for name in CURVE:
+        np.testing.assert_array_equal(again[name], reference[name], err_msg=name)
