@@ -134,12 +134,21 @@ def test_ordinary_run_names_are_accepted(name: str) -> None:
         ({"training": {"steps": 10, "warmup_steps": 20}}, "training.warmup_steps"),
         ({"training": {"physical_batch": 10, "microbatch_size": 4}}, "training.microbatch_size"),
         ({"data": {"source": "text"}}, "data.paths"),
+        ({"training": {"sampling": "user_poisson"}}, "data.users"),  # user-level sampling, no user identities
+        ({"training": {"examples_per_user_per_batch": 4}}, "training.examples_per_user_per_batch"),
     ],
 )
 def test_semantic_checks_name_the_key(override: dict, key: str) -> None:
     config = validated(override)
     with pytest.raises(UserError, match=key.replace(".", r"\.")):
         check_config(config)
+
+
+def test_user_level_sampling_with_user_identities_is_accepted() -> None:
+    config = validated({"data": {"users": {"unit": "synthetic", "max_examples": 16}},
+                        "training": {"sampling": "user_poisson", "examples_per_user_per_batch": 4}})
+    check_config(config)
+    assert config["data"]["users"]["mean_examples"] == 8  # the nested block's defaults are filled in
 
 
 @pytest.mark.parametrize(
@@ -201,7 +210,7 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     # repeat_points / seq_lens / the mechanisms and their learning rates, which choose which jobs exist,
     # never a job's param.
     late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant",
-            "bandmf_strategy", "schedule", "cooldown_fraction")
+            "bandmf_strategy", "schedule", "cooldown_fraction", "examples_per_user_per_batch")
     selects = ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms", "mechanism_learning_rates", "runs_per_job")
     before = {key: value for key, value in config["training"].items() if key not in late and key not in selects}
     assert repr(training_params(config)) == repr(before)
@@ -230,7 +239,7 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "log_every": 3, "checkpoint_every": 41, "microbatch_size": 2,
                     "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
                     "bandmf_strategy": "max_error", "output_bias": "zeros", "runs_per_job": "shape",
-                    "schedule": "constant_cooldown", "cooldown_fraction": 0.3}
+                    "schedule": "constant_cooldown", "cooldown_fraction": 0.3, "examples_per_user_per_batch": 4}
 
 
 def _reached(key: str) -> dict[str, bool]:

@@ -12,7 +12,8 @@ import pytest
 from dpscaling.accounting.matched import _ACCOUNTED_BY, ACCOUNTANT_ASSUMES, MATCHED_ACCOUNTANT, account_run
 from dpscaling.config.schema import schema
 from dpscaling.errors import UserError
-from dpscaling.samplers import CYCLIC, SAMPLERS, SHUFFLE, TRUNCATED_POISSON, sampler_named, shuffle_max_participations
+from dpscaling.samplers import (
+    CYCLIC, SAMPLERS, SHUFFLE, TRUNCATED_POISSON, USER_POISSON, USER_SHUFFLE, sampler_named, shuffle_max_participations)
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
@@ -55,10 +56,12 @@ def test_records_say_what_each_sampler_is() -> None:
     assert TRUNCATED_POISSON.private and TRUNCATED_POISSON.truncated
     assert SHUFFLE.participation_bound(1000, 300, 10) == 4 == shuffle_max_participations(1000, 300, 10)
     assert SHUFFLE.physical_batch(8, None) == 8 and TRUNCATED_POISSON.physical_batch(8, None) is None
-    with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'cyclic', 'truncated_poisson'\), "
-                                        r"got 'x'"):
+    with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'cyclic', 'truncated_poisson', "
+                                        r"'user_shuffle', 'user_poisson'\), got 'x'"):
         sampler_named("x", "training")
     assert SHUFFLE.min_separation(1000, 300) == 1 and CYCLIC.min_separation(1000, 300) == 3
+    assert (SHUFFLE.unit, USER_SHUFFLE.unit, USER_POISSON.unit) == ("sequence", "user", "user")
+    assert USER_POISSON.private and USER_POISSON.truncated and not USER_SHUFFLE.private
 
 
 def test_the_cyclic_sampler_repeats_one_order_so_participations_lie_n_over_b_apart() -> None:
