@@ -57,7 +57,7 @@ def test_records_say_what_each_sampler_is() -> None:
     assert SHUFFLE.participation_bound(1000, 300, 10) == 4 == shuffle_max_participations(1000, 300, 10)
     assert SHUFFLE.physical_batch(8, None) == 8 and TRUNCATED_POISSON.physical_batch(8, None) is None
     with pytest.raises(UserError, match=r"training\.sampling: must be one of \('shuffle', 'cyclic', 'truncated_poisson', "
-                                        r"'user_shuffle', 'user_poisson'\), got 'x'"):
+                                        r"'user_shuffle', 'user_poisson', 'els_poisson'\), got 'x'"):
         sampler_named("x", "training")
     assert SHUFFLE.min_separation(1000, 300) == 1 and CYCLIC.min_separation(1000, 300) == 3
     assert (SHUFFLE.unit, USER_SHUFFLE.unit, USER_POISSON.unit) == ("sequence", "user", "user")

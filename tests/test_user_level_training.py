@@ -101,8 +101,10 @@ def test_bad_user_level_configs_are_refused_naming_the_key(tmp_path: Path) -> No
         TrainConfig(**(USER_LEVEL | dict(train_sequences=100)))
     plain = tmp_path / "plain"
     build_packed_corpus(plain, seq_len=64, n_documents=8)
-    with pytest.raises(UserError, match="data.users"):
-        run_training(TrainConfig(**USER_LEVEL), plain, tmp_path / "m.parquet", tmp_path / "ckpt")
+    for sampling in ("user_poisson", "els_poisson"):  # both protect users: the data must name them
+        asked = TrainConfig(**(USER_LEVEL | dict(sampling=sampling, examples_per_user_per_batch=1)))
+        with pytest.raises(UserError, match="data.users"):
+            run_training(asked, plain, tmp_path / "m.parquet", tmp_path / sampling)
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +159,41 @@ def test_a_user_level_run_resumes_exactly(user_run, user_corpus, tmp_path: Path)
     again = pq.read_table(resumed / "metrics.parquet", columns=CURVE).to_pydict()
     for name in CURVE:
         np.testing.assert_array_equal(again[name], reference[name], err_msg=name)
+
+
+def test_an_els_runs_user_level_epsilon_and_truncation_delta_are_recomputed(user_corpus, tmp_path: Path) -> None:
+    """Example-level sampling accounted per user: the mixture of Gaussians over how many of a user's k
+    sequences a step drew, rebuilt with dp-accounting alone; the truncation's δ from SciPy's binomial tail."""
+    from scipy import stats
+
+    config = TrainConfig(**(USER_LEVEL | dict(sampling="els_poisson", examples_per_user_per_batch=1)))
+    run_training(config, user_corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
+    row = pq.read_table(tmp_path / "metrics.parquet").to_pandas().iloc[-1]
+    users = load_users(user_corpus)
+    k, n = int(np.bincount(users).max()), len(users)
+    assert (row["sampler"], row["accountant"], row["privacy_unit"]) == ("els_poisson", "user_level_poisson", "user")
+    assert int(row["examples_per_user"]) == k and int(row["dataset_size"]) == n  # N counts sequences under ELS
+    q, steps, sigma, size = (float(row["sampling_probability"]), int(row["accounted_steps"]), float(row["sigma"]),
+                             int(row["truncated_batch_size"]))
+    assert q == pytest.approx(config.batch_size / n, rel=1e-12)
+    delta = float(row["delta"])
+
+    def epsilon_at(noise: float, mixture_delta: float) -> float:
+        event = dp_accounting.dp_event.MixtureOfGaussiansDpEvent(
+            noise, list(range(k + 1)), [float(stats.binom.pmf(j, k, q)) for j in range(k + 1)])
+        return dp_accounting.pld.PLDAccountant(value_discretization_interval=2e-3).compose(event, steps).get_epsilon(
+            mixture_delta)
+
+    truncation = (1 + np.exp(float(row["epsilon"]))) * steps * stats.binom.sf(size, n + k, q)
+    assert float(row["truncation_delta"]) == pytest.approx(truncation, rel=1e-6)
+    assert truncation <= 0.1 * delta  # the truncation's share of δ, so the rest is the mixture's
+    assert epsilon_at(sigma, 0.9 * delta) == pytest.approx(TARGET_EPSILON, rel=0.01)
+    assert epsilon_at(0.97 * sigma, 0.9 * delta) > TARGET_EPSILON
+    # a user of k sequences costs more noise than one sequence does at the same (ε, q, T)
+    assert sigma > 1.2 * float(account_sequence_level(n, config, delta))
+
+
+def account_sequence_level(n: int, config: TrainConfig, delta: float) -> float:
+    from dpscaling.accounting.calibration import calibrate_poisson
+
+    return calibrate_poisson(TARGET_EPSILON, config.batch_size / n, config.num_steps, delta)

@@ -100,11 +100,11 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
             raise UserError("training.seq_lens: results_csv (the authors' results, one length) has no curves at "
                             f"other lengths; set training.seq_lens to null or [{data.seq_len}]")
     matched_accountant(training.sampling, training.accountant, block="training")
-    unit = sampler_named(training.sampling, "training").unit
-    if unit == "user" and data.users is None:
-        raise UserError(f"data.users: training.sampling {training.sampling!r} samples users, and the data has no "
-                        "user identities; set data.users (unit: document or synthetic) or sample sequences")
-    if unit == "sequence" and training.examples_per_user_per_batch != 1:
+    sampler = sampler_named(training.sampling, "training")
+    if sampler.protects == "user" and data.users is None:
+        raise UserError(f"data.users: training.sampling {training.sampling!r} protects users, and the data has no "
+                        "user identities; set data.users (unit: document or synthetic) or protect sequences")
+    if sampler.unit == "sequence" and training.examples_per_user_per_batch != 1:
         raise UserError(f"training.examples_per_user_per_batch: a user-level sampler's (user_shuffle, user_poisson); "
                         f"training.sampling {training.sampling!r} samples sequences: leave it at 1")
     check_ablation(run)

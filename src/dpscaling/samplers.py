@@ -21,6 +21,8 @@ checks, the private runs and :mod:`dpscaling.cluster` ask the sampler; none test
   is ``user``, :mod:`dpscaling.train.units`): each batch is B (expected) users of the data's ``data.users``,
   each user's m sequences clipped as one, and the data budget N is the number of users. ``user_poisson`` is
   accounted with the truncated DP-SGD event over users.
+* ``els_poisson`` — example-level sampling (ELS): ``truncated_poisson``'s batches of sequences, accounted for a
+  user of up to k sequences (jax-privacy's user-level DP-SGD accountant, the truncation priced in δ).
 
 This module is JAX-free on purpose: the workflow imports it to check and size jobs.
 """
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 
 from dpscaling.errors import UserError
 
-__all__ = ["CYCLIC", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "USER_POISSON", "USER_SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
+__all__ = ["CYCLIC", "ELS_POISSON", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "USER_POISSON", "USER_SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
            "truncating_samplers"]
 
 
@@ -67,6 +69,8 @@ class Sampler:
     # What one clipped contribution is (dpscaling.train.units): a sequence, or a user's m sequences. For a
     # user unit, N and B count users.
     unit: str = "sequence"
+    # Whom its guarantee protects: one sequence, or one user of data.users (the data must name them).
+    protects: str = "sequence"
 
     def batch_source(self) -> type:
         """The class that yields a run's step inputs (imported on demand: it needs JAX)."""
@@ -98,9 +102,14 @@ USER_SHUFFLE = Sampler(
 # Truncated Poisson sampling of users at a padded static L user slots: user-level private training.
 USER_POISSON = Sampler(
     name="user_poisson", batches="dpscaling.train.sampling:UserPoissonStepBatches", accountant="truncated_poisson",
-    private=True, truncated=True, participation_bound=None, unit="user")
+    private=True, truncated=True, participation_bound=None, unit="user", protects="user")
+# Example-level sampling accounted per user (ELS): truncated Poisson batches of sequences, the guarantee for a
+# user of up to k of them (dpscaling.accounting.user_level).
+ELS_POISSON = Sampler(
+    name="els_poisson", batches="dpscaling.train.sampling:TruncatedPoissonStepBatches", accountant="user_level_poisson",
+    private=True, truncated=True, participation_bound=None, protects="user")
 SAMPLERS: dict[str, Sampler] = {sampler.name: sampler for sampler in (
-    SHUFFLE, CYCLIC, TRUNCATED_POISSON, USER_SHUFFLE, USER_POISSON)}
+    SHUFFLE, CYCLIC, TRUNCATED_POISSON, USER_SHUFFLE, USER_POISSON, ELS_POISSON)}
 
 
 def sampler_named(name: str, block: str = "train") -> Sampler:

@@ -45,6 +45,8 @@ ACCOUNTANT_ASSUMES: dict[str, str] = {
     "deterministic": "fixed (shuffled) batches, each example in at most k steps, no amplification",
     "truncated_poisson": "truncated Poisson sampling (jax-privacy truncated_dpsgd_event, PLD)",
     "untruncated_poisson": "untruncated Poisson sampling (dp-accounting PLD), which no training run executes",
+    "user_level_poisson": "truncated Poisson sampling of sequences, accounted for a user of up to k of them "
+                          "(jax-privacy DpsgdTrainingUserLevelAccountant, PLD)",
 }
 ACCOUNTANTS: tuple[str, ...] = tuple(ACCOUNTANT_ASSUMES)
 
@@ -98,16 +100,23 @@ class RunPrivacy:
     # The neighbouring relation of the guarantee: add/remove for Poisson DP-SGD; zero-out for fixed batches and
     # for BandMF's cyclic Poisson, whose equal split into b groups jax-privacy supports under zero-out only.
     adjacency: str = ADD_REMOVE
+    # ELS (user_level_poisson): k, the most sequences of one user, and the δ its truncation spends (of δ)
+    examples_per_user: int | None = None
+    truncation_delta: float | None = None
 
     def record(self) -> dict[str, Any]:
         values = asdict(self)
         if self.mechanism == DPSGD.name:
             for name in _MECHANISM_FIELDS:
                 del values[name]
+        if self.examples_per_user is None:  # a sequence-level record, as it was before users existed
+            for name in _USER_FIELDS:
+                del values[name]
         return values
 
 
 _MECHANISM_FIELDS = ("mechanism", "bands", "group_size", "accounted_rounds", "sensitivity")
+_USER_FIELDS = ("examples_per_user", "truncation_delta")
 
 
 @dataclass(frozen=True)
@@ -135,14 +144,15 @@ def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
                 expected_batch_size: int, steps: int, delta: float,
                 noise_batch_ratio: float = 0.0, target_epsilon: float | None = None,
                 truncated_batch_size: int | None = None, multiple: int = 1, mechanism: str = DPSGD.name,
-                coefficients: Any = None) -> RunPrivacy:
+                coefficients: Any = None, examples_per_user: int | None = None) -> RunPrivacy:
     """Calibrate σ for ``target_epsilon`` (if given) or account ε for ``noise_batch_ratio``,
     with the accountant that matches ``sampling`` (refusing a mismatched ``accountant``).
 
     Truncating samplers run at ``truncated_batch_size``; None chooses it by its privacy price, a
     multiple of ``multiple`` (:func:`dpscaling.accounting.truncation.truncated_poisson_run`).
     ``mechanism`` is the noise's (:mod:`dpscaling.mechanisms`); a correlated one accounted as deterministic
-    batches needs its strategy's ``coefficients`` (the sensitivity of C over the participations).
+    batches needs its strategy's ``coefficients`` (the sensitivity of C over the participations). A sampler
+    that protects users accounted per sequence of theirs (ELS) needs ``examples_per_user``, k.
     """
     sampler = sampler_named(sampling)
     accountant = matched_accountant(sampling, accountant)
@@ -156,12 +166,34 @@ def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
                   calibrated=epsilon is not None, mechanism=noise.name, bands=noise.bands)
     return _ACCOUNTED_BY[accountant](sampler, common, epsilon=epsilon, noise_batch_ratio=noise_batch_ratio,
                                      truncated_batch_size=truncated_batch_size, multiple=multiple,
-                                     coefficients=coefficients)
+                                     coefficients=coefficients, examples_per_user=examples_per_user)
+
+
+def _user_level_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None,
+                        noise_batch_ratio: float, truncated_batch_size: int | None, multiple: int,
+                        coefficients: Any, examples_per_user: int | None) -> RunPrivacy:
+    """ELS: jax-privacy's user-level DP-SGD accountant for a user of k sequences, truncation priced in δ
+    (:mod:`dpscaling.accounting.user_level`)."""
+    from dpscaling.accounting.user_level import els_run
+
+    if examples_per_user is None:
+        raise UserError(f"data.users: training.sampling {sampler.name!r} protects users, and the data names none")
+    if common["bands"] != 1:
+        raise UserError(f"training.mechanisms: {sampler.name!r} is accounted for DP-SGD only")
+    batch = common["expected_batch_size"]
+    run = els_run(q=common["sampling_probability"], steps=common["steps"], dataset_size=common["dataset_size"],
+                  examples_per_user=examples_per_user, delta=common["delta"], multiple=multiple,
+                  truncated_batch_size=truncated_batch_size, target_epsilon=epsilon,
+                  sigma=None if epsilon is not None else noise_batch_ratio * batch)
+    return RunPrivacy(**common, epsilon=run.epsilon, sigma=run.sigma, noise_batch_ratio=run.sigma / batch,
+                      truncated_batch_size=run.truncated_batch_size, max_participations=None,
+                      truncation_priced=truncated_batch_size is None, padding_share=run.padding_share,
+                      examples_per_user=examples_per_user, truncation_delta=run.truncation_delta)
 
 
 def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None,
                        noise_batch_ratio: float, truncated_batch_size: int | None, multiple: int,
-                       coefficients: Any) -> RunPrivacy:
+                       coefficients: Any, examples_per_user: int | None = None) -> RunPrivacy:
     """jax-privacy's truncated DP-SGD event at L (priced unless given), composed by PLD; a BandMF run's
     is its truncated amplified BandMF event, i.e. that of its :class:`CyclicPoissonReduction` (one group)."""
     # Here, not at the top: its accountants (dp-accounting, SciPy) cost a study run's start-up a second.
@@ -189,7 +221,8 @@ def _truncated_poisson(sampler: Sampler, common: dict[str, Any], *, epsilon: flo
 
 
 def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float | None, noise_batch_ratio: float,
-                   truncated_batch_size: int | None, multiple: int, coefficients: Any) -> RunPrivacy:
+                   truncated_batch_size: int | None, multiple: int, coefficients: Any,
+                   examples_per_user: int | None = None) -> RunPrivacy:
     """One Gaussian mechanism of sensitivity Δ over the k participations the sampler allows: Δ² = k for
     DP-SGD; for BandMF the strategy's sensitivity with k participations at the sampler's minimum separation
     (shuffled epochs can place two one step apart; the cyclic sampler keeps them ⌊N/B⌋ apart),
@@ -217,4 +250,5 @@ def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float |
 
 
 # How a run is accounted, by the accountant its sampler names.
-_ACCOUNTED_BY = {"deterministic": _deterministic, "truncated_poisson": _truncated_poisson}
+_ACCOUNTED_BY = {"deterministic": _deterministic, "truncated_poisson": _truncated_poisson,
+                 "user_level_poisson": _user_level_poisson}

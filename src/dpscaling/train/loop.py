@@ -131,9 +131,10 @@ def run_training(
         raise UserError(
             f"train.train_sequences: {n_train:,} exceeds the {meta.n_train:,} sequences of the train split"
         )
-    # A user-level sampler's unit is a user (dpscaling.train.units): N and B count users.
-    users = load_users(data_dir) if config.sampler.unit == "user" else None
-    units = n_train if users is None else int(users.max()) + 1
+    # A sampler that protects users reads them; one whose unit is a user (dpscaling.train.units) counts N and B
+    # in users.
+    users = load_users(data_dir) if config.sampler.protects == "user" else None
+    units = n_train if config.sampler.unit == "sequence" else int(users.max()) + 1
     # The one-epoch guard, before anything trains (dpscaling.data.epochs).
     check_one_epoch(config.num_steps, config.batch_size, units, config.allow_repeats)
     parallel = DataParallel()
@@ -182,7 +183,8 @@ def _train(
     prefix_dir: Path | None,
 ) -> RunSummary:
     coefficients = strategy_coefficients(config.noise_mechanism, config.num_steps, config.bandmf_strategy)
-    units = len(rows) if users is None else int(users.max()) + 1  # the data budget N, in privacy units
+    units = len(rows) if config.sampler.unit == "sequence" else int(users.max()) + 1  # N, in sampled units
+    examples_per_user = None if users is None else int(np.bincount(users).max())  # k
     privacy = account_run(
         config.sampling,
         config.accountant,
@@ -196,6 +198,7 @@ def _train(
         multiple=config.microbatch_size or parallel.n_devices,
         mechanism=config.mechanism,
         coefficients=coefficients,
+        examples_per_user=examples_per_user if config.sampler.unit == "sequence" else None,
     )
     if not config.truncation_resolved:  # the L its accountant priced is what runs (and is recorded)
         config = dataclasses.replace(config, truncated_batch_size=privacy.truncated_batch_size)
@@ -220,10 +223,10 @@ def _train(
         started_from["bandmf_coefficients"] = json.dumps([float(c) for c in coefficients])
     run_info = _run_constants(config, meta.seq_len, counts, parallel) | started_from | {
         "epochs": epochs_seen(config.num_steps, config.batch_size, units)} | _privacy_columns(privacy)
-    if users is not None:  # a user-level run's curve says so (columns only such runs have)
-        run_info |= {"privacy_unit": "user", "users": units,
-                     "examples_per_user_per_batch": config.examples_per_user_per_batch,
-                     "examples_per_user": int(np.bincount(users).max())}
+    if users is not None:  # a run that protects users says so (columns only such runs have)
+        run_info |= {"privacy_unit": "user", "users": int(users.max()) + 1, "examples_per_user": examples_per_user}
+        if config.sampler.unit == "user":
+            run_info["examples_per_user_per_batch"] = config.examples_per_user_per_batch
     writer = jax.process_index() == 0
 
     curve: list[dict[str, Any]] = []
