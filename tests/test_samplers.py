@@ -30,8 +30,10 @@ def test_schema_offers_exactly_the_registered_samplers() -> None:
 def test_each_sampler_names_an_accountant_that_accounts_it(sampler) -> None:
     assert sampler.accountant in ACCOUNTANT_ASSUMES and sampler.accountant in _ACCOUNTED_BY
     assert MATCHED_ACCOUNTANT[sampler.name] == sampler.accountant
+    # a sampler accounted per sequence of a user (ELS) is given k, the most sequences one user has
+    users = {"examples_per_user": 3} if sampler.protects == "user" and sampler.unit == "sequence" else {}
     privacy = account_run(sampler.name, None, dataset_size=200, expected_batch_size=20, steps=30, delta=1e-5,
-                          target_epsilon=4.0)
+                          target_epsilon=4.0, **users)
     assert privacy.accountant == sampler.accountant and privacy.epsilon == pytest.approx(4.0, rel=0.05)
     # A bounded sampler's bound is what its accountant composes; an unbounded one is truncated at L.
     bounded = sampler.participation_bound is not None
