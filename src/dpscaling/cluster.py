@@ -264,14 +264,18 @@ def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = N
               seq_len: int | None = None, mechanism: str = DPSGD.name) -> Work:
     """A grid training job of ``model`` at sequence length ``seq_len`` (None = ``data.seq_len``) with the
     ``training`` mapping (a training job's param; None = the run's ``training`` block). A truncating sampler's
-    job runs its padded batch L: the run prices L once it has its data, so an upper bound of it sizes the job."""
+    job runs its padded batch L: the run prices L once it has its data, so an upper bound of it sizes the job.
+    A user-level sampler's batch is its users' m sequences each."""
     training = run.training.to_mapping() if training is None else training
     batch = int(training["physical_batch"])
-    if sampler_named(training.get("sampling", SHUFFLE.name), "training").truncated:
+    sampler = sampler_named(training.get("sampling", SHUFFLE.name), "training")
+    if sampler.truncated:
         from dpscaling.accounting.truncation import tail_truncated_batch_size
 
         batch = training.get("truncated_batch_size") or tail_truncated_batch_size(
             batch, int(training["steps"]), run.accounting.delta, training.get("microbatch_size") or 1)
+    if sampler.unit == "user":  # each of the batch's users brings m sequences
+        batch *= int(training.get("examples_per_user_per_batch", 1))
     return Work(model, int(training["steps"]), batch, seq_len, mechanism=mechanism)
 
 
