@@ -6,7 +6,11 @@ Parquet shards) from the first documents of the vendored corpus.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
 
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.shards import DatasetMeta
@@ -25,6 +29,25 @@ def build_packed_corpus(directory: Path, seq_len: int = 64, n_documents: int = 6
     prepare_documents(spec, heldout_fraction=0.05, seed=0, output=documents)
     return pack_documents(documents, VOCAB, "wordpiece-core-8192", seq_len, shard_rows=512, output_dir=directory,
                           users=users)
+
+
+CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
+
+
+def resume_from_midpoint(config, corpus: Path, out: Path, resumed: Path):
+    """Run ``config`` again from the checkpoint at ``config.checkpoint_every`` of the finished run in ``out``
+    (a copy in ``resumed``, its last step deleted); assert it resumed there and logged the identical curve."""
+    from dpscaling.train import run_training
+
+    shutil.copytree(out / "ckpt", resumed / "ckpt")
+    shutil.rmtree(resumed / "ckpt" / "state" / str(config.num_steps))
+    summary = run_training(config, corpus, resumed / "metrics.parquet", resumed / "ckpt")
+    assert summary.resumed_from_step == config.checkpoint_every
+    reference = pq.read_table(out / "metrics.parquet", columns=CURVE).to_pydict()
+    again = pq.read_table(resumed / "metrics.parquet", columns=CURVE).to_pydict()
+    for name in CURVE:
+        np.testing.assert_array_equal(again[name], reference[name], err_msg=name)
+    return summary
 
 
 def packed_corpus(tmp_path_factory, seq_len: int, n_documents: int) -> Path:

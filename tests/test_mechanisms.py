@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 import pyarrow.parquet as pq
 import pytest
 
-from dp_training_data import build_packed_corpus
+from dp_training_data import build_packed_corpus, resume_from_midpoint
 from dpscaling.accounting.matched import CyclicPoissonReduction, account_run
 from dpscaling.cluster import train_resources
 from dpscaling.data.shards import load_meta
@@ -315,14 +315,7 @@ def test_bandmf_state_holds_b_minus_1_draws_and_resumes_exactly(private_bandmf, 
     assert sum(h.size for h in history) == 3 * n_params and np.any(np.concatenate([h.ravel() for h in history]))
     # Resume from the mid-run checkpoint (the secret key and the noise history come back with it).
     resumed = tmp_path / "resumed"
-    shutil.copytree(out / "ckpt", resumed / "ckpt")
-    shutil.rmtree(resumed / "ckpt" / "state" / str(config.num_steps))
-    summary = run_training(config, corpus, resumed / "metrics.parquet", resumed / "ckpt")
-    assert summary.resumed_from_step == config.checkpoint_every
-    reference = pq.read_table(out / "metrics.parquet", columns=CURVE).to_pydict()
-    again = pq.read_table(resumed / "metrics.parquet", columns=CURVE).to_pydict()
-    for name in CURVE:
-        np.testing.assert_array_equal(again[name], reference[name], err_msg=name)
+    resume_from_midpoint(config, corpus, out, resumed)
     for a, b in zip(jax.tree.leaves(_restored_state(resumed / "ckpt", config.num_steps)), jax.tree.leaves(state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

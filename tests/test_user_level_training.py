@@ -3,7 +3,6 @@ truncated Poisson sampling, each run's ε recomputed with dp-accounting from the
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import dp_accounting
@@ -13,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dp_training_data import build_packed_corpus
+from dp_training_data import build_packed_corpus, resume_from_midpoint
 from dpscaling.data.shards import load_meta, load_users
 from dpscaling.data.users import UserSpec, users_of_contributions
 from dpscaling.dp import clipped_mean_grad, vmap_clipped_sum
@@ -25,7 +24,6 @@ from test_dp import BATCH, _setup
 
 pytestmark = pytest.mark.slow(minutes=2)
 
-CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
 TARGET_EPSILON = 4.0
 USER_LEVEL = dict(
     model="custom",
@@ -150,15 +148,7 @@ def test_a_user_level_runs_epsilon_is_recomputed_with_the_users_as_the_unit(user
 
 def test_a_user_level_run_resumes_exactly(user_run, user_corpus, tmp_path: Path) -> None:
     config, _, out = user_run
-    resumed = tmp_path / "resumed"
-    shutil.copytree(out / "ckpt", resumed / "ckpt")
-    shutil.rmtree(resumed / "ckpt" / "state" / str(config.num_steps))
-    summary = run_training(config, user_corpus, resumed / "metrics.parquet", resumed / "ckpt")
-    assert summary.resumed_from_step == config.checkpoint_every
-    reference = pq.read_table(out / "metrics.parquet", columns=CURVE).to_pydict()
-    again = pq.read_table(resumed / "metrics.parquet", columns=CURVE).to_pydict()
-    for name in CURVE:
-        np.testing.assert_array_equal(again[name], reference[name], err_msg=name)
+    resume_from_midpoint(config, user_corpus, out, tmp_path / "resumed")
 
 
 def test_an_els_runs_user_level_epsilon_and_truncation_delta_are_recomputed(user_corpus, tmp_path: Path) -> None:
