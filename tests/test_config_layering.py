@@ -38,6 +38,8 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "training.decay_factor": (10.0, "§3.2 Optimizer: by a factor of 10x"),
     "training.schedule": ("paper", "§3.2 Optimizer: warm-up, then exponential decay over the horizon"),
     "training.cooldown_fraction": (0.2, NOT_STATED + " (only constant_cooldown, not the paper's, reads it)"),
+    "training.examples_per_user_per_batch": (1, NOT_STATED + " (only a user-level sampler reads it; the paper protects "
+                                                "sequences)"),
     "training.log_every": (100, "§3.3: 1280 iterations logged, each a mean over 100 x 1024 examples"),
     "training.clip_norm": (1.0, "§3.2 Optimizer: l2 clip norm 1.0"),
     "training.mask_rate": (0.15, "§3.2: the default BERT recipe (Devlin et al.): 15% masked"),

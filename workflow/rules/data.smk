@@ -73,6 +73,7 @@ rule train_vocabulary:
 # One set of packed shards per sequence length (training.seq_lens; dpscaling.layout.PACKED). With a public
 # domain, the public train split's unigram beside them (dpscaling.data.public_unigram: where
 # training.output_bias public_unigram starts the output bias).
+# data.users only where set: data packed before users existed stays this rule's output.
 rule pack_sequences:
     input:
         **(
@@ -102,12 +103,11 @@ rule pack_sequences:
         runtime=60,
     params:
         **({"objective": run_family(CFG.models).objective} if PUBLIC_CORPUS else {}),
+        **({"users": CFG.data.users.to_mapping()} if CFG.data.users else {}),
         tokenizer=config["data"]["tokenizer"],
         seq_len=lambda wildcards: int(wildcards.seq),
         shard_rows=config["data"]["shard_sequences"],
         source=CORPUS.record(),
-        # Only where set: data packed before users existed stays this rule's output.
-        **({"users": CFG.data.users.to_mapping()} if CFG.data.users else {}),
     script:
         "../scripts/pack_sequences.py"
 
