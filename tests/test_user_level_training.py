@@ -21,25 +21,12 @@ from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.sampling import PADDING_INDEX, UserExamples, UserPoissonStepBatches, secret_key
 from dpscaling.train.units import UserUnit
 from test_dp import BATCH, _setup
+from test_private_training import PRIVATE, TARGET_EPSILON
 
 pytestmark = pytest.mark.slow(minutes=2)
 
-TARGET_EPSILON = 4.0
-USER_LEVEL = dict(
-    model="custom",
-    model_overrides=dict(num_layers=1, num_heads=2, hidden_size=32),
-    batch_size=16,  # expected users per step
-    truncated_batch_size=None,  # priced by the run's accountant, in user slots
-    microbatch_size=8,
-    num_steps=20,
-    warmup_steps=5,
-    learning_rate=2.0**-8,
-    log_every=5,
-    checkpoint_every=10,
-    sampling="user_poisson",
-    examples_per_user_per_batch=3,
-    target_epsilon=TARGET_EPSILON,
-)
+# The private runs' small model and schedule, sampling users: B = 16 expected users of 3 sequences each.
+USER_LEVEL = PRIVATE | dict(sampling="user_poisson", examples_per_user_per_batch=3)
 
 
 def test_a_users_sequences_are_clipped_as_one_contribution() -> None:

@@ -118,13 +118,13 @@ def contribution_summary(users: np.ndarray) -> dict[str, float]:
 def users_record(spec: UserSpec, before: np.ndarray, after: np.ndarray) -> dict[str, Any]:
     """What the packed data's ``meta.json`` says of its users: the spec, the contributions before and after the
     cap, and k, the most sequences any user now contributes (what a user-level accountant reads)."""
-    capped = np.bincount(np.asarray(before, np.int64))
+    counts = np.bincount(np.asarray(before, np.int64))
     k = spec.max_examples
     return {"unit": spec.unit, "distribution": spec.distribution if spec.unit == "synthetic" else None,
             "mean_examples": spec.mean_examples if spec.unit == "synthetic" else None,
             "tail_index": spec.tail_index if spec.unit == "synthetic" and spec.distribution == "lomax" else None,
             "max_examples": k, "seed": spec.seed, "n_users": int(len(np.unique(after))),
             "examples_per_user": int(np.bincount(np.asarray(after, np.int64)).max()),
-            "capped_users": int((capped > k).sum()) if k is not None else 0,
+            "capped_users": int((counts > k).sum()) if k is not None else 0,
             "dropped_sequences": int(len(before) - len(after)),
             "contributions": contribution_summary(before), "contributions_capped": contribution_summary(after)}
