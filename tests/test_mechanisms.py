@@ -48,7 +48,7 @@ def test_mechanism_names_and_their_errors():
     four = mechanism_named("bandmf-b4")
     assert (four.bands, four.cycle_length, four.noise_history(), four.correlated) == (4, 4, 3, True)
     for bad in ("bandmf-b1", "bandmf", "bandmf-b0", "dp-sgd", "BandMF-b4"):
-        with pytest.raises(UserError, match=r"training\.mechanisms: must be 'dpsgd' or 'bandmf-b<b>'.*b = 1 is dpsgd"):
+        with pytest.raises(UserError, match=r"training\.mechanisms: must be 'dpsgd', 'bandmf-b<b>'.*b = 1 is dpsgd"):
             mechanism_named(bad)
     with pytest.raises(UserError, match=r"train\.mechanism"):
         TrainConfig(mechanism="bandmf-b1")
@@ -506,5 +506,5 @@ print(json.dumps({"jobs": sum(point.mechanism == "throwaway" for point in grid),
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["training"]["mechanisms"] = ["dpsgd", "throwaway"]
     validate_config(config)
-    with pytest.raises(UserError, match=r"training\.mechanisms: must be 'dpsgd' or 'bandmf-b<b>'.*'throwaway'"):
+    with pytest.raises(UserError, match=r"training\.mechanisms: must be 'dpsgd', 'bandmf-b<b>'.*'throwaway'"):
         check_config(config)

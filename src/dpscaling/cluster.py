@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dpscaling.mechanisms import DPSGD, state_copies
+from dpscaling.mechanisms import DPSGD, mechanism_named, state_copies
 from dpscaling.models.family import BERT, Family, family_named, model_family, run_model_config
 from dpscaling.samplers import SHUFFLE, TRUNCATED_POISSON, sampler_named
 
@@ -265,8 +265,8 @@ def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = N
     """A grid training job of ``model`` at sequence length ``seq_len`` (None = ``data.seq_len``) with the
     ``training`` mapping (a training job's param; None = the run's ``training`` block). A truncating sampler's
     job runs its padded batch L: the run prices L once it has its data, so an upper bound of it sizes the job.
-    A user-level sampler's batch is its users' m sequences each."""
-    training = run.training.to_mapping() if training is None else training
+    A user-level sampler's batch is its users' m sequences each (a user-level mechanism's runs: its sampler)."""
+    training = mechanism_named(mechanism).training(run.training.to_mapping() if training is None else training)
     batch = int(training["physical_batch"])
     sampler = sampler_named(training.get("sampling", SHUFFLE.name), "training")
     if sampler.truncated:

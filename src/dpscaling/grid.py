@@ -232,17 +232,25 @@ def ladder_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
     return tuple(canonical(float(rate)) for rate in run.learning_rate_protocol.ladder)
 
 
+def noiseless_trainer(mechanism: str, names: Sequence[str]) -> str:
+    """The mechanism whose σ̄ = 0 runs ``mechanism`` shares: without noise every mechanism of one sampling unit
+    (:attr:`dpscaling.mechanisms.Mechanism.sampling_unit`) trains the same run, trained once as the first of
+    ``names`` of that unit's (the primary's for every sequence-level mechanism)."""
+    unit = mechanism_named(mechanism).sampling_unit
+    return next(name for name in names if mechanism_named(name).sampling_unit == unit)
+
+
 def trains(mechanism: str, noise_batch_ratio: float, names: Sequence[str]) -> bool:
-    """Whether a grid point of ``mechanism`` trains its own run: at σ̄ = 0 no noise is added, so every
-    mechanism's run is the same run, trained once as the primary mechanism's (``names[0]``)."""
-    return noise_batch_ratio != 0 or mechanism == names[0]
+    """Whether a grid point of ``mechanism`` trains its own run: noisy, or at σ̄ = 0 as the first of its sampling
+    unit (:func:`noiseless_trainer`)."""
+    return noise_batch_ratio != 0 or mechanism == noiseless_trainer(mechanism, names)
 
 
 def law_points(points: Iterable[TrainPoint], mechanism: str, names: Sequence[str]) -> list[TrainPoint]:
-    """The runs ``mechanism``'s law is fitted on: its own, and the primary mechanism's σ̄ = 0 runs, which it
-    shares (:func:`trains`)."""
+    """The runs ``mechanism``'s law is fitted on: its own, and the σ̄ = 0 runs it shares (:func:`trains`)."""
+    shared = noiseless_trainer(mechanism, names)
     return [point for point in points if point.mechanism == mechanism
-            or (point.mechanism == names[0] and point.noise_batch_ratio == 0)]
+            or (point.mechanism == shared and point.noise_batch_ratio == 0)]
 
 
 def mechanisms(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:

@@ -107,6 +107,16 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
     if sampler.unit == "sequence" and training.examples_per_user_per_batch != 1:
         raise UserError(f"training.examples_per_user_per_batch: a user-level sampler's (user_shuffle, user_poisson); "
                         f"training.sampling {training.sampling!r} samples sequences: leave it at 1")
+    for name in run.training.mechanisms:
+        mechanism = mechanism_named(name)
+        if mechanism.unit == "user":
+            if data.users is None:
+                raise UserError(f"data.users: training.mechanisms {name!r} samples users, and the data has no user "
+                                "identities; set data.users (unit: document or synthetic)")
+            if sampler.unit == "user":
+                raise UserError(f"training.sampling: {training.sampling!r} already samples users; a user-level "
+                                f"mechanism ({name!r}) draws users the way a sequence sampler draws sequences")
+            mechanism.training(training.to_mapping())  # its sampler's user-level form exists
     check_ablation(run)
     # repeat_points must be main-grid points (under a tuned config: for every rate the protocol may choose),
     # repeat_seeds must not hold training.seed

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from dpscaling.errors import UserError
 
 __all__ = ["CYCLIC", "ELS_POISSON", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "USER_POISSON", "USER_SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
-           "truncating_samplers"]
+           "truncating_samplers", "user_level_sampler"]
 
 
 def check_batch_fits(n_rows: int, batch_size: int) -> None:
@@ -71,6 +71,9 @@ class Sampler:
     unit: str = "sequence"
     # Whom its guarantee protects: one sequence, or one user of data.users (the data must name them).
     protects: str = "sequence"
+    # The sampler that draws users the way this one draws sequences (a user-level mechanism's runs train
+    # with it: dpscaling.mechanisms); None: it has none.
+    user_level: str | None = None
 
     def batch_source(self) -> type:
         """The class that yields a run's step inputs (imported on demand: it needs JAX)."""
@@ -85,7 +88,7 @@ class Sampler:
 # Seeded per-epoch permutations: the study mode of the paper's grid.
 SHUFFLE = Sampler(
     name="shuffle", batches="dpscaling.train.sampling:ShuffledStepBatches", accountant="deterministic",
-    private=False, truncated=False, participation_bound=shuffle_max_participations)
+    private=False, truncated=False, participation_bound=shuffle_max_participations, user_level="user_shuffle")
 # One seeded permutation in the same order every epoch: participations N // B steps apart.
 CYCLIC = Sampler(
     name="cyclic", batches="dpscaling.train.sampling:CyclicStepBatches", accountant="deterministic",
@@ -94,7 +97,7 @@ CYCLIC = Sampler(
 # Truncated Poisson sampling at a padded static batch L: private training.
 TRUNCATED_POISSON = Sampler(
     name="truncated_poisson", batches="dpscaling.train.sampling:TruncatedPoissonStepBatches", accountant="truncated_poisson",
-    private=True, truncated=True, participation_bound=None)
+    private=True, truncated=True, participation_bound=None, user_level="user_poisson")
 # The study mode of user-level sampling: seeded per-epoch permutations of the users.
 USER_SHUFFLE = Sampler(
     name="user_shuffle", batches="dpscaling.train.sampling:UserShuffledStepBatches", accountant="deterministic",
@@ -117,6 +120,17 @@ def sampler_named(name: str, block: str = "train") -> Sampler:
     if name not in SAMPLERS:
         raise UserError(f"{block}.sampling: must be one of {tuple(SAMPLERS)}, got {name!r}")
     return SAMPLERS[name]
+
+
+def user_level_sampler(name: str, block: str = "training") -> Sampler:
+    """The sampler that draws users as ``name`` draws sequences (a user-level mechanism's runs train with it);
+    refused, naming the key, for a sampler without one."""
+    sampler = sampler_named(name, block)
+    if sampler.user_level is None:
+        having = tuple(known for known, record in SAMPLERS.items() if record.user_level is not None)
+        raise UserError(f"{block}.sampling: a user-level mechanism draws users the way the sampler draws "
+                        f"sequences; {name!r} has no user-level form (one of {having} has)")
+    return SAMPLERS[sampler.user_level]
 
 
 def truncating_samplers() -> tuple[str, ...]:

@@ -26,10 +26,13 @@ from dpscaling.models.family import known_model_names, model_param_of, run_famil
 Config = Mapping[str, Any] | RunConfig  # a validated config, typed or as its mapping
 
 
-def training_params(config: Config) -> dict[str, Any]:
-    """A main-grid training job's ``training`` param (:meth:`TrainingBlock.job_params`)."""
+def training_params(config: Config, mechanism: str | None = None) -> dict[str, Any]:
+    """A main-grid training job's ``training`` param (:meth:`TrainingBlock.job_params`), as ``mechanism`` (a
+    ``mech`` wildcard; None: DP-SGD) trains it (a user-level one's sampler: :meth:`Mechanism.training`)."""
+    from dpscaling.mechanisms import DPSGD, mechanism_named
+
     run = typed(config)
-    return run.training.job_params(run.accounting.delta)
+    return mechanism_named(mechanism or DPSGD.name).training(run.training.job_params(run.accounting.delta))
 
 
 def pretrain_training(config: Config) -> dict[str, Any]:

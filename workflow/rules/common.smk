@@ -317,8 +317,9 @@ def validation_outputs(calibration):
 # What one job of each training-like rule computes (dpscaling.cluster.Work); job_resources turns it into
 # the rule's whole resources mapping (GPUs, nodes, CPUs, memory, time), the same way for every rule.
 def mechanism_sigma_table(mechanism):
-    """The sigma table of ``mechanism``'s law: the run's own for the primary mechanism."""
-    if mechanism == PRIMARY_MECHANISM:
+    """The sigma table of ``mechanism``'s law: the run's own for the primary mechanism and for one priced the same
+    (a user-level DP-SGD's is DP-SGD's, over users: the same table)."""
+    if accounting_spec(CFG, mechanism) == accounting_spec(CFG):
         return f"{RESULTS}/{layout.ACCOUNTING}/{layout.SIGMA_TABLE}"
     return f"{RESULTS}/{layout.MECHANISM_SIGMA_TABLE}".format(mech=mechanism)
 

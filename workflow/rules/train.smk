@@ -22,7 +22,7 @@ rule train_run:
         model=lambda wildcards: model_param(CFG, wildcards.model, int(wildcards.seq)),
         # Keys added later (Adam's b1, b2, eps; allow_repeats; sampling, truncated_batch_size,
         # accountant, delta) only when not at their defaults.
-        training=training_params(CFG),
+        training=lambda wildcards: training_params(CFG, wildcards.get("mech")),
         checkpoint_dir=lambda wildcards: f"{RESULTS}/{RUN_PATHS.checkpoints}".format(
             **wildcards
         ),
@@ -62,7 +62,7 @@ if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
             model=lambda wildcards: model_param(
                 CFG, wildcards.model, int(wildcards.seq)
             ),
-            training=training_params(CFG),
+            training=lambda wildcards: training_params(CFG, wildcards.get("mech")),
             checkpoint_dir=lambda wildcards: paths_of_one_job(
                 f"{RESULTS}/{RUN_PATHS.checkpoints}",
                 NOISE_LEVELS_OF_ONE_JOB,

@@ -23,6 +23,17 @@ directly, not interpolated), for every mechanism of :mod:`dpscaling.mechanisms`:
   be adjacent and it is larger: :mod:`dpscaling.accounting.matched`). ⌊N/B⌋ < b is no BandMF run: refused.
 * ``min`` — the lower σ of the two (the paper's rule), naming the branch and its sampler.
 
+**At the user level** (not in the paper; docs/accounting.md, "Pricing a user"), a budget that protects a user
+of up to k sequences:
+
+* a user-level mechanism (``uls-m<m>``, :mod:`dpscaling.mechanisms`) — N and B count users and each user's m
+  sequences are one clipped contribution, so a step is DP-SGD's release over users: the same events at
+  N users, whatever k (trained by ``user_poisson``, or ``user_shuffle`` for the fixed batches);
+* DP-SGD on sequences with ``examples_per_user`` k ≥ 2 (example-level sampling, ELS) — Poisson batches of
+  sequences at q = B/N from N sequences, accounted for the user's k by jax-privacy's user-level DP-SGD
+  accountant, its truncation charged in δ (:mod:`dpscaling.accounting.user_level`); Poisson only (no sampler
+  trains fixed batches of it), trained by ``els_poisson``. k = 1 is the sequence-level price.
+
 The σ table (:class:`dpscaling.accounting.table.SigmaTable`) interpolates the same events for the law's
 search; a runnable answer is then re-priced here, exactly.
 """
@@ -39,9 +50,11 @@ from dpscaling.accounting.branches import (
 from dpscaling.accounting.validation import check_delta, check_epsilon
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import Mechanism, mechanism_named
-from dpscaling.samplers import CYCLIC, SHUFFLE, TRUNCATED_POISSON, check_batch_fits
+from dpscaling.samplers import CYCLIC, ELS_POISSON, SHUFFLE, TRUNCATED_POISSON, check_batch_fits
 
 POISSON_EVENT, GAUSSIAN_EVENT = "poisson_subsampled_gaussian", "gaussian"
+# ELS's step: a mixture of Gaussians of sensitivity Binomial(k, q) (dpscaling.accounting.user_level).
+USER_LEVEL_EVENT = "user_level_poisson_mixture"
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,7 @@ class AccountingEvent:
     population: int | None = None
     participations: int | None = None  # deterministic: the most steps one example joins
     min_separation: int | None = None  # deterministic: the fewest steps between two of them
+    examples_per_user: int | None = None  # ELS: the user's k sequences the mixture counts
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}
@@ -79,6 +93,8 @@ class Price:
     steps: int  # T
     sigma: float  # on the summed clipped gradients
     event: AccountingEvent
+    privacy_unit: str = "sequence"  # whom it protects: a sequence, or a user
+    examples_per_user: int | None = None  # k of a user-level budget (None: a sequence-level one)
 
     @property
     def noise_batch_ratio(self) -> float:
@@ -92,7 +108,8 @@ class Price:
         return {"mechanism": self.mechanism, "bands": self.bands, "rule": self.rule, "branch": self.branch,
                 "sampler": self.sampler, "adjacency": self.adjacency, "epsilon": self.epsilon, "delta": self.delta,
                 "dataset_size": self.dataset_size, "batch_size": self.batch_size, "steps": self.steps,
-                "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "event": self.event.to_json()}
+                "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "event": self.event.to_json(),
+                "privacy_unit": self.privacy_unit, "examples_per_user": self.examples_per_user}
 
 
 def poisson_event(mechanism: Mechanism, dataset_size: int, batch_size: int, steps: int) -> AccountingEvent:
@@ -110,6 +127,13 @@ def deterministic_sampler(mechanism: Mechanism) -> str:
     return CYCLIC.name if mechanism.correlated else SHUFFLE.name
 
 
+def noise_sampler(mechanism: Mechanism, sampler: str) -> str:
+    """The sampler that trains ``sampler``'s batches with ``mechanism``: its user-level form for a user-level one."""
+    from dpscaling.samplers import sampler_named
+
+    return sampler if mechanism.unit == "sequence" else str(sampler_named(sampler).user_level)
+
+
 def deterministic_event(mechanism: Mechanism, dataset_size: int, batch_size: int, steps: int) -> AccountingEvent:
     """The deterministic branch's event (module docstring): k = ⌈T/⌊N/B⌋⌉ participations ⌊N/B⌋ apart, one
     Gaussian of sensitivity √k; refused for BandMF when ⌊N/B⌋ < b (its columns would overlap)."""
@@ -123,18 +147,53 @@ def deterministic_event(mechanism: Mechanism, dataset_size: int, batch_size: int
                            participations=participations, min_separation=separation)
 
 
+def els_event(dataset_size: int, batch_size: int, steps: int, examples_per_user: int) -> AccountingEvent:
+    """ELS's event: T Poisson steps at q = B/N of N sequences, each a mixture over the user's k
+    (:mod:`dpscaling.accounting.user_level`), add/remove of one user."""
+    check_batch_fits(dataset_size, batch_size)
+    return AccountingEvent(USER_LEVEL_EVENT, steps, 1.0, ADD_REMOVE, batch_size / dataset_size, dataset_size,
+                           examples_per_user=examples_per_user)
+
+
+def _els_price(noise: Mechanism, rule: str, epsilon: float, delta: float, units: int, batch: int, steps: int,
+               examples_per_user: int) -> Price:
+    """ELS's price (module docstring): Poisson only, DP-SGD only; σ as the ``els_poisson`` run calibrates it."""
+    from dpscaling.accounting.user_level import els_run
+
+    if noise.bands != 1:
+        raise UserError(f"examples_per_user: {noise.name} has no user-level accountant here (ELS prices DP-SGD's "
+                        "Poisson steps); protect sequences, or ask DP-SGD's law")
+    if rule == DETERMINISTIC_BRANCH:
+        raise UserError("sampling rule: ELS (examples_per_user >= 2) is priced for Poisson sampling only: no "
+                        "sampler trains fixed batches of it; use poisson or min")
+    event = els_event(units, batch, steps, examples_per_user)
+    sigma = els_run(q=event.sampling_probability, steps=steps, dataset_size=units, examples_per_user=examples_per_user,
+                    delta=delta, target_epsilon=epsilon).sigma
+    return Price(noise.name, noise.bands, rule, POISSON_BRANCH, ELS_POISSON.name, epsilon, delta, units, batch, steps,
+                 float(sigma), event, "user", examples_per_user)
+
+
 def price(mechanism: str | Mechanism, rule: str, epsilon: float, delta: float, dataset_size: float,
-          batch_size: int, steps: int) -> Price:
+          batch_size: int, steps: int, examples_per_user: int | None = None) -> Price:
     """σ for (ε, δ) of ``batch_size`` of ``dataset_size`` units over ``steps`` steps under the study's ``rule``
     (poisson, deterministic or min), for ``mechanism``: a direct calibration (dp-accounting PLD for Poisson,
-    the analytic Gaussian for fixed batches). Raises UserError where no branch can price it."""
+    the analytic Gaussian for fixed batches). ``examples_per_user`` k: the budget protects a user of up to k
+    sequences (module docstring: a user-level mechanism's units are users whatever k; DP-SGD's are sequences,
+    priced by ELS for k ≥ 2). Raises UserError where no branch can price it."""
     from dpscaling.accounting.calibration import calibrate_poisson
 
     noise = mechanism if isinstance(mechanism, Mechanism) else mechanism_named(mechanism)
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     if rule not in SAMPLINGS:
         raise UserError(f"sampling rule: must be one of {SAMPLINGS}, got {rule!r}")
+    if examples_per_user is not None and int(examples_per_user) < 1:
+        raise UserError(f"examples_per_user: must be >= 1, got {examples_per_user!r}")
     units, batch, steps = int(dataset_size), int(batch_size), int(steps)
+    k = None if examples_per_user is None else int(examples_per_user)
+    if noise.unit == "sequence" and k is not None and k > 1:
+        return _els_price(noise, rule, epsilon, delta, units, batch, steps, k)
+    # a user-level mechanism protects its unit, a user; DP-SGD at k = 1 a user of one sequence
+    unit = "user" if noise.unit == "user" or k is not None else "sequence"
     branches = (POISSON_BRANCH, DETERMINISTIC_BRANCH) if rule == MIN_RULE else (rule,)
     priced: list[Price] = []
     refused: list[str] = []
@@ -151,8 +210,8 @@ def price(mechanism: str | Mechanism, rule: str, epsilon: float, delta: float, d
         except UserError as error:
             refused.append(f"{branch}: {error}")
             continue
-        priced.append(Price(noise.name, noise.bands, rule, branch, sampler, epsilon, delta, units, batch, steps,
-                            float(sigma), event))
+        priced.append(Price(noise.name, noise.bands, rule, branch, noise_sampler(noise, sampler), epsilon, delta,
+                            units, batch, steps, float(sigma), event, unit, k))
     if not priced:
         raise UserError(f"no {rule} price for B = {batch}, T = {steps}, N = {units}: " + "; ".join(refused))
     return min(priced, key=lambda found: found.sigma)

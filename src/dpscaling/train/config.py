@@ -140,6 +140,11 @@ class TrainConfig:
         )
         matched_accountant(self.sampling, self.accountant)  # refuses a mismatched pair
         need(self.examples_per_user_per_batch >= 1, "examples_per_user_per_batch", "must be >= 1")
+        need(self.noise_mechanism.unit == "sequence" or (
+            self.sampler.unit == "user"
+            and self.examples_per_user_per_batch == self.noise_mechanism.examples_per_user_per_batch),
+            "mechanism", f"samples users: needs a user-level sampler with examples_per_user_per_batch = "
+            f"{self.noise_mechanism.examples_per_user_per_batch}")
         need(self.sampler.unit == "user" or self.examples_per_user_per_batch == 1, "examples_per_user_per_batch",
              f"is a user-level sampler's; {self.sampling} samples sequences: leave it at 1")
         need(self.sampler.unit == "sequence" or self.clipping in ("vmap", "none"), "clipping",

@@ -131,9 +131,9 @@ def run_training(
         raise UserError(
             f"train.train_sequences: {n_train:,} exceeds the {meta.n_train:,} sequences of the train split"
         )
-    # A sampler that protects users reads them; one whose unit is a user (dpscaling.train.units) counts N and B
-    # in users.
-    users = load_users(data_dir) if config.sampler.protects == "user" else None
+    # A sampler that protects users, or draws them, reads them; one whose unit is a user (dpscaling.train.units)
+    # counts N and B in users.
+    users = load_users(data_dir) if "user" in (config.sampler.protects, config.sampler.unit) else None
     units = n_train if config.sampler.unit == "sequence" else int(users.max()) + 1
     # The one-epoch guard, before anything trains (dpscaling.data.epochs).
     check_one_epoch(config.num_steps, config.batch_size, units, config.allow_repeats)
