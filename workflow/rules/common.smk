@@ -63,7 +63,7 @@ from dpscaling.grid import (
 )
 from dpscaling.rate_protocol import read_chosen
 from dpscaling.io import lock_results
-from dpscaling.mechanisms import DPSGD
+from dpscaling.mechanisms import DPSGD, mechanism_named
 from dpscaling.models.family import model_family, run_family
 from dpscaling.savings.plan import trained_roles
 from dpscaling import layout

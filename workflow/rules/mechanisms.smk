@@ -4,14 +4,26 @@ from dpscaling import mechanism_findings
 from dpscaling.figures.mechanisms import NAME as MECHANISM_FIGURE
 
 MECHANISM_COMPARISON = f"{RESULTS}/{layout.table(mechanism_findings.COMPARISON_LABEL)}"
+# The noise mechanisms compared with DP-SGD at the sequence level (a user-level one is compared with ELS by the
+# user-level findings instead).
+COMPARED_MECHANISMS = [
+    name for name in OTHER_MECHANISMS if mechanism_named(name).unit == "sequence"
+]
 
 
 rule mechanism_findings:
     input:
-        laws=list(MECHANISM_LAWS.values()),
-        sigma_tables=[mechanism_sigma_table(name) for name in MECHANISMS],
+        laws=[
+            MECHANISM_LAWS[name] for name in [PRIMARY_MECHANISM, *COMPARED_MECHANISMS]
+        ],
+        sigma_tables=[
+            mechanism_sigma_table(name)
+            for name in [PRIMARY_MECHANISM, *COMPARED_MECHANISMS]
+        ],
         results=[FIT_RESULTS]
-        + expand(rules.collect_curves_for_mechanism.output[0], mech=OTHER_MECHANISMS),
+        + expand(
+            rules.collect_curves_for_mechanism.output[0], mech=COMPARED_MECHANISMS
+        ),
     output:
         **table_outputs(mechanism_findings.LABEL),
         comparison=f"{MECHANISM_COMPARISON}.csv",
@@ -30,7 +42,7 @@ rule mechanism_findings:
     params:
         analysis=ANALYSIS,
         sampling=config["accounting"]["sampling"],
-        mechanisms=MECHANISMS,
+        mechanisms=[PRIMARY_MECHANISM, *COMPARED_MECHANISMS],
     script:
         "../scripts/mechanism_findings.py"
 
@@ -43,7 +55,7 @@ rule mechanisms:
         # the comparison is against DP-SGD: with it and another mechanism
         (
             rules.mechanism_findings.output
-            if DPSGD.name in MECHANISMS and OTHER_MECHANISMS
+            if PRIMARY_MECHANISM == DPSGD.name and COMPARED_MECHANISMS
             else []
         ),
         RUN_CONFIG,

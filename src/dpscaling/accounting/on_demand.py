@@ -67,6 +67,7 @@ class OnDemandSigma:
     cache: Path | None = None
     progress: Callable[[str], None] | None = None
     bands: int = 1  # a mechanism's table (dpscaling.mechanisms): BandMF's events at b bands
+    examples_per_user: int = 1  # ELS's table for a user of k sequences (dpscaling.accounting.user_level)
     _tables: dict[tuple, SigmaTable] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -91,7 +92,8 @@ class OnDemandSigma:
         return TableSpec(epsilon_min=2.0 ** (e_low / EPSILON_PER_OCTAVE),
                          epsilon_max=2.0 ** (e_high / EPSILON_PER_OCTAVE), epsilon_per_octave=EPSILON_PER_OCTAVE,
                          steps_min=int(2 ** max(t_low, 0)), steps_max=int(2 ** max(t_high, 1)), steps_per_octave=1,
-                         q_min_log2=min(q_low, -1), q_per_octave=1, delta=self.delta, bands=self.bands)
+                         q_min_log2=min(q_low, -1), q_per_octave=1, delta=self.delta, bands=self.bands,
+                         examples_per_user=self.examples_per_user)
 
     def table_for(self, epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> SigmaTable:
         spec = self.spec_for(np.atleast_1d(epsilon), steps, q)
@@ -99,7 +101,8 @@ class OnDemandSigma:
         rates = [float(rate) for rate in spec.sampling_probabilities() if rate <= 2.0 ** q_high]
         key = (spec, tuple(rates))
         if key not in self._tables:
-            self._tables[key] = SigmaTable(self._slabs(spec, rates), bands=self.bands)
+            self._tables[key] = SigmaTable(self._slabs(spec, rates), bands=self.bands,
+                                           examples_per_user=self.examples_per_user)
         return self._tables[key]
 
     def _slab_path(self, spec: TableSpec, rate: float) -> Path:

@@ -157,6 +157,28 @@ class _PldCurve:
         return epsilon
 
 
+class _MixtureCurve(_PldCurve):
+    """ε(σ_j, T) of example-level sampling for a user of k sequences (``spec.examples_per_user``): each σ's
+    one-step mixture PLD (:func:`dpscaling.accounting.user_level.mixture_losses`, at the ELS run's fixed
+    discretisation) built once and self-composed for every T, as the run's accountant composes it."""
+
+    def __call__(self, j: int, steps: int, epsilon_hint: float | None = None) -> float | None:
+        from dpscaling.accounting.user_level import mixture_losses
+
+        key = (j, 0)
+        if key not in self.cache:
+            try:
+                self.cache[key] = mixture_losses(self.sigma(j), self.q, self.spec.examples_per_user)
+                self.builds += 1
+            except (ValueError, OverflowError, MemoryError) as failure:
+                self.cache[key] = AccountingRefused(f"mixture PLD build failed at sigma={self.sigma(j):g}: {failure}")
+        single = self.cache[key]
+        if isinstance(single, AccountingRefused):
+            return None
+        self.compositions += 1
+        return float(single.self_compose(steps).get_epsilon_for_delta(self.spec.delta))
+
+
 class _RdpCurve(_PldCurve):
     def __call__(self, j: int, steps: int, epsilon_hint: float | None = None) -> float | None:
         self.compositions += 1
@@ -287,7 +309,8 @@ def bandmf_coordinates(bands: int, q: float, steps: np.ndarray) -> tuple[float, 
 
 def poisson_slab(spec: TableSpec, q: float) -> SlabResult:
     """Poisson σ for every (ε, T) of ``spec`` at sampling probability ``q``; with ``spec.bands`` b > 1, amplified
-    BandMF's: the DP-SGD event it reduces to (:func:`bandmf_coordinates`), NaN where b·q > 1."""
+    BandMF's: the DP-SGD event it reduces to (:func:`bandmf_coordinates`), NaN where b·q > 1; with
+    ``spec.examples_per_user`` k > 1, ELS's for a user of k sequences (:class:`_MixtureCurve`)."""
     epsilons = spec.epsilons()
     q, steps_grid = bandmf_coordinates(spec.bands, q, spec.steps())
     sigma = np.full((len(epsilons), len(steps_grid)), np.nan)
@@ -297,7 +320,10 @@ def poisson_slab(spec: TableSpec, q: float) -> SlabResult:
         for i, epsilon in enumerate(epsilons):
             sigma[i] = np.sqrt(steps_grid) * gaussian.analytic_gaussian_sigma(float(epsilon), spec.delta)
         return SlabResult(sigma, 0, 0)
-    curve = (_RdpCurve if spec.accountant == "rdp" else _PldCurve)(q, spec)
+    if spec.examples_per_user > 1:
+        curve: _PldCurve = _MixtureCurve(q, spec)
+    else:
+        curve = (_RdpCurve if spec.accountant == "rdp" else _PldCurve)(q, spec)
     middle_epsilon = math.sqrt(spec.epsilon_min * spec.epsilon_max)
     for k, steps in enumerate(steps_grid):
         steps = int(steps)

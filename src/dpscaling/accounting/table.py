@@ -134,7 +134,8 @@ class SigmaTable:
     dropping them, as the authors' analysis drops out-of-range queries).
     """
 
-    def __init__(self, frame: pd.DataFrame, delta: float | None = None, method: str = "cubic", bands: int = 1):
+    def __init__(self, frame: pd.DataFrame, delta: float | None = None, method: str = "cubic", bands: int = 1,
+                 examples_per_user: int = 1):
         deltas = frame["delta"].unique()
         if len(deltas) != 1:
             raise UserError(f"accounting table mixes several delta values: {deltas}")
@@ -146,6 +147,7 @@ class SigmaTable:
         if np.isnan(cube).all():
             raise UserError("accounting table has no usable cells")
         self.frame, self.method, self.bands = frame, method, int(bands)
+        self.examples_per_user = int(examples_per_user)  # ELS's k (> 1: Poisson only, no fixed batches)
         self._log_axes = (np.log(self.epsilons), np.log(self.steps), np.log(self.sampling_probabilities))
         self._log_cube = np.log(cube)
         self._columns = interpolation.Columns(self._log_cube, self._log_axes[0]) if method == "cubic" else None
@@ -153,7 +155,8 @@ class SigmaTable:
     @classmethod
     def load(cls, path: str | Path) -> SigmaTable:
         frame, spec = read_frame(path)
-        return cls(frame, bands=1 if spec is None else spec.bands)
+        return cls(frame, bands=1 if spec is None else spec.bands,
+                   examples_per_user=1 if spec is None else spec.examples_per_user)
 
     def _check_range(self, values: np.ndarray, axis: np.ndarray, name: str) -> None:
         low, high = axis[0] * (1 - 1e-12), axis[-1] * (1 + 1e-12)
@@ -209,9 +212,12 @@ class SigmaTable:
     def deterministic(self, epsilon, steps, q) -> np.ndarray:
         """√k · s_AG(ε, δ): the paper's k = ⌈qT⌉ for DP-SGD; for a table of b ≥ 2 bands (BandMF) the cyclic
         sampler's k = ⌈T/⌊1/q⌋⌉, participations ⌊1/q⌋ ≥ b apart, NaN where ⌊1/q⌋ < b
-        (:mod:`dpscaling.accounting.pricing`)."""
+        (:mod:`dpscaling.accounting.pricing`); NaN everywhere for ELS's table (no sampler trains its fixed
+        batches)."""
         eps, t, q = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(steps, float),
                                         np.asarray(q, float))
+        if self.examples_per_user > 1:
+            return np.full(eps.shape, np.nan)
         rounding = gaussian._PARTICIPATION_ROUNDING  # noqa: SLF001
         if self.bands == 1:
             k = np.maximum(1, np.ceil(q * t * (1 - rounding)))

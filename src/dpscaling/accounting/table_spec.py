@@ -56,6 +56,9 @@ class TableSpec:
     # A mechanism's table (dpscaling.mechanisms): amplified BandMF with b bands at (T, q) is Poisson DP-SGD at
     # (⌈T/b⌉, b·q) (jax-privacy's amplified_bandmf_event); b·q > 1 has no such run (σ NaN). 1 = DP-SGD.
     bands: int = 1
+    # ELS's table (dpscaling.accounting.user_level): σ for a user of k sequences, each Poisson step a mixture of
+    # Gaussians of sensitivity Binomial(k, q), at the run's mixture share of δ. 1 = one sequence (DP-SGD's).
+    examples_per_user: int = 1
 
     def __post_init__(self) -> None:
         if not 0 < self.epsilon_min < self.epsilon_max:
@@ -67,9 +70,11 @@ class TableSpec:
         if self.accountant not in ("pld", "rdp"):
             raise UserError(f"accounting: accountant must be pld or rdp, got {self.accountant!r}")
         for name in ("epsilon_per_octave", "steps_per_octave", "q_per_octave",
-                     "sigma_per_octave", "q_per_chunk", "bands"):
+                     "sigma_per_octave", "q_per_chunk", "bands", "examples_per_user"):
             if int(getattr(self, name)) < 1:
                 raise UserError(f"accounting: {name} must be a positive integer")
+        if self.bands > 1 and self.examples_per_user > 1:
+            raise UserError("accounting: ELS (examples_per_user > 1) is accounted for DP-SGD only, not BandMF's bands")
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> TableSpec:
@@ -80,10 +85,12 @@ class TableSpec:
         return cls(**values)
 
     def to_mapping(self) -> dict[str, Any]:
-        """All settings; ``bands`` only where not 1 (a DP-SGD table's params and metadata are as before it)."""
+        """All settings; ``bands`` and ``examples_per_user`` only where not 1 (a DP-SGD table's params and metadata
+        are as before them)."""
         values = asdict(self)
-        if values["bands"] == 1:
-            del values["bands"]
+        for name in ("bands", "examples_per_user"):
+            if values[name] == 1:
+                del values[name]
         return values
 
     def epsilons(self) -> np.ndarray:

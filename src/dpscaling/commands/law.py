@@ -127,6 +127,10 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                         help="data budget in tokens: N = tokens / S sequences, one sequence per privacy unit")
     parser.add_argument("--privacy-unit", choices=PRIVACY_UNITS,
                         help="what one privacy unit is (default: sequence with --tokens, user with --users)")
+    parser.add_argument("--examples-per-user", type=int,
+                        help="with --users: each user contributes up to k sequences and the guarantee is per user: "
+                             "a user-level law (uls-m<m>) samples users, a sequence-level one their sequences, "
+                             "priced for the k (ELS); a run of both chooses (docs/query.md)")
     parser.add_argument("--seq-len", type=float,
                         help="with a law across sequence lengths: answer at this S only (default: the best S in "
                              "the measured range)")
@@ -309,7 +313,8 @@ def run_query(args: argparse.Namespace) -> int:
                        physical_batch_correction=bool(args.physical_batch_correction),
                        allow_extrapolation=args.allow_extrapolation, inference_tokens=args.inference_tokens,
                        microbatch_size=args.microbatch_size, count_pretraining=args.count_pretraining,
-                       progress=_progress, decision_rule=args.decision_rule, sampling=args.sampling)
+                       progress=_progress, decision_rule=args.decision_rule, sampling=args.sampling,
+                       examples_per_user=args.examples_per_user)
     choice = result if isinstance(result, MechanismChoice) else None
     answer = result.answer if choice is not None else result
     if args.train_config:

@@ -21,7 +21,7 @@ from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import InferenceAware, compute_cost
 from dpscaling.law.range_checks import Flag, one_line
 from dpscaling.law.runnable import ModelShape, train_config
-from dpscaling.mechanisms import DPSGD
+from dpscaling.mechanisms import DPSGD, mechanism_named
 
 
 @dataclass(frozen=True)
@@ -37,20 +37,22 @@ class Configuration:
     noise_batch_ratio: float
     compute: float
     predicted_loss: float
+    sequences_per_unit: int = 1  # m of a user-level law's sampled user (B counts users), else 1
 
     @property
     def tokens(self) -> float:
-        return self.batch_size * self.iterations * self.seq_len
+        return self.batch_size * self.sequences_per_unit * self.iterations * self.seq_len
 
     @property
     def tokens_per_parameter(self) -> float:
         return self.tokens / self.model_size
 
     @classmethod
-    def from_row(cls, row: pd.Series, seq_len: float) -> Configuration:
+    def from_row(cls, row: pd.Series, seq_len: float, sequences_per_unit: int = 1) -> Configuration:
         m, b, t = float(row[MODEL_SIZE]), float(row[BATCH_SIZE]), float(row[ITERATIONS])
         return cls(m, b, t, int(seq_len), float(row[SIGMA]), float(row[NOISE_BATCH_RATIO]),
-                   float(compute_cost(m, b, t, seq_len)), float(row[CROSS_ENTROPY]))
+                   float(compute_cost(m, b, t, seq_len * sequences_per_unit)), float(row[CROSS_ENTROPY]),
+                   int(sequences_per_unit))
 
     def to_json(self) -> dict[str, Any]:
         return {"model_size": self.model_size, "batch_size": self.batch_size, "iterations": self.iterations,
@@ -90,19 +92,30 @@ class Runnable:
     mechanism: str = DPSGD.name
     decision: Decision | None = None  # the decision rule's score of this configuration
     measured_model: str | None = None  # the law's measured model of exactly this size, when the answer is one
+    sequences_per_unit: int = 1  # m of a user-level mechanism's sampled user (B, N count users), else 1
+    examples_per_user: int | None = None  # k of a budget per user (None: per sequence)
 
     @property
     def compute(self) -> float:
-        return float(compute_cost(self.model_size, self.batch_size, self.iterations, self.seq_len))
+        return float(compute_cost(self.model_size, self.batch_size, self.iterations,
+                                  self.seq_len * self.sequences_per_unit))
 
     @property
     def tokens(self) -> float:
-        return float(self.batch_size) * self.iterations * self.seq_len
+        return float(self.batch_size) * self.sequences_per_unit * self.iterations * self.seq_len
+
+    @property
+    def privacy_unit(self) -> str:
+        """Whom the answer's guarantee protects: ``user`` (a user-level mechanism, or a budget per user), else
+        ``sequence``."""
+        user_level = mechanism_named(self.mechanism).unit == "user" or self.examples_per_user is not None
+        return "user" if user_level else "sequence"
 
     def train_config(self) -> dict[str, Any]:
         """The config block that trains exactly this configuration with ``snakemake private_model``."""
         return train_config(self.model, self.batch_size, self.iterations, self.learning_rate, self.epsilon,
-                            self.delta, self.data_budget, self.compute, self.init_checkpoint, self.mechanism)
+                            self.delta, self.data_budget, self.compute, self.init_checkpoint, self.mechanism,
+                            self.examples_per_user)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,7 +124,9 @@ class Runnable:
             "seq_len": self.seq_len, "compute": self.compute, "tokens": self.tokens,
             "tokens_per_parameter": self.tokens / self.model_size, "epsilon": self.epsilon, "delta": self.delta,
             "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "sampling": self.sampling,
-            "mechanism": self.mechanism, "sampler": None if self.price is None else self.price.sampler,
+            "mechanism": self.mechanism, "privacy_unit": self.privacy_unit,
+            "sequences_per_unit": self.sequences_per_unit, "examples_per_user": self.examples_per_user,
+            "sampler": None if self.price is None else self.price.sampler,
             "adjacency": None if self.price is None else self.price.adjacency,
             "accounting_event": None if self.price is None else self.price.event.to_json(),
             "accountant": self.accountant, "predicted_loss": self.predicted_loss,

@@ -39,7 +39,7 @@ from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
     REASON)
 from dpscaling.law.interpolation import reason_counts
-from dpscaling.law.noise import SigmaSource
+from dpscaling.law.noise import SigmaSource, els_sigma_source
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import (
     DECISION_SCORE, DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE,
@@ -52,6 +52,7 @@ from dpscaling.law.runnable import (
 from dpscaling.law.sequence_length import (
     PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff)
 from dpscaling.law.surface import Surface, surface_at
+from dpscaling.mechanisms import mechanism_named
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
 # The search's best candidates made runnable, in order, until one stays inside the law's range.
@@ -161,9 +162,12 @@ class ScalingLaw:
               microbatch_size: int | None = None, optimum_interval: bool = True,
               count_pretraining: bool = False, progress: Callable[[str], None] | None = None,
               decision_rule: str | DecisionRule | None = None, sampling: str | None = None,
-              models: Sequence[str] | None = None) -> Answer:
+              models: Sequence[str] | None = None, examples_per_user: int | None = None) -> Answer:
         """The compute-optimal configuration for compute ``compute`` FLOPs, privacy budget (``epsilon``,
         ``delta``) and a data budget of ``users`` privacy units or ``tokens`` tokens (one sequence per unit).
+        ``examples_per_user`` k: the budget protects a user of up to k sequences, ``users`` of them
+        (:meth:`_user_budget`: a user-level mechanism's law samples the users; a sequence-level law samples their
+        N·k sequences, its σ ELS's for k ≥ 2).
 
         Raises :class:`~dpscaling.law.range_checks.ExtrapolationRefused` when the optimum's T lies beyond
         the extrapolation the law's validation measured (unless ``allow_extrapolation``), and UserError for
@@ -188,7 +192,7 @@ class ScalingLaw:
                 physical_batch_correction=physical_batch_correction, allow_extrapolation=allow_extrapolation,
                 inference_tokens=inference_tokens, microbatch_size=microbatch_size,
                 optimum_interval=optimum_interval, progress=progress, decision_rule=rule, sampling=sampling,
-                models=models)
+                models=models, examples_per_user=examples_per_user)
         if (users is None) == (tokens is None):
             raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
         unit = privacy_unit or ("sequence" if tokens is not None else "user")
@@ -198,11 +202,14 @@ class ScalingLaw:
         tolerance = self.default_tolerance() if tolerance is None else float(tolerance)
         # The search reads the law's table under its own rule (the table refuses the Poisson branch alone where
         # it cannot interpolate it); the runnable answer is priced exactly under ``sampling``.
-        source = self.sigma_source(delta, progress)
+        source, per_user = self._user_budget(data, examples_per_user, delta, progress)
         correction = self._correction(physical_batch_correction)
         lengths = self.bundle.lengths
         if lengths is not None and (seq_len is None or float(seq_len) != self.seq_len or
                                     self.seq_len not in lengths.across.lengths):
+            if source.examples_per_user is not None:
+                raise UserError("--examples-per-user: a budget per user is answered at the law's own length only; "
+                                f"give --seq-len {self.seq_len}")
             if models is not None:
                 raise UserError("models: a query across sequence lengths searches each length's own models")
             return self._query_across_lengths(compute, epsilon, data, seq_len, tolerance, source, correction,
@@ -211,10 +218,10 @@ class ScalingLaw:
         if seq_len is not None and float(seq_len) != self.seq_len:
             raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
         surface = surface_at(self.bundle, self.seq_len)
-        units = data.units(self.seq_len)
+        units = data.units(self.seq_len) * per_user
         sizes = (self.sizes_of(models) if models is not None
                  else self.candidate_sizes(model_size_range or surface.model_size_range))
-        answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
+        answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.step_tokens, sizes,
                                  surface.iteration_bounds, tolerance, correction=correction,
                                  rank=self._rank(rule, surface))
         self._scan.remember(answer, compute, epsilon, units, surface, sizes, source, correction)
@@ -224,12 +231,46 @@ class ScalingLaw:
                                 if optimum_interval else (None, SKIPPED_OPTIMUM_INTERVAL))
         inference = None
         if inference_tokens is not None:
-            inference = inference_aware(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
+            inference = inference_aware(compute, epsilon, units, surface.loss, source.sigma, surface.step_tokens, sizes,
                                         surface.iteration_bounds, inference_tokens, correction=correction)
         saturation = self._scan.saturation(compute, epsilon, units, surface, sizes, source, correction)
         return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
                             allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
                             rule, inference=inference, price_rule=sampling)
+
+    def _user_budget(self, data: DataBudget, examples_per_user: int | None, delta: float | None,
+                     progress: Callable[[str], None] | None) -> tuple[SigmaSource, int]:
+        """σ's source for the budget, and the sampled units per user of it (docs/query.md, "A budget per user"):
+
+        * a sequence-level budget (no ``examples_per_user``): the law's own σ, one unit each;
+        * a user-level mechanism's law (``uls-m<m>``): its σ over users, whatever k (each user's m sequences are
+          clipped as one), one unit per user; it answers only per user;
+        * a sequence-level law and a budget per user of k sequences: the N·k sequences are sampled, σ is ELS's
+          for k ≥ 2 (:func:`dpscaling.law.noise.els_sigma_source`), DP-SGD's at k = 1.
+        """
+        mechanism = mechanism_named(self.mechanism)
+        if examples_per_user is not None and (int(examples_per_user) != examples_per_user or examples_per_user < 1):
+            raise UserError(f"--examples-per-user: must be a whole number >= 1, got {examples_per_user!r}")
+        if examples_per_user is not None and data.privacy_unit != "user":
+            raise UserError("--examples-per-user: a budget per user counts users: give --users, not --tokens")
+        if mechanism.unit == "user" and data.privacy_unit != "user":
+            raise UserError(f"--privacy-unit: {mechanism.name}'s law samples users (N and B count users): give the "
+                            "data budget in --users")
+        source = self.sigma_source(delta, progress)
+        if examples_per_user is None:
+            return source, 1
+        k = int(examples_per_user)
+        if mechanism.unit == "user":
+            return dataclasses.replace(source, examples_per_user=k), 1
+        if mechanism.bands > 1:
+            raise UserError(f"--examples-per-user: {mechanism.name} has no user-level accountant here (ELS prices "
+                            "DP-SGD's Poisson steps); ask the DP-SGD or a user-level (uls-m<m>) law")
+        if k == 1:
+            return dataclasses.replace(source, examples_per_user=1), 1
+        key = (source.delta, k)
+        if key not in self._sources:
+            self._sources[key] = els_sigma_source(source.delta, k, progress)
+        return self._sources[key], k
 
     def sizes_of(self, models: Sequence[str]) -> np.ndarray:
         """The Model Size of each of ``models`` the law measured (refused when none is)."""
@@ -391,10 +432,11 @@ class ScalingLaw:
                       else int(round(float(optimum[MODEL_SIZE]))))
         batch = whole_batch(float(optimum[BATCH_SIZE]), microbatch, units)
         low, high = surface.iteration_bounds
-        steps = min(max(whole_steps(compute, model_size, batch, surface.seq_len), math.ceil(low)), math.floor(high))
+        steps = min(max(whole_steps(compute, model_size, batch, surface.step_tokens), math.ceil(low)), math.floor(high))
         priced = None
         try:
-            priced = pricing.price(self.mechanism, price_rule, epsilon, source.delta, units, batch, steps)
+            priced = pricing.price(self.mechanism, price_rule, epsilon, source.delta, units, batch, steps,
+                                   source.examples_per_user)
             sigma, branch = priced.sigma, priced.branch
             accountant = f"dpscaling.accounting.pricing ({self.mechanism}, {price_rule} rule)"
         except UserError as error:  # the accountant's hard corner: the table's σ, said so
@@ -422,13 +464,14 @@ class ScalingLaw:
                     else None)
         return Runnable(shape, int(model_size), batch, steps, microbatch, surface.seq_len, float(epsilon),
                         float(source.delta), float(units), float(sigma), float(nbr), branch, accountant, predicted,
-                        seed_only, calibrated, rate, note, start, priced, self.mechanism, decision, measured)
+                        seed_only, calibrated, rate, note, start, priced, self.mechanism, decision, measured,
+                        surface.sequences_per_unit, source.examples_per_user)
 
     def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: Surface, sizes,
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
                 saturation, rule: DecisionRule, per_length=None, lengths_without_answer=None,
                 inference=None, price_rule: str | None = None) -> Answer:
-        optimum = Configuration.from_row(answer.optimum, surface.seq_len)
+        optimum = Configuration.from_row(answer.optimum, surface.seq_len, surface.sequences_per_unit)
         runnable = self._runnable(answer, compute, epsilon, units, surface, source, correction, microbatch_size,
                                   rule, price_rule or source.sampling)
         flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
@@ -445,6 +488,7 @@ class ScalingLaw:
                 saturation = None  # reported only when the budget is past it
         query = {"compute": float(compute), "epsilon": float(epsilon), "delta": float(source.delta),
                  "privacy_unit": data.privacy_unit, "users": data.users, "tokens": data.tokens,
+                 "examples_per_user": source.examples_per_user,
                  "data_budget_units": float(units), "seq_len": surface.seq_len, "tolerance": float(tolerance),
                  "allow_extrapolation": bool(allow_extrapolation)}
         refused = refusal(iteration_flags(optimum.iterations, self.ranges, allow_extrapolation=False))

@@ -55,13 +55,13 @@ class BudgetScan:
         within = None
         if limit > surface.iteration_bounds[0]:
             try:
-                within = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.seq_len, sizes,
+                within = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.step_tokens, sizes,
                                          inside_bounds, tolerance, correction=correction).optimum
             except UserError:
                 within = None
         parts = []
         if within is not None:
-            best = Configuration.from_row(within, surface.seq_len)
+            best = Configuration.from_row(within, surface.seq_len, surface.sequences_per_unit)
             parts.append(f"inside it the best at this budget is M = {best.model_size:,.0f}, B = {best.batch_size:,.0f}, "
                          f"T = {best.iterations:,.0f}, predicted loss {best.predicted_loss:.4g} (the extrapolated "
                          f"optimum: {float(answer.optimum[CROSS_ENTROPY]):.4g})")
@@ -82,7 +82,8 @@ class BudgetScan:
         for _, per_compute in self.optima_below(compute, epsilon, units, surface, sizes, source, correction, first=1):
             inside = per_compute[per_compute[ITERATIONS] <= limit * (1 + 1e-9)]
             if len(inside):  # chunks come highest budget first: the first hit holds the largest
-                return Configuration.from_row(inside.loc[inside[COMPUTE].idxmax()], surface.seq_len)
+                return Configuration.from_row(inside.loc[inside[COMPUTE].idxmax()], surface.seq_len,
+                                              surface.sequences_per_unit)
         return None
 
     def optima_below(self, compute, epsilon, units, surface: Surface, sizes, source, correction, first: int = 0):
@@ -92,7 +93,7 @@ class BudgetScan:
         octaves): (budgets, their
         :func:`dpscaling.law.queries.best_loss_per_compute` frame) per chunk, highest budgets first; callers
         stop as soon as they have what they need."""
-        lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.seq_len))
+        lowest = float(compute_cost(sizes[0], DEFAULT_BATCH_SIZES[0], surface.iteration_bounds[0], surface.step_tokens))
         deepest = int(math.floor(min(SATURATION_OCTAVES, max(0.0, math.log2(compute / lowest)))
                                  * SATURATION_STEPS_PER_OCTAVE))
         start, octaves = first, SATURATION_FIRST_CHUNK_OCTAVES
@@ -106,7 +107,7 @@ class BudgetScan:
     @staticmethod
     def _scan(epsilon, units, surface: Surface, sizes, source, correction) -> tuple:
         """What a saturation scan's optima depend on besides the budget."""
-        return float(epsilon), float(units), surface.seq_len, hash(sizes.tobytes()), id(source), id(correction)
+        return float(epsilon), float(units), surface.step_tokens, hash(sizes.tobytes()), id(source), id(correction)
 
     @staticmethod
     def _budget_key(budget: float) -> float:
@@ -130,7 +131,7 @@ class BudgetScan:
             if len(self._optima) > OPTIMA_REMEMBERED:
                 self._optima.clear()
             found = best_loss_per_compute(np.array(missing), epsilon, units, surface.loss, source.sigma,
-                                          surface.seq_len, sizes, surface.iteration_bounds, correction=correction)
+                                          surface.step_tokens, sizes, surface.iteration_bounds, correction=correction)
             rows = {self._budget_key(row[COMPUTE]): row for _, row in found.iterrows()}
             for budget in missing:
                 self._optima[(scan, self._budget_key(budget))] = rows.get(self._budget_key(budget))
@@ -158,7 +159,7 @@ class BudgetScan:
         row = saturating_compute(per_compute.sort_values(COMPUTE), SATURATION_TOLERANCE)
         return {"compute": float(row[COMPUTE]), "tolerance": SATURATION_TOLERANCE, "budgets_scanned": scanned,
                 "resolution": f"2^(1/{SATURATION_STEPS_PER_OCTAVE}) in compute",
-                "answer": Configuration.from_row(row, surface.seq_len).to_json()}
+                "answer": Configuration.from_row(row, surface.seq_len, surface.sequences_per_unit).to_json()}
 
 
 def _chosen_iterations(answer: ComputeOptimal) -> float:

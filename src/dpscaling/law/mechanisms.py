@@ -47,6 +47,8 @@ class MechanismChoice:
         for name, answer in self.answers.items():
             runnable = answer.runnable
             rows.append({"mechanism": name, "bands": mechanism_named(name).bands,
+                         "privacy_unit": runnable.privacy_unit, "sequences_per_unit": runnable.sequences_per_unit,
+                         "sampler": None if runnable.price is None else runnable.price.sampler,
                          "predicted_loss": answer.predicted_loss, "model_size": runnable.model_size,
                          "batch_size": runnable.batch_size, "iterations": runnable.iterations,
                          "noise_batch_ratio": runnable.noise_batch_ratio,
@@ -118,8 +120,11 @@ class LawAcrossMechanisms:
     def query(self, compute: float, epsilon: float, users: float | None = None, tokens: float | None = None, *,
               mechanism: str | None = None, **options: Any) -> MechanismChoice:
         """:meth:`dpscaling.law.answers.ScalingLaw.query` of every mechanism's law (``mechanism``: that one's
-        only), the decision rule choosing."""
+        only), the decision rule choosing. A user-level mechanism's law answers only a budget in users; a
+        budget per user (``examples_per_user``) is answered by every law that can price it: ULS against ELS."""
         laws = self.laws if mechanism is None else {mechanism: self.law(mechanism)}
+        if mechanism is None and tokens is not None:  # a budget per sequence: the user-level laws cannot answer it
+            laws = {name: law for name, law in laws.items() if mechanism_named(name).unit == "sequence"} or laws
         return choose_mechanism(laws, lambda law: law.query(compute, epsilon, users, tokens, **options))
 
     def info(self) -> dict[str, Any]:

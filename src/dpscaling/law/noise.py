@@ -169,3 +169,21 @@ class SigmaSource:
     delta: float
     sampling: str
     description: str
+    # k of a budget per user of up to k sequences; None: per unit of the law's runs (a sequence, or a user-level
+    # mechanism's user). For a sequence-level law and k >= 2, σ is ELS's (dpscaling.accounting.user_level).
+    examples_per_user: int | None = None
+
+
+def els_sigma_source(delta: float, examples_per_user: int, progress=None) -> SigmaSource:
+    """ELS's σ for a user of ``examples_per_user`` sequences at the run's ``delta``: tables of the mixture event
+    built on demand at the mixture's share of δ (what an ``els_poisson`` run calibrates at; the rest pays for
+    truncation: :mod:`dpscaling.accounting.user_level`), Poisson only."""
+    from dpscaling.accounting.on_demand import OnDemandSigma
+    from dpscaling.accounting.user_level import TRUNCATION_DELTA_SHARE
+
+    mixture = delta * (1 - TRUNCATION_DELTA_SHARE)
+    sigma = OnDemandSigma(mixture, "poisson", progress=progress, examples_per_user=int(examples_per_user))
+    return SigmaSource(sigma, float(delta), "poisson",
+                       f"ELS for a user of k = {int(examples_per_user)} sequences (jax-privacy's user-level DP-SGD "
+                       f"event, on demand at δ = {mixture:g}, the rest of δ = {delta:g} for truncation)",
+                       int(examples_per_user))

@@ -163,10 +163,10 @@ def nearest_measured(model_size: float, sizes: Mapping[str, float]) -> str:
 
 def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate: float | None, epsilon: float,
                  delta: float, units: float, compute: float, init_checkpoint: str | None = None,
-                 mechanism: str = DPSGD.name) -> dict[str, Any]:
+                 mechanism: str = DPSGD.name, examples_per_user: int | None = None) -> dict[str, Any]:
     """The config block that trains this configuration with the ``private_model`` target (a fine-tuning law's
     answer, which starts from ``init_checkpoint``, as a ``pretrained`` budget of the run that pretrained it;
-    a BandMF law's with its ``mechanism``)."""
+    a BandMF or user-level law's with its ``mechanism``; a budget per user with its ``examples_per_user``)."""
     if shape is None:
         return {}
     configuration = {"model": shape.name, "batch_size": int(batch), "iterations": int(steps)}
@@ -181,5 +181,7 @@ def train_config(shape: ModelShape | None, batch: int, steps: int, learning_rate
         budget["pretrained"] = True
     if mechanism != DPSGD.name:  # trained with that mechanism's noise and batches (docs/mechanisms.md)
         budget["mechanism"] = mechanism
+    if examples_per_user is not None:  # the guarantee is per user of up to k sequences
+        budget["examples_per_user"] = int(examples_per_user)
     block["private_model"] = {"budgets": [budget]}
     return block

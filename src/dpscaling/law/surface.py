@@ -15,6 +15,7 @@ from dpscaling.law.calibration import Calibration
 from dpscaling.law.columns import BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import ComputeOptimal
+from dpscaling.mechanisms import mechanism_named
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,13 @@ class Surface:
     replicates: Replicates | None
     calibration: Calibration | None
     calibration_note: str
+    # Sequences one sampled unit brings to a step: m for a user-level mechanism's law (N, B count users), else 1.
+    sequences_per_unit: int = 1
+
+    @property
+    def step_tokens(self) -> int:
+        """Tokens per sampled unit and step, S·m: compute is 6·M·B·(S·m)·T."""
+        return self.seq_len * self.sequences_per_unit
 
     def optimum_band(self, searched: ComputeOptimal, correction: PhysicalBatchCorrection | None,
                      notes: Mapping[str, str]) -> tuple[dict[str, tuple[float, float]] | None, str]:
@@ -72,4 +80,5 @@ def surface_at(bundle: Bundle, seq_len: int) -> Surface:
         calibration, note = None, (f"no calibrated interval: its calibration ({Path(calibration.source).name}) "
                                    "pools no answered held-out set")
     return Surface(int(seq_len), loss, iteration_bounds, model_range, replicates, calibration,
-                   note or "no calibration in this law")
+                   note or "no calibration in this law",
+                   mechanism_named(bundle.law.mechanism).sequences_per_unit)
