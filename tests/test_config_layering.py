@@ -145,6 +145,8 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "analysis.seq_len_tokens": (None, NOT_STATED + " (null = allocation_data_budget x data.seq_len tokens)"),
     "analysis.seq_len_users": (None, NOT_STATED + " (null = allocation_data_budget users)"),
     "analysis.seq_len_privacy_budgets": ([1.0, 8.0], NOT_STATED + " (fig:vary_compute_and_privacy's epsilons)"),
+    "analysis.user_level_privacy_budgets": ([1.0, 4.0, 16.0], NOT_STATED + " (the paper protects sequences)"),
+    "analysis.user_level_compute_count": (5, NOT_STATED + " (the paper protects sequences)"),
 }
 BLOCKS = ("training", "fit", "accounting", "analysis")
 

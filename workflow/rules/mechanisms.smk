@@ -47,6 +47,40 @@ rule mechanism_findings:
         "../scripts/mechanism_findings.py"
 
 
+# The privacy unit (docs/private-training.md "User-level sampling"): a user-level mechanism's law against DP-SGD's
+# priced by ELS, at budgets per user of the run's data; finding:user-level and the comparison it reads.
+from dpscaling import user_level_findings
+
+USER_LEVEL_MECHANISMS = [
+    name for name in MECHANISMS if mechanism_named(name).unit == "user"
+]
+USER_LEVEL_COMPARISON = (
+    f"{RESULTS}/{layout.table(user_level_findings.COMPARISON_LABEL)}"
+)
+
+
+rule user_level_findings:
+    input:
+        bundle=rules.law_bundle.output[0],
+        meta=PRIMARY_PACKED["meta"],
+    output:
+        **table_outputs(user_level_findings.LABEL),
+        comparison=f"{USER_LEVEL_COMPARISON}.csv",
+        comparison_md=f"{USER_LEVEL_COMPARISON}.md",
+        comparison_tex=f"{USER_LEVEL_COMPARISON}.tex",
+    log:
+        f"{RESULTS}/{layout.log_path(layout.TABLES, 'user_level_findings')}",
+    conda:
+        "../envs/dpscaling.yaml"
+    resources:
+        mem_mb=6000,
+        runtime=60,
+    params:
+        analysis=ANALYSIS,
+    script:
+        "../scripts/user_level_findings.py"
+
+
 # Everything the mechanism axis adds: each mechanism's law, validation and the comparison (with several).
 rule mechanisms:
     input:
@@ -56,6 +90,12 @@ rule mechanisms:
         (
             rules.mechanism_findings.output
             if PRIMARY_MECHANISM == DPSGD.name and COMPARED_MECHANISMS
+            else []
+        ),
+        # the user-level findings: ULS against DP-SGD's law priced by ELS
+        (
+            rules.user_level_findings.output
+            if DPSGD.name in MECHANISMS and USER_LEVEL_MECHANISMS
             else []
         ),
         RUN_CONFIG,

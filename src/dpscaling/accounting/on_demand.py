@@ -68,6 +68,9 @@ class OnDemandSigma:
     progress: Callable[[str], None] | None = None
     bands: int = 1  # a mechanism's table (dpscaling.mechanisms): BandMF's events at b bands
     examples_per_user: int = 1  # ELS's table for a user of k sequences (dpscaling.accounting.user_level)
+    # The step counts every table spans (with the queried ones): a law's search range, so that every query of
+    # that law at an ε shares one table (ELS's slabs cost seconds per σ; more step counts cost little beside them)
+    steps_range: tuple[float, float] | None = None
     _tables: dict[tuple, SigmaTable] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -87,7 +90,8 @@ class OnDemandSigma:
         """The table that answers these ε, steps and sampling rates (module docstring)."""
         e_low = math.floor(math.log2(float(np.min(epsilon))) * EPSILON_PER_OCTAVE) - EPSILON_PER_OCTAVE * MARGIN_OCTAVES
         e_high = math.ceil(math.log2(float(np.max(epsilon))) * EPSILON_PER_OCTAVE) + EPSILON_PER_OCTAVE * MARGIN_OCTAVES
-        t_low, t_high = _octaves(max(float(np.min(steps)), 1.0), max(float(np.max(steps)), 2.0))
+        spanned = np.concatenate([np.ravel(steps), self.steps_range or ()])
+        t_low, t_high = _octaves(max(float(np.min(spanned)), 1.0), max(float(np.max(spanned)), 2.0))
         q_low, _ = _octaves(float(np.min(q)), float(np.max(q)), ceiling=0)
         return TableSpec(epsilon_min=2.0 ** (e_low / EPSILON_PER_OCTAVE),
                          epsilon_max=2.0 ** (e_high / EPSILON_PER_OCTAVE), epsilon_per_octave=EPSILON_PER_OCTAVE,

@@ -38,6 +38,18 @@ from dpscaling.law.queries import (
 BATCH_RANGE_FACTOR = 1024
 
 
+def compute_range(law: Law, settings: AnalysisSettings) -> tuple[float, float]:
+    """The figures' compute budgets' range: ``analysis.compute_min``..``compute_max``, else from the law's measured
+    runs, its smallest model's shortest at the physical batch to its largest's longest at 1024 times that batch."""
+    if settings.compute_min is not None:
+        return settings.compute_min, settings.compute_max
+    sizes = model_size_grid(*law.model_size_range())
+    measured = law.grid.loc[law.grid["Source"] == "measured", "Iterations"]
+    per_token = 6.0 * law.seq_len * law.physical_batch
+    return (per_token * sizes[0] * float(measured.min()),
+            per_token * BATCH_RANGE_FACTOR * sizes[-1] * float(measured.max()))
+
+
 class PrivacyAwareSigma:
     """σ(ε, T, q) of an accounting source, with ε = ∞ meaning no noise (σ = 0: the non-private law).
 
@@ -123,12 +135,7 @@ class AnalysisContext:
         return float(measured.max())
 
     def compute_range(self) -> tuple[float, float]:
-        if self.settings.compute_min is not None:
-            return self.settings.compute_min, self.settings.compute_max
-        measured = self.law.grid.loc[self.law.grid["Source"] == "measured", "Iterations"]
-        per_token = 6.0 * self.law.seq_len * self.law.physical_batch
-        return (per_token * self.model_sizes[0] * float(measured.min()),
-                per_token * BATCH_RANGE_FACTOR * self.model_sizes[-1] * float(measured.max()))
+        return compute_range(self.law, self.settings)
 
     def compute_budgets(self, count: int | None = None) -> np.ndarray:
         return np.geomspace(*self.compute_range(), count or self.settings.compute_count)

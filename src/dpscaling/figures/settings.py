@@ -114,6 +114,10 @@ class AnalysisSettings:
     seq_len_tokens: float | None = role(LATE, default=_analysis("seq_len_tokens"))
     seq_len_users: float | None = role(LATE, default=_analysis("seq_len_users"))
     seq_len_privacy_budgets: tuple[float, ...] = role(LATE, default=_analysis("seq_len_privacy_budgets"))
+    # finding:user-level (not in the paper; runs with a user-level mechanism): ε per user and how many compute
+    # budgets over the DP-SGD law's compute range (dpscaling.user_level_findings).
+    user_level_privacy_budgets: tuple[float, ...] = role(LATE, default=_analysis("user_level_privacy_budgets"))
+    user_level_compute_count: int = role(LATE, default=_analysis("user_level_compute_count"))
 
     def __post_init__(self) -> None:
         if self.compute_count < 2:

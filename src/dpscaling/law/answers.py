@@ -269,7 +269,8 @@ class ScalingLaw:
             return dataclasses.replace(source, examples_per_user=1), 1
         key = (source.delta, k)
         if key not in self._sources:
-            self._sources[key] = els_sigma_source(source.delta, k, progress)
+            bounds = surface_at(self.bundle, self.seq_len).iteration_bounds
+            self._sources[key] = els_sigma_source(source.delta, k, progress, bounds)
         return self._sources[key], k
 
     def sizes_of(self, models: Sequence[str]) -> np.ndarray:

@@ -174,15 +174,18 @@ class SigmaSource:
     examples_per_user: int | None = None
 
 
-def els_sigma_source(delta: float, examples_per_user: int, progress=None) -> SigmaSource:
+def els_sigma_source(delta: float, examples_per_user: int, progress=None,
+                     steps_range: tuple[float, float] | None = None) -> SigmaSource:
     """ELS's σ for a user of ``examples_per_user`` sequences at the run's ``delta``: tables of the mixture event
     built on demand at the mixture's share of δ (what an ``els_poisson`` run calibrates at; the rest pays for
-    truncation: :mod:`dpscaling.accounting.user_level`), Poisson only."""
+    truncation: :mod:`dpscaling.accounting.user_level`), Poisson only, each spanning ``steps_range`` (the law's
+    search range: one table per ε serves every query of the law)."""
     from dpscaling.accounting.on_demand import OnDemandSigma
     from dpscaling.accounting.user_level import TRUNCATION_DELTA_SHARE
 
     mixture = delta * (1 - TRUNCATION_DELTA_SHARE)
-    sigma = OnDemandSigma(mixture, "poisson", progress=progress, examples_per_user=int(examples_per_user))
+    sigma = OnDemandSigma(mixture, "poisson", progress=progress, examples_per_user=int(examples_per_user),
+                          steps_range=steps_range)
     return SigmaSource(sigma, float(delta), "poisson",
                        f"ELS for a user of k = {int(examples_per_user)} sequences (jax-privacy's user-level DP-SGD "
                        f"event, on demand at δ = {mixture:g}, the rest of δ = {delta:g} for truncation)",

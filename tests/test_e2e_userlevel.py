@@ -1,0 +1,128 @@
+"""The privacy unit as an axis, end to end on the smoke config (docs/private-training.md "User-level sampling",
+docs/query.md "A budget per user"): users dealt out of the packed stream, DP-SGD's runs and user-level DP-SGD's
+(ULS, two sequences per drawn user) with a law each, answers per user that choose between ULS and ELS (DP-SGD's
+law priced for the user's k), each answer's ε recomputed with dp-accounting, and finding:user-level."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import dp_accounting
+import pandas as pd
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+from scipy import stats
+
+from conftest import REPO, run_snakemake
+
+CONFIGS = REPO / "tests" / "configs"
+USERS, K, COMPUTE, EPSILON = 1000, 4, 1e11, 16.0
+
+pytestmark = pytest.mark.slow(minutes=5)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sigma-cache")
+
+
+@pytest.fixture(scope="module")
+def userlevel_run(tmp_path_factory, cache) -> Path:
+    workdir = tmp_path_factory.mktemp("userlevel")
+    import os
+
+    os.environ["DPSCALING_CACHE"] = str(cache)  # ELS's on-demand σ tables, shared with the queries below
+    run_snakemake("mechanisms", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
+                  str(CONFIGS / "smoke-userlevel.yaml"), cwd=workdir, timeout=1500)
+    return workdir / "results" / "smoke-userlevel"
+
+
+def _epsilon(event, steps: int, delta: float) -> float:
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
+    accountant.compose(event, steps)
+    return accountant.get_epsilon(delta)
+
+
+def test_uls_trains_its_own_runs_over_users(userlevel_run: Path) -> None:
+    uls = sorted((userlevel_run / "runs" / "mech=uls-m2").rglob("metrics.parquet"))
+    dpsgd = sorted((userlevel_run / "runs" / "mech=dpsgd").rglob("metrics.parquet"))
+    # 2 models x 3 noise levels each: without noise a user's two sequences clipped as one are not one sequence,
+    # so ULS trains its own sigma-bar = 0 runs
+    assert len(uls) == 6 and len(dpsgd) == 6 and any("nbr=0/" in str(path) for path in uls)
+    meta = json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())["users"]
+    for path in uls:
+        curve = pd.read_parquet(path)
+        assert set(curve["sampler"]) == {"user_shuffle"} and set(curve["examples_per_user_per_batch"]) == {2}
+        assert set(curve["users"]) == {meta["n_users"]} and set(curve["mechanism"]) == {"uls-m2"}
+    assert "users" not in pd.read_parquet(dpsgd[0]).columns  # a sequence-level curve is as it was
+
+
+def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, capsys, monkeypatch) -> None:
+    """Both laws answer N users of up to k sequences; the decision rule's choice is the lower score; each answer
+    names its unit and sampler, its compute counts the sequences a step computes (B·m for ULS), and each σ spends
+    the asked ε as recomputed with dp-accounting: over users for ULS, the k-sequence mixture for ELS."""
+    from dpscaling.cli import main
+
+    monkeypatch.chdir(userlevel_run.parent.parent)
+    capsys.readouterr()
+    status = main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
+                   str(EPSILON), "--users", str(USERS), "--examples-per-user", str(K), "--json"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    answer = json.loads(captured.out)
+    rows = {row["mechanism"]: row for row in answer["mechanisms"]}
+    assert set(rows) == {"dpsgd", "uls-m2"}, answer["mechanisms_without_answer"]
+    assert answer["mechanism"] == min(rows, key=lambda name: rows[name]["decision_score"])
+    assert answer["query"]["privacy_unit"] == "user" and answer["query"]["examples_per_user"] == K
+    assert {rows["dpsgd"]["sampler"], rows["uls-m2"]["sampler"]} == {"els_poisson", "user_poisson"}
+    assert rows["uls-m2"]["sequences_per_unit"] == 2 and rows["dpsgd"]["sequences_per_unit"] == 1
+
+    import dpscaling
+
+    laws = dpscaling.load_law(userlevel_run / "law" / "bundle")
+    for mechanism in ("dpsgd", "uls-m2"):
+        runnable = laws.law(mechanism).query(COMPUTE, EPSILON, users=USERS, examples_per_user=K,
+                                             optimum_interval=False).runnable
+        price, m = runnable.price, runnable.sequences_per_unit
+        assert runnable.privacy_unit == "user"
+        assert math.isclose(runnable.compute, 6 * runnable.model_size * runnable.batch_size * m * 64 *
+                            runnable.iterations)
+        assert abs(math.log(runnable.compute / COMPUTE)) < 0.5  # C up to the rounding of whole steps
+        if mechanism == "uls-m2":  # Poisson over the N users
+            assert price.dataset_size == USERS
+            event = dp_accounting.PoissonSampledDpEvent(runnable.batch_size / USERS,
+                                                        dp_accounting.GaussianDpEvent(price.sigma))
+            spent = _epsilon(event, runnable.iterations, price.delta)
+        else:  # ELS: Poisson over the N·k sequences, the mixture for the user's k at 90% of δ
+            assert price.dataset_size == USERS * K and price.event.examples_per_user == K
+            q = runnable.batch_size / (USERS * K)
+            probs = [float(stats.binom.pmf(j, K, q)) for j in range(K + 1)]
+            event = dp_accounting.dp_event.MixtureOfGaussiansDpEvent(price.sigma, list(range(K + 1)), probs)
+            spent = _epsilon(event, runnable.iterations, 0.9 * price.delta)
+        assert spent == pytest.approx(EPSILON, rel=0.02), mechanism
+
+    # a budget per sequence is DP-SGD's alone; ULS's law asked for it directly refuses, naming the flag
+    capsys.readouterr()
+    assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
+                 str(EPSILON), "--tokens", "64000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mechanism"] == "dpsgd"
+    assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--mechanism", "uls-m2", "--compute",
+                 str(COMPUTE), "--epsilon", str(EPSILON), "--tokens", "64000"]) == 2
+    assert "uls-m2's law samples users" in capsys.readouterr().err
+
+
+def test_the_user_level_finding_comes_from_the_laws(userlevel_run: Path) -> None:
+    findings = pd.read_csv(userlevel_run / "tables" / "finding-user-level.csv")
+    assert list(findings["finding"]) == list("abcde")
+    comparison = pd.read_csv(userlevel_run / "tables" / "table-uls_vs_els.csv")
+    meta = json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())["users"]
+    assert len(comparison) == 2 and set(comparison["Data Budget"]) == {meta["n_users"]}
+    assert set(comparison["Examples per User"]) == {meta["max_examples"]}
+    answered = comparison.dropna(subset=["Gain (nats)"])
+    assert len(answered)
+    assert (answered["Gain (nats)"] == answered["Predicted Loss (ELS)"] - answered["Predicted Loss (ULS)"]).all()
+    assert set(answered["Sampler (ULS)"]) == {"user_poisson"} and set(answered["Sampler (ELS)"]) == {"els_poisson"}
+    # the mechanism finding compares noise mechanisms only: with DP-SGD and ULS there is none to compare
+    assert not (userlevel_run / "tables" / "finding-mechanism.csv").exists()

@@ -1,0 +1,117 @@
+"""A budget per user priced by the one pricing module (docs/accounting.md, "Pricing a user"): user-level sampling
+(ULS, a ``uls-m<m>`` mechanism) as DP-SGD's events over users, example-level sampling (ELS) as jax-privacy's
+user-level mixture, and ELS's σ table; every σ recomputed here with dp-accounting, without the project's
+accountant."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+from scipy import stats
+
+from dpscaling.accounting import pricing
+from dpscaling.accounting.table_spec import TableSpec
+from dpscaling.accounting.user_level import TRUNCATION_DELTA_SHARE, els_run
+from dpscaling.errors import UserError
+from dpscaling.mechanisms import mechanism_named, uls_name
+from dpscaling.samplers import sampler_named, user_level_sampler
+
+DELTA = 1e-6
+
+
+def _pld(events, compositions: int, delta: float) -> float:
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
+    for event in events:
+        accountant.compose(event, compositions)
+    return accountant.get_epsilon(delta)
+
+
+def poisson_epsilon(sigma: float, q: float, steps: int, delta: float = DELTA) -> float:
+    return _pld([dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))], steps, delta)
+
+
+def mixture_epsilon(sigma: float, q: float, k: int, steps: int, delta: float) -> float:
+    """ε of T example-level steps for a user of k sequences: the mixture of Gaussians of sensitivity j with
+    probability Binomial(k, q)(j) (Chua et al. 2024), built here from SciPy's binomial."""
+    probs = [float(stats.binom.pmf(j, k, q)) for j in range(k + 1)]
+    return _pld([dp_accounting.dp_event.MixtureOfGaussiansDpEvent(sigma, list(range(k + 1)), probs)], steps, delta)
+
+
+def test_a_user_level_mechanism_is_named_and_trains_users_as_its_sampler_draws_sequences() -> None:
+    uls = mechanism_named(uls_name(4))
+    assert (uls.name, uls.unit, uls.examples_per_user_per_batch, uls.bands, uls.sequences_per_unit) == (
+        "uls-m4", "user", 4, 1, 4)
+    assert uls.sampling_unit != mechanism_named("dpsgd").sampling_unit  # its σ̄ = 0 runs are its own
+    assert uls.training({"sampling": "shuffle", "steps": 40}) == {
+        "sampling": "user_shuffle", "steps": 40, "examples_per_user_per_batch": 4}
+    assert uls.training({"sampling": "truncated_poisson"})["sampling"] == "user_poisson"
+    assert uls.training({})["sampling"] == "user_shuffle"  # the schema's default sampler, shuffle
+    assert mechanism_named("dpsgd").training({"sampling": "shuffle"}) == {"sampling": "shuffle"}
+    with pytest.raises(UserError, match=r"training\.sampling: a user-level mechanism.*'cyclic' has no user-level"):
+        uls.training({"sampling": "cyclic"})
+    assert user_level_sampler("shuffle") is sampler_named("user_shuffle")
+    for bad in ("uls-m0", "uls", "uls-m-1"):
+        with pytest.raises(UserError, match=r"'uls-m<m>' with m >= 1"):
+            mechanism_named(bad)
+
+
+def test_uls_is_dp_sgd_over_users_whatever_each_user_wrote() -> None:
+    """ULS's σ spends ε as T Poisson-subsampled Gaussians at q = B/U over U users (dp-accounting), and does not
+    depend on k: a user's m sequences are one clipped contribution."""
+    users, batch, steps, epsilon = 5_000, 50, 400, 4.0
+    priced = pricing.price("uls-m2", "poisson", epsilon, DELTA, users, batch, steps, examples_per_user=16)
+    assert (priced.sampler, priced.privacy_unit, priced.examples_per_user) == ("user_poisson", "user", 16)
+    assert priced.event.population == users and math.isclose(priced.event.sampling_probability, batch / users)
+    assert poisson_epsilon(priced.sigma, batch / users, steps) == pytest.approx(epsilon, rel=5e-3)
+    assert priced.sigma == pricing.price("uls-m2", "poisson", epsilon, DELTA, users, batch, steps).sigma
+    fixed = pricing.price("uls-m2", "deterministic", epsilon, DELTA, users, batch, steps)
+    assert fixed.sampler == "user_shuffle" and fixed.event.participations == math.ceil(steps / (users // batch))
+
+
+def test_els_is_priced_for_the_user_s_k_sequences_with_its_truncation_in_delta() -> None:
+    """ELS's σ spends ε for a user of k sequences at the mixture's share of δ (recomputed with dp-accounting's
+    mixture event), more than one sequence's σ and ELS's at k = 1 is the sequence-level price."""
+    sequences, batch, steps, epsilon, k = 20_000, 100, 300, 4.0, 4
+    priced = pricing.price("dpsgd", "min", epsilon, DELTA, sequences, batch, steps, examples_per_user=k)
+    assert (priced.sampler, priced.branch, priced.privacy_unit, priced.event.kind) == (
+        "els_poisson", "poisson", "user", pricing.USER_LEVEL_EVENT)
+    assert priced.event.examples_per_user == k and priced.event.population == sequences
+    mixture_delta = DELTA * (1 - TRUNCATION_DELTA_SHARE)
+    assert mixture_epsilon(priced.sigma, batch / sequences, k, steps, mixture_delta) == pytest.approx(epsilon, rel=1e-2)
+    one = pricing.price("dpsgd", "poisson", epsilon, DELTA, sequences, batch, steps)
+    assert priced.sigma > 1.05 * one.sigma
+    assert pricing.price("dpsgd", "poisson", epsilon, DELTA, sequences, batch, steps, examples_per_user=1).sigma == \
+        one.sigma
+    with pytest.raises(UserError, match="ELS .* Poisson sampling only"):
+        pricing.price("dpsgd", "deterministic", epsilon, DELTA, sequences, batch, steps, examples_per_user=k)
+    with pytest.raises(UserError, match="bandmf-b4 has no user-level accountant"):
+        pricing.price("bandmf-b4", "poisson", epsilon, DELTA, sequences, batch, steps, examples_per_user=k)
+
+
+def test_els_sigma_table_matches_the_run_s_calibration() -> None:
+    """The σ table the query searches (walked with dp-accounting's mixture PLD at a coarser discretisation)
+    reads within 1% of the σ an ``els_poisson`` run calibrates, never more than 0.1% below it, and has no
+    fixed-batch branch."""
+    from dpscaling.accounting.table import SigmaTable, compute_chunk
+    from dpscaling.accounting.table_spec import Chunk
+
+    k = 3
+    spec = TableSpec(epsilon_min=2.0, epsilon_max=8.0, epsilon_per_octave=2, steps_min=128, steps_max=512,
+                     steps_per_octave=1, q_min_log2=-7, q_per_octave=1,
+                     delta=DELTA * (1 - TRUNCATION_DELTA_SHARE), examples_per_user=k)
+    assert spec.to_mapping()["examples_per_user"] == k and "examples_per_user" not in TableSpec().to_mapping()
+    rates = (2.0**-7, 2.0**-6)
+    table = SigmaTable(compute_chunk(spec, Chunk(0, rates)), examples_per_user=k)
+    for epsilon, steps, q in ((4.0, 256, rates[0]), (2.0, 128, rates[1]), (8.0, 512, rates[0])):
+        wanted = els_run(q=q, steps=steps, dataset_size=12_800, examples_per_user=k, delta=DELTA,
+                         target_epsilon=epsilon).sigma
+        found = float(table.sigma(epsilon, steps, q, sampling="poisson"))  # a grid point: the slab's own σ
+        assert found == pytest.approx(wanted, rel=1e-2) and found >= wanted * 0.999
+    assert np.isnan(table.deterministic(4.0, 256, rates[0]))
+    assert float(table.sigma(4.0, 256, rates[0])) == float(table.sigma(4.0, 256, rates[0], sampling="poisson"))
+    with pytest.raises(UserError, match="ELS .* DP-SGD only"):
+        TableSpec(bands=4, examples_per_user=2)
