@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -136,11 +137,16 @@ def test_ordinary_run_names_are_accepted(name: str) -> None:
         ({"data": {"source": "text"}}, "data.paths"),
         ({"training": {"sampling": "user_poisson"}}, "data.users"),  # user-level sampling, no user identities
         ({"training": {"examples_per_user_per_batch": 4}}, "training.examples_per_user_per_batch"),
+        ({"training": {"mechanisms": ["dpsgd", "uls-m4"]}}, "data.users"),  # a user-level mechanism, no users
+        ({"data": {"users": {"unit": "document"}},
+          "training": {"mechanisms": ["dpsgd", "uls-m4"], "sampling": "cyclic"}}, "training.sampling"),
+        ({"private_model": {"budgets": [{"epsilon": 4.0, "data_budget": 100, "compute": 1e10, "examples_per_user": 4}]}},
+         "private_model.budgets[0].examples_per_user"),
     ],
 )
 def test_semantic_checks_name_the_key(override: dict, key: str) -> None:
     config = validated(override)
-    with pytest.raises(UserError, match=key.replace(".", r"\.")):
+    with pytest.raises(UserError, match=re.escape(key)):
         check_config(config)
 
 

@@ -53,6 +53,14 @@ if TYPE_CHECKING:  # the law's answers pull in SciPy
 BLOCK = "private_model"
 
 
+def refuse_budget_per_user(examples_per_user: int | None, where: str) -> None:
+    """A budget per user (``examples_per_user``) is refused: the private runs protect sequences."""
+    if examples_per_user is not None:
+        raise UserError(f"{where}.examples_per_user: a budget per user is answered by `dpscaling query "
+                        "--examples-per-user` (docs/query.md); training one privately is not built yet: remove the "
+                        "key to train a budget per sequence")
+
+
 def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -> list[Budget]:
     """The budgets of a config block ``name`` (``private_model``, ``savings``; δ defaults to ``default_delta``,
     accounting.delta)."""
@@ -64,6 +72,7 @@ def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -
             rate = fixed.get("learning_rate")
             fixed = FixedConfiguration(str(fixed["model"]), int(fixed["batch_size"]), int(fixed["iterations"]),
                                        None if rate is None else float(rate))
+        refuse_budget_per_user(entry.get("examples_per_user"), f"{name}.budgets[{index}]")
         mechanism = entry.get("mechanism")
         if mechanism not in (None, CHOOSE):
             mechanism_named(mechanism, f"{name}.budgets[{index}].mechanism")

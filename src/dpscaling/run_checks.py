@@ -21,6 +21,7 @@ from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, check_output_bias_star
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED, PACKED_META, TRAINED_VOCAB
 from dpscaling.mechanisms import CHOOSE, mechanism_named
+from dpscaling.private_model import refuse_budget_per_user
 from dpscaling.models.family import PRESETS, known_model_names, run_family
 from dpscaling.samplers import sampler_named, truncating_samplers
 
@@ -65,6 +66,7 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
         for index, budget in enumerate(block.budgets):
             if budget.mechanism not in (None, CHOOSE):
                 mechanism_named(budget.mechanism, f"{block.NAME}.budgets[{index}].mechanism")
+            refuse_budget_per_user(budget.to_mapping().get("examples_per_user"), f"{block.NAME}.budgets[{index}]")
     family = run_family(models)  # one family per run: its law is fitted on one family
     from dpscaling.design.rounds import check_design  # the design's refusals, beside its rounds
 

@@ -20,8 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing
 import os
+import sys
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,8 +71,8 @@ class OnDemandSigma:
     progress: Callable[[str], None] | None = None
     bands: int = 1  # a mechanism's table (dpscaling.mechanisms): BandMF's events at b bands
     examples_per_user: int = 1  # ELS's table for a user of k sequences (dpscaling.accounting.user_level)
-    # The step counts every table spans (with the queried ones): a law's search range, so that every query of
-    # that law at an ε shares one table (ELS's slabs cost seconds per σ; more step counts cost little beside them)
+    # The step counts every table spans, whatever is queried (σ is NaN beyond them): a law's search range, so that
+    # every query of that law at an ε shares one table (ELS's slabs cost seconds per σ); None: the queried ones
     steps_range: tuple[float, float] | None = None
     _tables: dict[tuple, SigmaTable] = field(default_factory=dict, repr=False)
 
@@ -90,7 +93,7 @@ class OnDemandSigma:
         """The table that answers these ε, steps and sampling rates (module docstring)."""
         e_low = math.floor(math.log2(float(np.min(epsilon))) * EPSILON_PER_OCTAVE) - EPSILON_PER_OCTAVE * MARGIN_OCTAVES
         e_high = math.ceil(math.log2(float(np.max(epsilon))) * EPSILON_PER_OCTAVE) + EPSILON_PER_OCTAVE * MARGIN_OCTAVES
-        spanned = np.concatenate([np.ravel(steps), self.steps_range or ()])
+        spanned = np.asarray(self.steps_range if self.steps_range is not None else np.ravel(steps), float)
         t_low, t_high = _octaves(max(float(np.min(spanned)), 1.0), max(float(np.max(spanned)), 2.0))
         q_low, _ = _octaves(float(np.min(q)), float(np.max(q)), ceiling=0)
         return TableSpec(epsilon_min=2.0 ** (e_low / EPSILON_PER_OCTAVE),
@@ -121,13 +124,31 @@ class OnDemandSigma:
             self.progress(f"σ at δ = {self.delta:g} for ε in [{spec.epsilon_min:g}, {spec.epsilon_max:g}]: computing "
                           f"{len(missing)} of {len(rates)} sampling rates × {len(spec.steps())} step counts with "
                           f"dp-accounting (about a second each), cached in {paths[missing[0]].parent}")
-        frames = []
-        for index, (rate, path) in enumerate(paths.items()):
-            if rate in missing:
-                try:
-                    save_table(compute_chunk(spec, Chunk(index, (rate,))), path, spec)
-                except OSError as error:  # a read-only cache must not cost the answer
-                    raise UserError(f"cannot write the σ cache {path} ({error}); set {CACHE_ENV} to a writable "
-                                    "directory") from error
-            frames.append(read_frame(path)[0])
-        return pd.concat(frames, ignore_index=True)
+        jobs = [(spec, index, rate, paths[rate]) for index, rate in enumerate(paths) if rate in missing]
+        try:
+            workers = _slab_workers(len(jobs))
+            if workers > 1:  # the slabs are independent: one process per core
+                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                    list(pool.map(_write_slab, jobs))
+            else:
+                for job in jobs:
+                    _write_slab(job)
+        except OSError as error:  # a read-only cache must not cost the answer
+            raise UserError(f"cannot write the σ cache {self.cache} ({error}); set {CACHE_ENV} to a writable "
+                            "directory") from error
+        return pd.concat([read_frame(path)[0] for path in paths.values()], ignore_index=True)
+
+
+def _slab_workers(jobs: int) -> int:
+    """Processes for ``jobs`` slabs: one per available core, forked (a spawned child would rerun a workflow
+    script's ``__main__``); one, in this process, where fork is unavailable or JAX is loaded (its threads make a
+    fork unsafe)."""
+    if "fork" not in multiprocessing.get_all_start_methods() or "jax" in sys.modules:
+        return 1
+    return min(jobs, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+def _write_slab(job: tuple[TableSpec, int, float, Path]) -> None:
+    """One σ slab (a sampling rate of the spec) computed and cached at its path."""
+    spec, index, rate, path = job
+    save_table(compute_chunk(spec, Chunk(index, (rate,))), path, spec)
