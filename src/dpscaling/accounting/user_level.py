@@ -31,12 +31,10 @@ from dpscaling.errors import UserError
 
 # The share of the run's δ spent on the truncation's total-variation term (the rest is the mixture's).
 TRUNCATION_DELTA_SHARE = 0.1
-# PLD discretisation of the mixture. Pessimistic: ε is over-, never under-stated. At T = 1000, k = 16 it read
-# 0.03% above jax-privacy's default of 1e-3, in a third of the time (1e-2: 0.4% above).
-DISCRETISATION = 3e-3
-# The σ table's (the law's search; dpscaling.accounting.sweep): three times faster to build, ε 0.7% above at
-# T = 1000, k = 4, so σ a few tenths of a percent above the run's; the answer is then priced at DISCRETISATION.
-TABLE_DISCRETISATION = 1e-2
+# PLD discretisation of the mixture, the run's and the σ table's alike. Pessimistic: ε is over-, never
+# under-stated. At T = 1000, k = 16 it read 0.4% above jax-privacy's default of 1e-3 (3e-3: 0.03% above) and
+# builds three times faster than 3e-3: a run's calibration and the query's ELS pricing take a few seconds.
+DISCRETISATION = 1e-2
 
 
 def els_epsilon(sigma: float, q: float, examples_per_user: int, steps: int, dataset_size: int,
@@ -54,17 +52,17 @@ def els_epsilon(sigma: float, q: float, examples_per_user: int, steps: int, data
     return float(accountant.compute_epsilon(steps, params))
 
 
-def mixture_losses(sigma: float, q: float, examples_per_user: int, discretisation: float = TABLE_DISCRETISATION):
-    """One ELS step's privacy-loss distribution (dp-accounting's): the mixture of Gaussians of sensitivity j
-    with probability Binomial(k, q)(j), what jax-privacy's accountant composes; the σ table walks σ with it
-    (:mod:`dpscaling.accounting.sweep`) at :data:`TABLE_DISCRETISATION`."""
+def mixture_losses(sigma: float, q: float, examples_per_user: int):
+    """One ELS step's privacy-loss distribution (dp-accounting's, at :data:`DISCRETISATION`): the mixture of
+    Gaussians of sensitivity j with probability Binomial(k, q)(j), what jax-privacy's accountant composes; the
+    σ table walks σ with it (:mod:`dpscaling.accounting.sweep`)."""
     from dp_accounting.pld import privacy_loss_distribution
 
     sensitivities = list(range(examples_per_user + 1))
     return privacy_loss_distribution.from_mixture_gaussian_mechanism(
         standard_deviation=sigma, sensitivities=sensitivities,
         sampling_probs=[float(p) for p in stats.binom.pmf(sensitivities, examples_per_user, q)],
-        value_discretization_interval=discretisation)
+        value_discretization_interval=DISCRETISATION)
 
 
 def truncation_delta(dataset_size: int, q: float, examples_per_user: int, steps: int, size: int,
