@@ -174,3 +174,32 @@ def account_sequence_level(n: int, config: TrainConfig, delta: float) -> float:
     from dpscaling.accounting.calibration import calibrate_poisson
 
     return calibrate_poisson(TARGET_EPSILON, config.batch_size / n, config.num_steps, delta)
+
+
+def test_a_run_on_a_subset_of_users_draws_them_publicly_with_all_their_sequences(user_corpus, tmp_path) -> None:
+    """``train_users`` N: N users drawn by the seed alone, every sequence of each, renumbered 0..N-1; the run
+    accounts for N users."""
+    from dpscaling.train.loop import users_subset
+
+    users = load_users(user_corpus)
+    rows = np.arange(len(users))
+    config = TrainConfig(**(USER_LEVEL | dict(train_users=48)))
+    kept_rows, kept_users = users_subset(rows, users, config)
+    chosen = np.unique(users[kept_rows])
+    assert len(chosen) == 48 and set(kept_users) == set(range(48))
+    assert len(kept_rows) == np.isin(users, chosen).sum()  # all of each chosen user's sequences
+    np.testing.assert_array_equal(kept_users, np.searchsorted(chosen, users[kept_rows]))
+    # public: the same ids whatever the users wrote (another assignment of the same number of users)
+    shuffled = np.random.default_rng(1).permutation(users)
+    assert np.array_equal(np.unique(shuffled[users_subset(rows, shuffled, config)[0]]), chosen)
+    other = users_subset(rows, users, TrainConfig(**(USER_LEVEL | dict(train_users=48, seed=1))))[0]
+    assert not np.array_equal(np.unique(users[other]), chosen)
+    with pytest.raises(UserError, match="train.train_users: 100,000 exceeds"):
+        users_subset(rows, users, TrainConfig(**(USER_LEVEL | dict(train_users=100_000))))
+    with pytest.raises(UserError, match="train.train_users"):
+        TrainConfig(**(PRIVATE | dict(train_users=48)))  # truncated_poisson reads no users
+    summary = run_training(config, user_corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
+    row = pq.read_table(tmp_path / "metrics.parquet").to_pandas().iloc[-1]
+    assert int(row["dataset_size"]) == int(row["users"]) == 48
+    assert row["sampling_probability"] == pytest.approx(config.batch_size / 48, rel=1e-12)
+    assert summary.privacy["epsilon"] == pytest.approx(TARGET_EPSILON, rel=0.01)

@@ -89,6 +89,9 @@ class TrainConfig:
     # Train on this many sequences of the train split (a subset drawn with ``seed``, public and
     # data-independent); None = all of them. The accountant's dataset size N is this number.
     train_sequences: int | None = after_runs(None)
+    # Train on this many users of the data's users (a subset drawn with ``seed``, public and data-independent, all
+    # of each chosen user's sequences); None = every user. For a sampler that reads users (a budget per user).
+    train_users: int | None = after_runs(None)
     # Start from the parameters of this training job's checkpoint directory (a run of this project, its
     # latest verified step; dpscaling.train.init) instead of random weights; None = from scratch.
     init_checkpoint: str | None = after_runs(None)
@@ -150,7 +153,11 @@ class TrainConfig:
         need(self.sampler.unit == "sequence" or self.clipping in ("vmap", "none"), "clipping",
              "ghost norms are per sequence; a user-level sampler clips a user's sequences as one: use 'vmap'")
         need(self.sampler.unit == "sequence" or self.train_sequences is None, "train_sequences",
-             "draws sequences; a user-level sampler trains on every user of the data: leave it None")
+             "draws sequences and splits users; a user-level sampler takes a subset of users: set train_users")
+        need(self.train_users is None or (self.train_users >= 1 and "user" in (self.sampler.unit, self.sampler.protects)
+                                          and self.train_sequences is None), "train_users",
+             "is a subset of the data's users for a sampler that reads them (user_shuffle, user_poisson, "
+             "els_poisson), without train_sequences: must be >= 1 or None")
         need(
             self.microbatch_size is None
             or (

@@ -134,7 +134,10 @@ def run_training(
     # A sampler that protects users, or draws them, reads them; one whose unit is a user (dpscaling.train.units)
     # counts N and B in users.
     users = load_users(data_dir) if "user" in (config.sampler.protects, config.sampler.unit) else None
-    units = n_train if config.sampler.unit == "sequence" else int(users.max()) + 1
+    rows = training_rows(load_split(data_dir, "train"), config)
+    if users is not None:
+        rows, users = users_subset(rows, users, config)
+    units = len(rows) if config.sampler.unit == "sequence" else int(users.max()) + 1
     # The one-epoch guard, before anything trains (dpscaling.data.epochs).
     check_one_epoch(config.num_steps, config.batch_size, units, config.allow_repeats)
     parallel = DataParallel()
@@ -154,7 +157,7 @@ def run_training(
             config,
             meta,
             output_bias,
-            training_rows(load_split(data_dir, "train"), config),
+            rows,
             users,
             parallel,
             manager,
@@ -337,6 +340,21 @@ def _check_divisible(config: TrainConfig, parallel: DataParallel) -> None:
                 f"train.{name}: {getattr(config, name)} is not divisible by the "
                 f"{parallel.n_devices} devices"
             )
+
+
+def users_subset(rows: np.ndarray, users: np.ndarray, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``config.train_users`` of the users, drawn without replacement by a generator seeded with ``config.seed``
+    only (public, independent of the data), with every sequence of each, in their original order; the chosen
+    users renumbered 0..N−1 in the order of their ids. All of them without ``train_users``."""
+    if config.train_users is None:
+        return rows, users
+    count = int(users.max()) + 1
+    if config.train_users > count:
+        raise UserError(f"train.train_users: {config.train_users:,} exceeds the {count:,} users of the data")
+    chosen = np.sort(np.random.default_rng([config.seed, Stream.USER_SUBSET]).choice(
+        count, config.train_users, replace=False))
+    kept = np.isin(users, chosen)
+    return rows[kept], np.searchsorted(chosen, users[kept]).astype(users.dtype)
 
 
 def training_rows(rows: np.ndarray, config: TrainConfig) -> np.ndarray:
