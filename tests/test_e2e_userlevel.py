@@ -18,7 +18,8 @@ from scipy import stats
 from conftest import REPO, run_snakemake
 
 CONFIGS = REPO / "tests" / "configs"
-USERS, K, COMPUTE, EPSILON = 1000, 4, 1e11, 16.0
+# finding:user-level's first budget, at the data's users and cap: the query reuses its ELS σ tables
+COMPUTE, EPSILON = 1e11, 16.0
 
 pytestmark = pytest.mark.slow(minutes=5)
 
@@ -65,17 +66,19 @@ def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, caps
     the asked ε as recomputed with dp-accounting: over users for ULS, the k-sequence mixture for ELS."""
     from dpscaling.cli import main
 
+    meta = json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())["users"]
+    users, k = meta["n_users"], meta["max_examples"]
     monkeypatch.chdir(userlevel_run.parent.parent)
     capsys.readouterr()
     status = main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
-                   str(EPSILON), "--users", str(USERS), "--examples-per-user", str(K), "--json"])
+                   str(EPSILON), "--users", str(users), "--examples-per-user", str(k), "--json"])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     answer = json.loads(captured.out)
     rows = {row["mechanism"]: row for row in answer["mechanisms"]}
     assert set(rows) == {"dpsgd", "uls-m2"}, answer["mechanisms_without_answer"]
     assert answer["mechanism"] == min(rows, key=lambda name: rows[name]["decision_score"])
-    assert answer["query"]["privacy_unit"] == "user" and answer["query"]["examples_per_user"] == K
+    assert answer["query"]["privacy_unit"] == "user" and answer["query"]["examples_per_user"] == k
     # ELS is priced for Poisson batches only; ULS under the law's rule (min) by either of its samplers
     assert rows["dpsgd"]["sampler"] == "els_poisson" and rows["uls-m2"]["sampler"] in ("user_poisson", "user_shuffle")
     assert rows["uls-m2"]["sequences_per_unit"] == 2 and rows["dpsgd"]["sequences_per_unit"] == 1
@@ -84,7 +87,7 @@ def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, caps
 
     laws = dpscaling.load_law(userlevel_run / "law" / "bundle")
     for mechanism in ("dpsgd", "uls-m2"):
-        runnable = laws.law(mechanism).query(COMPUTE, EPSILON, users=USERS, examples_per_user=K,
+        runnable = laws.law(mechanism).query(COMPUTE, EPSILON, users=users, examples_per_user=k,
                                              optimum_interval=False, sampling="poisson").runnable
         price, m = runnable.price, runnable.sequences_per_unit
         assert runnable.privacy_unit == "user"
@@ -92,15 +95,15 @@ def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, caps
                             runnable.iterations)
         assert abs(math.log(runnable.compute / COMPUTE)) < 0.5  # C up to the rounding of whole steps
         if mechanism == "uls-m2":  # Poisson over the N users
-            assert price.dataset_size == USERS and price.sampler == "user_poisson"
-            event = dp_accounting.PoissonSampledDpEvent(runnable.batch_size / USERS,
+            assert price.dataset_size == users and price.sampler == "user_poisson"
+            event = dp_accounting.PoissonSampledDpEvent(runnable.batch_size / users,
                                                         dp_accounting.GaussianDpEvent(price.sigma))
             spent = _epsilon(event, runnable.iterations, price.delta)
         else:  # ELS: Poisson over the N·k sequences, the mixture for the user's k at 90% of δ
-            assert price.dataset_size == USERS * K and price.event.examples_per_user == K
-            q = runnable.batch_size / (USERS * K)
-            probs = [float(stats.binom.pmf(j, K, q)) for j in range(K + 1)]
-            event = dp_accounting.dp_event.MixtureOfGaussiansDpEvent(price.sigma, list(range(K + 1)), probs)
+            assert price.dataset_size == users * k and price.event.examples_per_user == k
+            q = runnable.batch_size / (users * k)
+            probs = [float(stats.binom.pmf(j, k, q)) for j in range(k + 1)]
+            event = dp_accounting.dp_event.MixtureOfGaussiansDpEvent(price.sigma, list(range(k + 1)), probs)
             spent = _epsilon(event, runnable.iterations, 0.9 * price.delta)
         assert spent == pytest.approx(EPSILON, rel=0.02), mechanism
 
