@@ -65,15 +65,15 @@ def _empty(name: str) -> dict[str, Any]:
     return {column(quantity, name): np.nan for quantity in QUANTITIES}
 
 
-def comparison_table(bundle: str | os.PathLike[str], epsilons: Sequence[float], budgets: Sequence[float],
+def comparison_table(bundle: str | os.PathLike[str] | Any, epsilons: Sequence[float], budgets: Sequence[float],
                      users: float, examples_per_user: int, progress=None) -> pd.DataFrame:
     """One row per (ε, C): ULS's and ELS's runnable answers for N = ``users`` users of up to k =
     ``examples_per_user`` sequences, the gain, the rule's choice and the sequence-level answer at N·k sequences.
-    A law that refuses the budget leaves its columns empty there."""
+    A law that refuses the budget leaves its columns empty there. ``bundle``: the run's bundle, or it loaded."""
     from dpscaling.law.loading import load_law
     from dpscaling.law.mechanisms import LawAcrossMechanisms
 
-    laws = load_law(bundle)
+    laws = bundle if isinstance(bundle, LawAcrossMechanisms) else load_law(bundle)
     if not isinstance(laws, LawAcrossMechanisms):
         raise UserError(f"{bundle}: one mechanism's law; the user-level findings compare a user-level mechanism's "
                         "(training.mechanisms: uls-m<m>) with DP-SGD's")
@@ -81,10 +81,10 @@ def comparison_table(bundle: str | os.PathLike[str], epsilons: Sequence[float], 
     if DPSGD.name not in laws.mechanisms or not user_level:
         raise UserError(f"{bundle}: holds {laws.mechanisms}; the user-level findings need dpsgd and a uls-m<m> law")
     uls, dpsgd = user_level[0], laws.law(DPSGD.name)
+    options = dict(allow_extrapolation=True, optimum_interval=False, sampling="poisson", progress=progress)
     rows = []
     for epsilon in epsilons:
         for compute in budgets:
-            options = dict(allow_extrapolation=True, optimum_interval=False, sampling="poisson", progress=progress)
             row: dict[str, Any] = {PRIVACY_BUDGET: float(epsilon), COMPUTE: float(compute), DATA_BUDGET: float(users),
                                    EXAMPLES_PER_USER: int(examples_per_user)}
             choice = None
@@ -189,13 +189,12 @@ def users_of(meta: str | os.PathLike[str]) -> tuple[int, int]:
     return int(record["n_users"]), int(k)
 
 
-def compute_budgets(bundle: str | os.PathLike[str], settings: Any) -> np.ndarray:
+def compute_budgets(laws: Any, settings: Any) -> np.ndarray:
     """``analysis.user_level_compute_count`` budgets log-spaced over the DP-SGD law's compute range (the
-    figures' range: :func:`dpscaling.figures.context.compute_range`)."""
+    figures' range: :func:`dpscaling.figures.context.compute_range`); ``laws``: the run's loaded bundle."""
     from dpscaling.figures.context import compute_range
-    from dpscaling.law.loading import load_law
 
-    law = load_law(bundle, mechanism=DPSGD.name).law(DPSGD.name).bundle.law
+    law = laws.law(DPSGD.name).bundle.law
     return np.geomspace(*compute_range(law, settings), settings.user_level_compute_count)
 
 
@@ -206,8 +205,11 @@ def write_user_level_stage(bundle: str | os.PathLike[str], meta: str | os.PathLi
     from dpscaling.findings import findings_table
     from dpscaling.tables.write import write_table
 
+    from dpscaling.law.loading import load_law
+
     users, k = users_of(meta)
-    table = comparison_table(bundle, settings.user_level_privacy_budgets, compute_budgets(bundle, settings), users, k,
+    laws = load_law(bundle)  # once: the budgets and the table read the same bundle
+    table = comparison_table(laws, settings.user_level_privacy_budgets, compute_budgets(laws, settings), users, k,
                              progress)
     frame = findings_table(check_user_level_findings(table), FINDING_NAMES)
     write_table(frame, output.csv.removesuffix(".csv"), CAPTION, LABEL)
