@@ -141,13 +141,21 @@ def test_ordinary_run_names_are_accepted(name: str) -> None:
         ({"data": {"users": {"unit": "document"}},
           "training": {"mechanisms": ["dpsgd", "uls-m4"], "sampling": "cyclic"}}, "training.sampling"),
         ({"private_model": {"budgets": [{"epsilon": 4.0, "data_budget": 100, "compute": 1e10, "examples_per_user": 4}]}},
-         "private_model.budgets[0].examples_per_user"),
+         "private_model.budgets[0].examples_per_user"),  # a budget per user, no user identities
+        ({"data": {"users": {"unit": "synthetic", "max_examples": 8}},  # users of 8 sequences, a budget for 4
+          "private_model": {"budgets": [{"epsilon": 4.0, "data_budget": 100, "compute": 1e10, "examples_per_user": 4}]}},
+         "data.users.max_examples to at most 4"),
     ],
 )
 def test_semantic_checks_name_the_key(override: dict, key: str) -> None:
     config = validated(override)
     with pytest.raises(UserError, match=re.escape(key)):
         check_config(config)
+
+
+def test_a_budget_per_user_on_users_capped_at_its_k_is_accepted() -> None:
+    check_config(validated({"data": {"users": {"unit": "synthetic", "max_examples": 4}}, "private_model": {
+        "budgets": [{"epsilon": 4.0, "data_budget": 100, "compute": 1e10, "examples_per_user": 4}]}}))
 
 
 def test_user_level_sampling_with_user_identities_is_accepted() -> None:

@@ -197,7 +197,7 @@ def test_a_run_on_a_subset_of_users_draws_them_publicly_with_all_their_sequences
     with pytest.raises(UserError, match="train.train_users: 100,000 exceeds"):
         users_subset(rows, users, TrainConfig(**(USER_LEVEL | dict(train_users=100_000))))
     with pytest.raises(UserError, match="train.train_users"):
-        TrainConfig(**(PRIVATE | dict(train_users=48)))  # truncated_poisson reads no users
+        TrainConfig(**(PRIVATE | dict(train_users=48, train_sequences=100)))  # a subset of users, or of sequences
     summary = run_training(config, user_corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
     row = pq.read_table(tmp_path / "metrics.parquet").to_pandas().iloc[-1]
     assert int(row["dataset_size"]) == int(row["users"]) == 48

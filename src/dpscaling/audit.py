@@ -15,6 +15,11 @@ noise, so an audit built on them has no power (its negative control would not be
 Gradient canaries are the worst case the DP-SGD analysis covers, and they give the audit power
 with thousands of canaries in seconds.
 
+At the user level (a budget per user) the canaries are users: a user-level mechanism's canary user is one
+sampled unit whose m sequences all carry its canary gradient, clipped as one to e_i, so the audit is the one
+above over users; an ELS canary user holds k canary sequences, each drawn independently by Poisson sampling and
+each contributing e_i, and is scored by the same Σ_t ĝ_t[i]: the audit tests the guarantee for a user of k.
+
 What runs is the private training code itself, minus the BERT forward pass: the truncated
 Poisson sampler with its padding (:class:`dpscaling.train.sampling.PoissonBatches`; the canaries
 are the dataset), :func:`dpscaling.dp.clipped_mean_grad` with ``example_weights`` and the
@@ -58,12 +63,21 @@ class AuditSettings:
     seed: int = 0  # which canaries are included (public: the audit's own randomness)
     mechanism: str = DPSGD.name  # the noise mechanism audited (docs/mechanisms.md): its batches, noise and accountant
     strategy: str = "mean_error"  # a correlated mechanism's strategy criterion: the run's training.bandmf_strategy
+    # ELS (a budget per user on DP-SGD): each canary is a user of k sequences, each a gradient canary of the
+    # user's own coordinate, drawn independently by Poisson sampling; None: a canary is one sampled unit.
+    examples_per_user: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_canaries < 4:
             raise UserError(f"audit.n_canaries: must be >= 4, got {self.n_canaries}")
         if not 0 < self.significance < 1:
             raise UserError(f"audit.significance: must be in (0, 1), got {self.significance}")
+        if self.examples_per_user is not None and self.examples_per_user < 1:
+            raise UserError(f"audit.examples_per_user: must be >= 1, got {self.examples_per_user}")
+
+    @property
+    def sequences_per_canary(self) -> int:
+        return int(self.examples_per_user or 1)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,7 @@ class AuditResult:
     n_included: int
     significance: float
     delta: float
+    examples_per_user: int | None = None  # ELS: the k canary sequences of each canary user
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,7 +112,8 @@ def canary_scores(settings: AuditSettings, noise_batch_ratio: float, included: n
     from dpscaling.dp import clipped_mean_grad, vmap_clipped_sum
     from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
-    members = np.flatnonzero(included)
+    # the training set's rows: each included canary's own (k of them for an ELS canary user)
+    members = np.repeat(np.flatnonzero(included), settings.sequences_per_canary)
     mechanism = mechanism_named(settings.mechanism, "audit.mechanism")
     sampler = PoissonBatches(len(members), settings.expected_batch_size, truncated_batch_size, key,
                              mechanism.cycle_length)
@@ -140,8 +156,9 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
     included = rng.random(settings.n_canaries) < 0.5
     n_in = int(included.sum())
     # Priced as a private training run is, L included (dpscaling.accounting.pricing).
-    privacy = price_run(settings.mechanism, settings.epsilon, settings.delta, n_in, settings.expected_batch_size,
-                        settings.steps, settings.microbatch_size)
+    privacy = price_run(settings.mechanism, settings.epsilon, settings.delta, n_in * settings.sequences_per_canary,
+                        settings.expected_batch_size, settings.steps, settings.microbatch_size,
+                        examples_per_user=settings.examples_per_user)
     truncated = privacy.truncated_batch_size
     results = []
     for run, ratio in (("private", privacy.noise_batch_ratio), ("negative_control", 0.0)):
@@ -152,8 +169,9 @@ def run_audit(settings: AuditSettings) -> list[AuditResult]:
             run=run, claimed_epsilon=settings.epsilon, audited_epsilon=audited,
             flagged=audited > settings.epsilon, sigma=ratio * settings.expected_batch_size,
             noise_batch_ratio=ratio, sampling_probability=privacy.sampling_probability,
-            steps=settings.steps, truncated_batch_size=truncated, untruncated_sigma=privacy.untruncated_sigma, n_canaries=settings.n_canaries, n_included=n_in,
-            significance=settings.significance, delta=settings.delta))
+            steps=settings.steps, truncated_batch_size=truncated, untruncated_sigma=privacy.untruncated_sigma,
+            n_canaries=settings.n_canaries, n_included=n_in, significance=settings.significance,
+            delta=settings.delta, examples_per_user=settings.examples_per_user))
     return results
 
 

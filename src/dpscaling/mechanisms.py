@@ -49,6 +49,8 @@ __all__ = ["CHOOSE", "DPSGD", "REGISTERED", "STRATEGIES", "Mechanism", "bandmf_n
 STRATEGIES: tuple[str, ...] = ("mean_error", "max_error", "last_iterate")
 _BANDMF = re.compile(r"^bandmf-b(\d+)$")
 _ULS = re.compile(r"^uls-m(\d+)$")
+# training.clipping's names (dpscaling.dp.CLIPPED_SUMS, not imported here: it loads JAX)
+GHOST_CLIPPING, VMAP_CLIPPING = "ghost", "vmap"
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,10 @@ class Mechanism:
         from dpscaling.samplers import SHUFFLE, user_level_sampler
 
         sampler = user_level_sampler(str(training.get("sampling", SHUFFLE.name)), block)
-        return {**training, "sampling": sampler.name, "examples_per_user_per_batch": self.examples_per_user_per_batch}
+        user_level = {**training, "sampling": sampler.name, "examples_per_user_per_batch": self.examples_per_user_per_batch}
+        if training.get("clipping") == GHOST_CLIPPING:  # ghost norms are a sequence's: a user's m are clipped as one
+            user_level["clipping"] = VMAP_CLIPPING
+        return user_level
 
 
 DPSGD = Mechanism("dpsgd", 1, noise_builder="dpscaling.dp.noise:gaussian_noise")

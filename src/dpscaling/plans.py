@@ -18,6 +18,7 @@ from typing import Any
 from dpscaling.grid import canonical
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.mechanisms import DPSGD
+from dpscaling.samplers import TRUNCATED_POISSON
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,8 @@ class FixedConfiguration:
 
 @dataclass(frozen=True)
 class Budget:
-    """One practitioner's budget: privacy (ε, δ), data (N sequences) and compute (FLOPs, C = 6·M·B·S·T),
-    and optionally the configuration to train for it."""
+    """One practitioner's budget: privacy (ε, δ), data (N sequences, or N users of up to k sequences each) and
+    compute (FLOPs, C = 6·M·B·S·T), and optionally the configuration to train for it."""
 
     epsilon: float
     delta: float
@@ -47,6 +48,13 @@ class Budget:
     # The noise mechanism (docs/mechanisms.md): a name of training.mechanisms, "choose" (every mechanism's law
     # plans it, the lowest predicted loss wins), or None: the run's primary law, as before mechanisms existed.
     mechanism: str | None = None
+    # A budget per user (docs/private-training.md, "A budget per user"): N counts users of up to k sequences each,
+    # and ε protects a user; None: a budget per sequence.
+    examples_per_user: int | None = None
+
+    @property
+    def per_user(self) -> bool:
+        return self.examples_per_user is not None
 
     @property
     def label(self) -> str:
@@ -57,16 +65,16 @@ class Budget:
         if fixed is not None:
             label = f"{label}_{fixed.model}_B={fixed.batch_size}_T={fixed.iterations}"
         label = f"{label}_pretrained" if self.pretrained else label
-        return label if self.mechanism is None else f"{label}_mech={self.mechanism}"
+        label = label if self.mechanism is None else f"{label}_mech={self.mechanism}"
+        return label if self.examples_per_user is None else f"{label}_k={self.examples_per_user}"
 
     def to_json(self) -> dict[str, Any]:
-        """The budget as a plan records it: its fields (``pretrained`` and ``mechanism`` only when set) and its
-        label."""
+        """The budget as a plan records it: its fields (``pretrained``, ``mechanism`` and ``examples_per_user``
+        only when set) and its label."""
         record = dataclasses.asdict(self) | {"label": self.label}
-        if not self.pretrained:
-            del record["pretrained"]
-        if self.mechanism is None:
-            del record["mechanism"]
+        for optional in ("pretrained", "mechanism", "examples_per_user"):
+            if record[optional] in (None, False):
+                del record[optional]
         return record
 
     @classmethod
@@ -75,7 +83,8 @@ class Budget:
         fixed = record["configuration"]
         return cls(float(record["epsilon"]), float(record["delta"]), int(record["data_budget"]),
                    float(record["compute"]), None if fixed is None else FixedConfiguration(**fixed),
-                   bool(record.get("pretrained", False)), record.get("mechanism"))
+                   bool(record.get("pretrained", False)), record.get("mechanism"),
+                   None if record.get("examples_per_user") is None else int(record["examples_per_user"]))
 
 
 @dataclass(frozen=True)
@@ -148,11 +157,24 @@ class PrivatePlan:
     # plan (mechanism, model, B, T, σ̄, predicted loss) or why its law could not plan it.
     mechanism: str = DPSGD.name
     mechanisms_compared: tuple[Mapping[str, Any], ...] | None = None
+    # A budget per user (docs/private-training.md, "A budget per user"): the private run's sampler (user_poisson
+    # for a user-level mechanism, els_poisson for DP-SGD on the users' sequences), the accountant's N in its units
+    # (the budget's users, or their sequences for ELS) and the sequences one sampled unit brings to a step.
+    sampler: str = TRUNCATED_POISSON.name
+    dataset_size: int | None = None
+    sequences_per_unit: int = 1
+
+    @property
+    def units(self) -> int:
+        """N as the private run's accountant counts it."""
+        return int(self.budget.data_budget if self.dataset_size is None else self.dataset_size)
 
     def to_json(self) -> dict[str, Any]:
         """The record ``plan.json`` holds: every field, the search's counts only where a search ran, the
-        mechanism's fields only for a budget that names one."""
+        mechanism's fields only for a budget that names one, the unit's only for a budget per user."""
         record = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        if not self.budget.per_user:
+            del record["sampler"], record["dataset_size"], record["sequences_per_unit"]
         if self.budget.mechanism is None:
             del record["mechanism"], record["mechanisms_compared"]
         elif self.mechanisms_compared is not None:

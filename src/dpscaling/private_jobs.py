@@ -17,7 +17,7 @@ from dpscaling.config.training_blocks import TrainingBlock
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import mechanism_named
 from dpscaling.plans import PrivatePlan, read_plan
-from dpscaling.samplers import SHUFFLE, TRUNCATED_POISSON
+from dpscaling.samplers import ELS_POISSON, SHUFFLE, TRUNCATED_POISSON
 
 from dpscaling.private_model import BLOCK
 
@@ -36,20 +36,31 @@ def plan_job_config(plan: PrivatePlan, model_param: str | Mapping[str, Any], tra
     one pass allowed), with ``sampling``'s keys over the grid's optimiser, clipping, masking and schedule."""
     from dpscaling.train.config import job_train_config
 
-    job = {**training, "steps": int(plan.iterations), "allow_repeats": True, **sampling}
+    # a user-level mechanism draws users as ``sampling`` draws sequences (Mechanism.training)
+    job = mechanism_named(plan.mechanism).training(
+        {**training, "steps": int(plan.iterations), "allow_repeats": True, **sampling})
     wildcards = {"model": plan.model, "nbr": repr(float(noise_batch_ratio)), "mech": plan.mechanism,
                  "lr": repr(float(plan.learning_rate)), "batch": str(batch), "seed": str(seed)}
     config = job_train_config(model_param, job, wildcards, int(plan.seq_len))
+    if plan.budget.per_user:  # N users, every sequence of each (the subset its plan was priced on)
+        return dataclasses.replace(config, train_users=int(plan.budget.data_budget))
     return dataclasses.replace(config, train_sequences=int(plan.budget.data_budget))
 
 
 def train_config_for(plan: PrivatePlan, model_param: str | Mapping[str, Any], training: Mapping[str, Any],
                      seed: int) -> TrainConfig:
     """The private training job of a plan: truncated Poisson sampling, σ calibrated for the budget's (ε, δ) on
-    exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule."""
-    private = {"sampling": TRUNCATED_POISSON.name, "accountant": None, "truncated_batch_size": None, "delta": plan.budget.delta}
+    exactly N training sequences; the grid's optimiser, clipping, masking and learning-rate schedule. A budget
+    per user: its plan's sampler (user_poisson over N users, or els_poisson over their sequences), protecting
+    users of up to k sequences."""
+    sampler = ELS_POISSON.name if plan.sampler == ELS_POISSON.name else TRUNCATED_POISSON.name
+    private = {"sampling": sampler, "accountant": None, "truncated_batch_size": None, "delta": plan.budget.delta}
     config = plan_job_config(plan, model_param, training, private, int(plan.batch_size), 0.0, seed)
-    return dataclasses.replace(config, target_epsilon=float(plan.budget.epsilon))
+    if config.sampling != plan.sampler:
+        raise ValueError(f"the plan of {plan.budget.label} was priced for {plan.sampler}; its job samples "
+                         f"{config.sampling}")
+    return dataclasses.replace(config, target_epsilon=float(plan.budget.epsilon),
+                               examples_per_user=plan.budget.examples_per_user)
 
 
 # The cause split (docs/private-training.md, "Why a prediction misses"): each plan retrained in study
@@ -84,9 +95,13 @@ def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: 
     """The matched audit's settings (:class:`dpscaling.audit.AuditSettings`): 2N canaries (≈ N of them
     included, the run's dataset size), the run's expected batch B, steps T, ε and δ; a correlated mechanism's
     with the run's strategy criterion (``strategy``, training.bandmf_strategy)."""
-    budget = plan.budget
-    correlated = {} if not mechanism_named(plan.mechanism).correlated else {"mechanism": plan.mechanism,
-                                                           **({"strategy": strategy} if strategy else {})}
+    budget, noise = plan.budget, mechanism_named(plan.mechanism)
+    correlated = {} if not noise.correlated else {"mechanism": plan.mechanism,
+                                                  **({"strategy": strategy} if strategy else {})}
+    # A budget per user: 2N canary users (docs/private-training.md, "Audit"); ELS's each hold k canary sequences.
+    if budget.per_user:
+        correlated |= {"mechanism": plan.mechanism} | (
+            {"examples_per_user": int(budget.examples_per_user)} if plan.sampler == ELS_POISSON.name else {})
     return {"n_canaries": 2 * int(budget.data_budget), "expected_batch_size": int(plan.batch_size),
             "steps": int(plan.iterations), "epsilon": float(budget.epsilon), "delta": float(budget.delta),
             "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan.batch_size),

@@ -53,12 +53,17 @@ if TYPE_CHECKING:  # the law's answers pull in SciPy
 BLOCK = "private_model"
 
 
-def refuse_budget_per_user(examples_per_user: int | None, where: str) -> None:
-    """A budget per user (``examples_per_user``) is refused: the private runs protect sequences."""
-    if examples_per_user is not None:
-        raise UserError(f"{where}.examples_per_user: a budget per user is answered by `dpscaling query "
-                        "--examples-per-user` (docs/query.md); training one privately is not built yet: remove the "
-                        "key to train a budget per sequence")
+def refuse_budget_per_user(budget: Budget, where: str) -> None:
+    """What a budget per user (``examples_per_user``) does not combine with here: a fixed configuration (its B
+    and T would need a unit) and a pretrained start (fine-tuning per user is not built)."""
+    if not budget.per_user:
+        return
+    if budget.examples_per_user < 1:
+        raise UserError(f"{where}.examples_per_user: must be >= 1, got {budget.examples_per_user}")
+    for key, present in (("configuration", budget.configuration is not None), ("pretrained", budget.pretrained)):
+        if present:
+            raise UserError(f"{where}.{key}: a budget per user (examples_per_user) is planned by the law's search "
+                            f"from scratch; remove {key} or examples_per_user")
 
 
 def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -> list[Budget]:
@@ -72,13 +77,14 @@ def budgets(block: Mapping[str, Any], default_delta: float, name: str = BLOCK) -
             rate = fixed.get("learning_rate")
             fixed = FixedConfiguration(str(fixed["model"]), int(fixed["batch_size"]), int(fixed["iterations"]),
                                        None if rate is None else float(rate))
-        refuse_budget_per_user(entry.get("examples_per_user"), f"{name}.budgets[{index}]")
         mechanism = entry.get("mechanism")
         if mechanism not in (None, CHOOSE):
             mechanism_named(mechanism, f"{name}.budgets[{index}].mechanism")
+        per_user = entry.get("examples_per_user")
         budget = Budget(float(entry["epsilon"]), float(default_delta if delta is None else delta),
                         int(entry["data_budget"]), float(entry["compute"]), fixed, bool(entry.get("pretrained")),
-                        mechanism)
+                        mechanism, None if per_user is None else int(per_user))
+        refuse_budget_per_user(budget, f"{name}.budgets[{index}]")
         if not (budget.epsilon > 0 and 0 < budget.delta < 1 and budget.data_budget >= 1 and budget.compute > 0):
             raise UserError(f"{name}.budgets[{index}]: epsilon, data_budget and compute must be positive and "
                             f"delta in (0, 1), got {dict(entry)}")
@@ -100,9 +106,11 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
                 learning_rate: float | None = None, microbatch_size: int | None = None,
                 correction: PhysicalBatchCorrection | None = None,
                 fixed_sizes: Mapping[str, float] | None = None, mechanism: str | None = None,
-                decision_rule: str | None = None) -> PrivatePlan:
+                decision_rule: str | None = None, user_sequences: int | None = None) -> PrivatePlan:
     """The law's answer for ``budget`` among the run's ``models``, made trainable, or the budget's fixed
-    configuration as it stands (its model's parameter count in ``fixed_sizes``).
+    configuration as it stands (its model's parameter count in ``fixed_sizes``). A budget per user is asked
+    per user (``examples_per_user``) and priced on ``user_sequences``, the sequences its N users hold
+    (:func:`priced_plan`).
 
     The answer is ``dpscaling query``'s (:meth:`dpscaling.law.answers.ScalingLaw.query`: one search, one
     rounding, one pricing, one decision rule), asked with what the private run trains: the run's own
@@ -124,7 +132,8 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
         answer = law.query(budget.compute, budget.epsilon, users=float(budget.data_budget), delta=budget.delta,
                            physical_batch_correction=correction or False, allow_extrapolation=True,
                            microbatch_size=microbatch_size, optimum_interval=False, sampling=POISSON_BRANCH,
-                           models=list(models), decision_rule=decision_rule)
+                           models=list(models), decision_rule=decision_rule,
+                           examples_per_user=budget.examples_per_user)
     except UserError as error:
         raise UserError(f"{BLOCK}.budgets {budget.label}: the law cannot answer it: {error}") from error
     chosen = answer.runnable
@@ -133,7 +142,7 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
         raise UserError(f"{BLOCK}.budgets {budget.label}: the law's answer is not runnable ({chosen.model_note})")
     plan = priced_plan(law.bundle.law, budget, model, chosen.model_size, chosen.batch_size, chosen.iterations,
                        learning_rate or chosen.learning_rate, microbatch_size, correction,
-                       search_query(answer, models), mechanism)
+                       search_query(answer, models), mechanism, user_sequences)
     decision = None if chosen.decision is None else {
         **chosen.decision.to_json(), "calibrated_interval_90": answer.to_json()["calibrated_interval_90"],
         "flags": [flag.code for flag in answer.flags]}
@@ -180,26 +189,38 @@ def _fixed_plan(law, source, budget: Budget, fixed_sizes: Mapping[str, float], l
 
 def priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, steps: int,
                 learning_rate: float | None, microbatch_size: int | None, correction: PhysicalBatchCorrection | None,
-                query: LawQuery | Mapping[str, Any], mechanism: str = DPSGD.name) -> PrivatePlan:
+                query: LawQuery | Mapping[str, Any], mechanism: str = DPSGD.name,
+                user_sequences: int | None = None) -> PrivatePlan:
     """The plan of (model, B, T) for ``budget``: σ calibrated for truncated Poisson at its priced L (as the
     private run will be: :func:`dpscaling.accounting.matched.account_run` with the plan's ``mechanism``), the
     law's loss there (corrected and not), the learning rate (:func:`plan_learning_rate`) and ``query``, what
-    asked for it."""
-    from dpscaling.accounting.pricing import price_run
+    asked for it. A budget per user: a user-level mechanism's B and N count users, each bringing m sequences
+    to a step (C = 6·M·B·m·S·T); DP-SGD's are sequences, priced by ELS on ``user_sequences``, the sequences
+    of the N users the run trains on (None: N·k, the most they can hold)."""
+    from dpscaling.accounting.pricing import price_run, private_sampler
     from dpscaling.law.queries import compute_cost
 
-    run = price_run(mechanism, budget.epsilon, budget.delta, budget.data_budget, batch, steps, microbatch_size or 1)
+    noise, k = mechanism_named(mechanism), budget.examples_per_user
+    units = budget.data_budget
+    if budget.per_user and noise.unit == "sequence":
+        units = int(user_sequences) if user_sequences is not None else budget.data_budget * int(k)
+    run = price_run(mechanism, budget.epsilon, budget.delta, units, batch, steps, microbatch_size or 1,
+                    examples_per_user=k)
     nbr = run.sigma / batch
+    sequences_per_unit = noise.sequences_per_unit
     return PrivatePlan(
         budget=budget, model=model, model_size=float(model_size), batch_size=int(batch), iterations=int(steps),
         learning_rate=learning_rate or plan_learning_rate(law, model, model_size, nbr, steps),
-        seq_len=int(law.seq_len), compute=float(compute_cost(model_size, batch, steps, law.seq_len)),
+        seq_len=int(law.seq_len),
+        compute=float(compute_cost(model_size, batch * sequences_per_unit, steps, law.seq_len)),
         sigma=run.sigma, noise_batch_ratio=nbr, untruncated_sigma=run.untruncated_sigma,
         truncated_batch_size=run.truncated_batch_size,
         truncation_probability=run.truncation_probability, padding_share=run.padding_share,
         predicted_loss=float(corrected_loss(law, correction, model_size, steps, nbr, batch)),
         law_loss=float(corrected_loss(law, None, model_size, steps, nbr, batch)),
-        physical_batch_correction=correction, query=query, mechanism=mechanism)
+        physical_batch_correction=correction, query=query, mechanism=mechanism,
+        sampler=private_sampler(noise, k), dataset_size=None if units == budget.data_budget else int(units),
+        sequences_per_unit=sequences_per_unit)
 
 
 def plan_learning_rate(law, model: str, model_size: float, noise_batch_ratio: float, steps: int) -> float:
@@ -227,30 +248,48 @@ def corrected_loss(law, correction: PhysicalBatchCorrection | None, model_size: 
 def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], default_delta: float, label: str,
                models: Sequence[str], microbatch_size: int | None, out: str | os.PathLike[str],
                correction_file: str | os.PathLike[str] | None = None,
-               fixed_sizes: Mapping[str, float] | None = None) -> PrivatePlan:
+               fixed_sizes: Mapping[str, float] | None = None, data_dir: str | os.PathLike[str] | None = None,
+               seed: int = 0) -> PrivatePlan:
     """Rule ``private_model_plan``: the plan of budget ``label`` as JSON (corrected for the physical batch
     when the run fits the correction: ``correction_file``; a fixed configuration's model sized by
-    ``fixed_sizes``), chosen by the block's ``decision_rule``."""
+    ``fixed_sizes``), chosen by the block's ``decision_rule``. A budget per user reads the users of the packed
+    data in ``data_dir``: its run trains on N of them drawn with ``seed`` (:func:`user_sequences`)."""
     from dpscaling.io import write_json_atomic
     from dpscaling.law.physical_batch import load_correction
 
     correction = load_correction(correction_file) if correction_file else None
     budget = budget_by_label(block, default_delta, label)
     rule = block.get("decision_rule")
+    sequences = None
+    if budget.per_user:
+        if data_dir is None:
+            raise ValueError("a budget per user is planned with the packed data's users (data_dir)")
+        sequences = user_sequences(data_dir, budget.data_budget, seed)
     if budget.mechanism is None:
         plan = plan_budget(law_dir, budget, models, block["learning_rate"], microbatch_size, correction, fixed_sizes,
-                           decision_rule=rule)
+                           decision_rule=rule, user_sequences=sequences)
     else:
         plan = plan_mechanisms(law_dir, budget, models, block["learning_rate"], microbatch_size, correction,
-                               fixed_sizes, rule)
+                               fixed_sizes, rule, sequences)
     write_json_atomic(out, plan.to_json())
     return plan
+
+
+def user_sequences(data_dir: str | os.PathLike[str], users: int, seed: int) -> int:
+    """The sequences of the ``users`` users a budget's private run trains on (the subset its run draws with
+    ``seed``: :func:`dpscaling.data.users.subset_of_users`)."""
+    from dpscaling.data.shards import load_users
+    from dpscaling.data.users import subset_of_users
+
+    kept, _ = subset_of_users(load_users(data_dir), int(users), int(seed))
+    return int(kept.sum())
 
 
 def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequence[str],
                     learning_rate: float | None = None, microbatch_size: int | None = None,
                     correction: PhysicalBatchCorrection | None = None,
-                    fixed_sizes: Mapping[str, float] | None = None, decision_rule: str | None = None) -> PrivatePlan:
+                    fixed_sizes: Mapping[str, float] | None = None, decision_rule: str | None = None,
+                    user_sequences: int | None = None) -> PrivatePlan:
     """A budget that names its mechanism, planned by that mechanism's law, or, with ``mechanism: choose``, by
     every mechanism's law (``laws``: the run's bundle, holding every mechanism's law), the decision rule's lowest score
     winning (:mod:`dpscaling.law.decision`, as ``dpscaling query`` chooses); the plan lists what each
@@ -271,7 +310,7 @@ def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequen
     for name in wanted:
         try:
             plans[name] = plan_budget(across.law(name), budget, models, learning_rate, microbatch_size, correction,
-                                      fixed_sizes, name, decision_rule)
+                                      fixed_sizes, name, decision_rule, user_sequences)
         except UserError as error:
             compared.append({"mechanism": name, "planned": False, "reason": str(error)})
             if len(wanted) == 1:

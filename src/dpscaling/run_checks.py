@@ -21,7 +21,6 @@ from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, check_output_bias_star
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED, PACKED_META, TRAINED_VOCAB
 from dpscaling.mechanisms import CHOOSE, mechanism_named
-from dpscaling.private_model import refuse_budget_per_user
 from dpscaling.models.family import PRESETS, known_model_names, run_family
 from dpscaling.samplers import sampler_named, truncating_samplers
 
@@ -66,7 +65,7 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
         for index, budget in enumerate(block.budgets):
             if budget.mechanism not in (None, CHOOSE):
                 mechanism_named(budget.mechanism, f"{block.NAME}.budgets[{index}].mechanism")
-            refuse_budget_per_user(budget.to_mapping().get("examples_per_user"), f"{block.NAME}.budgets[{index}]")
+            check_budget_per_user(budget.to_mapping(), f"{block.NAME}.budgets[{index}]", data.users)
     family = run_family(models)  # one family per run: its law is fitted on one family
     from dpscaling.design.rounds import check_design  # the design's refusals, beside its rounds
 
@@ -260,3 +259,19 @@ def vocab_path(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") ->
     if data.tokenizer == "custom":
         return str(data.vocab_file)
     return str(Path(repo) / VENDORED_VOCAB.format(name=data.tokenizer))
+
+
+def check_budget_per_user(entry: Mapping[str, Any], where: str, users: Any) -> None:
+    """A budget per user (``examples_per_user`` k; private_model's only: the schema) trains on users: the data
+    must name them, capped at most at k (``data.users.max_examples``), so that every user of the run is one the
+    budget protects."""
+    k = entry.get("examples_per_user")
+    if k is None:
+        return
+    if users is None:
+        raise UserError(f"{where}.examples_per_user: a budget per user trains on users, and the data has no user "
+                        "identities; set data.users (unit: document or synthetic) or remove examples_per_user")
+    cap = users.max_examples
+    if cap is None or int(cap) > int(k):
+        raise UserError(f"{where}.examples_per_user: {k} protects users of up to {k} sequences; set "
+                        f"data.users.max_examples to at most {k} (it is {cap})")

@@ -458,6 +458,11 @@ def private_plan_correction(wildcards):
     return [] if wildcards.budget in PRETRAINED_BUDGETS else CORRECTION
 
 
+def private_plan_users(wildcards):
+    """The packed data's train split, whose users a budget per user trains on (none for the other budgets)."""
+    return [PRIMARY_PACKED["meta"], PRIMARY_PACKED["train"]] if wildcards.budget in USER_BUDGETS else []
+
+
 def private_budget_training(wildcards):
     """A private_model job's ``training`` param; a pretrained budget's adds ``init_checkpoints`` (model ->
     pretrained checkpoint: its plan picks the model), so the other budgets' params stay as they were.

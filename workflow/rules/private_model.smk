@@ -18,6 +18,8 @@ PRETRAINED_BUDGETS = [
 SCRATCH_BUDGETS = [
     budget.label for budget in PRIVATE_BUDGET_LIST if not budget.pretrained
 ]
+# Budgets per user (docs/private-training.md, "A budget per user"): planned on the users of the packed data.
+USER_BUDGETS = [budget.label for budget in PRIVATE_BUDGET_LIST if budget.per_user]
 # Budgets that name a noise mechanism (or choose one): planned from law/mechanisms (docs/mechanisms.md).
 MECHANISM_BUDGETS = [
     budget.label for budget in PRIVATE_BUDGET_LIST if budget.mechanism is not None
@@ -34,6 +36,7 @@ rule private_model_plan:
         law=private_plan_law,
         sigma_table=SIGMA_TABLE,
         correction=private_plan_correction,
+        users=private_plan_users,
     output:
         f"{PRIVATE_BUDGET}/{layout.PLAN}",
     log:
@@ -50,6 +53,7 @@ rule private_model_plan:
         microbatch=config["training"]["microbatch_size"],
         # the parameter count of every model a budget's configuration may name (docs/query.md)
         fixed_sizes=lambda wildcards: private_model_sizes(CFG, wildcards.budget),
+        seed=config["training"]["seed"],
     script:
         "../scripts/private_model_plan.py"
 

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from dpscaling.logs import log_to_file
 from dpscaling.private_model import write_plan
 
@@ -12,5 +14,8 @@ with log_to_file(snakemake.log[0]) as log:
         snakemake.output[0],
         snakemake.input.correction[0] if snakemake.input.correction else None,
         snakemake.params.fixed_sizes,
+        # a budget per user: the packed data whose users it trains on
+        Path(snakemake.input.users[0]).parent if snakemake.input.users else None,
+        snakemake.params.seed,
     )
     log.info("plan: %s", plan)

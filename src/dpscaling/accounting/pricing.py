@@ -235,12 +235,25 @@ def sigma_at_rate(mechanism: str | Mechanism, rule: str, epsilon: float, delta: 
     return float(min(candidates)) if candidates else math.nan
 
 
+def private_sampler(mechanism: str | Mechanism, examples_per_user: int | None = None) -> str:
+    """The sampler a private run of ``mechanism`` trains with: truncated Poisson over its unit (``user_poisson``
+    for a user-level mechanism), or, for DP-SGD protecting a user of k ≥ 2 sequences, ``els_poisson``."""
+    noise = mechanism if isinstance(mechanism, Mechanism) else mechanism_named(mechanism)
+    if noise.unit == "sequence" and examples_per_user is not None and int(examples_per_user) > 1:
+        return ELS_POISSON.name
+    return noise_sampler(noise, TRUNCATED_POISSON.name)
+
+
 def price_run(mechanism: str, epsilon: float, delta: float, dataset_size: int, batch_size: int, steps: int,
-              multiple: int = 1):
-    """The private run's price: truncated Poisson (cyclic for BandMF) at its priced L, σ calibrated for (ε, δ)
-    by the run's matched accountant (:func:`dpscaling.accounting.matched.account_run`), as the run itself will."""
+              multiple: int = 1, examples_per_user: int | None = None):
+    """The private run's price: truncated Poisson (cyclic for BandMF; over users for a user-level mechanism;
+    ELS for a user of ``examples_per_user`` k ≥ 2 sequences: :func:`private_sampler`) at its priced L, σ
+    calibrated for (ε, δ) by the run's matched accountant (:func:`dpscaling.accounting.matched.account_run`), as
+    the run itself will. ``dataset_size`` counts the sampler's units (users, or the users' sequences for ELS)."""
     from dpscaling.accounting.matched import account_run
 
-    return account_run(TRUNCATED_POISSON.name, None, dataset_size=int(dataset_size), expected_batch_size=int(batch_size),
+    sampler = private_sampler(mechanism, examples_per_user)
+    return account_run(sampler, None, dataset_size=int(dataset_size), expected_batch_size=int(batch_size),
                        steps=int(steps), delta=delta, target_epsilon=epsilon, multiple=int(multiple or 1),
-                       mechanism=mechanism)
+                       mechanism=mechanism,
+                       examples_per_user=int(examples_per_user) if sampler == ELS_POISSON.name else None)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dpscaling.errors import UserError
+from dpscaling.streams import Stream
 
 UNITS = ("document", "synthetic")
 DISTRIBUTIONS = ("lomax", "constant")
@@ -104,6 +105,21 @@ def cap_examples(users: np.ndarray, max_examples: int | None, seed: int) -> np.n
     starts = np.r_[0, np.flatnonzero(np.diff(users[order])) + 1]
     rank = np.arange(len(users)) - np.repeat(starts, np.diff(np.r_[starts, len(users)]))
     return np.sort(order[rank < max_examples])
+
+
+def subset_of_users(users: np.ndarray, count: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A training subset of ``count`` users (None: all of them), drawn without replacement by a generator seeded
+    with ``seed`` only (public, independent of the data): the rows kept (a mask: every sequence of each chosen
+    user) and their users renumbered 0..N−1 in the order of their ids. One subset for the run and its plan."""
+    users = np.asarray(users)
+    if count is None:
+        return np.ones(len(users), bool), users
+    available = int(users.max()) + 1
+    if count > available:
+        raise UserError(f"train.train_users: {count:,} exceeds the {available:,} users of the data")
+    chosen = np.sort(np.random.default_rng([seed, Stream.USER_SUBSET]).choice(available, count, replace=False))
+    kept = np.isin(users, chosen)
+    return kept, np.searchsorted(chosen, users[kept]).astype(users.dtype)
 
 
 def contribution_summary(users: np.ndarray) -> dict[str, float]:

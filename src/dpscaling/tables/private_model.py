@@ -88,8 +88,9 @@ def report_row(plan: PrivatePlan, curve: pd.DataFrame, evaluation: Mapping[str, 
         "trained_compute": plan.compute,
         "sigma": float(last["sigma"]), "noise_batch_ratio": nbr,
         "truncated_batch_size": int(last["truncated_batch_size"]),
-        "truncation_probability": float(last["truncation_probability"]),
-        "padding_share": float(last["padding_share"]), "untruncated_sigma": float(last["untruncated_sigma"]),
+        # ELS's accountant charges truncation in δ (no per-step probability, no untruncated σ): NaN there
+        "truncation_probability": _number(last, "truncation_probability"),
+        "padding_share": float(last["padding_share"]), "untruncated_sigma": _number(last, "untruncated_sigma"),
         "dataset_size": int(last["dataset_size"]), "sampling_probability": float(last["sampling_probability"]),
         "planned_sigma": plan.sigma, "query_noise_batch_ratio": plan.query.noise_batch_ratio,
         "query_predicted_loss": plan.query.predicted_loss,
@@ -151,8 +152,17 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
                          {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)}, own[2], own[3])
         if plan.budget.mechanism is not None:
             row["mechanism"] = plan.mechanism
+        if plan.budget.per_user:  # N and ε are a user's; the run names its sampler and its N in that unit
+            row |= {"privacy_unit": "user", "examples_per_user": plan.budget.examples_per_user,
+                    "sampler": plan.sampler, "sequences_per_unit": plan.sequences_per_unit}
         rows.append(row)
     return pd.DataFrame(rows), note
+
+
+def _number(row: pd.Series, key: str) -> float:
+    """A curve's column as a float, NaN where the run's accountant has none."""
+    value = row.get(key)
+    return math.nan if value is None or pd.isna(value) else float(value)
 
 
 def _mechanism_laws(bundle: str) -> dict[str, tuple]:

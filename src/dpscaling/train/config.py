@@ -92,6 +92,8 @@ class TrainConfig:
     # Train on this many users of the data's users (a subset drawn with ``seed``, public and data-independent, all
     # of each chosen user's sequences); None = every user. For a sampler that reads users (a budget per user).
     train_users: int | None = after_runs(None)
+    # k, the sequences of a user the run protects (a budget per user's); None: the most any user of the data has.
+    examples_per_user: int | None = after_runs(None)
     # Start from the parameters of this training job's checkpoint directory (a run of this project, its
     # latest verified step; dpscaling.train.init) instead of random weights; None = from scratch.
     init_checkpoint: str | None = after_runs(None)
@@ -154,10 +156,11 @@ class TrainConfig:
              "ghost norms are per sequence; a user-level sampler clips a user's sequences as one: use 'vmap'")
         need(self.sampler.unit == "sequence" or self.train_sequences is None, "train_sequences",
              "draws sequences and splits users; a user-level sampler takes a subset of users: set train_users")
-        need(self.train_users is None or (self.train_users >= 1 and "user" in (self.sampler.unit, self.sampler.protects)
-                                          and self.train_sequences is None), "train_users",
-             "is a subset of the data's users for a sampler that reads them (user_shuffle, user_poisson, "
-             "els_poisson), without train_sequences: must be >= 1 or None")
+        need(self.train_users is None or (self.train_users >= 1 and self.train_sequences is None), "train_users",
+             "is a subset of the data's users (every sequence of each), without train_sequences: must be >= 1 or None")
+        need(self.examples_per_user is None or (self.examples_per_user >= 1 and self.sampler.protects == "user"),
+             "examples_per_user", "is the k of a sampler that protects users (user_poisson, els_poisson): must be "
+             ">= 1 or None")
         need(
             self.microbatch_size is None
             or (

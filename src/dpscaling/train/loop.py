@@ -37,6 +37,7 @@ from dpscaling.data.epochs import check_one_epoch, epochs_seen
 from dpscaling.data.public_unigram import ZEROS, load_public_unigram
 from dpscaling.accounting.matched import RunPrivacy, account_run
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split, load_users
+from dpscaling.data.users import subset_of_users
 from dpscaling.dp.correlated import strategy_coefficients
 from dpscaling.dp.noise import noise_key_of, replace_noise_key
 from dpscaling.errors import UserError
@@ -133,7 +134,9 @@ def run_training(
         )
     # A sampler that protects users, or draws them, reads them; one whose unit is a user (dpscaling.train.units)
     # counts N and B in users.
-    users = load_users(data_dir) if "user" in (config.sampler.protects, config.sampler.unit) else None
+    # A run on a subset of users (train_users) reads them too, whatever it samples (a study twin of a user budget).
+    reads_users = "user" in (config.sampler.protects, config.sampler.unit) or config.train_users is not None
+    users = load_users(data_dir) if reads_users else None
     rows = training_rows(load_split(data_dir, "train"), config)
     if users is not None:
         rows, users = users_subset(rows, users, config)
@@ -187,7 +190,8 @@ def _train(
 ) -> RunSummary:
     coefficients = strategy_coefficients(config.noise_mechanism, config.num_steps, config.bandmf_strategy)
     units = len(rows) if config.sampler.unit == "sequence" else int(users.max()) + 1  # N, in sampled units
-    examples_per_user = None if users is None else int(np.bincount(users).max())  # k
+    user_level = "user" in (config.sampler.protects, config.sampler.unit)
+    examples_per_user = protected_examples(users, config) if user_level else None  # k
     privacy = account_run(
         config.sampling,
         config.accountant,
@@ -226,7 +230,7 @@ def _train(
         started_from["bandmf_coefficients"] = json.dumps([float(c) for c in coefficients])
     run_info = _run_constants(config, meta.seq_len, counts, parallel) | started_from | {
         "epochs": epochs_seen(config.num_steps, config.batch_size, units)} | _privacy_columns(privacy)
-    if users is not None:  # a run that protects users says so (columns only such runs have)
+    if user_level:  # a run that protects or samples users says so (columns only such runs have)
         run_info |= {"privacy_unit": "user", "users": int(users.max()) + 1, "examples_per_user": examples_per_user}
         if config.sampler.unit == "user":
             run_info["examples_per_user_per_batch"] = config.examples_per_user_per_batch
@@ -342,19 +346,26 @@ def _check_divisible(config: TrainConfig, parallel: DataParallel) -> None:
             )
 
 
+def protected_examples(users: np.ndarray | None, config: TrainConfig) -> int | None:
+    """k, the sequences of a user the run protects: ``config.examples_per_user`` (a budget's k), refused when a
+    user of the training data has more; without it, the most any user has."""
+    if users is None:
+        return None
+    most = int(np.bincount(users).max())
+    if config.examples_per_user is None:
+        return most
+    if most > config.examples_per_user:
+        raise UserError(f"train.examples_per_user: a user of the training data has {most} sequences, more than the "
+                        f"{config.examples_per_user} the run protects; cap them (data.users.max_examples) at most at "
+                        "that k")
+    return config.examples_per_user
+
+
 def users_subset(rows: np.ndarray, users: np.ndarray, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
-    """``config.train_users`` of the users, drawn without replacement by a generator seeded with ``config.seed``
-    only (public, independent of the data), with every sequence of each, in their original order; the chosen
-    users renumbered 0..N−1 in the order of their ids. All of them without ``train_users``."""
-    if config.train_users is None:
-        return rows, users
-    count = int(users.max()) + 1
-    if config.train_users > count:
-        raise UserError(f"train.train_users: {config.train_users:,} exceeds the {count:,} users of the data")
-    chosen = np.sort(np.random.default_rng([config.seed, Stream.USER_SUBSET]).choice(
-        count, config.train_users, replace=False))
-    kept = np.isin(users, chosen)
-    return rows[kept], np.searchsorted(chosen, users[kept]).astype(users.dtype)
+    """``config.train_users`` of the users with every sequence of each (:func:`dpscaling.data.users.subset_of_users`,
+    seeded with ``config.seed``); all of them without ``train_users``."""
+    kept, users = subset_of_users(users, config.train_users, config.seed)
+    return rows[kept], users
 
 
 def training_rows(rows: np.ndarray, config: TrainConfig) -> np.ndarray:
