@@ -460,7 +460,11 @@ def private_plan_correction(wildcards):
 
 def private_plan_users(wildcards):
     """The packed data's train split, whose users a budget per user trains on (none for the other budgets)."""
-    return [PRIMARY_PACKED["meta"], PRIMARY_PACKED["train"]] if wildcards.budget in USER_BUDGETS else []
+    return (
+        [PRIMARY_PACKED["meta"], PRIMARY_PACKED["train"]]
+        if wildcards.budget in USER_BUDGETS
+        else []
+    )
 
 
 def private_budget_training(wildcards):
