@@ -20,6 +20,7 @@ from conftest import REPO, run_snakemake
 CONFIGS = REPO / "tests" / "configs"
 # finding:user-level's first budget, at the data's users and cap: the query reuses its ELS σ tables
 COMPUTE, EPSILON = 1e11, 16.0
+PRIVATE_USERS = 300  # the private budget's N users (of the smoke's ~1,200), each of up to k = 8 sequences
 
 pytestmark = pytest.mark.slow(minutes=5)
 
@@ -35,8 +36,12 @@ def userlevel_run(tmp_path_factory, cache) -> Path:
     import os
 
     os.environ["DPSCALING_CACHE"] = str(cache)  # ELS's on-demand σ tables, shared with the queries below
-    run_snakemake("mechanisms", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
-                  str(CONFIGS / "smoke-userlevel.yaml"), cwd=workdir, timeout=1500)
+    # one private budget per user (instead of the smoke's per sequence), planned by both laws
+    per_user = workdir / "per-user.yaml"
+    per_user.write_text(f"private_model:\n  budgets:\n    - {{epsilon: {EPSILON}, data_budget: {PRIVATE_USERS}, "
+                        f"compute: {COMPUTE}, examples_per_user: 8, mechanism: choose}}\n")
+    run_snakemake("mechanisms", "private_model", "--cores", "2", "--configfile", str(CONFIGS / "smoke.yaml"),
+                  str(CONFIGS / "smoke-userlevel.yaml"), str(per_user), cwd=workdir, timeout=1500)
     return workdir / "results" / "smoke-userlevel"
 
 
@@ -130,3 +135,35 @@ def test_the_user_level_finding_comes_from_the_laws(userlevel_run: Path) -> None
     assert set(answered["Sampler (ULS)"]) == {"user_poisson"} and set(answered["Sampler (ELS)"]) == {"els_poisson"}
     # the mechanism finding compares noise mechanisms only: with DP-SGD and ULS there is none to compare
     assert not (userlevel_run / "tables" / "finding-mechanism.csv").exists()
+
+
+def test_a_budget_per_user_is_trained_on_its_users_and_spends_its_epsilon(userlevel_run: Path) -> None:
+    """private_model at a budget per user: both laws plan it, the chosen one trains on N users with its unit's
+    sampler, and the run's ε is recomputed with dp-accounting from its record (over users for ULS, the
+    k-sequence mixture for ELS); the audit's canaries are users and the report names the unit."""
+    budget_dir, = (userlevel_run / "private_model").glob("eps=*_k=8")
+    plan = json.loads((budget_dir / "plan.json").read_text())
+    assert {row["mechanism"] for row in plan["mechanisms_compared"]} == {"dpsgd", "uls-m2"}
+    assert plan["sampler"] == {"uls-m2": "user_poisson", "dpsgd": "els_poisson"}[plan["mechanism"]]
+    row = pd.read_parquet(budget_dir / "metrics.parquet").iloc[-1]
+    assert (row["sampler"], row["privacy_unit"], int(row["users"]), int(row["examples_per_user"])) == (
+        plan["sampler"], "user", PRIVATE_USERS, 8)
+    q, steps, sigma, delta = (float(row["sampling_probability"]), int(row["accounted_steps"]), float(row["sigma"]),
+                              float(row["delta"]))
+    assert sigma == pytest.approx(plan["sigma"], rel=1e-9) and float(row["epsilon"]) <= EPSILON * (1 + 1e-9)
+    if plan["sampler"] == "user_poisson":
+        assert int(row["dataset_size"]) == PRIVATE_USERS  # N counts users
+        epsilon = _epsilon(dp_accounting.TruncatedSubsampledGaussianDpEvent(
+            dataset_size=PRIVATE_USERS, sampling_probability=q, truncated_batch_size=int(row["truncated_batch_size"]),
+            noise_multiplier=sigma), steps, delta)
+    else:
+        assert int(row["dataset_size"]) == plan["dataset_size"] < PRIVATE_USERS * 8  # the users' own sequences
+        probs = [float(stats.binom.pmf(j, 8, q)) for j in range(9)]
+        epsilon = _epsilon(dp_accounting.dp_event.MixtureOfGaussiansDpEvent(sigma, list(range(9)), probs), steps,
+                           0.9 * delta)
+    assert epsilon == pytest.approx(EPSILON, rel=0.01)
+    audit = json.loads((budget_dir / "audit.json").read_text())
+    assert audit["runs"][0]["n_canaries"] == 2 * PRIVATE_USERS and audit["private_run_passes"]
+    report = pd.read_csv(userlevel_run / "private_model" / "table.csv")
+    assert list(report["privacy_unit"]) == ["user"] and list(report["sampler"]) == [plan["sampler"]]
+    assert report["epsilon_spent"].iloc[0] == pytest.approx(float(row["epsilon"]))
