@@ -203,3 +203,16 @@ def test_a_run_on_a_subset_of_users_draws_them_publicly_with_all_their_sequences
     assert int(row["dataset_size"]) == int(row["users"]) == 48
     assert row["sampling_probability"] == pytest.approx(config.batch_size / 48, rel=1e-12)
     assert summary.privacy["epsilon"] == pytest.approx(TARGET_EPSILON, rel=0.01)
+
+
+def test_a_run_protecting_fewer_sequences_than_a_user_has_is_refused(user_corpus, tmp_path: Path) -> None:
+    """A budget's k below what a user of the data contributes would leave that user unprotected: refused, naming
+    the key, before anything trains; at the data's own k the run accounts for it."""
+    k = int(np.bincount(load_users(user_corpus)).max())
+    config = TrainConfig(**(USER_LEVEL | dict(sampling="els_poisson", examples_per_user_per_batch=1,
+                                              examples_per_user=k - 1)))
+    with pytest.raises(UserError, match=rf"train.examples_per_user: a user of the training data has {k} sequences"):
+        run_training(config, user_corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
+    assert not (tmp_path / "metrics.parquet").exists()
+    with pytest.raises(UserError, match="train.examples_per_user"):  # k is a user-level sampler's
+        TrainConfig(**(PRIVATE | dict(examples_per_user=4)))

@@ -96,16 +96,16 @@ def audit_settings_for(plan: PrivatePlan, audit: Mapping[str, Any], microbatch: 
     included, the run's dataset size), the run's expected batch B, steps T, ε and δ; a correlated mechanism's
     with the run's strategy criterion (``strategy``, training.bandmf_strategy)."""
     budget, noise = plan.budget, mechanism_named(plan.mechanism)
-    correlated = {} if not noise.correlated else {"mechanism": plan.mechanism,
-                                                  **({"strategy": strategy} if strategy else {})}
+    extra = {} if not noise.correlated else {"mechanism": plan.mechanism,
+                                             **({"strategy": strategy} if strategy else {})}
     # A budget per user: 2N canary users (docs/private-training.md, "Audit"); ELS's each hold k canary sequences.
     if budget.per_user:
-        correlated |= {"mechanism": plan.mechanism} | (
+        extra |= {"mechanism": plan.mechanism} | (
             {"examples_per_user": int(budget.examples_per_user)} if plan.sampler == ELS_POISSON.name else {})
     return {"n_canaries": 2 * int(budget.data_budget), "expected_batch_size": int(plan.batch_size),
             "steps": int(plan.iterations), "epsilon": float(budget.epsilon), "delta": float(budget.delta),
             "significance": float(audit["significance"]), "microbatch_size": int(microbatch or plan.batch_size),
-            "seed": int(audit["seed"])} | correlated
+            "seed": int(audit["seed"])} | extra
 
 
 # ---------------------------------------------------------------------------------------- the rules' steps
