@@ -115,3 +115,23 @@ def test_els_sigma_table_matches_the_run_s_calibration() -> None:
     assert float(table.sigma(4.0, 256, rates[0])) == float(table.sigma(4.0, 256, rates[0], sampling="poisson"))
     with pytest.raises(UserError, match="ELS .* DP-SGD only"):
         TableSpec(bands=4, examples_per_user=2)
+
+
+@pytest.mark.parametrize(("sigma", "q", "k"), [(0.3, 2.0**-8, 8), (1.0, 2.0**-4, 4), (2.5, 0.01, 16), (0.5, 0.5, 2)])
+def test_the_tables_mixture_is_dp_accountings_bit_for_bit(sigma: float, q: float, k: int) -> None:
+    """The ELS table's one-step PLD (its loss inverted by a vectorised bisection) is dp-accounting's own
+    ``from_mixture_gaussian_mechanism`` at the same discretisation: every bin, both directions, and ε."""
+    from dp_accounting.pld import privacy_loss_distribution
+
+    from dpscaling.accounting.user_level import DISCRETISATION, mixture_losses
+
+    ours = mixture_losses(sigma, q, k)
+    sensitivities = list(range(k + 1))
+    theirs = privacy_loss_distribution.from_mixture_gaussian_mechanism(
+        sigma, sensitivities, [float(p) for p in stats.binom.pmf(sensitivities, k, q)],
+        value_discretization_interval=DISCRETISATION)
+    for mine, reference in ((ours._pmf_remove, theirs._pmf_remove), (ours._pmf_add, theirs._pmf_add)):
+        mine, reference = mine.to_dense_pmf(), reference.to_dense_pmf()
+        assert mine._lower_loss == reference._lower_loss and mine._infinity_mass == reference._infinity_mass
+        np.testing.assert_array_equal(mine._probs, reference._probs)
+    assert ours.self_compose(500).get_epsilon_for_delta(DELTA) == theirs.self_compose(500).get_epsilon_for_delta(DELTA)

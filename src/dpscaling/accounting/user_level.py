@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+from dp_accounting.pld import privacy_loss_distribution, privacy_loss_mechanism
 from scipy import stats
 
 from dpscaling.accounting.calibration import calibrate_poisson
@@ -52,17 +54,51 @@ def els_epsilon(sigma: float, q: float, examples_per_user: int, steps: int, data
     return float(accountant.compute_epsilon(steps, params))
 
 
-def mixture_losses(sigma: float, q: float, examples_per_user: int):
+class MixtureLoss(privacy_loss_mechanism.MixtureGaussianPrivacyLoss):
+    """dp-accounting's mixture-of-Gaussians privacy loss, inverted by one bisection over every loss at once.
+
+    dp-accounting bisects recursively, calling the scalar loss once per node of the search (0.2M calls a
+    build: 90% of an ELS σ table's time). Here each loss follows the same path, its midpoints compared with the
+    same loss values, one array operation per level, and ends at the same multiple of ``precision``."""
+
+    def _losses(self, x: np.ndarray) -> np.ndarray:
+        """``privacy_loss`` at each of ``x``: its arithmetic in its order, a row per point."""
+        x_loss = self.sensitivities[None, :] * x[:, None] / self._variance
+        constants = self._precompute_privacy_loss_constants[None, :]
+        if self.adjacency_type == privacy_loss_mechanism.AdjacencyType.ADD:
+            return -np.logaddexp.reduce(constants + x_loss, axis=1)
+        return np.logaddexp.reduce(constants - x_loss, axis=1)
+
+    def _inverse_privacy_losses_with_range(self, privacy_losses, bounds, precision=1e-6):
+        losses = np.asarray(privacy_losses, dtype=float)
+        low, high = np.full(losses.shape, float(bounds[0])), np.full(losses.shape, float(bounds[1]))
+        searching = np.flatnonzero(high - low > precision)
+        while searching.size:
+            middle = (low[searching] + high[searching]) / 2
+            above = losses[searching] < self._losses(middle)  # the loss falls with x: its inverse lies above
+            low[searching[above]], high[searching[~above]] = middle[above], middle[~above]
+            searching = searching[high[searching] - low[searching] > precision]
+        return np.floor(high / precision) * precision
+
+
+def mixture_losses(sigma: float, q: float, examples_per_user: int) -> privacy_loss_distribution.PrivacyLossDistribution:
     """One ELS step's privacy-loss distribution (dp-accounting's, at :data:`DISCRETISATION`): the mixture of
     Gaussians of sensitivity j with probability Binomial(k, q)(j), what jax-privacy's accountant composes; the
-    σ table walks σ with it (:mod:`dpscaling.accounting.sweep`)."""
-    from dp_accounting.pld import privacy_loss_distribution
-
+    σ table walks σ with it (:mod:`dpscaling.accounting.sweep`). Built as dp-accounting's
+    ``from_mixture_gaussian_mechanism`` builds it, with :class:`MixtureLoss`: the same distribution bit for bit
+    (a test compares them), 10–40 times sooner."""
     sensitivities = list(range(examples_per_user + 1))
-    return privacy_loss_distribution.from_mixture_gaussian_mechanism(
-        standard_deviation=sigma, sensitivities=sensitivities,
-        sampling_probs=[float(p) for p in stats.binom.pmf(sensitivities, examples_per_user, q)],
-        value_discretization_interval=DISCRETISATION)
+    probabilities = [float(p) for p in stats.binom.pmf(sensitivities, examples_per_user, q)]
+
+    def one_direction(adjacency: privacy_loss_mechanism.AdjacencyType):
+        loss = MixtureLoss(sigma, sensitivities, probabilities, pessimistic_estimate=True,
+                           log_mass_truncation_bound=-50, adjacency_type=adjacency)
+        return privacy_loss_distribution._create_pld_pmf_from_monotone_privacy_loss(
+            loss, pessimistic_estimate=True, value_discretization_interval=DISCRETISATION, use_connect_dots=True)
+
+    return privacy_loss_distribution.PrivacyLossDistribution(
+        one_direction(privacy_loss_mechanism.AdjacencyType.REMOVE),
+        one_direction(privacy_loss_mechanism.AdjacencyType.ADD))
 
 
 def truncation_delta(dataset_size: int, q: float, examples_per_user: int, steps: int, size: int,
