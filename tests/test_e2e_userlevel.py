@@ -112,6 +112,32 @@ def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, caps
             spent = _epsilon(event, runnable.iterations, 0.9 * price.delta)
         assert spent == pytest.approx(EPSILON, rel=0.02), mechanism
 
+    # --sequences S: ELS samples and is priced on the S sequences the users hold (here the data's own, far below
+    # N·k): a higher sampling rate for the same B, so more noise than at N·k; ULS's answer does not move
+    sequences = int(json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())["n_train"])
+    assert users < sequences < users * k
+    held = laws.law("dpsgd").query(COMPUTE, EPSILON, users=users, examples_per_user=k, sequences=sequences,
+                                   optimum_interval=False, sampling="poisson").runnable
+    assert held.price.dataset_size == sequences and held.price.event.examples_per_user == k
+    q = held.batch_size / sequences
+    probs = [float(stats.binom.pmf(j, k, q)) for j in range(k + 1)]
+    event = dp_accounting.dp_event.MixtureOfGaussiansDpEvent(held.price.sigma, list(range(k + 1)), probs)
+    assert _epsilon(event, held.iterations, 0.9 * held.price.delta) == pytest.approx(EPSILON, rel=0.02)
+    at_cap = laws.law("dpsgd").query(COMPUTE, EPSILON, users=users, examples_per_user=k, optimum_interval=False,
+                                     sampling="poisson").runnable
+    assert held.predicted_loss > at_cap.predicted_loss  # N·k would flatter ELS
+    uls_held = laws.law("uls-m2").query(COMPUTE, EPSILON, users=users, examples_per_user=k, sequences=sequences,
+                                        optimum_interval=False, sampling="poisson").runnable
+    assert uls_held.price.dataset_size == users
+    for flags, message in ((["--sequences", str(users * k + 1)], "--sequences: the sequences the"),
+                           (["--sequences", str(users - 1)], "--sequences: the sequences the")):
+        assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE),
+                     "--epsilon", str(EPSILON), "--users", str(users), "--examples-per-user", str(k), *flags]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
+                 str(EPSILON), "--users", str(users), "--sequences", str(users)]) == 2
+    assert "give --examples-per-user" in capsys.readouterr().err
+
     # a budget per sequence is DP-SGD's alone; ULS's law asked for it directly refuses, naming the flag
     capsys.readouterr()
     assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
@@ -126,8 +152,10 @@ def test_the_user_level_finding_comes_from_the_laws(userlevel_run: Path) -> None
     findings = pd.read_csv(userlevel_run / "tables" / "finding-user-level.csv")
     assert list(findings["finding"]) == list("abcde")
     comparison = pd.read_csv(userlevel_run / "tables" / "table-uls_vs_els.csv")
-    meta = json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())["users"]
+    packed = json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())
+    meta = packed["users"]
     assert len(comparison) == 2 and set(comparison["Data Budget"]) == {meta["n_users"]}
+    assert set(comparison["Sequences"]) == {packed["n_train"]}  # ELS samples the users' own sequences
     assert set(comparison["Examples per User"]) == {meta["max_examples"]}
     answered = comparison.dropna(subset=["Gain (nats)"])
     assert len(answered)

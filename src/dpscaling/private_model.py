@@ -109,8 +109,8 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
                 decision_rule: str | None = None, user_sequences: int | None = None) -> PrivatePlan:
     """The law's answer for ``budget`` among the run's ``models``, made trainable, or the budget's fixed
     configuration as it stands (its model's parameter count in ``fixed_sizes``). A budget per user is asked
-    per user (``examples_per_user``) and priced on ``user_sequences``, the sequences its N users hold
-    (:func:`priced_plan`).
+    per user (``examples_per_user``), searched and priced on ``user_sequences``, the sequences its N users hold
+    (the query's ``sequences``; :func:`priced_plan`).
 
     The answer is ``dpscaling query``'s (:meth:`dpscaling.law.answers.ScalingLaw.query`: one search, one
     rounding, one pricing, one decision rule), asked with what the private run trains: the run's own
@@ -133,7 +133,8 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
                            physical_batch_correction=correction or False, allow_extrapolation=True,
                            microbatch_size=microbatch_size, optimum_interval=False, sampling=POISSON_BRANCH,
                            models=list(models), decision_rule=decision_rule,
-                           examples_per_user=budget.examples_per_user)
+                           examples_per_user=budget.examples_per_user,
+                           sequences=user_sequences if budget.per_user else None)
     except UserError as error:
         raise UserError(f"{BLOCK}.budgets {budget.label}: the law cannot answer it: {error}") from error
     chosen = answer.runnable

@@ -4,10 +4,11 @@ unit as an axis; docs/private-training.md "User-level sampling", docs/query.md "
 A budget per user is (C, ε, N users of up to k sequences). Each is asked of the run's bundle exactly as
 ``dpscaling query --users N --examples-per-user k`` asks it (:meth:`dpscaling.law.mechanisms.LawAcrossMechanisms.query`:
 one search, one rounding, one price, one decision rule): the user-level mechanism's law (``uls-m<m>``: users
-sampled, each user's m sequences clipped as one, σ over users) and DP-SGD's law with ELS's σ (the N·k
-sequences sampled, accounted for the user's k), each answer runnable and priced exactly. Beside them the
-sequence-level answer for the same N·k sequences (DP-SGD's law, a guarantee per sequence): what protecting users
-costs and how the answer moves. Charles et al. (2024, arXiv 2407.07737) found ULS better where privacy must be
+sampled, each user's m sequences clipped as one, σ over users) and DP-SGD's law with ELS's σ (the S sequences the
+N users hold sampled, accounted for the user's k), each answer runnable and priced exactly. Beside them the
+sequence-level answer for the same S sequences (DP-SGD's law, a guarantee per sequence): what protecting users
+costs and how the answer moves. S is the data's own (a heavy tail puts it far below N·k, which would flatter
+ELS: more sequences, a lower sampling rate for the same batch). Charles et al. (2024, arXiv 2407.07737) found ULS better where privacy must be
 strong or compute is large; the claims checked (:func:`check_user_level_findings`):
 
 * (a) ULS beats ELS at the strongest privacy: at the smallest ε, ULS's runnable answer predicts the lower loss at
@@ -15,7 +16,7 @@ strong or compute is large; the claims checked (:func:`check_user_level_findings
 * (b) ULS's edge shrinks as ε grows: Spearman's ρ(ε, gain) < 0 (gain = ELS's loss − ULS's, nats);
 * (c) ULS's edge grows with compute: ρ(C, gain) > 0;
 * (d) where ULS wins, by how much (median and largest gain, a record);
-* (e) how the chosen per-user answer moves against the sequence-level one at the same N·k sequences: medians of
+* (e) how the chosen per-user answer moves against the sequence-level one at the same S sequences: medians of
   the M*, B* (in sequences, B·m for ULS) and T* ratios, and the loss protecting users costs.
 """
 
@@ -41,9 +42,10 @@ COMPARISON_LABEL = "table:uls_vs_els"
 COMPARISON_CAPTION = ("ULS against ELS at the same compute C, privacy budget per user and N users of up to k "
                       "sequences: each law's runnable answer (model size, batch in sequences, iterations, predicted "
                       "loss), the gain (ELS's loss minus ULS's), the decision rule's choice, and the sequence-level "
-                      "answer for the same N*k sequences.")
+                      "answer for the same S sequences (those the N users hold).")
 FINDING_NAMES = list("abcde")
 EXAMPLES_PER_USER = "Examples per User"
+SEQUENCES = "Sequences"
 GAIN = "Gain (nats)"
 CHOSEN = "Chosen"
 ELS, ULS, SEQUENCE = "ELS", "ULS", "sequence"
@@ -66,9 +68,11 @@ def _empty(name: str) -> dict[str, Any]:
 
 
 def comparison_table(bundle: str | os.PathLike[str] | Any, epsilons: Sequence[float], budgets: Sequence[float],
-                     users: float, examples_per_user: int, progress=None) -> pd.DataFrame:
+                     users: float, examples_per_user: int, sequences: float | None = None,
+                     progress=None) -> pd.DataFrame:
     """One row per (ε, C): ULS's and ELS's runnable answers for N = ``users`` users of up to k =
-    ``examples_per_user`` sequences, the gain, the rule's choice and the sequence-level answer at N·k sequences.
+    ``examples_per_user`` sequences holding ``sequences`` S in all (None: N·k), the gain, the rule's choice and the
+    sequence-level answer at S sequences.
     A law that refuses the budget leaves its columns empty there. ``bundle``: the run's bundle, or it loaded."""
     from dpscaling.law.loading import load_law
     from dpscaling.law.mechanisms import LawAcrossMechanisms
@@ -82,15 +86,16 @@ def comparison_table(bundle: str | os.PathLike[str] | Any, epsilons: Sequence[fl
         raise UserError(f"{bundle}: holds {laws.mechanisms}; the user-level findings need dpsgd and a uls-m<m> law")
     uls, dpsgd = user_level[0], laws.law(DPSGD.name)
     options = dict(allow_extrapolation=True, optimum_interval=False, sampling="poisson", progress=progress)
+    sequences = float(users * examples_per_user if sequences is None else sequences)
     rows = []
     for epsilon in epsilons:
         for compute in budgets:
             row: dict[str, Any] = {PRIVACY_BUDGET: float(epsilon), COMPUTE: float(compute), DATA_BUDGET: float(users),
-                                   EXAMPLES_PER_USER: int(examples_per_user)}
+                                   EXAMPLES_PER_USER: int(examples_per_user), SEQUENCES: sequences}
             choice = None
             try:
                 choice = laws.query(compute, epsilon, users=users, examples_per_user=examples_per_user,
-                                    mechanism=None, **options)
+                                    sequences=sequences, mechanism=None, **options)
             except UserError:
                 pass
             answers = {} if choice is None else choice.answers
@@ -98,8 +103,8 @@ def comparison_table(bundle: str | os.PathLike[str] | Any, epsilons: Sequence[fl
                 row.update(_answer_columns(answers[mechanism], name) if mechanism in answers else _empty(name))
             row[CHOSEN] = None if choice is None else (ULS if choice.mechanism == uls else ELS)
             try:
-                row.update(_answer_columns(dpsgd.query(compute, epsilon, users=users * examples_per_user,
-                                                       privacy_unit="user", **options), SEQUENCE))
+                row.update(_answer_columns(dpsgd.query(compute, epsilon, users=sequences, privacy_unit="user",
+                                                       **options), SEQUENCE))
             except UserError:
                 row.update(_empty(SEQUENCE))
             rows.append(row)
@@ -157,7 +162,7 @@ def by_how_much(table: pd.DataFrame) -> Finding:
 
 
 def against_sequence_level(table: pd.DataFrame) -> Finding:
-    claim = "the chosen per-user answer against the sequence-level one at the same N*k sequences"
+    claim = "the chosen per-user answer against the sequence-level one at the same S sequences"
     rows = []
     for _, row in table.dropna(subset=[CHOSEN, column(QUANTITIES[0], SEQUENCE)]).iterrows():
         rows.append({quantity: row[column(quantity, row[CHOSEN])] / row[column(quantity, SEQUENCE)]
@@ -177,16 +182,17 @@ def check_user_level_findings(table: pd.DataFrame) -> list[Finding]:
             by_how_much(table), against_sequence_level(table)]
 
 
-def users_of(meta: str | os.PathLike[str]) -> tuple[int, int]:
-    """(N users, k) of the packed data's ``users`` record (meta.json): the users and the cap on a user's sequences
-    (the largest contribution when uncapped)."""
+def users_of(meta: str | os.PathLike[str]) -> tuple[int, int, int]:
+    """(N users, k, S sequences) of the packed data's ``users`` record (meta.json): the users, the cap on a
+    user's sequences (the largest contribution when uncapped) and the train sequences they hold."""
     from dpscaling.data.shards import load_meta
 
-    record = load_meta(os.path.dirname(os.fspath(meta))).users
+    meta_record = load_meta(os.path.dirname(os.fspath(meta)))
+    record = meta_record.users
     if not record:
         raise UserError(f"{meta}: the packed data names no users; set data.users (docs/data.md)")
     k = record.get("max_examples") or record["contributions_capped"]["max"]
-    return int(record["n_users"]), int(k)
+    return int(record["n_users"]), int(k), int(meta_record.n_train)
 
 
 def compute_budgets(laws: Any, settings: Any) -> np.ndarray:
@@ -201,16 +207,16 @@ def compute_budgets(laws: Any, settings: Any) -> np.ndarray:
 def write_user_level_stage(bundle: str | os.PathLike[str], meta: str | os.PathLike[str], settings: Any, output: Any,
                            progress=None) -> pd.DataFrame:
     """finding:user-level and its comparison table (each as .csv, .md, .tex) for the run's data: N users of up to
-    k sequences, at ``analysis.user_level_privacy_budgets`` × :func:`compute_budgets`; returns the findings."""
+    k sequences, S in all, at ``analysis.user_level_privacy_budgets`` × :func:`compute_budgets`; returns the findings."""
     from dpscaling.findings import findings_table
     from dpscaling.tables.write import write_table
 
     from dpscaling.law.loading import load_law
 
-    users, k = users_of(meta)
+    users, k, sequences = users_of(meta)
     laws = load_law(bundle)  # once: the budgets and the table read the same bundle
     table = comparison_table(laws, settings.user_level_privacy_budgets, compute_budgets(laws, settings), users, k,
-                             progress)
+                             sequences, progress)
     frame = findings_table(check_user_level_findings(table), FINDING_NAMES)
     write_table(frame, output.csv.removesuffix(".csv"), CAPTION, LABEL)
     write_table(table, output.comparison.removesuffix(".csv"), COMPARISON_CAPTION, COMPARISON_LABEL)

@@ -131,6 +131,9 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                         help="with --users: each user contributes up to k sequences and the guarantee is per user: "
                              "a user-level law (uls-m<m>) samples users, a sequence-level one their sequences, "
                              "priced for the k (ELS); a run of both chooses (docs/query.md)")
+    parser.add_argument("--sequences", type=float,
+                        help="with --examples-per-user: the sequences the N users hold in all, N..N·k (default "
+                             "N·k, every user at the cap): what ELS samples and is priced on")
     parser.add_argument("--seq-len", type=float,
                         help="with a law across sequence lengths: answer at this S only (default: the best S in "
                              "the measured range)")
@@ -314,7 +317,7 @@ def run_query(args: argparse.Namespace) -> int:
                        allow_extrapolation=args.allow_extrapolation, inference_tokens=args.inference_tokens,
                        microbatch_size=args.microbatch_size, count_pretraining=args.count_pretraining,
                        progress=_progress, decision_rule=args.decision_rule, sampling=args.sampling,
-                       examples_per_user=args.examples_per_user)
+                       examples_per_user=args.examples_per_user, sequences=args.sequences)
     choice = result if isinstance(result, MechanismChoice) else None
     answer = result.answer if choice is not None else result
     if args.train_config:

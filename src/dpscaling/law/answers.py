@@ -162,12 +162,13 @@ class ScalingLaw:
               microbatch_size: int | None = None, optimum_interval: bool = True,
               count_pretraining: bool = False, progress: Callable[[str], None] | None = None,
               decision_rule: str | DecisionRule | None = None, sampling: str | None = None,
-              models: Sequence[str] | None = None, examples_per_user: int | None = None) -> Answer:
+              models: Sequence[str] | None = None, examples_per_user: int | None = None,
+              sequences: float | None = None) -> Answer:
         """The compute-optimal configuration for compute ``compute`` FLOPs, privacy budget (``epsilon``,
         ``delta``) and a data budget of ``users`` privacy units or ``tokens`` tokens (one sequence per unit).
         ``examples_per_user`` k: the budget protects a user of up to k sequences, ``users`` of them
         (:meth:`_user_budget`: a user-level mechanism's law samples the users; a sequence-level law samples their
-        N·k sequences, its σ ELS's for k ≥ 2).
+        ``sequences``, N·k where not given (every user at the cap), its σ ELS's for k ≥ 2).
 
         Raises :class:`~dpscaling.law.range_checks.ExtrapolationRefused` when the optimum's T lies beyond
         the extrapolation the law's validation measured (unless ``allow_extrapolation``), and UserError for
@@ -192,7 +193,7 @@ class ScalingLaw:
                 physical_batch_correction=physical_batch_correction, allow_extrapolation=allow_extrapolation,
                 inference_tokens=inference_tokens, microbatch_size=microbatch_size,
                 optimum_interval=optimum_interval, progress=progress, decision_rule=rule, sampling=sampling,
-                models=models, examples_per_user=examples_per_user)
+                models=models, examples_per_user=examples_per_user, sequences=sequences)
         if (users is None) == (tokens is None):
             raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
         unit = privacy_unit or ("sequence" if tokens is not None else "user")
@@ -202,7 +203,7 @@ class ScalingLaw:
         tolerance = self.default_tolerance() if tolerance is None else float(tolerance)
         # The search reads the law's table under its own rule (the table refuses the Poisson branch alone where
         # it cannot interpolate it); the runnable answer is priced exactly under ``sampling``.
-        source, per_user = self._user_budget(data, examples_per_user, delta, progress)
+        source, per_user = self._user_budget(data, examples_per_user, sequences, delta, progress)
         correction = self._correction(physical_batch_correction)
         lengths = self.bundle.lengths
         if lengths is not None and (seq_len is None or float(seq_len) != self.seq_len or
@@ -238,15 +239,16 @@ class ScalingLaw:
                             allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
                             rule, inference=inference, price_rule=sampling)
 
-    def _user_budget(self, data: DataBudget, examples_per_user: int | None, delta: float | None,
-                     progress: Callable[[str], None] | None) -> tuple[SigmaSource, int]:
+    def _user_budget(self, data: DataBudget, examples_per_user: int | None, sequences: float | None,
+                     delta: float | None, progress: Callable[[str], None] | None) -> tuple[SigmaSource, float]:
         """σ's source for the budget, and the sampled units per user of it (docs/query.md, "A budget per user"):
 
         * a sequence-level budget (no ``examples_per_user``): the law's own σ, one unit each;
         * a user-level mechanism's law (``uls-m<m>``): its σ over users, whatever k (each user's m sequences are
           clipped as one), one unit per user; it answers only per user;
-        * a sequence-level law and a budget per user of k sequences: the N·k sequences are sampled, σ is ELS's
-          for k ≥ 2 (:func:`dpscaling.law.noise.els_sigma_source`), DP-SGD's at k = 1.
+        * a sequence-level law and a budget per user of k sequences: the users' ``sequences`` are sampled (N·k
+          where not given: every user at the cap, the most ELS can sample), σ is ELS's for k ≥ 2
+          (:func:`dpscaling.law.noise.els_sigma_source`), DP-SGD's at k = 1.
         """
         mechanism = mechanism_named(self.mechanism)
         if examples_per_user is not None and (int(examples_per_user) != examples_per_user or examples_per_user < 1):
@@ -256,22 +258,28 @@ class ScalingLaw:
         if mechanism.unit == "user" and data.privacy_unit != "user":
             raise UserError(f"--privacy-unit: {mechanism.name}'s law samples users (N and B count users): give the "
                             "data budget in --users")
+        if sequences is not None and examples_per_user is None:
+            raise UserError("--sequences: the sequences N users hold, for a budget per user: give --examples-per-user")
         source = self.sigma_source(delta, progress)
         if examples_per_user is None:
             return source, 1
         k = int(examples_per_user)
+        if sequences is not None and not data.users <= sequences <= data.users * k:
+            raise UserError(f"--sequences: the sequences the {data.users:g} users hold, from one each to k = {k} each "
+                            f"({data.users:g}..{data.users * k:g}), got {sequences:g}")
         if mechanism.unit == "user":
             return dataclasses.replace(source, examples_per_user=k), 1
         if mechanism.bands > 1:
             raise UserError(f"--examples-per-user: {mechanism.name} has no user-level accountant here (ELS prices "
                             "DP-SGD's Poisson steps); ask the DP-SGD or a user-level (uls-m<m>) law")
+        per_user = k if sequences is None else float(sequences) / data.users
         if k == 1:
             return dataclasses.replace(source, examples_per_user=1), 1
         key = (source.delta, k)
         if key not in self._sources:
             bounds = surface_at(self.bundle, self.seq_len).iteration_bounds
             self._sources[key] = els_sigma_source(source.delta, k, progress, bounds)
-        return self._sources[key], k
+        return self._sources[key], per_user
 
     def sizes_of(self, models: Sequence[str]) -> np.ndarray:
         """The Model Size of each of ``models`` the law measured (refused when none is)."""
