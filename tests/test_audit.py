@@ -34,20 +34,30 @@ def test_canary_scores_count_participations_over_the_expected_batch():
     scaled gradient to its unit vector, padding adds nothing, and the divisor is B."""
     import numpy as np
 
-    from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
+    from dpscaling.train.sampling import secret_key
 
     settings = AuditSettings(n_canaries=40, expected_batch_size=5, steps=30, microbatch_size=4)
     included = np.arange(40) % 2 == 0
     key = secret_key()
     scores = canary_scores(settings, 0.0, included, 16, key)
-    members = np.flatnonzero(included)
-    sampler = PoissonBatches(len(members), 5, 16, key)
-    counts = np.zeros(40)
-    for t in range(30):
-        rows = sampler.indices(t)
-        np.add.at(counts, members[rows[rows != PADDING_INDEX]], 1)
+    counts = participations(settings, np.flatnonzero(included), 16, key)
     np.testing.assert_allclose(scores, counts / 5, atol=1e-6)
     assert counts[~included].sum() == 0 and counts.sum() > 0
+
+
+def participations(settings: AuditSettings, members, truncated_batch_size: int, key):
+    """How often each canary took part in the audit's steps, replayed with the private run's own Poisson batches
+    over the included canaries' rows (``members``: the canary of each row)."""
+    import numpy as np
+
+    from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
+
+    sampler = PoissonBatches(len(members), settings.expected_batch_size, truncated_batch_size, key)
+    counts = np.zeros(settings.n_canaries)
+    for step in range(settings.steps):
+        rows = sampler.indices(step)
+        np.add.at(counts, members[rows[rows != PADDING_INDEX]], 1)
+    return counts
 
 
 def test_audit_settings_are_checked():

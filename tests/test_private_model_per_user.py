@@ -14,6 +14,7 @@ from dpscaling.plans import Budget, PrivatePlan
 from dpscaling.private_jobs import audit_settings_for, train_config_for, twin_config_for
 from dpscaling.private_model import budgets, priced_plan
 
+from test_audit import participations
 from test_private_model import QUERY, a_plan
 
 PER_USER = Budget(8.0, 1e-8, 600, 1e12, examples_per_user=4)
@@ -111,18 +112,13 @@ def test_the_audit_of_a_budget_per_user_has_canary_users() -> None:
 def test_an_els_canary_user_contributes_each_of_its_k_sequences() -> None:
     """Without noise an ELS canary user's score is its k sequences' participations over B: each of its rows is
     its own canary gradient, drawn independently."""
-    from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
+    from dpscaling.train.sampling import secret_key
 
     settings = AuditSettings(n_canaries=20, expected_batch_size=6, steps=30, microbatch_size=4, examples_per_user=3)
     included = np.arange(20) % 2 == 0
     key = secret_key()
     scores = canary_scores(settings, 0.0, included, 16, key)
-    members = np.repeat(np.flatnonzero(included), 3)
-    sampler = PoissonBatches(len(members), 6, 16, key)
-    counts = np.zeros(20)
-    for t in range(30):
-        rows = sampler.indices(t)
-        np.add.at(counts, members[rows[rows != PADDING_INDEX]], 1)
+    counts = participations(settings, np.repeat(np.flatnonzero(included), 3), 16, key)  # a row per canary sequence
     np.testing.assert_allclose(scores, counts / 6, atol=1e-6)
     assert scores[~included].max() == 0 and counts.max() > 1
 
