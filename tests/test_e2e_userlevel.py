@@ -66,17 +66,21 @@ def test_uls_trains_its_own_runs_over_users(userlevel_run: Path) -> None:
 
 
 def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, capsys, monkeypatch) -> None:
-    """Both laws answer N users of up to k sequences; the decision rule's choice is the lower score; each answer
-    names its unit and sampler, its compute counts the sequences a step computes (B·m for ULS), and each σ spends
-    the asked ε as recomputed with dp-accounting: over users for ULS, the k-sequence mixture for ELS."""
+    """Both laws answer N users of up to k sequences holding S in all (the data's, far below N·k: ``--sequences``);
+    the decision rule's choice is the lower score; each answer names its unit and sampler, its compute counts the
+    sequences a step computes (B·m for ULS), and each σ spends the asked ε as recomputed with dp-accounting: over
+    the N users for ULS, the k-sequence mixture over the S sequences for ELS. S is finding:user-level's, so the
+    queries read its ELS tables."""
     from dpscaling.cli import main
 
-    meta = json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())["users"]
-    users, k = meta["n_users"], meta["max_examples"]
+    packed = json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())
+    users, k, sequences = packed["users"]["n_users"], packed["users"]["max_examples"], packed["n_train"]
+    assert users < sequences < users * k
     monkeypatch.chdir(userlevel_run.parent.parent)
     capsys.readouterr()
-    status = main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
-                   str(EPSILON), "--users", str(users), "--examples-per-user", str(k), "--json"])
+    budget = ["--compute", str(COMPUTE), "--epsilon", str(EPSILON), "--users", str(users)]
+    status = main(["query", "--law", str(userlevel_run / "law" / "bundle"), *budget, "--examples-per-user", str(k),
+                   "--sequences", str(sequences), "--json"])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     answer = json.loads(captured.out)
@@ -92,50 +96,32 @@ def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, caps
 
     laws = dpscaling.load_law(userlevel_run / "law" / "bundle")
     for mechanism in ("dpsgd", "uls-m2"):
-        runnable = laws.law(mechanism).query(COMPUTE, EPSILON, users=users, examples_per_user=k,
+        runnable = laws.law(mechanism).query(COMPUTE, EPSILON, users=users, examples_per_user=k, sequences=sequences,
                                              optimum_interval=False, sampling="poisson").runnable
         price, m = runnable.price, runnable.sequences_per_unit
         assert runnable.privacy_unit == "user"
         assert math.isclose(runnable.compute, 6 * runnable.model_size * runnable.batch_size * m * 64 *
                             runnable.iterations)
         assert abs(math.log(runnable.compute / COMPUTE)) < 0.5  # C up to the rounding of whole steps
-        if mechanism == "uls-m2":  # Poisson over the N users
+        if mechanism == "uls-m2":  # Poisson over the N users, whatever they hold
             assert price.dataset_size == users and price.sampler == "user_poisson"
             event = dp_accounting.PoissonSampledDpEvent(runnable.batch_size / users,
                                                         dp_accounting.GaussianDpEvent(price.sigma))
             spent = _epsilon(event, runnable.iterations, price.delta)
-        else:  # ELS: Poisson over the N·k sequences, the mixture for the user's k at 90% of δ
-            assert price.dataset_size == users * k and price.event.examples_per_user == k
-            q = runnable.batch_size / (users * k)
+        else:  # ELS: Poisson over the S sequences, the mixture for the user's k at 90% of δ
+            assert price.dataset_size == sequences and price.event.examples_per_user == k
+            q = runnable.batch_size / sequences
             probs = [float(stats.binom.pmf(j, k, q)) for j in range(k + 1)]
             event = dp_accounting.dp_event.MixtureOfGaussiansDpEvent(price.sigma, list(range(k + 1)), probs)
             spent = _epsilon(event, runnable.iterations, 0.9 * price.delta)
         assert spent == pytest.approx(EPSILON, rel=0.02), mechanism
 
-    # --sequences S: ELS samples and is priced on the S sequences the users hold (here the data's own, far below
-    # N·k): a higher sampling rate for the same B, so more noise than at N·k; ULS's answer does not move
-    sequences = int(json.loads((userlevel_run / "data" / "packed" / "seq=64" / "meta.json").read_text())["n_train"])
-    assert users < sequences < users * k
-    held = laws.law("dpsgd").query(COMPUTE, EPSILON, users=users, examples_per_user=k, sequences=sequences,
-                                   optimum_interval=False, sampling="poisson").runnable
-    assert held.price.dataset_size == sequences and held.price.event.examples_per_user == k
-    q = held.batch_size / sequences
-    probs = [float(stats.binom.pmf(j, k, q)) for j in range(k + 1)]
-    event = dp_accounting.dp_event.MixtureOfGaussiansDpEvent(held.price.sigma, list(range(k + 1)), probs)
-    assert _epsilon(event, held.iterations, 0.9 * held.price.delta) == pytest.approx(EPSILON, rel=0.02)
-    at_cap = laws.law("dpsgd").query(COMPUTE, EPSILON, users=users, examples_per_user=k, optimum_interval=False,
-                                     sampling="poisson").runnable
-    assert held.predicted_loss > at_cap.predicted_loss  # N·k would flatter ELS
-    uls_held = laws.law("uls-m2").query(COMPUTE, EPSILON, users=users, examples_per_user=k, sequences=sequences,
-                                        optimum_interval=False, sampling="poisson").runnable
-    assert uls_held.price.dataset_size == users
-    for flags, message in ((["--sequences", str(users * k + 1)], "--sequences: the sequences the"),
-                           (["--sequences", str(users - 1)], "--sequences: the sequences the")):
-        assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE),
-                     "--epsilon", str(EPSILON), "--users", str(users), "--examples-per-user", str(k), *flags]) == 2
-        assert message in capsys.readouterr().err
-    assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
-                 str(EPSILON), "--users", str(users), "--sequences", str(users)]) == 2
+    # S outside N..N·k, or without k, is refused naming the flag
+    for flags in (["--examples-per-user", str(k), "--sequences", str(users * k + 1)],
+                  ["--examples-per-user", str(k), "--sequences", str(users - 1)]):
+        assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), *budget, *flags]) == 2
+        assert "--sequences: the sequences the" in capsys.readouterr().err
+    assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), *budget, "--sequences", str(users)]) == 2
     assert "give --examples-per-user" in capsys.readouterr().err
 
     # a budget per sequence is DP-SGD's alone; ULS's law asked for it directly refuses, naming the flag
