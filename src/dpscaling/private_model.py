@@ -133,8 +133,7 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
                            physical_batch_correction=correction or False, allow_extrapolation=True,
                            microbatch_size=microbatch_size, optimum_interval=False, sampling=POISSON_BRANCH,
                            models=list(models), decision_rule=decision_rule,
-                           examples_per_user=budget.examples_per_user,
-                           sequences=user_sequences if budget.per_user else None)
+                           examples_per_user=budget.examples_per_user, sequences=user_sequences)
     except UserError as error:
         raise UserError(f"{BLOCK}.budgets {budget.label}: the law cannot answer it: {error}") from error
     chosen = answer.runnable

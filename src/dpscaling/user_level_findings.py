@@ -8,8 +8,9 @@ sampled, each user's m sequences clipped as one, σ over users) and DP-SGD's law
 N users hold sampled, accounted for the user's k), each answer runnable and priced exactly. Beside them the
 sequence-level answer for the same S sequences (DP-SGD's law, a guarantee per sequence): what protecting users
 costs and how the answer moves. S is the data's own (a heavy tail puts it far below N·k, which would flatter
-ELS: more sequences, a lower sampling rate for the same batch). Charles et al. (2024, arXiv 2407.07737) found ULS better where privacy must be
-strong or compute is large; the claims checked (:func:`check_user_level_findings`):
+ELS: more sequences, a lower sampling rate for the same batch). Charles et al. (2024, arXiv 2407.07737) found
+ULS better where privacy must be strong or compute is large; the claims checked
+(:func:`check_user_level_findings`):
 
 * (a) ULS beats ELS at the strongest privacy: at the smallest ε, ULS's runnable answer predicts the lower loss at
   most of the compute budgets both answer;
@@ -207,7 +208,8 @@ def compute_budgets(laws: Any, settings: Any) -> np.ndarray:
 def write_user_level_stage(bundle: str | os.PathLike[str], meta: str | os.PathLike[str], settings: Any, output: Any,
                            progress=None) -> pd.DataFrame:
     """finding:user-level and its comparison table (each as .csv, .md, .tex) for the run's data: N users of up to
-    k sequences, S in all, at ``analysis.user_level_privacy_budgets`` × :func:`compute_budgets`; returns the findings."""
+    k sequences, S in all, at ``analysis.user_level_privacy_budgets`` × :func:`compute_budgets`; returns the
+    findings."""
     from dpscaling.findings import findings_table
     from dpscaling.tables.write import write_table
 

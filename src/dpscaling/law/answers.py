@@ -272,9 +272,9 @@ class ScalingLaw:
         if mechanism.bands > 1:
             raise UserError(f"--examples-per-user: {mechanism.name} has no user-level accountant here (ELS prices "
                             "DP-SGD's Poisson steps); ask the DP-SGD or a user-level (uls-m<m>) law")
-        per_user = k if sequences is None else float(sequences) / data.users
         if k == 1:
             return dataclasses.replace(source, examples_per_user=1), 1
+        per_user = k if sequences is None else float(sequences) / data.users
         key = (source.delta, k)
         if key not in self._sources:
             bounds = surface_at(self.bundle, self.seq_len).iteration_bounds
