@@ -1,4 +1,5 @@
-"""Calibration: closed forms, both readings of deterministic batching, monotonicity, edges."""
+"""Calibration: closed forms, both readings of deterministic batching, the paper's rule (pricing.paper_sigma),
+monotonicity, edges."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from dpscaling.accounting import calibration, composition, gaussian, hockey_stick, pld
+from dpscaling.accounting import calibration, composition, gaussian, hockey_stick, pld, pricing
 from dpscaling.accounting.validation import AccountingRefused
 from dpscaling.errors import UserError
+from dpscaling.samplers import paper_participations
 
 DELTA = 1e-8
+
+
+def paper(epsilon, q, steps, delta=DELTA, sampling="min"):
+    """The paper's rule at a rate: (σ, branch)."""
+    return pricing.paper_sigma("dpsgd", sampling, epsilon, delta, q, steps)
 
 
 @pytest.mark.parametrize("epsilon,steps", [(0.25, 100), (1.0, 1000), (4.0, 16000), (64.0, 500)])
@@ -32,9 +39,9 @@ def test_q_one_uses_exact_closed_form():
 
 
 def test_participations_rounds_float_products():
-    assert gaussian.participations(0.1, 1000) == 100
-    assert gaussian.participations(1e-6, 10) == 1
-    assert gaussian.participations(0.5, 3) == 2
+    assert paper_participations(0.1, 1000) == 100
+    assert paper_participations(1e-6, 10) == 1
+    assert paper_participations(0.5, 3) == 2
 
 
 @pytest.mark.parametrize("epsilon,q,steps", [(1.0, 2**-6, 1000), (4.0, 2**-3, 2000), (8.0, 2**-10, 16000),
@@ -47,33 +54,33 @@ def test_every_step_deterministic_is_never_below_poisson(epsilon, q, steps):
 
 def test_k_participation_deterministic_beats_poisson_at_large_epsilon_so_min_matters():
     """With k = ⌈qT⌉ participations, deterministic can win at large ε (and loses at small ε)."""
-    large = calibration.calibrate(1e5, 2**-3, 100)
-    assert large.sampling == "deterministic"
-    assert large.sigma < 0.7 * calibration.calibrate_poisson(1e5, 2**-3, 100)
-    small = calibration.calibrate(1.0, 2**-6, 1000)
-    assert small.sampling == "poisson"
-    assert small.sigma < gaussian.sigma_deterministic(1.0, DELTA, 2**-6, 1000)
+    large, branch = paper(1e5, 2**-3, 100)
+    assert branch == "deterministic"
+    assert large < 0.7 * calibration.calibrate_poisson(1e5, 2**-3, 100)
+    small, branch = paper(1.0, 2**-6, 1000)
+    assert branch == "poisson"
+    assert small < gaussian.fixed_batch_sigma(1.0, DELTA, paper_participations(2**-6, 1000))
 
 
 def test_min_is_the_lower_of_both_branches():
     for epsilon in (2.0, 300.0):
-        both = calibration.calibrate(epsilon, 2**-2, 400, sampling="min").sigma
-        poisson = calibration.calibrate(epsilon, 2**-2, 400, sampling="poisson").sigma
-        det = calibration.calibrate(epsilon, 2**-2, 400, sampling="deterministic").sigma
+        both = paper(epsilon, 2**-2, 400, sampling="min")[0]
+        poisson = paper(epsilon, 2**-2, 400, sampling="poisson")[0]
+        det = paper(epsilon, 2**-2, 400, sampling="deterministic")[0]
         assert both == min(poisson, det)
 
 
 def test_monotonicity():
     """σ decreases in ε and in N (q = B/N), increases in T and in B."""
-    by_epsilon = [calibration.calibrate_sigma(e, 2**-5, 500) for e in (0.5, 2, 8, 32)]
+    by_epsilon = [paper(e, 2**-5, 500)[0] for e in (0.5, 2, 8, 32)]
     assert np.all(np.diff(by_epsilon) < 0)
-    by_steps = [calibration.calibrate_sigma(2.0, 2**-5, t) for t in (200, 500, 1000)]
+    by_steps = [paper(2.0, 2**-5, t)[0] for t in (200, 500, 1000)]
     assert np.all(np.diff(by_steps) > 0)
     batch = 512
-    by_users = [calibration.calibrate_sigma(2.0, batch / n, 500) for n in (2**12, 2**14, 2**16)]
+    by_users = [paper(2.0, batch / n, 500)[0] for n in (2**12, 2**14, 2**16)]
     assert np.all(np.diff(by_users) < 0)
     users = 2**16
-    by_batch = [calibration.calibrate_sigma(2.0, b / users, 500) for b in (256, 1024, 4096)]
+    by_batch = [paper(2.0, b / users, 500)[0] for b in (256, 1024, 4096)]
     assert np.all(np.diff(by_batch) > 0)
 
 
@@ -85,13 +92,14 @@ def test_calibrated_sigma_spends_at_most_epsilon_and_is_tight():
 
 def test_epsilon_spent_inverts_calibration_for_every_sampling():
     for sampling in ("poisson", "deterministic", "min"):
-        sigma = calibration.calibrate_sigma(3.0, 2**-5, 800, sampling=sampling)
-        assert calibration.epsilon_spent(sigma, 2**-5, 800, sampling=sampling) == pytest.approx(3.0, rel=2e-3)
+        sigma = paper(3.0, 2**-5, 800, sampling=sampling)[0]
+        spent, _ = pricing.paper_epsilon("dpsgd", sampling, sigma, DELTA, 2**-5, 800)
+        assert spent == pytest.approx(3.0, rel=2e-3)
 
 
 def test_rdp_is_an_explicit_loose_upper_bound():
-    tight = calibration.calibrate_sigma(1.0, 2**-6, 2000, sampling="poisson")
-    loose = calibration.calibrate_sigma(1.0, 2**-6, 2000, sampling="poisson", accountant="rdp")
+    tight = calibration.calibrate_poisson(1.0, 2**-6, 2000)
+    loose = calibration.calibrate_poisson(1.0, 2**-6, 2000, accountant="rdp")
     assert loose >= tight
 
 
@@ -110,20 +118,20 @@ def test_vectorised_composition_and_hockey_stick_match_dp_accounting(sigma, q, s
 
 
 def test_huge_epsilon_is_finite_and_no_overflow():
-    sigma = calibration.calibrate_sigma(1e6, 2**-3, 100)
+    sigma = paper(1e6, 2**-3, 100)[0]
     assert 0 < sigma < 0.1 and math.isfinite(sigma)
-    assert calibration.calibrate_sigma(1e6, 1.0, 128000) == pytest.approx(
+    assert paper(1e6, 1.0, 128000)[0] == pytest.approx(
         math.sqrt(128000) * dp_accounting.get_sigma_gaussian(1e6, DELTA))
 
 
 def test_hard_corner_is_refused_not_approximated():
     with pytest.raises(AccountingRefused, match="corner"):
-        calibration.calibrate(2**-6, 2**-20, 100000, sampling="poisson")
+        paper(2**-6, 2**-20, 100000, sampling="poisson")
     # min cannot silently fall back to deterministic either
     with pytest.raises(AccountingRefused):
-        calibration.calibrate(2**-6, 2**-20, 100000, sampling="min")
+        paper(2**-6, 2**-20, 100000, sampling="min")
     # deterministic remains available
-    assert calibration.calibrate(2**-6, 2**-20, 100000, sampling="deterministic").sigma > 0
+    assert paper(2**-6, 2**-20, 100000, sampling="deterministic")[0] > 0
 
 
 @pytest.mark.parametrize("kwargs,flag", [
@@ -131,11 +139,12 @@ def test_hard_corner_is_refused_not_approximated():
     (dict(epsilon=1e9, q=0.1, steps=10), "epsilon"), (dict(epsilon=1.0, q=0.0, steps=10), "sampling probability"),
     (dict(epsilon=1.0, q=1.5, steps=10), "sampling probability"), (dict(epsilon=1.0, q=0.1, steps=0), "steps"),
     (dict(epsilon=1.0, q=0.1, steps=10.5), "steps"), (dict(epsilon=1.0, q=0.1, steps=10, delta=0), "delta"),
-    (dict(epsilon=1.0, q=0.1, steps=10, sampling="uniform"), "sampling"),
-    (dict(epsilon=1.0, q=0.1, steps=10, accountant="gdp"), "accountant")])
+    (dict(epsilon=1.0, q=0.1, steps=10, sampling="uniform"), "sampling")])
 def test_bad_inputs_raise_user_errors_naming_the_field(kwargs, flag):
     with pytest.raises(UserError, match=flag):
-        calibration.calibrate(**kwargs)
+        paper(**kwargs)
+    with pytest.raises(UserError, match="accountant"):
+        calibration.calibrate_poisson(1.0, 0.1, 10, accountant="gdp")
 
 
 @pytest.mark.parametrize("sigma,q,interval", [

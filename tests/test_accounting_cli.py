@@ -8,7 +8,8 @@ import json
 import pytest
 
 from dpscaling import cli
-from dpscaling.accounting import calibration
+from dpscaling.accounting import pricing
+from dpscaling.accounting.calibration import calibrate_poisson
 from dpscaling.commands import accounting as accounting_commands
 from dpscaling.errors import UserError
 
@@ -24,32 +25,35 @@ def run(argv: list[str]) -> int:
 
 
 def test_sigma_json_has_the_documented_keys(capsys):
-    assert run(["sigma", "--epsilon", "4", *CONFIG, "--json"]) == 0
+    assert run(["sigma", "--epsilon", "4", *CONFIG, "--rule", "paper", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert {"sigma", "noise_batch_ratio", "epsilon", "delta"} <= result.keys()
-    assert result["sigma"] == pytest.approx(calibration.calibrate_sigma(4.0, 0.01, 1000), rel=1e-9)
+    assert {"sigma", "noise_batch_ratio", "epsilon", "delta", "rule", "sampler", "note"} <= result.keys()
+    assert result["sigma"] == pytest.approx(pricing.paper_sigma("dpsgd", "min", 4.0, 1e-8, 0.01, 1000)[0], rel=1e-9)
     assert result["noise_batch_ratio"] == pytest.approx(result["sigma"] / 1e4)
-    assert result["delta"] == 1e-8
+    assert result["delta"] == 1e-8 and result["rule"] == "paper" and result["sampler"] is None
+    assert "no sampler runs it" in result["note"]
 
 
 def test_sigma_text_output_and_sampling_flag(capsys):
     run(["sigma", "--epsilon", "4", *CONFIG, "--sampling", "deterministic", "--delta", "1e-6"])
     out = capsys.readouterr().out
-    assert "noise_batch_ratio" in out and "deterministic" in out
+    assert "noise_batch_ratio" in out and "shuffle" in out and "max_participations" in out
+    assert "None" not in out  # the text leaves out what a run of this sampler has not
 
 
 def test_epsilon_round_trips_sigma(capsys):
-    run(["sigma", "--epsilon", "2", *CONFIG, "--json", "--sampling", "poisson"])
+    run(["sigma", "--epsilon", "2", *CONFIG, "--json", "--rule", "paper", "--sampling", "poisson"])
     sigma = json.loads(capsys.readouterr().out)["sigma"]
-    run(["epsilon", "--sigma", str(sigma), *CONFIG, "--json", "--sampling", "poisson"])
+    run(["epsilon", "--sigma", str(sigma), *CONFIG, "--json", "--rule", "paper", "--sampling", "poisson"])
     assert json.loads(capsys.readouterr().out)["epsilon"] == pytest.approx(2.0, rel=2e-3)
 
 
 def test_vulnerability_reports_advantage(capsys):
-    run(["vulnerability", "--epsilon", "8", *CONFIG, "--json"])
+    run(["vulnerability", "--epsilon", "8", *CONFIG, "--rule", "paper", "--json"])
     result = json.loads(capsys.readouterr().out)
     assert 0 < result["mia_advantage"] < 1
-    run(["vulnerability", "--sigma", "100", "--users", "1", "--batch", "1", "--steps", "100", "--json"])
+    run(["vulnerability", "--sigma", "100", "--users", "1", "--batch", "1", "--steps", "100", "--rule", "paper",
+         "--json"])
     assert json.loads(capsys.readouterr().out)["mia_advantage"] == pytest.approx(0.0398776, rel=1e-4)
 
 
@@ -78,8 +82,7 @@ def test_truncation_prices_l_and_shows_the_trade(capsys):
     priced = result["truncated_batch_size"]
     assert priced % 8 == 0 and priced > 240
     assert result["sigma"] == pytest.approx(result["untruncated_sigma"], rel=0.02)
-    assert result["untruncated_sigma"] == pytest.approx(calibration.calibrate_poisson(4.0, 181 / 20000, 289),
-                                                        rel=1e-9)
+    assert result["untruncated_sigma"] == pytest.approx(calibrate_poisson(4.0, 181 / 20000, 289), rel=1e-9)
     by_length = {row["truncated_batch_size"]: row for row in result["trade"]}
     assert set(by_length) == {240, priced}
     assert by_length[240]["extra_noise"] > 0.2 > by_length[priced]["extra_noise"]

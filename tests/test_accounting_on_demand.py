@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dpscaling.accounting import sweep
-from dpscaling.accounting.calibration import calibrate, calibrate_poisson
+from dpscaling.accounting.calibration import calibrate_poisson
+from dpscaling.accounting.pricing import paper_sigma
 from dpscaling.accounting.on_demand import OnDemandSigma
 from dpscaling.accounting.table_spec import TableSpec
 
@@ -21,7 +22,7 @@ def test_on_demand_sigma_matches_direct_calibration_and_is_cached(tmp_path) -> N
     found = sigma(4.0, steps, rates)
     assert len(messages) == 1 and "δ = 1e-06" in messages[0]
     for value, t, q in zip(found, steps, rates):
-        assert value == pytest.approx(calibrate(4.0, float(q), int(t), 1e-6, "min").sigma, rel=5e-3)
+        assert value == pytest.approx(paper_sigma("dpsgd", "min", 4.0, 1e-6, float(q), int(t))[0], rel=5e-3)
     again = OnDemandSigma(1e-6, "min", cache=tmp_path, progress=messages.append)
     np.testing.assert_array_equal(again(4.0, steps, rates), found)
     assert len(messages) == 1  # every slab came from the cache

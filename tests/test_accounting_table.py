@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import dp_accounting
 import numpy as np
 import pandas as pd
 import pytest
@@ -98,7 +101,8 @@ def test_sigma_table_vectorised_sampling_rules(built):
     det = table.sigma(eps, 1500, 0.1, sampling="deterministic")
     assert poisson.shape == (3,)
     np.testing.assert_allclose(table.sigma(eps, 1500, 0.1), np.minimum(poisson, det))
-    np.testing.assert_allclose(det, [calibration.calibrate_sigma(e, 0.1, 1500, sampling="deterministic")
+    # fixed batches of ⌈0.1 · 1500⌉ = 150 participations: one Gaussian of sensitivity √150 (dp-accounting)
+    np.testing.assert_allclose(det, [math.sqrt(150) * dp_accounting.get_sigma_gaussian(e, table.delta)
                                      for e in eps], rtol=1e-12)
     np.testing.assert_allclose(table.noise_batch_ratio(3.0, 1e5, 1e4, 1500),
                                table.sigma(3.0, 1500, 0.1) / 1e4)
@@ -199,7 +203,7 @@ def test_poisson_branch_refuses_near_steps_where_min_rule_is_deterministic():
     eps, steps, qs = 2.0 ** np.arange(5, 12), 1000 * 2 ** np.arange(4), 2.0 ** np.arange(-14, -9)
     e, t, q = np.meshgrid(eps, steps, qs, indexing="ij")
     deterministic_like = np.sqrt(np.ceil(q * t)) * 1.5 * np.vectorize(
-        lambda x: calibration.calibrate_sigma(x, 1.0, 1, sampling="deterministic"))(e)
+        lambda x: dp_accounting.get_sigma_gaussian(x, 1e-8))(e)
     frame = pd.DataFrame({"epsilon": e.ravel(), "steps": t.ravel(), "sampling_probability": q.ravel(),
                           "delta": 1e-8, "sigma": deterministic_like.ravel(), "status": "ok"})
     table = SigmaTable(frame)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from dpscaling.accounting.gaussian import participations
+from dpscaling.samplers import paper_participations
 from dpscaling.figures import (
     FIGURES, excess_vulnerability, parametric, render, smoothing, training_curves, vector_fields)
 from dpscaling.figures.context import AnalysisContext
@@ -109,7 +109,7 @@ def test_mia_advantage_is_the_unamplified_closed_form():
     assert np.all((advantage >= 0) & (advantage <= 1))
     for _, row in data.iterrows():
         q = row[BATCH_SIZE] / row[DATA_BUDGET]
-        k = participations(q, int(row[ITERATIONS]))
+        k = paper_participations(q, int(row[ITERATIONS]))
         expected = 2 * stats.norm.cdf(np.sqrt(k) / (2 * row["Sigma"])) - 1
         assert row[excess_vulnerability.MIA_ADVANTAGE] == pytest.approx(expected, rel=1e-9)
         assert q <= 1

@@ -127,7 +127,7 @@ def test_not_a_law_directory(run, tmp_path) -> None:
 
 
 def test_query_configs_without_tables_calibrates_with_dpscaling_accounting(run, inputs, tmp_path) -> None:
-    from dpscaling.accounting.calibration import calibrate_sigma
+    from dpscaling.accounting.pricing import paper_sigma
 
     assert run("fit", "--results", inputs / "results.parquet", "--warmup-steps", 100, "--seq-len", 128,
                "--out", tmp_path / "law")[0] == 0
@@ -138,7 +138,7 @@ def test_query_configs_without_tables_calibrates_with_dpscaling_accounting(run, 
     answer = json.loads(out)
     assert answer["accounting"] == "dpscaling.accounting (min)"
     row = answer["rows"][0]
-    assert row["Sigma"] == pytest.approx(calibrate_sigma(4.0, 256 / 1e6, 1000, 1e-8, "min"), rel=1e-12)
+    assert row["Sigma"] == pytest.approx(paper_sigma("dpsgd", "min", 4.0, 1e-8, 256 / 1e6, 1000)[0], rel=1e-12)
     assert row["Noise Batch Ratio"] == pytest.approx(row["Sigma"] / 256, rel=1e-12)
 
 

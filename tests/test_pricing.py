@@ -246,14 +246,22 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
 
 
 def test_dpscaling_sigma_prices_a_bandmf_configuration_with_its_own_events(run) -> None:
-    """`dpscaling sigma --mechanism` is the pricing module's: BandMF's σ spends ε under the cyclic reduction
-    (recomputed with dp-accounting), its fixed batches need B to fit b times into N, and a bad name is refused."""
+    """`dpscaling sigma --mechanism` is the pricing module's: BandMF's σ is its run's, cyclic Poisson truncated at
+    its L, and spends ε under the cyclic reduction (recomputed with dp-accounting's truncated event), its fixed
+    batches need B to fit b times into N, and a bad name is refused."""
+    import dp_accounting
+
     status, out, err = run("sigma", "--mechanism", "bandmf-b16", "--epsilon", 8, "--users", 20000, "--batch", 304,
                            "--steps", 341, "--sampling", "poisson", "--json")
     assert status == 0, err
     printed = json.loads(out)
-    assert printed["event"]["compositions"] == 22 and printed["event"]["population"] == 1250
-    assert poisson_epsilon(printed["sigma"], 304 / 1250, 22) == pytest.approx(8.0, rel=2e-3)
+    assert printed["sampler"] == "truncated_poisson" and printed["adjacency"] == "zero-out"
+    assert printed["accounted_rounds"] == 22 and printed["group_size"] == 1250
+    event = dp_accounting.TruncatedSubsampledGaussianDpEvent(1250, 304 / 1250, printed["truncated_batch_size"],
+                                                             printed["sigma"])
+    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    assert accountant.compose(event, 22).get_epsilon(DELTA) == pytest.approx(8.0, rel=5e-3)
+    assert poisson_epsilon(printed["sigma"], 304 / 1250, 22) < 8.0  # the truncation is paid for
     status, _, err = run("sigma", "--mechanism", "bandmf-b16", "--epsilon", 8, "--users", 2000, "--batch", 304,
                          "--steps", 341, "--sampling", "deterministic")
     assert status == 2 and "closer than its 16 bands" in err

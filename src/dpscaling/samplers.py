@@ -34,9 +34,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from dpscaling.errors import UserError
 
-__all__ = ["CYCLIC", "ELS_POISSON", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "USER_POISSON", "USER_SHUFFLE", "Sampler", "check_batch_fits", "sampler_named", "shuffle_max_participations",
+__all__ = ["CYCLIC", "ELS_POISSON", "SAMPLERS", "SHUFFLE", "TRUNCATED_POISSON", "USER_POISSON", "USER_SHUFFLE", "Sampler", "check_batch_fits", "fixed_batch_participations", "paper_participations",
+           "sampler_named", "separation_at_rate", "shuffle_max_participations",
            "truncating_samplers", "user_level_sampler"]
 
 
@@ -46,11 +49,36 @@ def check_batch_fits(n_rows: int, batch_size: int) -> None:
         raise UserError(f"train.batch_size: {batch_size} exceeds the {n_rows} training sequences")
 
 
+# The participation counts below are ratios computed in floating point: 0.1 * 1000 = 100.00000000000001 must
+# give 100 participations, not 101, and 1 / (1/3) two steps apart, not three.
+_ROUNDING = 1e-9
+
+
+def fixed_batch_participations(steps, separation):
+    """Most steps one example joins when fixed batches place its participations at least ``separation`` steps
+    apart (one per epoch of ⌊N/B⌋ steps): ⌈T / separation⌉. Vectorised (NumPy scalars and arrays)."""
+    return np.maximum(1, np.ceil(np.asarray(steps, float) / np.asarray(separation, float) * (1 - _ROUNDING)))
+
+
+def separation_at_rate(q):
+    """⌊1/q⌋: an epoch's steps, the separation of one example's fixed batches, at rate q = B/N. Vectorised."""
+    with np.errstate(divide="ignore"):
+        return np.floor(1.0 / np.asarray(q, float) * (1 + _ROUNDING))
+
+
+def paper_participations(q, steps):
+    """k = ⌈q·T⌉, the paper's deterministic batching (appendix "Notes on Generalized DP-SGD"): each example in
+    exactly that many of the T steps. No sampler runs it: a shuffle's fixed batches give ⌈T/⌊N/B⌋⌉
+    (:func:`shuffle_max_participations`), which exceeds it when an epoch's remainder is dropped, so it prices
+    the paper's rule only (:func:`dpscaling.accounting.pricing.paper_sigma`). Vectorised."""
+    return np.maximum(1, np.ceil(np.asarray(q, float) * np.asarray(steps, float) * (1 - _ROUNDING)))
+
+
 def shuffle_max_participations(n_rows: int, batch_size: int, steps: int) -> int:
     """Most steps any example takes part in under the shuffled sampler (per-epoch permutations,
     remainder dropped): one per epoch started, ⌈T / ⌊N/B⌋⌉, which can exceed ⌈q·T⌉."""
     check_batch_fits(n_rows, batch_size)
-    return math.ceil(steps / (n_rows // batch_size))
+    return int(fixed_batch_participations(steps, n_rows // batch_size))
 
 
 @dataclass(frozen=True)

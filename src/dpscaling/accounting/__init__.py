@@ -1,10 +1,9 @@
 """Privacy accounting for DP-SGD scaling laws (docs/accounting.md).
 
-Calibration of the noise multiplier σ on the sum (σ̄ = σ/B is the paper's
-noise-batch ratio, §2), for Poisson sampling (tight dp-accounting PLD),
-deterministic batching (analytic Gaussian) and the paper's min rule; the
-accounting table the analysis interpolates (§3.4); and excess vulnerability
-(appendix "Caveats on Privacy Calibration").
+The noise multiplier σ on the sum (σ̄ = σ/B is the paper's noise-batch ratio, §2), priced in one module
+(:mod:`dpscaling.accounting.pricing`): what a run pays for the sampler that trains it, and the paper's rule
+(untruncated Poisson and fixed batches of ⌈qT⌉, the lower σ) that the study tabulates; the accounting table
+the analysis interpolates (§3.4); and excess vulnerability (appendix "Caveats on Privacy Calibration").
 """
 
 from importlib import import_module
@@ -12,9 +11,9 @@ from importlib import import_module
 # Where each public name lives. Loaded on first use (PEP 562): dp-accounting and SciPy cost most
 # of a second to import, and most workflow jobs (figures, fits, collection) never calibrate.
 _EXPORTS = {
-    "calibration": ("Calibration", "calibrate", "calibrate_poisson", "calibrate_sigma", "epsilon_spent",
-                    "poisson_epsilon"),
-    "gaussian": ("participations", "sigma_deterministic", "sigma_every_step"),
+    "calibration": ("calibrate_poisson", "poisson_epsilon"),
+    "gaussian": ("fixed_batch_sigma", "sigma_every_step"),
+    "pricing": ("paper_epsilon", "paper_sigma", "price", "price_run"),
     "table": ("Chunk", "SigmaTable", "compute_chunk", "load_table", "merge_chunks", "plan_table", "save_table"),
     "table_spec": ("TableSpec",),
     "validation": ("DEFAULT_DELTA", "AccountingRefused"),

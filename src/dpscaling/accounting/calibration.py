@@ -1,55 +1,31 @@
-"""Noise calibration: σ on the SUM of clipped gradients for (ε, δ, q = B/N, T).
+"""Poisson calibration: the σ on the SUM of clipped gradients for which T Poisson-subsampled Gaussian steps
+at rate q are (ε, δ)-DP (dp-accounting's PLD, add/remove adjacency; ``accountant="rdp"`` a loose RDP bound), and
+its inverse, ε spent at a σ.
 
-Implements the paper's calibration rule (appendix "Notes on Generalized
-DP-SGD"; §2 "Noise-Batch Ratio": σ̄ = σ/B; §3.4): the tight Poisson-subsampled
-σ (dp-accounting PLD, add/remove adjacency), the deterministic-batching σ
-(:mod:`dpscaling.accounting.gaussian`: k = ⌈qT⌉ participations, no
-amplification), and ``"min"``, the lower of the two — the paper's rule, and the
-default. ``accountant="rdp"`` swaps the Poisson branch for a loose RDP bound.
+The primitive every Poisson price composes: the paper's rule at a rate
+(:func:`dpscaling.accounting.pricing.paper_sigma`, appendix "Notes on Generalized DP-SGD"; §2 "Noise-Batch
+Ratio": σ̄ = σ/B; §3.4), the price of a configuration (:func:`dpscaling.accounting.pricing.price`), the warm
+start of a truncated-Poisson run (:mod:`dpscaling.accounting.truncation`) and of ELS's
+(:mod:`dpscaling.accounting.user_level`). Which events a sampler composes, and the paper's min rule over
+Poisson and fixed batches, live in :mod:`dpscaling.accounting.pricing` alone.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 from dpscaling.accounting import gaussian, pld, rdp
-from dpscaling.accounting.branches import DETERMINISTIC_BRANCH, MIN_RULE, POISSON_BRANCH, SAMPLINGS
 from dpscaling.accounting.search import DEFAULT_RELATIVE_TOLERANCE, solve_decreasing
-from dpscaling.accounting.validation import (
-    DEFAULT_DELTA, check_delta, check_epsilon, check_sampling_probability, check_sigma, check_steps)
+from dpscaling.accounting.validation import DEFAULT_DELTA
 from dpscaling.errors import UserError
+from dpscaling.samplers import paper_participations
 
-Sampling = Literal["poisson", "deterministic", "min"]
-Accountant = Literal["pld", "rdp"]
-# The study's accounting rules (paper §3.1), not the samplers a run trains with (dpscaling.samplers):
-# σ of amplified Poisson batches, of deterministic batches, or the lower of the two (the paper's rule).
+# The Poisson branch's accountants: tight PLD, or a loose RDP bound asked for by name.
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
 
 # When the discretisation picked at the warm start differs from the one the
 # converged σ would pick by more than this factor, calibrate again with the latter.
 _DISCRETISATION_DRIFT = 2.0
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """A calibrated configuration: σ and which batching achieved it."""
-    sigma: float
-    sampling: str  # POISSON_BRANCH or DETERMINISTIC_BRANCH: the branch that gave σ
-    epsilon: float
-    delta: float
-    q: float
-    steps: int
-
-    def noise_batch_ratio(self, batch_size: float) -> float:
-        return self.sigma / batch_size
-
-
-def _check_choice(value: str, allowed: tuple[str, ...], name: str) -> str:
-    if value not in allowed:
-        raise UserError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
 
 
 def poisson_epsilon(sigma: float, q: float, steps: int, delta: float = DEFAULT_DELTA,
@@ -69,8 +45,8 @@ def poisson_warm_start(epsilon: float, delta: float, q: float, steps: int) -> fl
     the Poisson σ sits just above the deterministic-batching σ (measured 1.2–1.6×
     at ε = 1e6), where the CLT σ is off by 100×.
     """
-    return min(gaussian.clt_sigma(epsilon, delta, q, steps),
-               1.3 * gaussian.sigma_deterministic(epsilon, delta, q, steps))
+    fixed = gaussian.fixed_batch_sigma(epsilon, delta, paper_participations(q, steps))
+    return min(gaussian.clt_sigma(epsilon, delta, q, steps), 1.3 * float(fixed))
 
 
 def _calibrate_poisson_pld(epsilon: float, delta: float, q: float, steps: int,
@@ -104,6 +80,8 @@ def calibrate_poisson(epsilon: float, q: float, steps: int, delta: float = DEFAU
     q = 1 uses the exact closed form √T·s_AG (PLD agrees to ≤ 1e-5). A smaller
     ``discretisation_fraction`` gives a finer (slower, tighter) reference.
     """
+    if accountant not in ACCOUNTANTS:
+        raise UserError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}")
     if q == 1.0:
         return gaussian.sigma_every_step(epsilon, delta, steps)
     if accountant == "rdp":
@@ -112,43 +90,3 @@ def calibrate_poisson(epsilon: float, q: float, steps: int, delta: float = DEFAU
                                 relative_tolerance=relative_tolerance)
     return _calibrate_poisson_pld(epsilon, delta, q, steps, relative_tolerance, max_points,
                                   discretisation_fraction)
-
-
-def calibrate(epsilon: float, q: float, steps: int, delta: float = DEFAULT_DELTA,
-              sampling: str = "min", accountant: str = "pld",
-              relative_tolerance: float = DEFAULT_RELATIVE_TOLERANCE,
-              max_points: int = pld.DEFAULT_MAX_POINTS) -> Calibration:
-    """σ under ``sampling`` ∈ {poisson, deterministic, min}; see module docstring."""
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
-    q, steps = check_sampling_probability(q), check_steps(steps)
-    _check_choice(sampling, SAMPLINGS, "sampling")
-    _check_choice(accountant, ACCOUNTANTS, "accountant")
-    candidates: dict[str, float] = {}
-    if sampling in (DETERMINISTIC_BRANCH, MIN_RULE):
-        candidates[DETERMINISTIC_BRANCH] = gaussian.sigma_deterministic(epsilon, delta, q, steps)
-    if sampling in (POISSON_BRANCH, MIN_RULE):
-        candidates[POISSON_BRANCH] = calibrate_poisson(epsilon, q, steps, delta, accountant,
-                                                  relative_tolerance, max_points)
-    branch = min(candidates, key=candidates.__getitem__)
-    return Calibration(candidates[branch], branch, epsilon, delta, q, steps)
-
-
-def calibrate_sigma(epsilon: float, q: float, steps: int, delta: float = DEFAULT_DELTA,
-                    sampling: str = "min", accountant: str = "pld") -> float:
-    """Convenience: just σ of :func:`calibrate`."""
-    return calibrate(epsilon, q, steps, delta, sampling, accountant).sigma
-
-
-def epsilon_spent(sigma: float, q: float, steps: int, delta: float = DEFAULT_DELTA,
-                  sampling: str = "min", accountant: str = "pld") -> float:
-    """ε(δ) spent with noise σ; ``"min"`` gives the smaller ε of the two batchings."""
-    sigma, delta = check_sigma(sigma), check_delta(delta)
-    q, steps = check_sampling_probability(q), check_steps(steps)
-    _check_choice(sampling, SAMPLINGS, "sampling")
-    _check_choice(accountant, ACCOUNTANTS, "accountant")
-    values = []
-    if sampling in (DETERMINISTIC_BRANCH, MIN_RULE):
-        values.append(gaussian.epsilon_deterministic(sigma, delta, q, steps))
-    if sampling in (POISSON_BRANCH, MIN_RULE):
-        values.append(poisson_epsilon(sigma, q, steps, delta, accountant))
-    return min(values)

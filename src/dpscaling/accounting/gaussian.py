@@ -1,22 +1,17 @@
-"""Unamplified Gaussian compositions: deterministic batching and GDP helpers.
+"""Unamplified Gaussian compositions: fixed batches and GDP helpers.
 
-Implements the "deterministic batching" branch of the paper's calibration rule
-(appendix "Notes on Generalized DP-SGD": noise is calibrated "under both the
-Poisson sampling assumption and the deterministic batching strategy, picking the
-lower noise multiplier").
+Fixed batches (the "deterministic batching" branch of the paper's calibration rule, appendix "Notes on
+Generalized DP-SGD": noise is calibrated "under both the Poisson sampling assumption and the deterministic
+batching strategy, picking the lower noise multiplier"): an example in k of the T steps, sensitivity 1
+each, is exactly one Gaussian mechanism of sensitivity √k, so
 
-Definition implemented: *deterministic batching* means fixed batches (e.g.
-shuffled epochs) in which every example takes part in exactly
-``k = ceil(q * T)`` of the T steps, with no privacy amplification. With
-sensitivity 1 and add/remove adjacency, k compositions of a Gaussian with noise
-σ on the sum are exactly one Gaussian mechanism with noise σ/√k, so
-
-    σ_det(ε, δ, k) = √k · s_AG(ε, δ)
+    σ(ε, δ, k) = √k · s_AG(ε, δ)          (:func:`fixed_batch_sigma`)
 
 with s_AG the analytic Gaussian mechanism (Balle & Wang 2018), computed by
-``dp_accounting.get_sigma_gaussian``. The other reading, "every example in every
-step" (k = T), is :func:`sigma_every_step`; with it a tight Poisson σ is always
-lower, so the paper's min rule would never pick it.
+``dp_accounting.get_sigma_gaussian``. Which k: the paper's hypothetical ``k = ⌈q·T⌉``
+(:func:`dpscaling.samplers.paper_participations`) for its rule, a sampler's own bound (:mod:`dpscaling.samplers`) for a run.
+The other reading, "every example in every step" (k = T), is :func:`sigma_every_step`; with it a tight
+Poisson σ is always lower, so the paper's min rule would never pick it.
 """
 
 from __future__ import annotations
@@ -24,15 +19,7 @@ from __future__ import annotations
 import functools
 import math
 
-
-# q*T is computed in floating point; 0.1 * 1000 = 100.00000000000001 must give 100
-# participations, not 101.
-_PARTICIPATION_ROUNDING = 1e-9
-
-
-def participations(q: float, steps: int) -> int:
-    """k = ⌈q·T⌉: how many steps each example takes part in under deterministic batching."""
-    return max(1, math.ceil(q * steps * (1 - _PARTICIPATION_ROUNDING)))
+import numpy as np
 
 
 @functools.lru_cache(maxsize=65536)
@@ -69,19 +56,23 @@ def gaussian_total_variation(noise: float) -> float:
     return float(2 * stats.norm.cdf(0.5 / noise) - 1)
 
 
-def sigma_deterministic(epsilon: float, delta: float, q: float, steps: int) -> float:
-    """σ on the sum for deterministic batching with k = ⌈qT⌉ participations per example."""
-    return math.sqrt(participations(q, steps)) * analytic_gaussian_sigma(epsilon, delta)
+def fixed_batch_sigma(epsilon, delta: float, participations):
+    """√k · s_AG(ε, δ): σ on the sum when an example joins k steps (sensitivity √k). Vectorised over ε and k
+    (s_AG once per distinct ε); a scalar in, a NumPy scalar out."""
+    eps, k = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(participations, float))
+    distinct, inverse = np.unique(eps, return_inverse=True)
+    s_ag = np.array([analytic_gaussian_sigma(float(e), delta) for e in distinct])
+    return np.sqrt(k) * s_ag[inverse].reshape(eps.shape)
+
+
+def fixed_batch_epsilon(sigma: float, delta: float, participations: float) -> float:
+    """ε(δ) spent by noise σ when an example joins k steps: one Gaussian release of noise σ/√k."""
+    return gaussian_epsilon(sigma / math.sqrt(participations), delta)
 
 
 def sigma_every_step(epsilon: float, delta: float, steps: int) -> float:
     """σ if every example were in every one of the T steps (the other reading of 'deterministic')."""
     return math.sqrt(steps) * analytic_gaussian_sigma(epsilon, delta)
-
-
-def epsilon_deterministic(sigma: float, delta: float, q: float, steps: int) -> float:
-    """ε spent by deterministic batching: one Gaussian with noise σ/√k."""
-    return gaussian_epsilon(sigma / math.sqrt(participations(q, steps)), delta)
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.accounting import calibration
-from dpscaling.accounting.sweep import bandmf_coordinates
+from dpscaling.accounting.matched import CyclicPoissonReduction
 from dpscaling.accounting.table import SigmaTable
 from dpscaling.accounting.validation import AccountingRefused
 
@@ -61,7 +61,7 @@ def measure(table: SigmaTable, points: pd.DataFrame) -> pd.DataFrame:
             interpolated = float("nan")  # the Poisson branch alone refused here (near-steps)
         started = time.perf_counter()
         # a BandMF table's entries are Poisson DP-SGD at its reduction's coordinates (⌈T/b⌉ steps at b·q)
-        rate, (rounds,) = bandmf_coordinates(table.bands, float(q), [int(t)])
+        rate, (rounds,) = CyclicPoissonReduction.at_rate(float(q), [int(t)], table.bands)
         direct = calibration.calibrate_poisson(float(e), min(1.0, rate), int(rounds), table.delta,
                                                relative_tolerance=1e-5)
         seconds = time.perf_counter() - started

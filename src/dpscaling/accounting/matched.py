@@ -32,6 +32,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from dpscaling.accounting import gaussian
 from dpscaling.accounting.branches import ADD_REMOVE, ZERO_OUT
 from dpscaling.accounting.validation import check_delta, check_epsilon
@@ -131,6 +133,12 @@ class CyclicPoissonReduction:
     sampling_probability: float
     rounds: int
 
+    @staticmethod
+    def at_rate(q, steps, bands: int):
+        """(b·q, ⌈T/b⌉): the rate and steps of the Poisson DP-SGD event that b bands at rate q over T steps reduce to
+        (one group of N/b sampled at b·q; the σ table's coordinates; b·q > 1 is no run). Vectorised in T."""
+        return q * bands, -(-np.asarray(steps, np.int64) // bands)
+
     @classmethod
     def of(cls, dataset_size: int, expected_batch_size: int, steps: int, bands: int) -> CyclicPoissonReduction:
         group = dataset_size // bands
@@ -229,22 +237,25 @@ def _deterministic(sampler: Sampler, common: dict[str, Any], *, epsilon: float |
     jax-privacy's ``minsep_sensitivity_squared``."""
     batch, delta = common["expected_batch_size"], common["delta"]
     participations = sampler.participation_bound(common["dataset_size"], batch, common["steps"])
+    separation = sampler.min_separation(common["dataset_size"], batch)
     extra = {}
     if common["bands"] == 1:
         sensitivity = math.sqrt(participations)
-    else:
-        if coefficients is None:
-            raise ValueError("a correlated mechanism's deterministic accounting needs its strategy coefficients")
+    elif coefficients is not None:
         from dpscaling.dp.correlated import sensitivity_squared
 
-        separation = sampler.min_separation(common["dataset_size"], batch)
         sensitivity = math.sqrt(sensitivity_squared(coefficients, common["steps"], participations, separation))
         extra = {"sensitivity": sensitivity}
+    elif separation >= common["bands"]:  # a price before the strategy exists: the b-banded columns of one
+        sensitivity = math.sqrt(participations)  # example never overlap, each of norm ≤ ‖c‖ = 1, so Δ² ≤ k
+        extra = {"sensitivity": sensitivity}
+    else:
+        raise ValueError("a correlated mechanism's deterministic accounting needs its strategy coefficients")
     if epsilon is not None:
-        sigma = sensitivity * gaussian.analytic_gaussian_sigma(epsilon, delta)
+        sigma = float(gaussian.fixed_batch_sigma(epsilon, delta, sensitivity ** 2))
     else:
         sigma = noise_batch_ratio * batch
-    spent = math.inf if sigma == 0 else gaussian.gaussian_epsilon(sigma / sensitivity, delta)
+    spent = math.inf if sigma == 0 else gaussian.fixed_batch_epsilon(sigma, delta, sensitivity ** 2)
     return RunPrivacy(**common, epsilon=spent, sigma=sigma, noise_batch_ratio=sigma / batch,
                       truncated_batch_size=None, max_participations=participations, adjacency=ZERO_OUT, **extra)
 

@@ -30,6 +30,7 @@ import numpy as np
 from scipy import interpolate
 
 from dpscaling.accounting import calibration, composition, gaussian, hockey_stick, pld, rdp
+from dpscaling.accounting.matched import CyclicPoissonReduction
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import AccountingRefused
 
@@ -300,19 +301,13 @@ def _invert(points: dict[int, float], epsilons: np.ndarray, resolution: int) -> 
     return result
 
 
-def bandmf_coordinates(bands: int, q: float, steps: np.ndarray) -> tuple[float, np.ndarray]:
-    """The (q, T) of the Poisson DP-SGD event that amplified BandMF with ``bands`` groups at (q, T) reduces to:
-    each example in one group of N/b, sampled at b·q, in ⌈T/b⌉ steps (jax-privacy's ``amplified_bandmf_event``,
-    whose event a test compares with this one)."""
-    return q * bands, -(-np.asarray(steps, np.int64) // bands)
-
-
 def poisson_slab(spec: TableSpec, q: float) -> SlabResult:
     """Poisson σ for every (ε, T) of ``spec`` at sampling probability ``q``; with ``spec.bands`` b > 1, amplified
-    BandMF's: the DP-SGD event it reduces to (:func:`bandmf_coordinates`), NaN where b·q > 1; with
+    BandMF's: the DP-SGD event it reduces to
+    (:meth:`dpscaling.accounting.matched.CyclicPoissonReduction.at_rate`, jax-privacy's ``amplified_bandmf_event``), NaN where b·q > 1; with
     ``spec.examples_per_user`` k > 1, ELS's for a user of k sequences (:class:`_MixtureCurve`)."""
     epsilons = spec.epsilons()
-    q, steps_grid = bandmf_coordinates(spec.bands, q, spec.steps())
+    q, steps_grid = CyclicPoissonReduction.at_rate(q, spec.steps(), spec.bands)
     sigma = np.full((len(epsilons), len(steps_grid)), np.nan)
     if q > 1.0:
         return SlabResult(sigma, 0, 0)

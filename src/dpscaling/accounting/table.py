@@ -11,8 +11,9 @@ grid with factor-2 steps in T and q within 0.5% — so the table costs a fractio
 of the compute. ``method="linear"`` gives the authors' scheme.
 
 The Poisson branch is tabulated; the deterministic branch is exact and cheap
-(√⌈qT⌉ · s_AG(ε, δ); for a BandMF table the cyclic sampler's k, :mod:`dpscaling.accounting.pricing`),
-so :class:`SigmaTable` evaluates it directly at the query instead of interpolating a ceiling function.
+(√⌈qT⌉ · s_AG(ε, δ); for a BandMF table the cyclic sampler's k), so :class:`SigmaTable` evaluates it
+directly at the query (:func:`dpscaling.accounting.pricing.paper_fixed_batch_sigma`, the one implementation of
+the paper's rule) instead of interpolating a ceiling function.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpscaling.accounting import gaussian, interpolation, sweep
+from dpscaling.accounting import interpolation, sweep
 from dpscaling.accounting.branches import DETERMINISTIC_BRANCH, POISSON_BRANCH, SAMPLINGS
 from dpscaling.accounting.table_spec import Chunk, TableSpec, plan_table  # noqa: F401 - the table's API
 from dpscaling.accounting.validation import AccountingRefused
@@ -59,15 +60,18 @@ def compute_chunk(spec: TableSpec, chunk: Chunk) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def save_table(frame: pd.DataFrame, path: str | Path, spec: TableSpec | None = None) -> None:
-    """Parquet, with the spec stored in the file metadata so a table knows its grid."""
+def save_table(frame: pd.DataFrame, path: str | Path, spec: TableSpec | None = None,
+               metadata: dict[bytes, bytes] | None = None) -> None:
+    """Parquet, with the spec stored in the file metadata so a table knows its grid (and any other
+    ``metadata``: an on-demand slab's key, :mod:`dpscaling.accounting.on_demand`)."""
     import pyarrow as pa
 
     table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-    if spec is not None:
-        metadata = dict(table.schema.metadata or {})
-        metadata[_SPEC_METADATA_KEY] = json.dumps(spec.to_mapping()).encode()
-        table = table.replace_schema_metadata(metadata)
+    if spec is not None or metadata:
+        stored = dict(table.schema.metadata or {}) | dict(metadata or {})
+        if spec is not None:
+            stored[_SPEC_METADATA_KEY] = json.dumps(spec.to_mapping()).encode()
+        table = table.replace_schema_metadata(stored)
     # Atomic, with page checksums and a content digest: a damaged chunk is refused by name on read.
     write_parquet_atomic(table, path)
 
@@ -210,24 +214,12 @@ class SigmaTable:
         return self._refuse(eps, t, q, sigma, reason, on_missing)
 
     def deterministic(self, epsilon, steps, q) -> np.ndarray:
-        """√k · s_AG(ε, δ): the paper's k = ⌈qT⌉ for DP-SGD; for a table of b ≥ 2 bands (BandMF) the cyclic
-        sampler's k = ⌈T/⌊1/q⌋⌉, participations ⌊1/q⌋ ≥ b apart, NaN where ⌊1/q⌋ < b
-        (:mod:`dpscaling.accounting.pricing`); NaN everywhere for ELS's table (no sampler trains its fixed
-        batches)."""
-        eps, t, q = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(steps, float),
-                                        np.asarray(q, float))
-        if self.examples_per_user > 1:
-            return np.full(eps.shape, np.nan)
-        rounding = gaussian._PARTICIPATION_ROUNDING  # noqa: SLF001
-        if self.bands == 1:
-            k = np.maximum(1, np.ceil(q * t * (1 - rounding)))
-        else:
-            with np.errstate(divide="ignore"):
-                separation = np.floor(1.0 / q * (1 + rounding))
-            k = np.where(separation >= self.bands, np.ceil(t / np.maximum(separation, 1) * (1 - rounding)), np.nan)
-        unique_eps, inverse = np.unique(eps, return_inverse=True)
-        s_ag = np.array([gaussian.analytic_gaussian_sigma(float(e), self.delta) for e in unique_eps])
-        return np.sqrt(k) * s_ag[inverse].reshape(eps.shape)
+        """The paper's rule's fixed-batch σ, computed exactly at the query, not interpolated
+        (:func:`dpscaling.accounting.pricing.paper_fixed_batch_sigma`: DP-SGD's k = ⌈qT⌉; a BandMF table's cyclic
+        k, NaN where ⌊1/q⌋ < b; NaN everywhere for ELS's table)."""
+        from dpscaling.accounting.pricing import paper_fixed_batch_sigma
+
+        return paper_fixed_batch_sigma(epsilon, self.delta, q, steps, self.bands, self.examples_per_user)
 
     def sigma(self, epsilon, steps, q, sampling: str = "min", on_missing: str = "raise") -> np.ndarray:
         """σ on the sum; ``sampling`` ∈ poisson | deterministic | min (the paper's rule)."""

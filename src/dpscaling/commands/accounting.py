@@ -1,7 +1,11 @@
 """``dpscaling sigma | epsilon | vulnerability | truncation``: privacy accounting from the command line.
 
-q = batch/users is the Poisson sampling probability, σ the noise multiplier on
-the sum of clipped gradients, σ̄ = σ/batch the noise-batch ratio (paper §2).
+q = batch/users is the sampling probability, σ the noise multiplier on the sum of clipped gradients, σ̄ =
+σ/batch the noise-batch ratio (paper §2). Every number is priced by :mod:`dpscaling.accounting.pricing`:
+by default (``--rule runnable``) what a run pays, the sampler that trains it, its participations and its
+truncation (:func:`~dpscaling.accounting.pricing.price_run`, what ``private_model`` trains), printed with
+that sampler; ``--rule paper`` the paper's rule (:func:`~dpscaling.accounting.pricing.paper_sigma`), which
+prices hypothetical batches no sampler runs, and says so.
 """
 
 from __future__ import annotations
@@ -9,8 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from typing import Any
 
-from dpscaling.accounting import calibration, interpolation_check, reference_csv, table, truncation, vulnerability
+from dpscaling.accounting import interpolation_check, pricing, reference_csv, table, truncation, vulnerability
+from dpscaling.accounting.branches import DETERMINISTIC_BRANCH, MIN_RULE, POISSON_BRANCH, SAMPLINGS
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import DEFAULT_DELTA, MAX_EPSILON, MAX_STEPS
 from dpscaling.commands._output import add_json_flag, emit
@@ -20,6 +26,11 @@ from dpscaling.errors import UserError
 USERS_HELP = "data budget N: the number of privacy units (users, or sequences when one sequence is the unit)"
 DELTA_HELP = ("δ of the (ε, δ) guarantee: the probability with which the ε bound may fail "
               f"(default {DEFAULT_DELTA:g})".replace("e-0", "e-"))
+RUNNABLE, PAPER = "runnable", "paper"
+RULES: tuple[str, ...] = (RUNNABLE, PAPER)
+PAPER_RULE_NOTE = ("the paper's rule prices hypothetical batches: untruncated Poisson, or fixed batches in which "
+                   "each example joins ceil(q*T) steps; no sampler runs it (a shuffle's fixed batches can give more "
+                   "participations, and private Poisson batches are truncated); train with --rule runnable's price")
 
 
 def _positive_number(flag: str, value: float, upper: float = math.inf) -> float:
@@ -50,36 +61,100 @@ def _add_configuration_flags(parser: argparse.ArgumentParser, sampling: bool = T
     parser.add_argument("--steps", type=float, required=True, help="training iterations T")
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA, help=DELTA_HELP)
     if sampling:
-        parser.add_argument("--sampling", choices=calibration.SAMPLINGS, default="min",
-                            help="poisson, deterministic (each example in ⌈qT⌉ steps) or min "
-                                 "(the lower σ of the two, the paper's rule; default)")
+        parser.add_argument(
+            "--rule", choices=RULES, default=RUNNABLE,
+            help="runnable (default): the price of the sampler that trains it, its participations and truncation, "
+                 "what private_model trains; paper: the paper's rule (hypothetical batches, no sampler runs it)")
+        parser.add_argument(
+            "--sampling", choices=SAMPLINGS, default=None,
+            help="poisson, deterministic (fixed batches) or min (the lower of the two). Runnable: poisson = "
+                 "truncated Poisson at a priced L (default), deterministic = a shuffle's fixed batches (each "
+                 "example in ceil(T/floor(N/B)) steps); paper: poisson untruncated, deterministic = ceil(q*T) "
+                 "participations, default min")
+        parser.add_argument("--mechanism", metavar="NAME", default="dpsgd",
+                            help="the noise mechanism: dpsgd (default), bandmf-b<b> (cyclic Poisson, or cyclic "
+                                 "fixed batches) or uls-m<m> (users sampled, N and B counting users)")
+        parser.add_argument("--examples-per-user", type=int, metavar="K", default=None,
+                            help="protect a user of up to K sequences (runnable only): DP-SGD's price is then ELS's "
+                                 "(Poisson only, N counting sequences); a uls-m<m> mechanism's is over N users")
+        parser.add_argument("--multiple", type=int, default=1,
+                            help="runnable Poisson: the truncation length L is a multiple of this (the microbatch)")
+        parser.add_argument("--truncated-batch-size", type=int, metavar="L", default=None,
+                            help="runnable Poisson: the run's truncation length L (default: L priced, the "
+                                 "smallest whose truncation costs at most 1%% more epsilon)")
     add_json_flag(parser)
+
+
+def _whole(args: argparse.Namespace) -> tuple[int, int]:
+    """--users and --batch as whole numbers: a run trains whole examples."""
+    if args.users != math.floor(args.users) or args.batch != math.floor(args.batch):
+        raise UserError("--users and --batch must be whole numbers for --rule runnable (a run trains whole "
+                        f"examples), got {args.users!r} and {args.batch!r}; --rule paper prices any rate")
+    if args.multiple < 1:
+        raise UserError(f"--multiple must be >= 1, got {args.multiple!r}")
+    if args.truncated_batch_size is not None and not args.batch <= args.truncated_batch_size <= args.users:
+        raise UserError(f"--truncated-batch-size must be in [--batch, --users] = [{args.batch:g}, {args.users:g}], "
+                        f"got {args.truncated_batch_size!r}")
+    return int(args.users), int(args.batch)
+
+
+def _runnable(args: argparse.Namespace, *, epsilon: float | None = None, sigma: float | None = None):
+    """The run's price (:func:`dpscaling.accounting.pricing.price_run`) of the flags."""
+    _, steps, delta = _configuration(args)
+    users, batch = _whole(args)
+    return pricing.price_run(args.mechanism, epsilon, delta, users, batch, steps, args.multiple,
+                             args.examples_per_user, sigma=sigma, truncated_batch_size=args.truncated_batch_size,
+                             sampling=args.sampling or POISSON_BRANCH)
+
+
+def _runnable_record(run: Any, as_json: bool) -> dict[str, Any]:
+    """The run's record (:class:`~dpscaling.accounting.matched.RunPrivacy`) under ``rule: runnable``; as text
+    without the fields its sampler has not (an L of fixed batches, say)."""
+    record = {"rule": RUNNABLE, **run.record()}
+    return record if as_json else {key: value for key, value in record.items() if value is not None}
+
+
+def _paper_only(args: argparse.Namespace) -> str:
+    """The paper rule's sampling; refuses the flags that only a runnable price reads."""
+    for flag, value, default in (("--examples-per-user", args.examples_per_user, None), ("--multiple", args.multiple, 1),
+                                 ("--truncated-batch-size", args.truncated_batch_size, None)):
+        if value != default:
+            raise UserError(f"{flag}: prices a run (--rule runnable); the paper's rule has no such setting")
+    return args.sampling or MIN_RULE
+
+
+def _paper_record(args: argparse.Namespace, q: float, steps: int, delta: float, sigma: float, epsilon: float,
+                  branch: str | None) -> dict[str, Any]:
+    return {"rule": PAPER, "sampling": args.sampling or MIN_RULE, "branch": branch, "mechanism": args.mechanism,
+            "sigma": sigma, "noise_batch_ratio": sigma / args.batch, "epsilon": epsilon, "delta": delta,
+            "sampling_probability": q, "steps": steps, "sampler": None, "note": PAPER_RULE_NOTE}
 
 
 def _run_sigma(args: argparse.Namespace) -> int:
     q, steps, delta = _configuration(args)
     epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
-    if args.mechanism is not None:  # a configuration to train: the one pricing module, for its mechanism
-        from dpscaling.accounting.pricing import price
-
-        if args.users != math.floor(args.users) or args.batch != math.floor(args.batch):
-            raise UserError("--mechanism prices a configuration to train: --users and --batch must be whole numbers")
-        found = price(args.mechanism, args.sampling, epsilon, delta, int(args.users), int(args.batch), steps)
-        emit(found.to_json(), args.json)
+    if args.rule == RUNNABLE:
+        emit(_runnable_record(_runnable(args, epsilon=epsilon), args.json), args.json)
         return 0
-    result = calibration.calibrate(epsilon, q, steps, delta, args.sampling)
-    emit({"sigma": result.sigma, "noise_batch_ratio": result.sigma / args.batch,
-          "epsilon": epsilon, "delta": delta, "sampling_probability": q,
-          "sampling": result.sampling}, args.json)
+    sigma, branch = pricing.paper_sigma(args.mechanism, _paper_only(args), epsilon, delta, q, steps)
+    if branch is None:
+        raise UserError(f"--rule paper: no branch of {args.sampling or MIN_RULE!r} prices {args.mechanism} at "
+                        f"q = {q:g}, T = {steps}")
+    emit(_paper_record(args, q, steps, delta, sigma, epsilon, branch), args.json)
     return 0
 
 
 def _run_epsilon(args: argparse.Namespace) -> int:
     q, steps, delta = _configuration(args)
     sigma = _positive_number("--sigma", args.sigma)
-    epsilon = calibration.epsilon_spent(sigma, q, steps, delta, args.sampling)
-    emit({"sigma": sigma, "noise_batch_ratio": sigma / args.batch, "epsilon": epsilon,
-          "delta": delta, "sampling_probability": q, "sampling": args.sampling}, args.json)
+    if args.rule == RUNNABLE:
+        emit(_runnable_record(_runnable(args, sigma=sigma), args.json), args.json)
+        return 0
+    epsilon, branch = pricing.paper_epsilon(args.mechanism, _paper_only(args), sigma, delta, q, steps)
+    if branch is None:
+        raise UserError(f"--rule paper: no branch of {args.sampling or MIN_RULE!r} prices {args.mechanism} at "
+                        f"q = {q:g}, T = {steps}")
+    emit(_paper_record(args, q, steps, delta, sigma, epsilon, branch), args.json)
     return 0
 
 
@@ -87,18 +162,25 @@ def _run_vulnerability(args: argparse.Namespace) -> int:
     q, steps, delta = _configuration(args)
     if (args.sigma is None) == (args.epsilon is None):
         raise UserError("give exactly one of --epsilon (calibrate first) or --sigma")
-    if args.sigma is not None:
-        sigma = _positive_number("--sigma", args.sigma)
-        branch = calibration.POISSON_BRANCH if args.sampling == calibration.MIN_RULE else args.sampling
-        epsilon = calibration.epsilon_spent(sigma, q, steps, delta, branch)
-    else:
-        epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
-        calibrated = calibration.calibrate(epsilon, q, steps, delta, args.sampling)
-        sigma, branch = calibrated.sigma, calibrated.sampling
+    sigma = None if args.sigma is None else _positive_number("--sigma", args.sigma)
+    epsilon = None if args.epsilon is None else _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
+    if args.rule == RUNNABLE:
+        run = _runnable(args, epsilon=epsilon, sigma=sigma)
+        emit({**_runnable_record(run, args.json), "mia_advantage": vulnerability.run_advantage(run)}, args.json)
+        return 0
+    rule = _paper_only(args)
+    if sigma is None:
+        sigma, branch = pricing.paper_sigma(args.mechanism, rule, epsilon, delta, q, steps)
+    else:  # the advantage of the branch a σ is read under: min reads it as the (amplified) Poisson one
+        branch = POISSON_BRANCH if rule == MIN_RULE else rule
+        epsilon, _ = pricing.paper_epsilon(args.mechanism, branch, sigma, delta, q, steps)
+    if branch is None:
+        raise UserError(f"--rule paper: no branch of {rule!r} prices {args.mechanism} at q = {q:g}, T = {steps}")
+    if args.mechanism != "dpsgd":
+        raise UserError("--mechanism: the paper rule's advantage is DP-SGD's; use --rule runnable for "
+                        f"{args.mechanism}")
     advantage = vulnerability.mia_advantage(sigma, q, steps, branch)
-    emit({"sigma": sigma, "noise_batch_ratio": sigma / args.batch, "epsilon": epsilon,
-          "delta": delta, "sampling_probability": q, "sampling": branch,
-          "mia_advantage": advantage}, args.json)
+    emit({**_paper_record(args, q, steps, delta, sigma, epsilon, branch), "mia_advantage": advantage}, args.json)
     return 0
 
 
@@ -189,17 +271,15 @@ def _run_truncation(args: argparse.Namespace) -> int:
     if args.users != users or args.multiple < 1:
         raise UserError(f"--users must be a whole number of sequences and --multiple >= 1, "
                         f"got {args.users!r} and {args.multiple!r}")
-    run = truncation.truncated_poisson_run(q=q, steps=steps, dataset_size=users, delta=delta,
-                                           multiple=args.multiple, target_epsilon=epsilon)
+    run = pricing.price_run("dpsgd", epsilon, delta, users, batch, steps, args.multiple)
     lengths = args.lengths or [truncation.round_up(batch + k * math.sqrt(batch), args.multiple) for k in (3, 4, 5, 6)]
     if min(lengths) < batch:
         raise UserError(f"--lengths must be at least --batch ({batch}), got {min(lengths)}")
-    trade = truncation.truncation_trade(epsilon, q, steps, users, delta,
-                                        [*lengths, run.price.truncated_batch_size])
-    result = {"truncated_batch_size": run.price.truncated_batch_size, "sigma": run.sigma,
+    trade = truncation.truncation_trade(epsilon, q, steps, users, delta, [*lengths, run.truncated_batch_size])
+    result = {"truncated_batch_size": run.truncated_batch_size, "sigma": run.sigma,
               "untruncated_sigma": run.untruncated_sigma, "epsilon": run.epsilon,
-              "truncation_probability": run.price.truncation_probability,
-              "padding_share": run.price.padding_share, "tolerance": truncation.EPSILON_TOLERANCE,
+              "truncation_probability": run.truncation_probability, "padding_share": run.padding_share,
+              "sampler": run.sampler, "accountant": run.accountant, "tolerance": truncation.EPSILON_TOLERANCE,
               "trade": trade}
     if args.json:
         emit(result, True)
@@ -213,17 +293,12 @@ def _run_truncation(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    sigma = subparsers.add_parser("sigma", help="noise multiplier σ and noise-batch ratio σ/B for (ε, δ)")
+    sigma = subparsers.add_parser("sigma", help="noise multiplier σ and noise-batch ratio σ/B for (ε, δ): what a run pays")
     sigma.add_argument("--epsilon", type=float, required=True, help="privacy budget ε to calibrate σ for")
-    sigma.add_argument("--mechanism", metavar="NAME",
-                       help="price a configuration to train for this noise mechanism (dpsgd or bandmf-b<b>): the "
-                            "events of the samplers that run it, BandMF's cyclic Poisson included, with its sampler, "
-                            "adjacency and event (docs/accounting.md, 'Pricing a configuration'); default: the "
-                            "paper's rule for DP-SGD's hypothetical batches")
     _add_configuration_flags(sigma)
     sigma.set_defaults(func=_run_sigma)
 
-    epsilon = subparsers.add_parser("epsilon", help="ε spent by noise multiplier σ")
+    epsilon = subparsers.add_parser("epsilon", help="ε spent by noise multiplier σ in a run")
     epsilon.add_argument("--sigma", type=float, required=True,
                          help="noise multiplier σ: noise std on the sum of clipped gradients, in units of "
                               "the clipping norm")

@@ -241,7 +241,7 @@ def fit_law(results: pd.DataFrame, settings: LawSettings | None = None, *,
     Raises UserError if nothing survives the warm-up cut or the grid cannot be interpolated.
     """
     if sigma_table is not None:
-        from dpscaling.accounting.calibration import SAMPLINGS
+        from dpscaling.accounting.branches import SAMPLINGS
 
         if sampling not in SAMPLINGS:
             raise UserError(f"accounting.sampling: {sampling!r} is not one of {list(SAMPLINGS)}")

@@ -137,15 +137,15 @@ def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min",
 
 
 def sigma_from_accountant(delta: float, sampling: str = "min", mechanism: str = DPSGD.name) -> SigmaFunction:
-    """σ priced by :func:`dpscaling.accounting.pricing.sigma_at_rate` once per distinct (ε, T, q) (the
-    accountant counts whole steps): exact, but seconds per row, so for a handful of configurations, never a
-    search."""
-    from dpscaling.accounting.pricing import sigma_at_rate
+    """σ of the paper's rule priced by :func:`dpscaling.accounting.pricing.paper_sigma` once per distinct
+    (ε, T, q) (the accountant counts whole steps): exact, but seconds per row, so for a handful of
+    configurations, never a search."""
+    from dpscaling.accounting.pricing import paper_sigma
 
     def sigma(epsilon: np.ndarray, steps: np.ndarray, q: np.ndarray) -> np.ndarray:
         rows = np.column_stack([np.atleast_1d(epsilon), np.ceil(np.atleast_1d(steps)), np.atleast_1d(q)])
         distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-        values = np.array([sigma_at_rate(mechanism, sampling, float(e), delta, float(p), int(t))
+        values = np.array([paper_sigma(mechanism, sampling, float(e), delta, float(p), int(t))[0]
                            for e, t, p in distinct])
         return values[inverse.ravel()]
     return sigma
