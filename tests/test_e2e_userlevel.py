@@ -26,16 +26,13 @@ pytestmark = pytest.mark.slow(minutes=5)
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("sigma-cache")
-
-
-@pytest.fixture(scope="module")
-def userlevel_run(tmp_path_factory, cache) -> Path:
+def userlevel_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("userlevel")
     import os
 
-    os.environ["DPSCALING_CACHE"] = str(cache)  # ELS's on-demand σ tables, shared with the queries below
+    # ELS's on-demand σ tables: the workflow keeps them under the run's results, and the queries below read them
+    # there; the cache the session set for other tests is not the run's
+    os.environ["DPSCALING_CACHE"] = str(tmp_path_factory.mktemp("not-the-run-s-cache"))
     # one private budget per user (instead of the smoke's per sequence), planned by both laws
     per_user = workdir / "per-user.yaml"
     per_user.write_text(f"private_model:\n  budgets:\n    - {{epsilon: {EPSILON}, data_budget: {PRIVATE_USERS}, "
@@ -77,6 +74,9 @@ def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, caps
     users, k, sequences = packed["users"]["n_users"], packed["users"]["max_examples"], packed["n_train"]
     assert users < sequences < users * k
     monkeypatch.chdir(userlevel_run.parent.parent)
+    run_cache = userlevel_run / "accounting" / "sigma_cache"
+    assert list(run_cache.rglob("*.parquet"))  # the workflow's ELS slabs are kept with the run
+    monkeypatch.setenv("DPSCALING_CACHE", str(run_cache))
     capsys.readouterr()
     budget = ["--compute", str(COMPUTE), "--epsilon", str(EPSILON), "--users", str(users)]
     status = main(["query", "--law", str(userlevel_run / "law" / "bundle"), *budget, "--examples-per-user", str(k),

@@ -174,6 +174,20 @@ def read_parquet_verified(path: str | os.PathLike[str], remedy: str) -> Any:
     return table
 
 
+# ---------------------------------------------------------------------------- the σ cache's place
+
+SIGMA_CACHE_ENV = "DPSCALING_CACHE"
+
+
+def sigma_cache_directory() -> Path:
+    """Where on-demand σ slabs are kept (:mod:`dpscaling.accounting.on_demand`): ``$DPSCALING_CACHE`` (the
+    workflow sets it to its run's ``accounting/sigma_cache``), else the user's cache directory."""
+    if os.environ.get(SIGMA_CACHE_ENV):
+        return Path(os.environ[SIGMA_CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "dpscaling"
+
+
 # ---------------------------------------------------------------------------- one snakemake per results directory
 
 RESULTS_LOCK = ".snakemake-running"

@@ -126,6 +126,9 @@ LR_FIGURE = f"{FIGURES}/learning-rates"
 ACCOUNTING, MECHANISM_ACCOUNTING = "accounting", "accounting/mech={mech}"
 ACCOUNTING_CHUNK = "chunks/chunk-{chunk}.parquet"
 SIGMA_TABLE = "sigma_table.parquet"
+# σ slabs built on demand (dpscaling.accounting.on_demand) by this run's jobs: kept with the run, not in a
+# user's cache, so what its answers rest on is part of its results.
+SIGMA_CACHE = f"{ACCOUNTING}/sigma_cache"
 AMPLIFIED, UNAMPLIFIED = "accounting_amplified.csv", "accounting_unamplified.csv"
 INTERPOLATION_ERRORS = f"{ACCOUNTING}/interpolation_errors.csv"
 

@@ -1,6 +1,8 @@
 import dataclasses
 import json
+import os
 import sys
+from pathlib import Path
 
 from snakemake.utils import min_version
 
@@ -62,7 +64,7 @@ from dpscaling.grid import (
     repeat_grid,
 )
 from dpscaling.rate_protocol import read_chosen
-from dpscaling.io import lock_results
+from dpscaling.io import SIGMA_CACHE_ENV, lock_results
 from dpscaling.mechanisms import DPSGD, mechanism_named
 from dpscaling.models.family import model_family, run_family
 from dpscaling.savings.plan import trained_roles
@@ -104,6 +106,9 @@ CFG = load_config(config)
 check_config(CFG)
 
 RESULTS = CFG.root
+# σ slabs built on demand by this run's jobs (a query at another δ, ELS's tables) live with its results, not in
+# the user's cache (dpscaling.accounting.on_demand): jobs inherit this, and a cluster job's re-parse sets it too.
+os.environ[SIGMA_CACHE_ENV] = str(Path(RESULTS, layout.SIGMA_CACHE).resolve())
 if workflow.is_main_process:  # once per invocation, not in every job's re-parse
     print(
         f"dpscaling: run {CFG.run_name!r} -> {RESULTS}/ ({RUN_NAME_ORIGIN})",

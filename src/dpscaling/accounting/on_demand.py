@@ -11,19 +11,31 @@ queried range, q at the powers of two that bracket the queried sampling rates, e
 on both sides for the cubic stencil; it is then read as the stage's table is
 (:class:`dpscaling.accounting.table.SigmaTable`, cubic at fixed σ, within 0.5% of direct calibration,
 NaN with a reason where the accountant refused). Each (grid, q) is one file under the cache directory
-(``$DPSCALING_CACHE``, else ``$XDG_CACHE_HOME/dpscaling``, else ``~/.cache/dpscaling``), so the next
-query at that ε and δ costs nothing. A slab costs 0.5–3 s on one core (more for tiny q and long T).
+(``$DPSCALING_CACHE``, else ``$XDG_CACHE_HOME/dpscaling``, else ``~/.cache/dpscaling``; the workflow keeps its
+run's under ``results/<run>/accounting/sigma_cache``), so the next query at that ε and δ costs nothing. A slab
+costs 0.5–3 s on one core (more for tiny q and long T).
+
+A slab is served only for exactly what computed it. Its key (:func:`slab_key`) is the table's settings, its
+sampling rate, the source of every module that computes its values (:data:`SLAB_CODE`) and the versions of the
+libraries they call (:data:`SLAB_LIBRARIES`): a changed constant, discretisation or accountant gets new slabs.
+The key is stored in the slab, and a slab whose recorded key differs from the one asked for (a file copied or
+planted under another key, a damaged one) is rebuilt. Builders of one slab take its lock (``flock`` on a
+sibling ``.lock`` file) and look again once they hold it, so two processes asking for the same slab both get
+it, computed once.
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import json
 import math
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,23 +43,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpscaling.accounting.table import Chunk, SigmaTable, compute_chunk, read_frame, save_table
+from dpscaling.accounting.table import Chunk, SigmaTable, compute_chunk, save_table
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import check_delta
 from dpscaling.errors import UserError
+from dpscaling.io import SIGMA_CACHE_ENV as CACHE_ENV
+from dpscaling.io import sigma_cache_directory as cache_directory
 
-CACHE_ENV = "DPSCALING_CACHE"
 EPSILON_PER_OCTAVE = 4
 # Grid nodes beyond the queried range on each side (octaves): the cubic stencil needs a neighbour.
 MARGIN_OCTAVES = 1
-
-
-def cache_directory() -> Path:
-    """Where on-demand σ slabs are kept: ``$DPSCALING_CACHE``, else the user's cache directory."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dpscaling"
+# The modules of dpscaling.accounting whose code computes a slab's σ (compute_chunk and what it calls): their
+# source is part of every slab's key.
+SLAB_CODE: tuple[str, ...] = ("calibration", "composition", "gaussian", "hockey_stick", "matched", "pld", "rdp",
+                              "search", "sweep", "table", "table_spec", "user_level", "validation")
+SLAB_LIBRARIES: tuple[str, ...] = ("dp-accounting", "numpy", "scipy")
+SLAB_KEY_METADATA = b"dpscaling.accounting.slab_key"
 
 
 def _octaves(low: float, high: float, ceiling: int | None = None) -> tuple[int, int]:
@@ -113,13 +124,13 @@ class OnDemandSigma:
         return self._tables[key]
 
     def _slab_path(self, spec: TableSpec, rate: float) -> Path:
-        grid = {name: value for name, value in spec.to_mapping().items() if name not in ("q_min_log2", "q_per_chunk")}
-        digest = hashlib.sha256(json.dumps(grid, sort_keys=True).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(json.dumps(slab_key(spec, None), sort_keys=True).encode()).hexdigest()[:16]
         return self.cache / "sigma" / digest / f"q=2^{round(math.log2(rate))}.parquet"
 
     def _slabs(self, spec: TableSpec, rates: list[float]) -> pd.DataFrame:
         paths = {rate: self._slab_path(spec, rate) for rate in rates}
-        missing = [rate for rate, path in paths.items() if not path.is_file()]
+        frames = {rate: read_slab(path, slab_key(spec, rate)) for rate, path in paths.items()}
+        missing = [rate for rate, frame in frames.items() if frame is None]
         if missing and self.progress is not None:
             self.progress(f"σ at δ = {self.delta:g} for ε in [{spec.epsilon_min:g}, {spec.epsilon_max:g}]: computing "
                           f"{len(missing)} of {len(rates)} sampling rates × {len(spec.steps())} step counts with "
@@ -129,14 +140,75 @@ class OnDemandSigma:
             workers = _slab_workers(len(jobs))
             if workers > 1:  # the slabs are independent: one process per core
                 with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                    list(pool.map(_write_slab, jobs))
+                    list(pool.map(build_slab, jobs))
             else:
                 for job in jobs:
-                    _write_slab(job)
+                    build_slab(job)
         except OSError as error:  # a read-only cache must not cost the answer
             raise UserError(f"cannot write the σ cache {self.cache} ({error}); set {CACHE_ENV} to a writable "
                             "directory") from error
-        return pd.concat([read_frame(path)[0] for path in paths.values()], ignore_index=True)
+        for rate in missing:
+            frames[rate] = read_slab(paths[rate], slab_key(spec, rate))
+            if frames[rate] is None:
+                raise UserError(f"the σ cache {paths[rate]} does not hold the slab just built for it; set "
+                                f"{CACHE_ENV} to a directory of its own")
+        return pd.concat([frames[rate] for rate in rates], ignore_index=True)
+
+
+@functools.cache
+def code_fingerprint() -> dict[str, str]:
+    """What a slab's values depend on besides its settings: a digest of :data:`SLAB_CODE`'s source, and the
+    versions of :data:`SLAB_LIBRARIES`."""
+    from importlib import import_module, metadata
+
+    digest = hashlib.sha256()
+    for name in SLAB_CODE:
+        digest.update(name.encode() + b"\0" + Path(import_module(f"dpscaling.accounting.{name}").__file__).read_bytes())
+    found = {"code_sha256": digest.hexdigest()}
+    for library in SLAB_LIBRARIES:
+        try:
+            found[library] = metadata.version(library)
+        except metadata.PackageNotFoundError:
+            found[library] = "unknown"
+    return found
+
+
+def slab_key(spec: TableSpec, rate: float | None) -> dict[str, object]:
+    """Everything a slab's σ depends on: the table's settings (the sampling-rate axis aside: a slab is one rate),
+    its rate (None: the key of the slab's directory, shared by its rates) and :func:`code_fingerprint`."""
+    grid = {name: value for name, value in spec.to_mapping().items() if name not in ("q_min_log2", "q_per_chunk")}
+    key: dict[str, object] = {"grid": grid, **code_fingerprint()}
+    if rate is not None:
+        key["sampling_probability"] = float(rate)
+    return key
+
+
+def read_slab(path: Path, key: dict[str, object]) -> pd.DataFrame | None:
+    """The slab at ``path`` if it is there, intact and recorded under exactly ``key``; else None (to build)."""
+    from dpscaling.io import read_parquet_verified
+
+    if not path.is_file():
+        return None
+    try:
+        table = read_parquet_verified(path, "it is rebuilt")
+    except UserError:  # damaged or altered: rebuilt under the lock
+        return None
+    recorded = (table.schema.metadata or {}).get(SLAB_KEY_METADATA)
+    if recorded is None or json.loads(recorded) != json.loads(json.dumps(key)):
+        return None
+    return table.to_pandas()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold the slab's lock (an exclusive ``flock`` of ``<slab>.lock``), released however the holder ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _slab_workers(jobs: int) -> int:
@@ -148,7 +220,13 @@ def _slab_workers(jobs: int) -> int:
     return min(jobs, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
-def _write_slab(job: tuple[TableSpec, int, float, Path]) -> None:
-    """One σ slab (a sampling rate of the spec) computed and cached at its path."""
+def build_slab(job: tuple[TableSpec, int, float, Path]) -> None:
+    """One σ slab (a sampling rate of the spec) computed and cached at its path with its key, unless another
+    process built it while this one waited for the lock."""
     spec, index, rate, path = job
-    save_table(compute_chunk(spec, Chunk(index, (rate,))), path, spec)
+    key = slab_key(spec, rate)
+    with _locked(path):
+        if read_slab(path, key) is not None:
+            return
+        save_table(compute_chunk(spec, Chunk(index, (rate,))), path, spec,
+                   metadata={SLAB_KEY_METADATA: json.dumps(key, sort_keys=True).encode()})
