@@ -16,17 +16,18 @@ from dpscaling.law.synthetic import DeterministicGaussianSigma, seeded_results
 SHAPES = {"Synthetic0": (1, 2, 64), "Synthetic1": (2, 4, 128), "Synthetic2": (4, 4, 168)}
 
 
-def write_run(root: Path) -> Path:
+def write_run(root: Path, epsilon_octaves: tuple[int, int] = (-1, 6)) -> Path:
     """A run laid out as the workflow writes it: accounting/sigma_table.parquet (the closed-form σ of fixed
     batches in its Poisson column: the wiring is tested, not the accountant), law/fit, law/bootstrap (4
     replicates), law/physical_batch/correction.json and validate/calibration.json (q = 0.05 nats, the
-    horizon set included: extrapolation validated to 2×, the calibrated region from T = 500)."""
+    horizon set included: extrapolation validated to 2×, the calibrated region from T = 500). The table's ε are
+    the powers of two of ``epsilon_octaves`` (a range's ends)."""
     from dpscaling.accounting.table import COLUMNS, STATUS_OK, save_table
     from dpscaling.law.bootstrap import replicate_grids, write_replicates
     from dpscaling.law.calibration import Calibration, write_calibration
     from dpscaling.law.physical_batch import PhysicalBatchCorrection
 
-    e, t, q = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(-1, 6), np.geomspace(10, 2e5, 16),
+    e, t, q = (a.ravel() for a in np.meshgrid(2.0 ** np.arange(*epsilon_octaves), np.geomspace(10, 2e5, 16),
                                               2.0 ** np.arange(-18, 1), indexing="ij"))
     (root / "accounting").mkdir(parents=True)
     save_table(pd.DataFrame({"epsilon": e, "steps": t, "sampling_probability": q, "delta": 1e-8,

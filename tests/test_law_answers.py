@@ -346,3 +346,36 @@ def test_counting_pretraining_answers_with_what_it_leaves_for_fine_tuning(run_di
                                        "pretraining_tokens": {"Synthetic0": 1.0}}).root
     with pytest.raises(UserError, match=r"records no pretraining for \['Synthetic2'\]"):
         dpscaling.load_law(unknown).query(**QUERY, count_pretraining=True)
+
+
+def test_a_sigma_the_accountant_refuses_is_shown_apart_never_as_runnable(bundle) -> None:
+    """Where exact pricing is refused (here ELS's fixed batches, which no sampler trains), the table's interpolated
+    σ is not the runnable σ: the runnable block shows none, the σ stands apart with its reason, the answer has no
+    train config and says so in text."""
+    import dataclasses
+
+    from dpscaling.commands.answer_text import render_answer
+    from dpscaling.law.columns import BATCH_SIZE, ITERATIONS, MODEL_SIZE
+    from dpscaling.law.decision import rule_named
+    from dpscaling.law.noise import SigmaSource
+    from dpscaling.law.range_checks import unpriced_sigma_flag
+    from dpscaling.law.surface import surface_at
+
+    law = dpscaling.load_law(bundle)
+    answer = law.query(**QUERY)
+    table = law.sigma_source()
+    per_user = SigmaSource(table.sigma, table.delta, "poisson", "the table, standing for ELS's", examples_per_user=4)
+    optimum = pd.Series({MODEL_SIZE: answer.runnable.model_size, BATCH_SIZE: float(answer.runnable.batch_size),
+                         ITERATIONS: float(answer.runnable.iterations)})
+    # at ε 8 the synthetic table's σ̄ lies inside the law's range (its σ is the closed form of fixed batches)
+    runnable = law._rounded(optimum, QUERY["compute"], 8.0, QUERY["users"], surface_at(law.bundle, 128), per_user,
+                            None, None, rule_named(None), "deterministic")
+    assert not runnable.priced and runnable.price is None and "Poisson sampling only" in runnable.unpriced
+    assert math.isfinite(runnable.predicted_loss) and runnable.train_config() == {}
+    shown = runnable.to_json()
+    assert shown["sigma"] is None and shown["noise_batch_ratio"] is None and shown["train_config"] is None
+    assert shown["interpolated_sigma"]["sigma"] == runnable.sigma > 0
+    text = render_answer(dataclasses.replace(answer, runnable=runnable,
+                                             flags=tuple(unpriced_sigma_flag(runnable.sigma, runnable.unpriced))))
+    assert "none priced" in text and "sigma_not_priced" in text and "train with   snakemake" not in text
+    assert answer.runnable.priced and answer.to_json()["interpolated_sigma"] is None

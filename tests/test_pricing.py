@@ -268,3 +268,31 @@ def test_dpscaling_sigma_prices_a_bandmf_configuration_with_its_own_events(run) 
     status, _, err = run("sigma", "--mechanism", "bandmf-b1", "--epsilon", 8, "--users", 2000, "--batch", 30,
                          "--steps", 34)
     assert status == 2 and "bandmf-b<b>" in err
+
+
+def test_a_law_without_a_calibration_is_charged_like_the_others_not_scored_bare(tmp_path) -> None:
+    """Choices across laws compare like with like: BandMF's law (its answer predicted 0.026 nats worse, no
+    calibration) used to win on its bare prediction against DP-SGD's prediction plus its half-width 0.05; it is now
+    charged the widest calibrated half-width of the others, says so, and DP-SGD's answer wins. Without any
+    calibration the scores are the bare predictions."""
+    from dpscaling.law.bundle import write_bundle
+    from dpscaling.law.decision import Scored, comparable_scores
+
+    root = write_mechanism_run(tmp_path / "run", bandmf_gain=0.04)
+    bandmf = root / "law" / "mechanisms" / "mech=bandmf-b4"
+    write_bundle(tmp_path / "bundle", root / "law" / "fit", sigma_table=root / "accounting" / "sigma_table.parquet",
+                 bootstrap=root / "law" / "bootstrap", calibration=root / "validate" / "calibration.json",
+                 mechanisms={"bandmf-b4": {"law": bandmf / "fit", "bootstrap": bandmf / "bootstrap",
+                                           "sigma_table": root / "accounting" / "mech=bandmf-b4" / "sigma_table.parquet"}})
+    choice = dpscaling.load_law(tmp_path / "bundle").query(**QUERY, decision_rule="calibrated_upper",
+                                                            optimum_interval=False)
+    rows = {row["mechanism"]: row for row in choice.comparison()}
+    assert choice.answers["bandmf-b4"].runnable.decision.applied == "point"  # it has no calibration to apply
+    width = (lambda low, high: (high - low) / 2)(*choice.answers["dpsgd"].runnable.calibrated_interval)
+    assert rows["bandmf-b4"]["decision_score"] == pytest.approx(rows["bandmf-b4"]["predicted_loss"] + width)
+    assert "widest calibrated half-width" in rows["bandmf-b4"]["decision_note"] and rows["dpsgd"]["decision_note"] is None
+    assert rows["dpsgd"]["predicted_loss"] < rows["bandmf-b4"]["predicted_loss"]
+    assert choice.answers["bandmf-b4"].runnable.decision.score < rows["dpsgd"]["decision_score"]  # the bare score won
+    assert choice.mechanism == "dpsgd" and choice.to_json()["decision_notes"].keys() == {"bandmf-b4"}
+    bare = {"a": Scored(5.0, 5.0, "point", "point", None), "b": Scored(5.1, 5.1, "point", "point", 0.2)}
+    assert comparable_scores(bare) == ({"a": 5.0, "b": 5.1}, {})

@@ -50,11 +50,23 @@ def _interval(pair) -> str:
     return "none" if pair is None else f"[{pair[0]:.4g}, {pair[1]:.4g}]"
 
 
+def _data_budget(query: dict[str, Any]) -> str:
+    """N as the query counted it; a budget per user priced by ELS also names the S sequences it sampled, and
+    says where S was assumed (S = N, the conservative end: :func:`dpscaling.law.answers.held_sequences`)."""
+    if query["privacy_unit"] == "sequence":
+        return f"{query['tokens']:,.0f} tokens = {query['data_budget_units']:,.0f} sequences"
+    if query.get("sequences") is None:
+        return f"{query['data_budget_units']:,.0f} users"
+    assumed = (" (assumed: one each, the conservative end; give --sequences for what they hold)"
+               if query["sequences_assumed"] else "")
+    return (f"{query['users']:,.0f} users of up to k = {query['examples_per_user']} sequences, ELS sampling the "
+            f"{query['sequences']:,.0f} they hold{assumed}")
+
+
 def render_answer(answer: Answer) -> str:
     """The answer for a person: what to train, what to expect, how far to trust it."""
     query, runnable, optimum = answer.query, answer.runnable, answer.optimum
-    budget = (f"{query['tokens']:,.0f} tokens = {query['data_budget_units']:,.0f} sequences"
-              if query["privacy_unit"] == "sequence" else f"{query['data_budget_units']:,.0f} users")
+    budget = _data_budget(query)
     shape = runnable.model
     model = (f"{shape.name}: {shape.family}, {shape.layers} layers, {shape.heads} heads, hidden {shape.hidden}"
              if shape is not None else runnable.model_note)
@@ -73,7 +85,11 @@ def render_answer(answer: Answer) -> str:
         f"learning     rate {runnable.learning_rate:g}" if runnable.learning_rate is not None
         else "learning     rate: none measured for this model",
         f"noise        σ = {runnable.sigma:.5g} on the summed clipped gradients ({runnable.sampling} batches, "
-        f"{runnable.mechanism}), σ̄ = σ/B = {runnable.noise_batch_ratio:.4g}",
+        f"{runnable.mechanism}), σ̄ = σ/B = {runnable.noise_batch_ratio:.4g}" if runnable.priced else
+        f"noise        none priced: the accountant refused this configuration; the σ table interpolates σ = "
+        f"{runnable.sigma:.5g} (σ̄ {runnable.noise_batch_ratio:.4g}), which no run can train with",
+        *([f"             {runnable.price.truncation}"] if runnable.price is not None and runnable.price.truncation
+          else []),
         *([f"privacy      sampler {runnable.price.sampler}, {runnable.price.adjacency} adjacency, "
            + _event_line(runnable.price.event.to_json())] if runnable.price is not None else []),
         f"loss         {runnable.predicted_loss:.4g}   seed-only 90% {_interval(runnable.seed_only_interval)}   "

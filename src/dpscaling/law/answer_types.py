@@ -94,6 +94,14 @@ class Runnable:
     measured_model: str | None = None  # the law's measured model of exactly this size, when the answer is one
     sequences_per_unit: int = 1  # m of a user-level mechanism's sampled user (B, N count users), else 1
     examples_per_user: int | None = None  # k of a budget per user (None: per sequence)
+    # Why the accountant refused to price this configuration exactly (None: it priced it). Its σ is then the σ
+    # table's interpolation, which no run can train with: shown apart, never as the runnable σ.
+    unpriced: str | None = None
+
+    @property
+    def priced(self) -> bool:
+        """σ is the accountant's exact price of this configuration (else the table's interpolation)."""
+        return self.unpriced is None
 
     @property
     def compute(self) -> float:
@@ -112,7 +120,10 @@ class Runnable:
         return "user" if user_level else "sequence"
 
     def train_config(self) -> dict[str, Any]:
-        """The config block that trains exactly this configuration with ``snakemake private_model``."""
+        """The config block that trains exactly this configuration with ``snakemake private_model``; {} where
+        its σ could not be priced (no run can train it at that price)."""
+        if not self.priced:
+            return {}
         return train_config(self.model, self.batch_size, self.iterations, self.learning_rate, self.epsilon,
                             self.delta, self.data_budget, self.compute, self.init_checkpoint, self.mechanism,
                             self.examples_per_user)
@@ -123,18 +134,23 @@ class Runnable:
             "batch_size": self.batch_size, "microbatch_size": self.microbatch_size, "iterations": self.iterations,
             "seq_len": self.seq_len, "compute": self.compute, "tokens": self.tokens,
             "tokens_per_parameter": self.tokens / self.model_size, "epsilon": self.epsilon, "delta": self.delta,
-            "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "sampling": self.sampling,
+            "sigma": self.sigma if self.priced else None,
+            "noise_batch_ratio": self.noise_batch_ratio if self.priced else None, "sampling": self.sampling,
             "mechanism": self.mechanism, "privacy_unit": self.privacy_unit,
             "sequences_per_unit": self.sequences_per_unit, "examples_per_user": self.examples_per_user,
             "sampler": None if self.price is None else self.price.sampler,
             "adjacency": None if self.price is None else self.price.adjacency,
             "accounting_event": None if self.price is None else self.price.event.to_json(),
+            "truncation": None if self.price is None else self.price.truncation,
             "accountant": self.accountant, "predicted_loss": self.predicted_loss,
             "seed_only_interval_90": _pair(self.seed_only_interval),
             "calibrated_interval_90": _pair(self.calibrated_interval), "learning_rate": self.learning_rate,
             "model_note": self.model_note or None, "init_checkpoint": self.init_checkpoint,
             "decision_rule": None if self.decision is None else self.decision.to_json(),
-            "train_config": self.train_config() or None}
+            "train_config": self.train_config() or None,
+            "interpolated_sigma": None if self.priced else {
+                "sigma": self.sigma, "noise_batch_ratio": self.noise_batch_ratio, "why_not_priced": self.unpriced,
+                "note": "the σ table's interpolation: the law's prediction reads it, no run can train with it"}}
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,15 @@ distance, a doubling of T past the horizon included. The rules:
 * ``point``: the lowest predicted loss (the paper's criterion).
 
 The same rule picks the query's runnable configuration, the mechanism among several laws, a
-``private_model`` budget's plan and a ``savings`` answer: one :class:`DecisionRule` for every caller.
+``private_model`` budget's plan and a ``savings`` answer: one :class:`DecisionRule` for every caller. Across laws
+the scores compare like with like (:func:`comparable_scores`): a law that cannot apply the rule (no
+calibration) would otherwise win by paying no charge.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -118,3 +122,37 @@ def rule_named(name: str | DecisionRule | None) -> DecisionRule:
     if isinstance(name, DecisionRule):
         return name
     return DecisionRule(DEFAULT_DECISION_RULE if name is None else str(name))
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What a choice across laws reads of one law's choice: its prediction, its score, the rule it was asked and
+    the rule it could apply (None: no decision, a fixed configuration), and its calibrated half-width."""
+
+    predicted_loss: float
+    score: float
+    rule: str | None
+    applied: str | None
+    half_width: float | None
+
+
+def comparable_scores(scored: Mapping[str, Scored]) -> tuple[dict[str, float], dict[str, str]]:
+    """Each law's score, like with like: a law that could not apply the rule the others applied (no calibration,
+    or one that cannot price the charge: its score is the bare prediction) would win on paying nothing, so it is
+    charged the widest calibrated half-width among the laws that applied the rule, and its note says so. Where
+    no law applied the rule, every score is the point prediction it already is."""
+    scores = {name: float(entry.score) for name, entry in scored.items()}
+    widths = {name: entry.half_width for name, entry in scored.items()
+              if entry.applied not in (None, POINT) and entry.half_width is not None
+              and math.isfinite(entry.half_width)}
+    notes: dict[str, str] = {}
+    if not widths:
+        return scores, notes
+    widest = max(widths, key=widths.__getitem__)
+    for name, entry in scored.items():
+        if entry.applied == POINT and entry.rule not in (None, POINT):
+            scores[name] = float(entry.predicted_loss) + widths[widest]
+            notes[name] = (f"this law cannot apply the {entry.rule} rule (no calibration that prices its charge): "
+                           f"charged the widest calibrated half-width of the laws that did, {widths[widest]:.4g} "
+                           f"({widest}'s), instead of its bare prediction")
+    return scores, notes

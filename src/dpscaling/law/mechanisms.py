@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpscaling.errors import UserError
+from dpscaling.law.decision import Scored, comparable_scores
 from dpscaling.mechanisms import mechanism_named
 
 if TYPE_CHECKING:
@@ -35,6 +36,10 @@ class MechanismChoice:
     answer: Answer
     answers: dict[str, Answer]
     without_answer: dict[str, str] = field(default_factory=dict)
+    # The score each answer was compared by (dpscaling.law.decision.comparable_scores), and why one differs from
+    # its own rule's.
+    scores: dict[str, float] = field(default_factory=dict)
+    score_notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def point_choice(self) -> str:
@@ -54,7 +59,8 @@ class MechanismChoice:
                          "noise_batch_ratio": runnable.noise_batch_ratio,
                          "calibrated_interval": (None if answer.calibrated_interval is None
                                                  else list(answer.calibrated_interval)),
-                         "decision_score": _score(answer),
+                         "decision_score": self.scores.get(name, _score(answer)),
+                         "decision_note": self.score_notes.get(name),
                          "flags": [flag.code for flag in answer.flags]})
         return rows
 
@@ -70,6 +76,7 @@ class MechanismChoice:
         """The chosen answer's JSON with its mechanism and bands, and the comparison beside it."""
         return {**self.answer.to_json(), "mechanism": self.mechanism, "bands": mechanism_named(self.mechanism).bands,
                 "mechanisms": self.comparison(), "mechanisms_without_answer": self.without_answer,
+                "decision_notes": self.score_notes,
                 "point_prediction_choice": self.point_choice}
 
 
@@ -78,10 +85,18 @@ def _score(answer: Answer) -> float:
     return float(answer.predicted_loss) if decision is None else decision.score
 
 
+def scored(answer: Answer) -> Scored:
+    """What a choice across laws reads of one law's answer (:func:`dpscaling.law.decision.comparable_scores`)."""
+    decision, interval = answer.runnable.decision, answer.runnable.calibrated_interval
+    return Scored(float(answer.predicted_loss), _score(answer), None if decision is None else decision.rule,
+                  None if decision is None else decision.applied,
+                  None if interval is None else (interval[1] - interval[0]) / 2)
+
+
 def choose_mechanism(laws: Mapping[str, ScalingLaw], query: Callable[[ScalingLaw], Answer]) -> MechanismChoice:
-    """``query`` asked of every mechanism's law; the lowest decision-rule score of the runnable answers wins
-    (:mod:`dpscaling.law.decision`; ties: the earlier, i.e. the primary mechanism). A mechanism whose law
-    refuses the budget is listed with its reason; if all refuse, the first refusal is raised."""
+    """``query`` asked of every mechanism's law; the lowest decision-rule score of the runnable answers wins,
+    like with like (:func:`dpscaling.law.decision.comparable_scores`; ties: the earlier, i.e. the primary mechanism). A mechanism whose
+    law refuses the budget is listed with its reason; if all refuse, the first refusal is raised."""
     answers: dict[str, Answer] = {}
     refused: dict[str, str] = {}
     first_error: UserError | None = None
@@ -94,8 +109,9 @@ def choose_mechanism(laws: Mapping[str, ScalingLaw], query: Callable[[ScalingLaw
     if not answers:
         assert first_error is not None
         raise first_error
-    best = min(answers, key=lambda name: _score(answers[name]))
-    return MechanismChoice(best, answers[best], answers, refused)
+    scores, notes = comparable_scores({name: scored(answer) for name, answer in answers.items()})
+    best = min(answers, key=scores.__getitem__)
+    return MechanismChoice(best, answers[best], answers, refused, scores, notes)
 
 
 class LawAcrossMechanisms:

@@ -202,6 +202,15 @@ def sigma_flags(without_sigma: int, candidates: int, sampling_rates: tuple[float
                  "a better configuration may be among them", float(without_sigma), 0.0)]
 
 
+def unpriced_sigma_flag(sigma: float, reason: str) -> list[Flag]:
+    """The runnable configuration's σ could not be priced exactly (the accountant refused it): the law's table
+    interpolated it, which is no price a run can train with, so the answer shows it apart and trains nothing."""
+    return [Flag("sigma_not_priced", WARNING,
+                 f"the accountant refused to price this configuration exactly ({reason}); its σ = {sigma:.5g} is the "
+                 "σ table's interpolation, shown apart (interpolated_sigma), not as the runnable σ, and the answer "
+                 "has no train config", sigma, None)]
+
+
 def saturation_flag(compute: float, saturating: float, loss: float, saturating_loss: float,
                     tolerance: float) -> list[Flag]:
     """The query's budget past the saturating compute of the budgets up to it."""
