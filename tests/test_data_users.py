@@ -14,8 +14,10 @@ from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
 from dpscaling.data.shards import load_meta, load_split, load_users
 from dpscaling.data.stage import pack_documents, prepare_documents
-from dpscaling.data.users import UserSpec, cap_examples, synthetic_contributions, users_of_contributions
+from dpscaling.data.users import (
+    UserSpec, cap_examples, subset_of_users, synthetic_contributions, user_keys, users_of_contributions)
 from dpscaling.errors import UserError
+from dpscaling.streams import Stream
 
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
 VOCAB = REPO / "resources" / "vocab" / "wordpiece-core-8192" / "vocab.txt"
@@ -35,21 +37,88 @@ def test_synthetic_contributions_cover_the_rows_with_the_asked_mean_and_a_heavy_
         200_000, UserSpec("synthetic", mean_examples=8, tail_index=1.5, seed=1))[:500])
 
 
-def test_the_cap_keeps_a_seeded_uniform_k_of_a_larger_users_rows_and_every_row_of_the_others() -> None:
-    users = users_of_contributions([3, 12, 1, 40, 5])
-    kept = cap_examples(users, 5, seed=0)
+def _rows_of(contributions, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Users of ``contributions`` sequences each, every row its own random text (8 tokens)."""
+    users = users_of_contributions(contributions)
+    return np.random.default_rng(seed).integers(5, 8192, (len(users), 8), dtype=np.int32), users
+
+
+def _kept_by_user(rows: np.ndarray, users: np.ndarray, kept: np.ndarray) -> dict[bytes, set[bytes]]:
+    """Each user's kept rows, the user named by its content (all its rows), not by its id."""
+    named = {user: b"".join(row.tobytes() for row in rows[users == user]) for user in np.unique(users)}
+    return {named[user]: {row.tobytes() for row in rows[kept][users[kept] == user]} for user in named}
+
+
+def test_the_cap_keeps_a_uniform_k_of_a_larger_users_rows_and_every_row_of_the_others() -> None:
+    rows, users = _rows_of([3, 12, 1, 40, 5])
+    kept = cap_examples(rows, users, 5, seed=0)
     assert np.all(np.diff(kept) > 0)  # stream order
     counts = np.bincount(users[kept])
     assert counts.tolist() == [3, 5, 1, 5, 5]
     # the kept rows of the user of 40 are 5 of its own; another seed keeps others; no cap keeps all
     assert set(kept[users[kept] == 3]) <= set(np.flatnonzero(users == 3))
-    assert not np.array_equal(kept, cap_examples(users, 5, seed=1))
-    assert np.array_equal(cap_examples(users, None, 0), np.arange(len(users)))
+    assert not np.array_equal(kept, cap_examples(rows, users, 5, seed=1))
+    assert np.array_equal(cap_examples(rows, users, None, 0), np.arange(len(users)))
     # uniform: over many seeds each of the user's 40 rows is kept about 5/40 of the time
     hits = np.zeros(len(users))
     for seed in range(2000):
-        hits[cap_examples(users, 5, seed)] += 1
+        hits[cap_examples(rows, users, 5, seed)] += 1
     np.testing.assert_allclose(hits[users == 3] / 2000, 5 / 40, atol=0.03)
+
+
+def test_a_users_kept_sequences_depend_on_its_own_rows_alone() -> None:
+    """Adding one user (2 sequences) anywhere, which shifts the ids of every user after it, changes no other user's
+    kept sequences: each user's subset is drawn by a key of its own rows (so neighbouring raw data stay neighbours
+    once capped). Renumbering the users (another order of the same users) keeps each one's subset too."""
+    contributions = [3, 12, 1, 40, 5, 9, 30]
+    rows, users = _rows_of(contributions)
+    before = _kept_by_user(rows, users, cap_examples(rows, users, 5, seed=0))
+    extra = np.random.default_rng(99).integers(5, 8192, (2, 8), dtype=np.int32)
+    for position in (0, 3, len(contributions)):  # first, between users, last
+        at = int(np.sum(contributions[:position]))
+        grown_rows = np.concatenate([rows[:at], extra, rows[at:]])
+        grown_users = users_of_contributions(contributions[:position] + [2] + contributions[position:])
+        after = _kept_by_user(grown_rows, grown_users, cap_examples(grown_rows, grown_users, 5, seed=0))
+        assert after.pop(extra.tobytes()) == {row.tobytes() for row in extra}
+        assert after == before, position
+    order = [6, 2, 0, 5, 1, 4, 3]  # the same users dealt in another order
+    shuffled_rows = np.concatenate([rows[users == user] for user in order])
+    shuffled_users = users_of_contributions([contributions[user] for user in order])
+    assert _kept_by_user(shuffled_rows, shuffled_users, cap_examples(shuffled_rows, shuffled_users, 5, 0)) == before
+
+
+def test_a_subset_of_users_is_the_smallest_keys_of_their_own_rows() -> None:
+    """``train_users``: the N users of smallest key (their own rows, the run's seed), every sequence of each,
+    renumbered 0..N-1. Adding a user leaves every other membership alone unless the new user's key is among the N
+    smallest, when exactly the member of largest key leaves; no id or user count enters."""
+    contributions = list(np.random.default_rng(3).integers(1, 6, 40))
+    rows, users = _rows_of(contributions, seed=1)
+    kept, renumbered = subset_of_users(rows, users, 12, seed=5)
+    chosen = np.unique(users[kept])
+    assert len(chosen) == 12 and np.array_equal(np.unique(renumbered), np.arange(12))
+    assert kept.sum() == np.isin(users, chosen).sum()  # all of each chosen user's sequences
+    keys = user_keys(rows, users, 5, Stream.USER_SUBSET)
+    assert keys[chosen].max() < np.delete(keys, chosen).min()  # the 12 smallest keys
+    assert not np.array_equal(np.unique(users[subset_of_users(rows, users, 12, seed=6)[0]]), chosen)
+    members = set(_kept_by_user(rows[kept], users[kept], np.arange(kept.sum())))
+    newcomers = {"outside": None, "inside": None}
+    for seed in range(200):  # a 2-sequence user whose key falls outside the 12 smallest, and one inside
+        extra = np.random.default_rng([seed]).integers(5, 8192, (2, 8), dtype=np.int32)
+        key = user_keys(extra, np.zeros(2, np.int64), 5, Stream.USER_SUBSET)[0]
+        name = "inside" if key < keys[chosen].max() else "outside"
+        newcomers[name] = extra if newcomers[name] is None else newcomers[name]
+    for name, extra in newcomers.items():
+        grown_rows = np.concatenate([extra, rows])  # first: every other id shifts by one
+        grown_users = users_of_contributions([2] + contributions)
+        grown_kept, _ = subset_of_users(grown_rows, grown_users, 12, seed=5)
+        grown = set(_kept_by_user(grown_rows[grown_kept], grown_users[grown_kept], np.arange(grown_kept.sum())))
+        if name == "outside":
+            assert grown == members
+        else:  # the newcomer in, the member of largest key out, every other membership as it was
+            largest = b"".join(row.tobytes() for row in rows[users == chosen[np.argmax(keys[chosen])]])
+            assert grown == (members - {largest}) | {extra.tobytes()}
+    with pytest.raises(UserError, match="train.train_users: 41 exceeds the 40 users"):
+        subset_of_users(rows, users, 41, seed=5)
 
 
 @pytest.mark.parametrize("values, key", [({"unit": "people"}, "data.users.unit"),

@@ -62,6 +62,10 @@ def test_a_selected_user_contributes_m_of_its_own_sequences_cycled_when_it_has_f
     assert set(rows[1]) == {0} and set(rows[4]) == {6, 7}  # cycled where it has fewer
     np.testing.assert_array_equal(rows, examples.rows(4, np.array([3, 0, PADDING_INDEX, 1, 2])))  # per step
     assert not np.array_equal(rows[0], examples.rows(5, np.array([3]))[0])
+    # an id that holds no sequence has no row to give (it would read its neighbour's): refused, naming data.users
+    with pytest.raises(UserError, match=r"data.users: user ids run 0..4, each holding a sequence, but 1 hold none "
+                                        r"\(ids 2\)"):
+        UserExamples(np.array([0, 1, 1, 3, 4, 4]), 3, [7])
 
 
 def test_users_are_sampled_at_the_user_rate_whatever_they_contributed() -> None:
@@ -82,8 +86,9 @@ def test_bad_user_level_configs_are_refused_naming_the_key(tmp_path: Path) -> No
         TrainConfig(**(USER_LEVEL | dict(clipping="ghost")))
     with pytest.raises(UserError, match="train.examples_per_user_per_batch"):
         TrainConfig(**(USER_LEVEL | dict(sampling="truncated_poisson")))
-    with pytest.raises(UserError, match="train.train_sequences"):
-        TrainConfig(**(USER_LEVEL | dict(train_sequences=100)))
+    for sampling in ("user_poisson", "els_poisson"):  # a subset of sequences would split users: train_users
+        with pytest.raises(UserError, match=f"train.train_sequences: draws sequences and splits users; {sampling}"):
+            TrainConfig(**(USER_LEVEL | dict(sampling=sampling, examples_per_user_per_batch=1, train_sequences=100)))
     plain = tmp_path / "plain"
     build_packed_corpus(plain, seq_len=64, n_documents=8)
     for sampling in ("user_poisson", "els_poisson"):  # both protect users: the data must name them
@@ -176,26 +181,30 @@ def account_sequence_level(n: int, config: TrainConfig, delta: float) -> float:
     return calibrate_poisson(TARGET_EPSILON, config.batch_size / n, config.num_steps, delta)
 
 
-def test_a_run_on_a_subset_of_users_draws_them_publicly_with_all_their_sequences(user_corpus, tmp_path) -> None:
-    """``train_users`` N: N users drawn by the seed alone, every sequence of each, renumbered 0..N-1; the run
-    accounts for N users."""
+def test_a_run_on_a_subset_of_users_draws_them_by_their_own_rows_with_all_their_sequences(user_corpus,
+                                                                                        tmp_path) -> None:
+    """``train_users`` N: the N users of smallest key (a hash of their own rows under the run's seed), every
+    sequence of each, renumbered 0..N-1; the run accounts for N users."""
+    from dpscaling.data.shards import load_split
+    from dpscaling.data.users import subset_of_users
     from dpscaling.train.loop import users_subset
 
-    users = load_users(user_corpus)
-    rows = np.arange(len(users))
+    users, data = load_users(user_corpus), load_split(user_corpus, "train")
     config = TrainConfig(**(USER_LEVEL | dict(train_users=48)))
-    kept_rows, kept_users = users_subset(rows, users, config)
-    chosen = np.unique(users[kept_rows])
+    kept_rows, kept_users = users_subset(data, users, config)
+    mask, _ = subset_of_users(data, users, 48, config.seed)
+    chosen = np.unique(users[mask])
     assert len(chosen) == 48 and set(kept_users) == set(range(48))
-    assert len(kept_rows) == np.isin(users, chosen).sum()  # all of each chosen user's sequences
-    np.testing.assert_array_equal(kept_users, np.searchsorted(chosen, users[kept_rows]))
-    # public: the same ids whatever the users wrote (another assignment of the same number of users)
-    shuffled = np.random.default_rng(1).permutation(users)
-    assert np.array_equal(np.unique(shuffled[users_subset(rows, shuffled, config)[0]]), chosen)
-    other = users_subset(rows, users, TrainConfig(**(USER_LEVEL | dict(train_users=48, seed=1))))[0]
-    assert not np.array_equal(np.unique(users[other]), chosen)
+    np.testing.assert_array_equal(kept_rows, data[mask])
+    assert mask.sum() == np.isin(users, chosen).sum()  # all of each chosen user's sequences
+    np.testing.assert_array_equal(kept_users, np.searchsorted(chosen, users[mask]))
+    # keyed by what the users wrote, not by their ids: the same users renumbered are the same users chosen
+    renamed = np.random.default_rng(1).permutation(int(users.max()) + 1)
+    np.testing.assert_array_equal(users_subset(data, renamed[users], config)[0], kept_rows)
+    other = users_subset(data, users, TrainConfig(**(USER_LEVEL | dict(train_users=48, seed=1))))[0]
+    assert not np.array_equal(other, kept_rows)
     with pytest.raises(UserError, match="train.train_users: 100,000 exceeds"):
-        users_subset(rows, users, TrainConfig(**(USER_LEVEL | dict(train_users=100_000))))
+        users_subset(data, users, TrainConfig(**(USER_LEVEL | dict(train_users=100_000))))
     with pytest.raises(UserError, match="train.train_users"):
         TrainConfig(**(PRIVATE | dict(train_users=48, train_sequences=100)))  # a subset of users, or of sequences
     summary = run_training(config, user_corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")

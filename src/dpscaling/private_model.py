@@ -277,11 +277,11 @@ def write_plan(law_dir: str | os.PathLike[str], block: Mapping[str, Any], defaul
 
 def user_sequences(data_dir: str | os.PathLike[str], users: int, seed: int) -> int:
     """The sequences of the ``users`` users a budget's private run trains on (the subset its run draws with
-    ``seed``: :func:`dpscaling.data.users.subset_of_users`)."""
-    from dpscaling.data.shards import load_users
+    ``seed``: :func:`dpscaling.data.users.subset_of_users`, keyed by the users' own rows)."""
+    from dpscaling.data.shards import load_split, load_users
     from dpscaling.data.users import subset_of_users
 
-    kept, _ = subset_of_users(load_users(data_dir), int(users), int(seed))
+    kept, _ = subset_of_users(load_split(data_dir, "train"), load_users(data_dir), int(users), int(seed))
     return int(kept.sum())
 
 

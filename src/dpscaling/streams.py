@@ -19,7 +19,8 @@ class Stream(enum.IntEnum):
     DATA = 3  # batch order (shuffled epochs; Poisson batches under the secret key)
     SUBSET = 4  # the training subset of train_sequences
     USER_EXAMPLES = 5  # which of a selected user's sequences a step trains on (under the secret key when private)
-    USER_SUBSET = 6  # the training subset of train_users
+    USER_SUBSET = 6  # the training subset of train_users (keys of the users' own rows)
+    USER_CAP = 7  # which k of a larger user's sequences the cap keeps (keys of the users' own rows)
     EVAL_SAMPLE = 10  # which held-out sequences an evaluation scores
     EVAL_MASK = 11  # an evaluation's masks
     AUDIT_CANARIES = 16  # which canaries an audit includes

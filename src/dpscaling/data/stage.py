@@ -102,6 +102,6 @@ def _pack_users(ids: list[np.ndarray], seq_len: int, vocabulary: Vocabulary,
     else:
         rows = pack_sequences(ids, seq_len, vocabulary.cls_id, vocabulary.sep_id)
         owners = users_of_contributions(synthetic_contributions(len(rows), users))
-    kept = cap_examples(owners, users.max_examples, users.seed)
+    kept = cap_examples(rows, owners, users.max_examples, users.seed)
     return rows[kept], owners[kept], users_record(users, owners, owners[kept])
 

@@ -11,15 +11,36 @@ and account per user).
   out to users whose contributions are drawn from ``distribution``: ``lomax`` (1 + ⌊λ·X⌋, X Pareto-II with
   tail index α, λ = (mean − 1)(α − 1), so the mean is about ``mean_examples`` and, for α ≤ 2, the variance
   infinite, as in real data), or ``constant`` (every user ``mean_examples`` sequences). A user's sequences are
-  consecutive text, as one author's writing is.
+  consecutive text, as one author's writing is. This partition is a simulation that defines who the users
+  are; everything after it treats each user as below.
 
-A user with more than ``max_examples`` (k) sequences keeps a seeded uniform k of them, in stream order, and
-the rest are dropped from training (never given to another user, which would break the unit): every user then
-contributes at most k sequences, the bound a user-level accountant needs. The held-out split has no users.
+**Each user's own.** A user-level guarantee holds for a person only if whatever is done to the data before
+training treats each user by that user's data alone: then raw data that differ in one user (added or removed)
+become training data that differ in that user only. A user id is a position (the order of documents, of the
+deal), and adding one user shifts every later id, so no choice is keyed by an id. A user's *key* is instead
+:func:`user_keys`: BLAKE2b, keyed by the seed and the choice's :class:`~dpscaling.streams.Stream`, of the
+user's own rows in their order (its content). The seed may be public: the guarantee needs each user's choice
+to be a function of its own data, not a secret one.
+
+* **The cap k** (``max_examples``, :func:`cap_examples`). A user with more than k sequences keeps k of them,
+  drawn uniformly without replacement by a generator seeded with its key, in stream order. The rest are
+  dropped from training (never given to another user, which would break the unit). Every user then
+  contributes at most k sequences, the bound a user-level accountant needs, and which ones depends only on the
+  user's own sequences and ``data.users.seed``: adding or removing another user changes nothing of it.
+* **A subset of users** (``train.train_users`` N, :func:`subset_of_users`): the N users of smallest key
+  (keyed by the run's seed), with every sequence of each. A user's key is its own, so adding a user leaves
+  every other user's membership as it was unless the new key is among the N smallest; then the member of
+  largest key leaves to keep N fixed (a fixed N cannot do better: where the data hold exactly N users, one more
+  must push one out). The subset of neighbouring data is therefore the same, or differs by one user replaced,
+  which the run's add/remove guarantee covers by group privacy at (2ε, (1 + e^ε)δ); for the N users trained
+  on, the run's own (ε, δ) holds.
+
+The held-out split has no users.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,32 +113,63 @@ def users_of_contributions(contributions: Sequence[int]) -> np.ndarray:
     return np.repeat(np.arange(len(contributions), dtype=np.int32), np.asarray(contributions, np.int64))
 
 
-def cap_examples(users: np.ndarray, max_examples: int | None, seed: int) -> np.ndarray:
-    """Indices of the rows kept (in order): every row of a user with at most ``max_examples`` rows, a seeded
-    uniform ``max_examples`` of a larger user's."""
-    users = np.asarray(users)
+def user_keys(rows: np.ndarray, users: np.ndarray, seed: int, stream: Stream) -> np.ndarray:
+    """Each user id's key (``uint64``, indexed by id 0..max; an id without rows gets the key of nothing): BLAKE2b
+    keyed by (``seed``, ``stream``) of the user's own rows, in their order, as little-endian int64 tokens. A
+    function of the user's content, never of its id or of any other user (module docstring)."""
+    rows, users = np.asarray(rows), np.asarray(users, np.int64)
+    if len(rows) != len(users):
+        raise ValueError(f"{len(rows)} rows but {len(users)} users")
+    secret = np.array([seed, int(stream)], "<i8").tobytes()
+    order = np.argsort(users, kind="stable")  # each user's rows together, in their order
+    counts = np.bincount(users, minlength=int(users.max()) + 1 if len(users) else 0)
+    ends = np.cumsum(counts)
+    keys = np.empty(len(counts), np.uint64)
+    for user, (end, count) in enumerate(zip(ends, counts)):
+        own = rows[order[end - count:end]].astype("<i8", copy=False)
+        digest = hashlib.blake2b(own.tobytes(), digest_size=8, key=secret).digest()
+        keys[user] = int.from_bytes(digest, "little")
+    return keys
+
+
+def cap_examples(rows: np.ndarray, users: np.ndarray, max_examples: int | None, seed: int) -> np.ndarray:
+    """Indices of the rows kept (in order): every row of a user with at most ``max_examples`` rows, a uniform
+    ``max_examples`` of a larger user's, drawn by a generator seeded with its key (:func:`user_keys`): which
+    rows a user keeps depends on its own rows and ``seed`` alone."""
+    users = np.asarray(users, np.int64)
     if max_examples is None:
         return np.arange(len(users))
-    rng = np.random.default_rng([seed, len(users), max_examples])
-    scores = rng.random(len(users))
-    # Within each user, rank rows by a random score: the first max_examples ranks are the kept subset.
-    order = np.lexsort((scores, users))
-    starts = np.r_[0, np.flatnonzero(np.diff(users[order])) + 1]
-    rank = np.arange(len(users)) - np.repeat(starts, np.diff(np.r_[starts, len(users)]))
-    return np.sort(order[rank < max_examples])
+    counts = np.bincount(users) if len(users) else np.zeros(0, np.int64)
+    larger = np.flatnonzero(counts > max_examples)
+    if not len(larger):
+        return np.arange(len(users))
+    capped = np.isin(users, larger)
+    keys = user_keys(rows[capped], users[capped], seed, Stream.USER_CAP)
+    keep = ~capped
+    order = np.argsort(users, kind="stable")  # each user's rows together, in stream order
+    ends = np.cumsum(counts)
+    for user in larger:
+        own = order[ends[user] - counts[user]:ends[user]]
+        picks = np.random.default_rng(int(keys[user])).choice(len(own), max_examples, replace=False)
+        keep[own[picks]] = True
+    return np.flatnonzero(keep)
 
 
-def subset_of_users(users: np.ndarray, count: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A training subset of ``count`` users (None: all of them), drawn without replacement by a generator seeded
-    with ``seed`` only (public, independent of the data): the rows kept (a mask: every sequence of each chosen
-    user) and their users renumbered 0..N−1 in the order of their ids. One subset for the run and its plan."""
+def subset_of_users(rows: np.ndarray, users: np.ndarray, count: int | None,
+                    seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A training subset of ``count`` users (None: all of them): the ``count`` users of smallest key
+    (:func:`user_keys` of their rows, keyed by ``seed``; ties, identical users, by id), so a user's membership
+    rests on its own rows and on how many keys fall below its own, never on an id or on how many users exist.
+    Returns the rows kept (a mask: every sequence of each chosen user) and their users renumbered 0..N−1 in the
+    order of their ids. One subset for the run and its plan."""
     users = np.asarray(users)
     if count is None:
         return np.ones(len(users), bool), users
-    available = int(users.max()) + 1
-    if count > available:
-        raise UserError(f"train.train_users: {count:,} exceeds the {available:,} users of the data")
-    chosen = np.sort(np.random.default_rng([seed, Stream.USER_SUBSET]).choice(available, count, replace=False))
+    present = np.unique(users)
+    if count > len(present):
+        raise UserError(f"train.train_users: {count:,} exceeds the {len(present):,} users of the data")
+    keys = user_keys(rows, users, seed, Stream.USER_SUBSET)[present]
+    chosen = np.sort(present[np.lexsort((present, keys))[:count]])
     kept = np.isin(users, chosen)
     return kept, np.searchsorted(chosen, users[kept]).astype(users.dtype)
 

@@ -154,8 +154,9 @@ class TrainConfig:
              f"is a user-level sampler's; {self.sampling} samples sequences: leave it at 1")
         need(self.sampler.unit == "sequence" or self.clipping in ("vmap", "none"), "clipping",
              "ghost norms are per sequence; a user-level sampler clips a user's sequences as one: use 'vmap'")
-        need(self.sampler.unit == "sequence" or self.train_sequences is None, "train_sequences",
-             "draws sequences and splits users; a user-level sampler takes a subset of users: set train_users")
+        need("user" not in (self.sampler.unit, self.sampler.protects) or self.train_sequences is None,
+             "train_sequences", f"draws sequences and splits users; {self.sampling} samples or protects users and "
+             "takes a subset of users: set train_users")
         need(self.train_users is None or (self.train_users >= 1 and self.train_sequences is None), "train_users",
              "is a subset of the data's users (every sequence of each), without train_sequences: must be >= 1 or None")
         need(self.examples_per_user is None or (self.examples_per_user >= 1 and self.sampler.protects == "user"),

@@ -362,9 +362,9 @@ def protected_examples(users: np.ndarray | None, config: TrainConfig) -> int | N
 
 
 def users_subset(rows: np.ndarray, users: np.ndarray, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
-    """``config.train_users`` of the users with every sequence of each (:func:`dpscaling.data.users.subset_of_users`,
-    seeded with ``config.seed``); all of them without ``train_users``."""
-    kept, users = subset_of_users(users, config.train_users, config.seed)
+    """``config.train_users`` of the users with every sequence of each (:func:`dpscaling.data.users.subset_of_users`:
+    the users of smallest key, keyed by ``config.seed``); all of them without ``train_users``."""
+    kept, users = subset_of_users(rows, users, config.train_users, config.seed)
     return rows[kept], users
 
 

@@ -122,7 +122,11 @@ class UserExamples:
     (seed words, step). A pure function of the step, so a resumed run draws what an uninterrupted one does;
     jax-privacy's ``UserSelectionStrategy`` cycles each user's examples across steps instead, a state only a
     replay of every earlier batch restores. Which sequences a user contributes does not change its
-    guarantee: the user's whole contribution is clipped as one (:mod:`dpscaling.train.units`)."""
+    guarantee: the user's whole contribution is clipped as one (:mod:`dpscaling.train.units`).
+
+    The users are the ids 0..U−1, U = the largest + 1, each holding a sequence (as the data stage numbers them and
+    a subset renumbers them); an id holding none is refused here, since the samplers count it as a user and it
+    has no row of its own to give."""
 
     def __init__(self, users: np.ndarray, per_user: int, seed_words: list[int]):
         users = np.asarray(users, np.int64)
@@ -130,6 +134,11 @@ class UserExamples:
         self.per_user = per_user
         self._order = np.argsort(users, kind="stable")
         self._counts = np.bincount(users, minlength=self.n_users)
+        empty = np.flatnonzero(self._counts == 0)
+        if len(empty):
+            raise UserError(f"data.users: user ids run 0..{self.n_users - 1}, each holding a sequence, but "
+                            f"{len(empty):,} hold none (ids {', '.join(map(str, empty[:5]))}"
+                            f"{', ...' if len(empty) > 5 else ''}); pack the data again with the data rule")
         self._starts = np.r_[0, np.cumsum(self._counts)[:-1]]
         self._seed = list(seed_words)
 
