@@ -116,6 +116,23 @@ def test_a_budget_per_user_chooses_between_uls_and_els(userlevel_run: Path, caps
             spent = _epsilon(event, runnable.iterations, 0.9 * price.delta)
         assert spent == pytest.approx(EPSILON, rel=0.02), mechanism
 
+    # without --sequences ELS is priced at S = N, one sequence a user (the conservative end), and says so; asked
+    # of N = the data's S users, it samples what the tables above were built for (at N = 1,230 its σ̄ is past the
+    # smoke law's noise range: refused)
+    capsys.readouterr()
+    assert main(["query", "--law", str(userlevel_run / "law" / "bundle"), "--compute", str(COMPUTE), "--epsilon",
+                 str(EPSILON), "--users", str(sequences), "--examples-per-user", str(k), "--mechanism", "dpsgd",
+                 "--json"]) == 0
+    assumed = json.loads(capsys.readouterr().out)
+    assert (assumed["query"]["sequences"], assumed["query"]["sequences_assumed"]) == (sequences, True)
+    event = assumed["accounting_event"]
+    assert assumed["sampler"] == "els_poisson" and event["population"] == sequences
+    q = assumed["batch_size"] / sequences
+    probs = [float(stats.binom.pmf(j, k, q)) for j in range(k + 1)]
+    spent = _epsilon(dp_accounting.dp_event.MixtureOfGaussiansDpEvent(assumed["sigma"], list(range(k + 1)), probs),
+                     assumed["iterations"], 0.9 * assumed["delta"])
+    assert spent == pytest.approx(EPSILON, rel=0.02)
+
     # S outside N..N·k, or without k, is refused naming the flag
     for flags in (["--examples-per-user", str(k), "--sequences", str(users * k + 1)],
                   ["--examples-per-user", str(k), "--sequences", str(users - 1)]):

@@ -135,3 +135,68 @@ def test_the_tables_mixture_is_dp_accountings_bit_for_bit(sigma: float, q: float
         assert mine._lower_loss == reference._lower_loss and mine._infinity_mass == reference._infinity_mass
         np.testing.assert_array_equal(mine._probs, reference._probs)
     assert ours.self_compose(500).get_epsilon_for_delta(DELTA) == theirs.self_compose(500).get_epsilon_for_delta(DELTA)
+
+
+def test_els_without_the_users_sequences_is_priced_at_one_sequence_a_user(tmp_path) -> None:
+    """A budget per user without ``sequences`` (``--sequences``) is searched and priced on S = N, the fewest
+    sequences N users can hold: the highest rate q = B/N at a batch, the largest σ of any S in N..N·k. The law's
+    query and the plan take it alike (:func:`dpscaling.law.answers.held_sequences`); ELS's σ at S = N spends the
+    ε (dp-accounting's mixture at q = B/N) and exceeds the σ at N·k, which spends more at that rate."""
+    import dpscaling
+    from dpscaling.commands.answer_text import _data_budget
+    from dpscaling.law.answers import held_sequences
+    from dpscaling.law.sequence_length import DataBudget
+    from law_bundle_data import write_run, write_run_bundle
+
+    users, k, batch, steps, epsilon = 2_000, 4, 40, 200, 4.0
+    assert held_sequences(users, k, None) == users and held_sequences(users, k, 5_000) == 5_000
+    for outside in (users - 1, users * k + 1):
+        with pytest.raises(UserError, match=r"--sequences: the sequences the 2000 users hold.*\(2000\.\.8000\)"):
+            held_sequences(users, k, outside)
+    run = write_run(tmp_path / "run")
+    law = dpscaling.load_law(write_run_bundle(run, run / "bundle").root)
+    data = DataBudget("user", None, float(users))
+    assert law._user_budget(data, k, None, None, None)[1] == 1  # S = N: one sampled sequence a user
+    assert law._user_budget(data, k, 5_000.0, None, None)[1] == 5_000 / users
+    conservative = pricing.price("dpsgd", "poisson", epsilon, DELTA, users, batch, steps, examples_per_user=k)
+    assert conservative.event.population == users and math.isclose(conservative.event.sampling_probability,
+                                                                    batch / users)
+    mixture_delta = DELTA * (1 - TRUNCATION_DELTA_SHARE)
+    assert mixture_epsilon(conservative.sigma, batch / users, k, steps, mixture_delta) == pytest.approx(
+        epsilon, rel=1e-2)
+    # at N·k's lower rate the same σ spends well under ε: N·k's own σ is smaller, too small wherever S < N·k
+    assert mixture_epsilon(conservative.sigma, batch / (users * k), k, steps, mixture_delta) < 0.5 * epsilon
+    query = {"privacy_unit": "user", "users": float(users), "examples_per_user": k, "data_budget_units": users,
+             "sequences": float(users), "sequences_assumed": True}
+    assert "ELS sampling the 2,000 they hold (assumed: one each" in _data_budget(query)
+
+
+def test_the_els_truncation_term_above_eps_700_is_computed_in_log_space() -> None:
+    """At S 4,000, k 4, B 128, T 300 and ε 800 the term (1 + e^ε)·T·P(Binomial(S + k, q) > L) is about 1e34 at
+    L = 732 (where e^min(ε, 700) and an underflowing tail once read 3.8e-10); L is the smallest whose term fits,
+    recomputed here by summing SciPy's log-pmf over the whole tail; and where nothing smaller fits, L = S + k cuts
+    nothing (term 0)."""
+    from scipy.special import logsumexp
+
+    from dpscaling.accounting.user_level import els_truncated_batch_size, log_truncation_delta, truncation_delta
+
+    sequences, k, batch, steps, epsilon, budget = 4_000, 4, 128, 300, 800.0, 1e-9
+    q = batch / sequences
+
+    def log10_term(size: int) -> float:  # independently: the whole tail, term by term
+        tail = logsumexp(stats.binom.logpmf(np.arange(size + 1, sequences + k + 1), sequences + k, q))
+        return float((np.logaddexp(0, epsilon) + math.log(steps) + tail) / math.log(10))
+
+    assert log10_term(732) == pytest.approx(34.0, abs=0.1)
+    assert log_truncation_delta(sequences, q, k, steps, 732, epsilon) / math.log(10) == pytest.approx(
+        log10_term(732), abs=1e-3)
+    assert truncation_delta(sequences, q, k, steps, 732, epsilon) == 1.0  # a probability's bound: at most 1
+    size = els_truncated_batch_size(sequences, q, k, steps, epsilon, budget)
+    assert log10_term(size) <= math.log10(budget) < log10_term(size - 1)
+    assert truncation_delta(sequences, q, k, steps, size, epsilon) >= 10 ** log10_term(size)  # never understated
+    assert size == 783
+    # no L below S + k fits (an infinite ε): nothing cut, the term 0
+    assert els_truncated_batch_size(sequences, q, k, steps, math.inf, budget) == sequences + k
+    assert truncation_delta(sequences, q, k, steps, sequences + k, math.inf) == 0.0
+    run = els_run(q=q, steps=steps, dataset_size=sequences, examples_per_user=k, delta=1e-8, sigma=0.0)
+    assert (run.epsilon, run.truncated_batch_size, run.truncation_delta) == (math.inf, sequences + k, 0.0)

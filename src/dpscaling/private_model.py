@@ -196,14 +196,16 @@ def priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, 
     law's loss there (corrected and not), the learning rate (:func:`plan_learning_rate`) and ``query``, what
     asked for it. A budget per user: a user-level mechanism's B and N count users, each bringing m sequences
     to a step (C = 6·M·B·m·S·T); DP-SGD's are sequences, priced by ELS on ``user_sequences``, the sequences
-    of the N users the run trains on (None: N·k, the most they can hold)."""
+    of the N users the run trains on (None: N, the conservative end, as the query assumes:
+    :func:`dpscaling.law.answers.held_sequences`)."""
     from dpscaling.accounting.pricing import price_run, private_sampler
     from dpscaling.law.queries import compute_cost
+    from dpscaling.law.answers import held_sequences
 
     noise, k = mechanism_named(mechanism), budget.examples_per_user
     units = budget.data_budget
     if budget.per_user and noise.unit == "sequence":
-        units = int(user_sequences) if user_sequences is not None else budget.data_budget * int(k)
+        units = int(held_sequences(budget.data_budget, int(k), user_sequences))
     run = price_run(mechanism, budget.epsilon, budget.delta, units, batch, steps, microbatch_size or 1,
                     examples_per_user=k)
     nbr = run.sigma / batch

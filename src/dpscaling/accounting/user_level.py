@@ -101,28 +101,61 @@ def mixture_losses(sigma: float, q: float, examples_per_user: int) -> privacy_lo
         one_direction(privacy_loss_mechanism.AdjacencyType.ADD))
 
 
+def log_binomial_tail(size: int, trials: int, q: float) -> float:
+    """log P(Binomial(``trials``, q) > ``size``), −inf where it is 0 (``size`` ≥ ``trials``).
+
+    SciPy's ``binom.logsf`` is the log of its ``sf``, which underflows below 1e-308 (at N 4,000 and q 0.032,
+    from L ≈ 740). There the tail is bounded by its first term and the geometric series of the ratios of the
+    terms after it, which fall with j: P(X > L) ≤ P(X = L + 1) / (1 − r), r = (n − L − 1) q / ((L + 2)(1 − q)),
+    an upper bound within the factor 1 / (1 − r) of the tail, so the truncation term is never understated."""
+    if size >= trials:
+        return -math.inf
+    tail = float(stats.binom.sf(size, trials, q))
+    if tail >= np.finfo(float).tiny:  # a normal float: SciPy's tail to its relative precision
+        return math.log(tail)
+    ratio = (trials - size - 1) * q / ((size + 2) * (1 - q))
+    first = float(stats.binom.logpmf(size + 1, trials, q))
+    if ratio < 1:
+        return first - math.log1p(-ratio)
+    terms = stats.binom.logpmf(np.arange(size + 1, trials + 1), trials, q)  # not reached: the tail is not tiny
+    return float(np.logaddexp.reduce(terms))
+
+
+def log_truncation_delta(dataset_size: int, q: float, examples_per_user: int, steps: int, size: int,
+                         epsilon: float) -> float:
+    """log of (1 + e^ε) · T · P(Binomial(N + k, q) > L), in log space (it can exceed 1e308 where ε is large):
+    −inf where L ≥ N + k (no batch of the data or of a neighbour's can exceed L)."""
+    tail = log_binomial_tail(size, dataset_size + examples_per_user, q)
+    if tail == -math.inf:
+        return -math.inf
+    return float(np.logaddexp(0.0, epsilon)) + math.log(steps) + tail
+
+
 def truncation_delta(dataset_size: int, q: float, examples_per_user: int, steps: int, size: int,
                      epsilon: float) -> float:
-    """(1 + e^ε) · T · P(Binomial(N + k, q) > L): what truncating at L adds to δ."""
-    tail = float(stats.binom.sf(size, dataset_size + examples_per_user, q))
-    return min(1.0, (1.0 + math.exp(min(epsilon, 700.0))) * steps * tail)
+    """(1 + e^ε) · T · P(Binomial(N + k, q) > L): what truncating at L adds to δ (at most 1: it is a probability's
+    bound), from :func:`log_truncation_delta`."""
+    return math.exp(min(0.0, log_truncation_delta(dataset_size, q, examples_per_user, steps, size, epsilon)))
 
 
 def els_truncated_batch_size(dataset_size: int, q: float, examples_per_user: int, steps: int, epsilon: float,
                              budget: float, multiple: int = 1) -> int:
-    """The smallest L (≥ the expected batch, a multiple of ``multiple``) whose truncation term is ≤ ``budget``."""
-    start = size = round_up(max(1, math.ceil(q * dataset_size)), multiple)
+    """The smallest L (≥ the expected batch, a multiple of ``multiple``) whose truncation term is ≤ ``budget``;
+    at most N + k rounded up, where nothing is cut and the term is 0."""
+    def fits(candidate: int) -> bool:
+        return truncation_delta(dataset_size, q, examples_per_user, steps, candidate, epsilon) <= budget
+
+    ceiling = round_up(dataset_size + examples_per_user, multiple)
+    start = size = min(ceiling, round_up(max(1, math.ceil(q * dataset_size)), multiple))
     step = max(multiple, round_up(math.sqrt(q * dataset_size), multiple))
-    while truncation_delta(dataset_size, q, examples_per_user, steps, size, epsilon) > budget:
-        if size >= dataset_size:
-            return round_up(dataset_size, multiple)
-        size += step
+    while not fits(size):
+        size = min(ceiling, size + step)
     low = max(size - step, start - multiple)  # a size known to fail, or just below the smallest allowed
     while size - low > multiple:  # bisect down to the smallest multiple that passes
         middle = round_up((low + size) // 2, multiple)
         if middle >= size:
             break
-        if truncation_delta(dataset_size, q, examples_per_user, steps, middle, epsilon) <= budget:
+        if fits(middle):
             size = middle
         else:
             low = middle

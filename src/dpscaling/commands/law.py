@@ -132,8 +132,9 @@ def _register_query(subparsers: argparse._SubParsersAction) -> None:
                              "a user-level law (uls-m<m>) samples users, a sequence-level one their sequences, "
                              "priced for the k (ELS); a run of both chooses (docs/query.md)")
     parser.add_argument("--sequences", type=float,
-                        help="with --examples-per-user: the sequences the N users hold in all, N..N·k (default "
-                             "N·k, every user at the cap): what ELS samples and is priced on")
+                        help="with --examples-per-user: the sequences the N users hold in all, N..N·k, what ELS "
+                             "samples and is priced on (default N, one each: the conservative end, the largest σ "
+                             "any S needs)")
     parser.add_argument("--seq-len", type=float,
                         help="with a law across sequence lengths: answer at this S only (default: the best S in "
                              "the measured range)")

@@ -60,6 +60,20 @@ RUNNABLE_CANDIDATES = 8
 SKIPPED_OPTIMUM_INTERVAL = "not computed (optimum_interval=False)"
 
 
+def held_sequences(users: float, examples_per_user: int, sequences: float | None) -> float:
+    """S, the sequences N = ``users`` users of up to k = ``examples_per_user`` hold in all: what ELS samples and is
+    priced on. ``sequences`` where given (refused outside N..N·k, naming ``--sequences``); else S = N, the
+    conservative end: every user holds at least one sequence, so S ≥ N, and the fewest sequences are the highest
+    sampling rate q = B/S at the same batch, the largest σ, a price no S the users can hold exceeds. (N·k, every
+    user at the cap, would be the smallest σ: too little noise wherever users hold fewer.)"""
+    k = int(examples_per_user)
+    if sequences is None:
+        return float(users)
+    if not users <= sequences <= users * k:
+        raise UserError(f"--sequences: the sequences the {users:g} users hold, from one each to k = {k} each "
+                        f"({users:g}..{users * k:g}), got {sequences:g}")
+    return float(sequences)
+
 
 class ScalingLaw:
     """A law bundle (or a bare law directory) ready to answer: :meth:`query`, :meth:`evaluate`, :meth:`info`."""
@@ -168,7 +182,8 @@ class ScalingLaw:
         ``delta``) and a data budget of ``users`` privacy units or ``tokens`` tokens (one sequence per unit).
         ``examples_per_user`` k: the budget protects a user of up to k sequences, ``users`` of them
         (:meth:`_user_budget`: a user-level mechanism's law samples the users; a sequence-level law samples their
-        ``sequences``, N·k where not given (every user at the cap), its σ ELS's for k ≥ 2).
+        ``sequences`` S, S = N where not given (:func:`held_sequences`: the largest σ any N..N·k needs), its σ
+        ELS's for k ≥ 2).
 
         Raises :class:`~dpscaling.law.range_checks.ExtrapolationRefused` when the optimum's T lies beyond
         the extrapolation the law's validation measured (unless ``allow_extrapolation``), and UserError for
@@ -235,9 +250,13 @@ class ScalingLaw:
             inference = inference_aware(compute, epsilon, units, surface.loss, source.sigma, surface.step_tokens, sizes,
                                         surface.iteration_bounds, inference_tokens, correction=correction)
         saturation = self._scan.saturation(compute, epsilon, units, surface, sizes, source, correction)
+        # ELS samples the users' sequences: the answer says how many it priced, and whether they were assumed.
+        held = ({"sequences": float(units), "sequences_assumed": sequences is None}
+                if source.examples_per_user is not None and mechanism_named(self.mechanism).unit == "sequence"
+                else {})
         return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
                             allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
-                            rule, inference=inference, price_rule=sampling)
+                            rule, inference=inference, price_rule=sampling, held=held)
 
     def _user_budget(self, data: DataBudget, examples_per_user: int | None, sequences: float | None,
                      delta: float | None, progress: Callable[[str], None] | None) -> tuple[SigmaSource, float]:
@@ -246,8 +265,8 @@ class ScalingLaw:
         * a sequence-level budget (no ``examples_per_user``): the law's own σ, one unit each;
         * a user-level mechanism's law (``uls-m<m>``): its σ over users, whatever k (each user's m sequences are
           clipped as one), one unit per user; it answers only per user;
-        * a sequence-level law and a budget per user of k sequences: the users' ``sequences`` are sampled (N·k
-          where not given: every user at the cap, the most ELS can sample), σ is ELS's for k ≥ 2
+        * a sequence-level law and a budget per user of k sequences: the users' sequences S are sampled
+          (:func:`held_sequences`: ``sequences``, else S = N, the conservative end), σ is ELS's for k ≥ 2
           (:func:`dpscaling.law.noise.els_sigma_source`), DP-SGD's at k = 1.
         """
         mechanism = mechanism_named(self.mechanism)
@@ -264,9 +283,7 @@ class ScalingLaw:
         if examples_per_user is None:
             return source, 1
         k = int(examples_per_user)
-        if sequences is not None and not data.users <= sequences <= data.users * k:
-            raise UserError(f"--sequences: the sequences the {data.users:g} users hold, from one each to k = {k} each "
-                            f"({data.users:g}..{data.users * k:g}), got {sequences:g}")
+        held = held_sequences(data.users, k, sequences)
         if mechanism.unit == "user":
             return dataclasses.replace(source, examples_per_user=k), 1
         if mechanism.bands > 1:
@@ -274,7 +291,7 @@ class ScalingLaw:
                             "DP-SGD's Poisson steps); ask the DP-SGD or a user-level (uls-m<m>) law")
         if k == 1:
             return dataclasses.replace(source, examples_per_user=1), 1
-        per_user = k if sequences is None else float(sequences) / data.users
+        per_user = held / data.users
         key = (source.delta, k)
         if key not in self._sources:
             bounds = surface_at(self.bundle, self.seq_len).iteration_bounds
@@ -479,7 +496,7 @@ class ScalingLaw:
     def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: Surface, sizes,
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
                 saturation, rule: DecisionRule, per_length=None, lengths_without_answer=None,
-                inference=None, price_rule: str | None = None) -> Answer:
+                inference=None, price_rule: str | None = None, held: dict | None = None) -> Answer:
         optimum = Configuration.from_row(answer.optimum, surface.seq_len, surface.sequences_per_unit)
         runnable = self._runnable(answer, compute, epsilon, units, surface, source, correction, microbatch_size,
                                   rule, price_rule or source.sampling)
@@ -499,7 +516,7 @@ class ScalingLaw:
                  "privacy_unit": data.privacy_unit, "users": data.users, "tokens": data.tokens,
                  "examples_per_user": source.examples_per_user,
                  "data_budget_units": float(units), "seq_len": surface.seq_len, "tolerance": float(tolerance),
-                 "allow_extrapolation": bool(allow_extrapolation)}
+                 "allow_extrapolation": bool(allow_extrapolation), **(held or {})}
         refused = refusal(iteration_flags(optimum.iterations, self.ranges, allow_extrapolation=False))
         return Answer(query, runnable, optimum, answer.ranges(), len(answer.near_optimal), answer.candidates,
                       answer.unanswered, bands, note, surface.calibration, surface.calibration_note, tuple(flags),
