@@ -145,7 +145,7 @@ class CyclicPoissonReduction:
         if group < expected_batch_size:
             raise UserError(f"training.mechanisms: {bands} bands split the {dataset_size} training sequences "
                             f"into groups of {group}, smaller than the expected batch {expected_batch_size}")
-        return cls(group, expected_batch_size / group, math.ceil(steps / bands))
+        return cls(group, expected_batch_size / group, int(cls.at_rate(1.0, steps, bands)[1]))
 
 
 def account_run(sampling: str, accountant: str | None, *, dataset_size: int,

@@ -275,31 +275,38 @@ def _paper_branches(rule: str) -> tuple[str, ...]:
     return (POISSON_BRANCH, DETERMINISTIC_BRANCH) if rule == MIN_RULE else (rule,)
 
 
+def _paper_rule(noise: Mechanism, rule: str, q: float, steps: int, poisson, fixed) -> tuple[float, str | None]:
+    """The lower of ``poisson(rate, rounds)`` (at the Poisson event BandMF's cyclic reduction gives, where b·q ≤ 1)
+    and ``fixed(k)`` (at the paper's fixed-batch participations, where any) over the branches of ``rule``, and the
+    branch; (NaN, None) where no branch has a value."""
+    from dpscaling.accounting.matched import CyclicPoissonReduction
+
+    values: dict[str, float] = {}
+    for branch in _paper_branches(rule):
+        if branch == POISSON_BRANCH:
+            rate, rounds = CyclicPoissonReduction.at_rate(q, steps, noise.bands)
+            if rate <= 1 + 1e-12:
+                values[branch] = float(poisson(min(1.0, float(rate)), int(rounds)))
+        elif math.isfinite(participations := float(paper_fixed_batch_participations(q, steps, noise.bands))):
+            values[branch] = float(fixed(participations))
+    if not values:
+        return math.nan, None
+    branch = min(values, key=values.__getitem__)
+    return values[branch], branch
+
+
 def paper_sigma(mechanism: str | Mechanism, rule: str, epsilon: float, delta: float, q: float,
                 steps: int) -> tuple[float, str | None]:
     """(σ, branch) of the paper's rule at rate q over T steps (module docstring) for ``mechanism``: untruncated
     Poisson (dp-accounting PLD; BandMF's cyclic reduction) and the fixed batches of ⌈q·T⌉ participations, the
     lower of the two under ``min``. (NaN, None) where no branch prices it. Prices no sampler that runs."""
     from dpscaling.accounting.calibration import calibrate_poisson
-    from dpscaling.accounting.matched import CyclicPoissonReduction
 
     noise = mechanism if isinstance(mechanism, Mechanism) else mechanism_named(mechanism)
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     q, steps = check_sampling_probability(q), check_steps(steps)
-    candidates: dict[str, float] = {}
-    for branch in _paper_branches(rule):
-        if branch == POISSON_BRANCH:
-            rate, rounds = CyclicPoissonReduction.at_rate(q, steps, noise.bands)
-            if rate <= 1 + 1e-12:
-                candidates[branch] = calibrate_poisson(epsilon, min(1.0, float(rate)), int(rounds), delta)
-        else:
-            fixed = float(paper_fixed_batch_sigma(epsilon, delta, q, steps, noise.bands))
-            if math.isfinite(fixed):
-                candidates[branch] = fixed
-    if not candidates:
-        return math.nan, None
-    branch = min(candidates, key=candidates.__getitem__)
-    return float(candidates[branch]), branch
+    return _paper_rule(noise, rule, q, steps, lambda rate, rounds: calibrate_poisson(epsilon, rate, rounds, delta),
+                       lambda participations: gaussian.fixed_batch_sigma(epsilon, delta, participations))
 
 
 def paper_epsilon(mechanism: str | Mechanism, rule: str, sigma: float, delta: float, q: float,
@@ -307,25 +314,12 @@ def paper_epsilon(mechanism: str | Mechanism, rule: str, sigma: float, delta: fl
     """(ε, branch) spent by noise σ under the paper's rule at rate q (:func:`paper_sigma`'s inverse): the lower ε
     of its branches under ``min``; (NaN, None) where none prices it."""
     from dpscaling.accounting.calibration import poisson_epsilon
-    from dpscaling.accounting.matched import CyclicPoissonReduction
 
     noise = mechanism if isinstance(mechanism, Mechanism) else mechanism_named(mechanism)
     sigma, delta = check_sigma(sigma), check_delta(delta)
     q, steps = check_sampling_probability(q), check_steps(steps)
-    spent: dict[str, float] = {}
-    for branch in _paper_branches(rule):
-        if branch == POISSON_BRANCH:
-            rate, rounds = CyclicPoissonReduction.at_rate(q, steps, noise.bands)
-            if rate <= 1 + 1e-12:
-                spent[branch] = poisson_epsilon(sigma, min(1.0, float(rate)), int(rounds), delta)
-        else:
-            participations = float(paper_fixed_batch_participations(q, steps, noise.bands))
-            if math.isfinite(participations):
-                spent[branch] = gaussian.fixed_batch_epsilon(sigma, delta, participations)
-    if not spent:
-        return math.nan, None
-    branch = min(spent, key=spent.__getitem__)
-    return float(spent[branch]), branch
+    return _paper_rule(noise, rule, q, steps, lambda rate, rounds: poisson_epsilon(sigma, rate, rounds, delta),
+                       lambda participations: gaussian.fixed_batch_epsilon(sigma, delta, participations))
 
 
 def private_sampler(mechanism: str | Mechanism, examples_per_user: int | None = None) -> str:

@@ -130,32 +130,29 @@ def _paper_record(args: argparse.Namespace, q: float, steps: int, delta: float, 
             "sampling_probability": q, "steps": steps, "sampler": None, "note": PAPER_RULE_NOTE}
 
 
-def _run_sigma(args: argparse.Namespace) -> int:
+def _run_price(args: argparse.Namespace, *, epsilon: float | None = None, sigma: float | None = None) -> int:
+    """σ for ``epsilon`` (``dpscaling sigma``) or ε spent by ``sigma`` (``dpscaling epsilon``), by ``--rule``."""
     q, steps, delta = _configuration(args)
-    epsilon = _positive_number("--epsilon", args.epsilon, MAX_EPSILON)
     if args.rule == RUNNABLE:
-        emit(_runnable_record(_runnable(args, epsilon=epsilon), args.json), args.json)
+        emit(_runnable_record(_runnable(args, epsilon=epsilon, sigma=sigma), args.json), args.json)
         return 0
-    sigma, branch = pricing.paper_sigma(args.mechanism, _paper_only(args), epsilon, delta, q, steps)
+    if sigma is None:
+        sigma, branch = pricing.paper_sigma(args.mechanism, _paper_only(args), epsilon, delta, q, steps)
+    else:
+        epsilon, branch = pricing.paper_epsilon(args.mechanism, _paper_only(args), sigma, delta, q, steps)
     if branch is None:
         raise UserError(f"--rule paper: no branch of {args.sampling or MIN_RULE!r} prices {args.mechanism} at "
                         f"q = {q:g}, T = {steps}")
     emit(_paper_record(args, q, steps, delta, sigma, epsilon, branch), args.json)
     return 0
+
+
+def _run_sigma(args: argparse.Namespace) -> int:
+    return _run_price(args, epsilon=_positive_number("--epsilon", args.epsilon, MAX_EPSILON))
 
 
 def _run_epsilon(args: argparse.Namespace) -> int:
-    q, steps, delta = _configuration(args)
-    sigma = _positive_number("--sigma", args.sigma)
-    if args.rule == RUNNABLE:
-        emit(_runnable_record(_runnable(args, sigma=sigma), args.json), args.json)
-        return 0
-    epsilon, branch = pricing.paper_epsilon(args.mechanism, _paper_only(args), sigma, delta, q, steps)
-    if branch is None:
-        raise UserError(f"--rule paper: no branch of {args.sampling or MIN_RULE!r} prices {args.mechanism} at "
-                        f"q = {q:g}, T = {steps}")
-    emit(_paper_record(args, q, steps, delta, sigma, epsilon, branch), args.json)
-    return 0
+    return _run_price(args, sigma=_positive_number("--sigma", args.sigma))
 
 
 def _run_vulnerability(args: argparse.Namespace) -> int:
