@@ -76,3 +76,5 @@ def test_audit_target_writes_the_report(tmp_path):
     assert set(table["run"]) == {"private", "negative_control"}
     assert summary["accounted_epsilon"] == 2.0
     assert summary["audit_has_power"] is True and summary["private_run_passes"] is True
+    # what the audited ε covers: the step alone (the target trains no model on data)
+    assert summary["epsilon_covers"]["covers"].startswith("the audited training step alone")

@@ -114,7 +114,8 @@ def test_what_cannot_start_there_is_refused_naming_the_key(domains, tmp_path) ->
     with pytest.raises(UserError, match=r"train.output_bias: a start from init_checkpoint takes the checkpoint's"):
         dataclasses.replace(BERT, output_bias=PUBLIC_UNIGRAM, init_checkpoint=str(tmp_path))
     # in a config: without a public domain, and for a family without an output bias
-    config = validated({**SMOKE, "training": {**SMOKE["training"], "output_bias": PUBLIC_UNIGRAM}})
+    config = validated({**SMOKE, "data": {**SMOKE["data"], "public_sources": None},
+                        "training": {**SMOKE["training"], "output_bias": PUBLIC_UNIGRAM}})
     with pytest.raises(UserError, match=r"training.output_bias: public_unigram starts from the public domain's "
                                         r"unigram; name it in data.public_sources"):
         public_corpus_spec(config)

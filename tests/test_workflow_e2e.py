@@ -110,7 +110,7 @@ def test_results_of_the_one_length_layout_are_moved_not_retrained(smoke_run: Pat
     moves = [Move(f"{root}/{tree}/seq=64/{path.name}", f"{root}/{tree}/{path.name}")
              for tree in ("runs", "checkpoints", "logs/train") for path in (smoke_run / tree / "seq=64").iterdir()]
     moves += [Move(f"{root}/data/packed/seq=64/{name}", f"{root}/data/packed/{name}")
-              for name in ("meta.json", "train", "heldout")]
+              for name in ("meta.json", "train", "heldout", "public_unigram.json")]
     moves.append(Move(f"{root}/logs/data/pack_sequences/seq=64.log", f"{root}/logs/data/pack_sequences.log"))
     for move in moves:  # back to the one-length layout, records included
         os.replace(workdir / move.old, workdir / move.new)
@@ -317,6 +317,14 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
         # The physical-batch correction (enabled in the smoke config): the prediction is the law's minus Δ(B).
         plan = json.loads((out / row.budget / "plan.json").read_text())
         assert plan["physical_batch_correction"] == correction
+        # What its ε covers (the bundle's record of the smoke config): the vocabulary trained on the public domain,
+        # the rate given (one, training.learning_rates), the configuration the law's choice on the private domain;
+        # the plan's record in its audit's report and the table.
+        covers = plan["epsilon_covers"]
+        assert {name: choice["domain"] for name, choice in covers["chosen_on"].items()} == {
+            "vocabulary": "public", "output_bias": "no data", "learning_rate": "no data", "configuration": "private"}
+        assert json.loads((out / row.budget / "audit.json").read_text())["epsilon_covers"] == covers
+        assert row.epsilon_covers == covers["statement"]
         shift = float(PhysicalBatchCorrection(**correction).shift(row.batch_size, row.noise_batch_ratio,
                                                                    row.model_size))
         assert row.predicted_loss == pytest.approx(row.law_loss - shift, abs=1e-12)
@@ -325,6 +333,7 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
         # checks the interval itself).
         assert calibration["half_width"] is None and np.isnan(row.calibrated_low) and not row.inside_calibrated
     markdown = (out / "table.md").read_text()
+    assert "ε covers only the private run's own noisy steps" in markdown  # the caption says it once
     assert "bootstrap replicates" in markdown and markdown.count("| BertNano") + markdown.count("| BertMicro") == len(budgets)
     for suffix in ("pdf", "png", "csv"):
         assert (out / f"predicted_vs_achieved.{suffix}").stat().st_size > 0
@@ -357,6 +366,7 @@ def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_priva
         assert row.epsilon_spent == pytest.approx(epsilon, rel=0.01) == pytest.approx(row.epsilon_recomputed, rel=0.01)
         assert epsilon == pytest.approx(row.epsilon, rel=0.01) and row.epsilon_spent <= row.epsilon * (1 + 1e-9)
         assert 0 < row.heldout_loss < 20 and np.isfinite(row.train_loss)
+        assert row.epsilon_covers.startswith("ε covers only") and "configuration" in row.epsilon_covers
     seeds = runs[runs["kind"] == "answer"]
     assert sorted(seeds["seed"]) == [0, 1] and seeds["batch_size"].nunique() == seeds["iterations"].nunique() == 1
     row = table.iloc[0]
@@ -415,7 +425,7 @@ def test_the_law_bundle_answers_alone_with_a_runnable_configuration(smoke_run: P
 
     bundle = smoke_run / "law" / "bundle"
     info = json.loads((bundle / "bundle.json").read_text())
-    assert info["provenance"]["models"]["BertNano"]["layers"] == 1 and info["provenance"]["vocab_size"] == 8192
+    assert info["provenance"]["models"]["BertNano"]["layers"] == 1 and info["provenance"]["vocab_size"] == 7680
     assert info["provenance"]["corpus"]["files_sha256"] and info["contents"]["bootstrap_replicates"] == 4
 
     def query(law: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -190,10 +190,14 @@ def audit_summary(results: list[AuditResult]) -> dict[str, Any]:
 
 
 def write_audit(settings: Mapping[str, Any], delta: float, summary_path: str | os.PathLike[str],
-                table_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Run the audit of the ``audit`` config block; write its summary (JSON) and table (CSV)."""
+                table_path: str | os.PathLike[str], epsilon_covers: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run the audit of the ``audit`` config block; write its summary (JSON) and table (CSV). The summary says
+    what the ε it audits covers: ``epsilon_covers``, the audited private run's (its plan's record), or the
+    step's alone (:data:`dpscaling.epsilon_scope.AUDIT_SCOPE`: the audit target trains no model on data)."""
+    from dpscaling.epsilon_scope import AUDIT_SCOPE
+
     results = run_audit(AuditSettings(**settings, delta=delta))
-    summary = audit_summary(results)
+    summary = {**audit_summary(results), "epsilon_covers": dict(epsilon_covers or AUDIT_SCOPE)}
     with atomic_path(table_path) as tmp:
         pd.DataFrame([r.record() for r in results]).to_csv(tmp, index=False)
     write_json_atomic(summary_path, summary)

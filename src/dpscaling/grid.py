@@ -172,8 +172,15 @@ def protocol_prefix(config: Mapping[str, Any] | RunConfig, wildcards: Mapping[st
     """The wildcards of the learning-rate protocol's run that is the first steps of the grid run named by
     ``wildcards`` (which continues it: :mod:`dpscaling.train.prefix`), or None. A protocol run is the grid's σ̄ = 0
     run at its rate stopped early (:meth:`~dpscaling.config.training_blocks.LearningRateProtocolBlock.run_params`),
-    at ``data.seq_len`` under the primary mechanism; the training job checks the two configs before it continues."""
+    at ``data.seq_len`` under the primary mechanism; the training job checks the two configs before it continues.
+    None under ``learning_rate_protocol.domain: public``: that run trained on the public domain, and a grid run
+    continuing it would take public data into steps the law reads as trained on the private domain (its
+    vocabulary and config match, so the job's checks could not tell): the grid's runs train from step 0."""
+    from dpscaling.config.training_blocks import PRIVATE_DOMAIN
+
     run = _typed(config)
+    if run.learning_rate_protocol.domain != PRIVATE_DOMAIN:
+        return None
     if wildcards.get("seq") != canonical(run.data.seq_len) or wildcards.get("mech", DPSGD.name) != mechanisms(run)[0]:
         return None
     wanted = {key: wildcards.get(key) for key in ("model", "batch", "seed", "nbr", "lr")}

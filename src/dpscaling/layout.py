@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpscaling.config.training_blocks import PRIVATE_DOMAIN
 from dpscaling.grid import alternation
 from dpscaling.mechanisms import DPSGD
 
@@ -115,7 +116,8 @@ DESIGN_COMPARISON = f"{DESIGN}vs_grid.json"  # the adaptive law against the grid
 # The paper's figures (one <name>.pdf, .png and .csv each) and tables (table: .csv, .md and .tex).
 FIGURES, TABLES = "figures", "tables"
 FIGURE = f"{FIGURES}/{{figure}}"
-# The learning-rate protocol's runs, its choice (and evidence) and figure (dpscaling.rate_protocol).
+# The learning-rate protocol's runs, its choice (and evidence) and figure (dpscaling.rate_protocol); on the public
+# domain its runs and choice live apart (learning_rate_protocol_dir).
 LR_PROTOCOL = "learning_rates/"
 LR_CHOSEN = "learning_rates/chosen.json"
 LR_TABLE = f"{TABLES}/learning-rates"
@@ -206,6 +208,19 @@ def run_paths(run: str, prefix: str = "") -> RunPaths:
     (:data:`ABLATION`) puts them in a tree of their own."""
     return RunPaths(curve=f"{prefix}{RUNS}/{run}/metrics.parquet", checkpoints=f"{prefix}{CHECKPOINTS}/{run}",
                     log=f"{LOGS}/{prefix}{TRAIN}/{run}.log")
+
+
+def learning_rate_protocol_dir(domain: str) -> str:
+    """Where the learning-rate protocol's runs (:func:`run_paths`' prefix), logs and choice live for
+    ``learning_rate_protocol.domain``: :data:`LR_PROTOCOL` on the private domain (the paper's protocol, where its
+    runs always were), ``learning_rates/domain=<domain>/`` on another: its runs train on other data, so they are
+    other runs."""
+    return LR_PROTOCOL if domain == PRIVATE_DOMAIN else f"{LR_PROTOCOL}domain={domain}/"
+
+
+def learning_rate_choice(domain: str) -> str:
+    """The protocol's choice on ``domain`` (:data:`LR_CHOSEN` on the private one)."""
+    return f"{learning_rate_protocol_dir(domain)}chosen.json"
 
 
 def log_path(stage: str, job: str) -> str:

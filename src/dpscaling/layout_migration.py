@@ -5,7 +5,8 @@ Documented in docs/failure-modes.md, "Results written before sequence length was
 A grid point's curve is ``runs/seq=S/model=…/batch=…/seed=…/nbr=…/lr=…/metrics.parquet`` and its data
 ``data/packed/seq=S/`` (:mod:`dpscaling.layout`). Results directories written before that had one length
 and no ``seq=`` level:
-``runs/model=…``, ``checkpoints/model=…``, ``logs/train/model=….log``, ``data/packed/{meta.json,train,heldout}``.
+``runs/model=…``, ``checkpoints/model=…``, ``logs/train/model=….log``, ``data/packed/{meta.json,train,heldout}``
+(and ``public_unigram.json``, where the pack step wrote one).
 
 :func:`migrate_one_length_layout` moves such a directory into the per-length layout, so that its finished
 runs stay finished: each run goes under the length its own curve records (``seq_len``), a run without a
@@ -27,9 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpscaling.grid import canonical
-from dpscaling.layout import CHECKPOINTS, LENGTH, LOGS, PACK_LOG, PACKED, RUNS, TRAIN
+from dpscaling.layout import (
+    CHECKPOINTS, LENGTH, LOGS, PACK_LOG, PACKED, PACKED_HELDOUT, PACKED_META, PACKED_TRAIN, PUBLIC_UNIGRAM_FILE, RUNS,
+    TRAIN)
 
-PACKED_FILES = ("meta.json", "train", "heldout")
+# What the pack step writes into a packed directory (the public domain's unigram only with one: moved where it is).
+PACKED_FILES = (PACKED_META, PACKED_TRAIN, PACKED_HELDOUT, PUBLIC_UNIGRAM_FILE)
 LEGACY_PACK_LOG = "logs/data/pack_sequences.log"
 # A run directory of the one-length layout, relative to runs/ or checkpoints/ (the log adds ".log").
 _LEGACY_RUN_GLOB = "model=*/batch=*/seed=*/nbr=*/lr=*"

@@ -163,6 +163,9 @@ class PrivatePlan:
     sampler: str = TRUNCATED_POISSON.name
     dataset_size: int | None = None
     sequences_per_unit: int = 1
+    # What the run's ε covers, and where the choices it rests on were fitted (dpscaling.epsilon_scope: its law
+    # bundle's record); None in a plan written before plans recorded it.
+    epsilon_covers: Mapping[str, Any] | None = None
 
     @property
     def units(self) -> int:
@@ -187,6 +190,10 @@ class PrivatePlan:
             del record["decision"]
         else:
             record["decision"] = dict(self.decision)
+        if self.epsilon_covers is None:
+            del record["epsilon_covers"]
+        else:
+            record["epsilon_covers"] = dict(self.epsilon_covers)
         return record
 
     @classmethod

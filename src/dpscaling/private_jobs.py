@@ -152,6 +152,7 @@ def audit_budget(plan_path: str | os.PathLike[str], audit: Mapping[str, Any], mi
     """Rule ``private_model_audit``: the matched one-run audit of the plan (and its negative control)."""
     from dpscaling.audit import write_audit
 
-    settings = audit_settings_for(read_plan(plan_path), audit, microbatch, strategy)
+    plan = read_plan(plan_path)
+    settings = audit_settings_for(plan, audit, microbatch, strategy)
     delta = settings.pop("delta")
-    return write_audit(settings, delta, summary_path, table_path)
+    return write_audit(settings, delta, summary_path, table_path, plan.epsilon_covers)

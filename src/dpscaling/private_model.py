@@ -41,6 +41,7 @@ import numpy as np
 
 from dpscaling.errors import UserError
 from dpscaling.accounting.branches import POISSON_BRANCH
+from dpscaling.epsilon_scope import choices_of_provenance, epsilon_scope
 from dpscaling.law.columns import MODEL, MODEL_SIZE
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.runnable import best_learning_rate
@@ -125,9 +126,14 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
 
     law = law_dir if isinstance(law_dir, ScalingLaw) else _load_one(law_dir)
     mechanism = mechanism or law.mechanism
+    fixed_rate = budget.configuration is not None and budget.configuration.learning_rate is not None
+    # what the run's ε covers: where the law's choices were fitted, its learning rate given or chosen on data
+    covers = epsilon_scope(choices_of_provenance(law.bundle.provenance),
+                           learning_rate_given=learning_rate is not None or fixed_rate)
     if budget.configuration is not None:
-        return _fixed_plan(law.bundle.law, law.sigma_source(), budget, fixed_sizes or {}, learning_rate,
-                           microbatch_size, correction, mechanism)
+        return dataclasses.replace(_fixed_plan(law.bundle.law, law.sigma_source(), budget, fixed_sizes or {},
+                                               learning_rate, microbatch_size, correction, mechanism),
+                                   epsilon_covers=covers)
     try:
         answer = law.query(budget.compute, budget.epsilon, users=float(budget.data_budget), delta=budget.delta,
                            physical_batch_correction=correction or False, allow_extrapolation=True,
@@ -146,7 +152,7 @@ def plan_budget(law_dir: str | os.PathLike[str] | ScalingLaw, budget: Budget, mo
     decision = None if chosen.decision is None else {
         **chosen.decision.to_json(), "calibrated_interval_90": answer.to_json()["calibrated_interval_90"],
         "flags": [flag.code for flag in answer.flags]}
-    return dataclasses.replace(plan, decision=decision)
+    return dataclasses.replace(plan, decision=decision, epsilon_covers=covers)
 
 
 def _load_one(bundle: str | os.PathLike[str]) -> ScalingLaw:

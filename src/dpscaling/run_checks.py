@@ -18,6 +18,7 @@ from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.data.documents import CorpusSpec, source_of_documents
 from dpscaling.data.epochs import check_one_epoch
 from dpscaling.data.public_unigram import PUBLIC_UNIGRAM, check_output_bias_start
+from dpscaling.epsilon_scope import check_private_runs
 from dpscaling.errors import UserError
 from dpscaling.layout import PACKED, PACKED_META, TRAINED_VOCAB
 from dpscaling.mechanisms import CHOOSE, mechanism_named
@@ -130,6 +131,8 @@ def check_config(config: Mapping[str, Any] | RunConfig) -> None:
         raise UserError(f"data.vocab_size: set it exactly when data.tokenizer is 'train' (got tokenizer "
                         f"{data.tokenizer!r}, vocab_size {data.vocab_size!r})")
     corpus_spec(run)  # source-specific checks
+    # private runs resting on a vocabulary or output bias fitted on the private domain; the protocol's domain
+    check_private_runs(run)
     for index, budget in enumerate(run.private_model.budgets):
         if not budget.pretrained:
             continue

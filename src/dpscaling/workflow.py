@@ -17,6 +17,7 @@ from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.config.training_blocks import AblationBlock
 from dpscaling.config.roles import FIGURE_RUNS, fields_with
 from dpscaling.data.documents import CorpusSpec
+from dpscaling.epsilon_scope import fitted_choices
 from dpscaling.errors import UserError
 from dpscaling.accounting.table_spec import table_spec_of
 from dpscaling.figures.settings import analysis_settings_of
@@ -51,6 +52,15 @@ def learning_rate_protocol_training(config: Config) -> dict[str, Any]:
     """A learning-rate protocol job's ``training`` param (:meth:`LearningRateProtocolBlock.run_params`)."""
     run = typed(config)
     return run.learning_rate_protocol.run_params(run.training, run.accounting.delta)
+
+
+def learning_rate_choice_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The protocol's choice job's param: the ``learning_rate_protocol`` block as the config gives it, without
+    ``domain`` at its default (added after results existed: a choice made before it is still this one)."""
+    from dpscaling.config.training_blocks import PRIVATE_DOMAIN
+
+    return {key: value for key, value in config["learning_rate_protocol"].items()
+            if not (key == "domain" and value == PRIVATE_DOMAIN)}
 
 
 def ablation_training(config: Config, batch: int) -> dict[str, Any]:
@@ -147,7 +157,9 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
     """What the run's config says of the law it fits, for its bundle (:mod:`dpscaling.law.bundle`): the sha256
     of the config blocks that decide the law (data, the grid's models, training, accounting, fit), the family
     and objective, the data (tokenizer, vocabulary size, corpus source, S), the privacy unit, δ and the σ
-    table's sampling rule, the physical batch and microbatch, the mode, and every grid model's shape."""
+    table's sampling rule, the physical batch and microbatch, the mode, where each data-dependent choice of an
+    answer was fitted (``fitted_on``: :func:`dpscaling.epsilon_scope.fitted_choices`), and every grid model's
+    shape."""
     run = typed(config)
     family = run_family(run.models)
     seq_len = run.data.seq_len
@@ -168,7 +180,9 @@ def bundle_provenance(config: Config) -> dict[str, Any]:
         "seq_lens": list(run.seq_lens()), "privacy_unit": analysis_settings_of(run).privacy_unit,
         "delta": run.accounting.delta, "sampling": run.accounting.sampling,
         "physical_batch": run.training.physical_batch, "microbatch_size": run.training.microbatch_size or 1,
-        "mode": mode_name(run.fit.reference_compatible)}
+        "mode": mode_name(run.fit.reference_compatible),
+        # where each data-dependent choice of an answer was fitted: what its ε covers (dpscaling.epsilon_scope)
+        "fitted_on": {name: choice.to_json() for name, choice in fitted_choices(run).items()}}
     if run.results_csv:  # the authors' format: no data stage, the presets at BERT's vocabulary
         provenance["results"] = {"format": "reference", "path": run.results_csv}
         provenance["vocab_size"] = family.vocab_size

@@ -91,6 +91,7 @@ from dpscaling.workflow import (
     savings_settings,
     training_params,
     validation_modes,
+    learning_rate_choice_params,
     learning_rate_protocol_training,
 )
 
@@ -235,7 +236,9 @@ GRID_SEED, GRID_BATCH = str(CFG.training.seed), str(CFG.training.physical_batch)
 ABLATION_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.ABLATION)
 PRETRAIN_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.PRETRAIN)
 FINETUNE_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.FINETUNE)
-LR_PROTOCOL_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, layout.LR_PROTOCOL)
+# learning_rate_protocol.domain: the protocol's runs on the public domain are other runs, in a tree of their own.
+LR_PROTOCOL_DIR = layout.learning_rate_protocol_dir(CFG.learning_rate_protocol.domain)
+LR_PROTOCOL_RUN_PATHS = layout.run_paths(ONE_LENGTH_RUN, LR_PROTOCOL_DIR)
 
 
 def run_outputs(pattern, points=None):

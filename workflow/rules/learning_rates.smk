@@ -3,12 +3,22 @@
 # learning_rate_protocol.ladder (rule learning_rate_run, the training job's script), the rate chosen per
 # model by a stated rule (checkpoint choose_learning_rates), and the grid trained at it: the grid's input
 # functions read the choice (workflow/rules/common.smk, grid_points). Target learning_rates.
+# learning_rate_protocol.domain: public -- the protocol's runs train on the public domain's packed data (their
+# own tree, LR_PROTOCOL_DIR), and no grid run continues them (dpscaling.grid.protocol_prefix).
+LR_PROTOCOL_DATA = (
+    {
+        name: expand(path, seq=PRIMARY_SEQ_LEN)[0]
+        for name, path in rules.pack_public_sequences.output.items()
+    }
+    if CFG.learning_rate_protocol.public
+    else PRIMARY_PACKED
+)
 
 
 use rule train_run as learning_rate_run with:
     input:
-        meta=PRIMARY_PACKED["meta"],
-        train=PRIMARY_PACKED["train"],
+        meta=LR_PROTOCOL_DATA["meta"],
+        train=LR_PROTOCOL_DATA["train"],
     output:
         f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}",
     log:
@@ -57,9 +67,9 @@ checkpoint choose_learning_rates:
         curves=run_outputs(f"{RESULTS}/{LR_PROTOCOL_RUN_PATHS.curve}", LR_PROTOCOL_GRID),
     output:
         **table_outputs("learning-rates"),
-        chosen=f"{RESULTS}/{layout.LR_CHOSEN}",
+        chosen=f"{RESULTS}/{layout.learning_rate_choice(CFG.learning_rate_protocol.domain)}",
     log:
-        f"{RESULTS}/{layout.log_path(layout.LR_PROTOCOL, 'choose')}",
+        f"{RESULTS}/{layout.log_path(LR_PROTOCOL_DIR, 'choose')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -67,7 +77,7 @@ checkpoint choose_learning_rates:
         runtime=10,
     params:
         # the block and the grid it names (the cost beside it); the curves' order is the protocol grid's
-        protocol=config["learning_rate_protocol"],
+        protocol=learning_rate_choice_params(config),
     script:
         "../scripts/choose_learning_rates.py"
 
@@ -85,7 +95,7 @@ rule learning_rate_figure:
         png=f"{RESULTS}/{layout.LR_FIGURE}.png",
         data=f"{RESULTS}/{layout.LR_FIGURE}.csv",
     log:
-        f"{RESULTS}/{layout.log_path(layout.LR_PROTOCOL, 'figure')}",
+        f"{RESULTS}/{layout.log_path(LR_PROTOCOL_DIR, 'figure')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:

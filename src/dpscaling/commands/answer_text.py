@@ -5,6 +5,7 @@ answer as YAML. The JSON form is the answer's own (:meth:`dpscaling.law.answer_t
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 import yaml
@@ -128,6 +129,8 @@ def render_answer(answer: Answer) -> str:
                      f"{float(choice['Model Size']):,.0f}, T = {float(choice['Iterations']):,.1f}, total FLOPs "
                      f"{float(choice['Total FLOPs']):.4g}")
     lines.append(f"accounting   {answer.accounting}; exact σ: {runnable.accountant}")
+    lines.append(textwrap.fill(answer.epsilon_covers["statement"], width=118, initial_indent="ε covers     ",
+                               subsequent_indent=" " * 13))
     lines.append(f"interval     {answer.interval_note}")
     block = runnable.train_config()
     if block:

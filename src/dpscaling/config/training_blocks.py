@@ -73,6 +73,9 @@ class GridPoint(Block):
 TUNED = "tuned"
 # A training.mechanism_learning_rates entry's key: that mechanism's noisy rates as doublings of the chosen rate.
 TUNED_DOUBLINGS = "tuned_doublings"
+# The data's two domains (data.sources, data.public_sources): the private one, where the privacy unit lives, and
+# the public one; learning_rate_protocol.domain names where the protocol's runs train (dpscaling.epsilon_scope).
+PRIVATE_DOMAIN, PUBLIC_DOMAIN = "private", "public"
 
 
 # The one job param that is not a training field: accounting.delta, handed to each job, a late key.
@@ -143,6 +146,11 @@ class LearningRateProtocolBlock(Block):
 
     def __post_init__(self) -> None:
         check_ladder(self.ladder)  # the library's callers get the schema's refusal too
+
+    @property
+    def public(self) -> bool:
+        """Whether the protocol's runs train on the public domain (``domain: public``), not the private one."""
+        return self.domain == PUBLIC_DOMAIN
 
     def run_params(self, training: TrainingBlock, delta: float) -> dict[str, Any]:
         """A protocol job's ``training`` param: the grid's (:meth:`TrainingBlock.job_params`: clipped as the

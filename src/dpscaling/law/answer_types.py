@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from dpscaling.accounting.pricing import Price
+from dpscaling.epsilon_scope import choices_of_provenance, epsilon_scope
 from dpscaling.law.calibration import Calibration
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA)
@@ -199,6 +200,13 @@ class Answer:
         """Every flag in one line for a person ("" when none)."""
         return one_line(list(self.flags))
 
+    @property
+    def epsilon_covers(self) -> dict[str, Any]:
+        """What ε covers of a run trained with this answer, and where the law's data-dependent choices (its
+        configuration, learning rate, vocabulary) were fitted: :func:`dpscaling.epsilon_scope.epsilon_scope` of
+        the bundle's record."""
+        return epsilon_scope(choices_of_provenance(self.provenance))
+
     def to_json(self) -> dict[str, Any]:
         """What ``dpscaling query --json`` prints: the runnable answer at the top level, the law's continuous
         optimum under ``law_optimum``."""
@@ -231,7 +239,7 @@ class Answer:
             "physical_batch_correction": ("off (the paper's law)" if self.correction is None
                                           else self.correction.to_json()),
             "train_config": runnable["train_config"], "accounting": self.accounting, "sampling_rule": self.sampling,
-            "provenance": self.provenance}
+            "epsilon_covers": self.epsilon_covers, "provenance": self.provenance}
         if self.per_length is not None:
             document["per_length"] = self.per_length
             document["lengths_without_answer"] = {str(k): v for k, v in self.lengths_without_answer.items()}

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dpscaling.epsilon_scope import choices_of_provenance, epsilon_scope
 from dpscaling.errors import UserError
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY
 from dpscaling.config.schema import default
@@ -199,6 +200,7 @@ class _Planner:
     def __init__(self, law, budget: Budget, microbatch: int, correction, decision_rule: str):
         self.law, self.budget, self.microbatch, self.correction = law, budget, microbatch, correction
         self.decision_rule = decision_rule
+        self.covers = epsilon_scope(choices_of_provenance(law.bundle.provenance))  # every run's: one law's choices
         self.seq_len = law.seq_len
         self.units = float(budget.data_budget)
         self._priced: dict[tuple, PrivatePlan] = {}  # a configuration trained with several seeds is priced once
@@ -212,9 +214,9 @@ class _Planner:
 
         key = (shape.name, shape.param_count, int(batch), int(steps), budget.compute)
         if key not in self._priced:
-            self._priced[key] = priced_plan(self.law.bundle.law, budget, shape.name, shape.param_count, int(batch),
-                                            int(steps), None, self.microbatch, self.correction, {"kind": kind},
-                                            self.law.mechanism)
+            priced = priced_plan(self.law.bundle.law, budget, shape.name, shape.param_count, int(batch), int(steps),
+                                 None, self.microbatch, self.correction, {"kind": kind}, self.law.mechanism)
+            self._priced[key] = dataclasses.replace(priced, epsilon_covers=self.covers)
         return self._priced[key].to_json() | {"role": role, "kind": kind, "seed": int(seed),
                                                "model_shape": shape.to_json(),
                                                "model_param": shape.job_param(self.seq_len)}

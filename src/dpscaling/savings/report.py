@@ -113,6 +113,7 @@ def run_row(plan: Mapping[str, Any], role: str, curve: pd.DataFrame, evaluation:
         "train_loss": train, "heldout_loss": float(evaluation["loss"]),
         "epsilon_spent": float(last["epsilon"]), "epsilon_recomputed": recomputed_epsilon(last),
         "accountant": str(last["accountant"]), "sampler": str(last["sampler"]), "status": str(last["status"]),
+        "epsilon_covers": (priced.epsilon_covers or {}).get("statement"),  # and where its choices were fitted
     }
 
 
@@ -213,6 +214,7 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
     are the law ``bundle``'s (None: none)."""
     from pathlib import Path
 
+    from dpscaling.epsilon_scope import caption_note
     from dpscaling.figures import render
     from dpscaling.figures.savings import BASELINE_COMPARE_MEASURED, SAVINGS, SavingsContext
     from dpscaling.plans import read_json
@@ -230,8 +232,9 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
 
         calibration = read_bundle(bundle).calibration
     runs, budgets = report(plans, curves, evaluations, window, calibration)
-    write_table(runs, runs_stem, CAPTION_RUNS, LABEL_RUNS, shown=RUN_SHOWN)
-    write_table(budgets, table_stem, CAPTION, LABEL, shown={k: v for k, v in SHOWN.items() if k in budgets})
+    covers = caption_note(runs["epsilon_covers"]) if "epsilon_covers" in runs else ""
+    write_table(runs, runs_stem, CAPTION_RUNS + covers, LABEL_RUNS, shown=RUN_SHOWN)
+    write_table(budgets, table_stem, CAPTION + covers, LABEL, shown={k: v for k, v in SHOWN.items() if k in budgets})
     context = SavingsContext(runs, budgets, plans)
     render(BASELINE_COMPARE_MEASURED.name, context, compare_stem)
     render(SAVINGS.name, context, savings_stem)

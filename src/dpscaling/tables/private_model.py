@@ -109,6 +109,7 @@ def report_row(plan: PrivatePlan, curve: pd.DataFrame, evaluation: Mapping[str, 
         "epsilon_spent": float(last["epsilon"]), "accountant": str(last["accountant"]),
         "audited_epsilon": float(audit["audited_epsilon"]),
         "audit_has_power": bool(audit["audit_has_power"]), "status": str(last["status"]),
+        "epsilon_covers": (plan.epsilon_covers or {}).get("statement"),  # and where its choices were fitted
     }
 
 
@@ -185,6 +186,7 @@ def write_report(inputs: Mapping[str, Any], settings: Mapping[str, Any], table_s
                  figure_stem: str | os.PathLike[str]) -> pd.DataFrame:
     """Rule ``private_model_report``: ``table_stem``.csv/.md/.tex (:func:`dpscaling.tables.write.write_table`)
     and the figure ``figure_stem``.pdf/.png/.csv (:data:`dpscaling.figures.private_model.PREDICTED_VS_ACHIEVED`)."""
+    from dpscaling.epsilon_scope import caption_note
     from dpscaling.figures import render
     from dpscaling.figures.private_model import PREDICTED_VS_ACHIEVED, PrivateModelContext
     from dpscaling.tables.write import write_table
@@ -195,6 +197,7 @@ def write_report(inputs: Mapping[str, Any], settings: Mapping[str, Any], table_s
         shown = {key: heading for name, heading in SHOWN.items()
                  for key, heading in ([(name, heading), ("mechanism", "mechanism")] if name == "model"
                                       else [(name, heading)])}
-    write_table(table, table_stem, f"{CAPTION} Seed-only interval: {note}.", LABEL, shown=shown)
+    covers = caption_note(table["epsilon_covers"]) if "epsilon_covers" in table else ""
+    write_table(table, table_stem, f"{CAPTION} Seed-only interval: {note}.{covers}", LABEL, shown=shown)
     render(PREDICTED_VS_ACHIEVED.name, PrivateModelContext(table, note), figure_stem)
     return table
