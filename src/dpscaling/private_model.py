@@ -43,6 +43,7 @@ from dpscaling.errors import UserError
 from dpscaling.accounting.branches import POISSON_BRANCH
 from dpscaling.epsilon_scope import choices_of_provenance, epsilon_scope
 from dpscaling.law.columns import MODEL, MODEL_SIZE
+from dpscaling.law.decision import Scored, comparable_scores
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.runnable import best_learning_rate
 from dpscaling.mechanisms import CHOOSE, DPSGD, mechanism_named
@@ -205,8 +206,8 @@ def priced_plan(law, budget: Budget, model: str, model_size: float, batch: int, 
     of the N users the run trains on (None: N, the conservative end, as the query assumes:
     :func:`dpscaling.law.answers.held_sequences`)."""
     from dpscaling.accounting.pricing import price_run, private_sampler
-    from dpscaling.law.queries import compute_cost
     from dpscaling.law.answers import held_sequences
+    from dpscaling.law.queries import compute_cost
 
     noise, k = mechanism_named(mechanism), budget.examples_per_user
     units = budget.data_budget
@@ -331,10 +332,21 @@ def plan_mechanisms(laws: str | os.PathLike[str], budget: Budget, models: Sequen
     if not plans:
         raise UserError(f"{BLOCK}.budgets {budget.label}: no mechanism's law plans it: "
                         + "; ".join(f"{row['mechanism']}: {row['reason']}" for row in compared))
-    best = min(plans, key=lambda name: plan_score(plans[name]))
+    scores, notes = comparable_scores({name: plan_scored(plan) for name, plan in plans.items()})
+    for row in compared:
+        if row["mechanism"] in plans:
+            row.update(score=scores[row["mechanism"]], score_note=notes.get(row["mechanism"]))
+    best = min(plans, key=scores.__getitem__)
     return dataclasses.replace(plans[best], mechanisms_compared=tuple(compared))
 
 
-def plan_score(plan: PrivatePlan) -> float:
-    """The decision rule's score of a plan (its predicted loss for a fixed configuration, which has none)."""
-    return float(plan.predicted_loss if plan.decision is None else plan.decision["score"])
+def plan_scored(plan: PrivatePlan) -> Scored:
+    """What the choice among mechanisms reads of a plan (:func:`dpscaling.law.decision.comparable_scores`): the
+    decision rule's score (its predicted loss for a fixed configuration, which has none)."""
+    decision = plan.decision
+    if decision is None:
+        return Scored(float(plan.predicted_loss), float(plan.predicted_loss), None, None, None)
+    interval = decision.get("calibrated_interval_90")
+    width = None if not interval or None in interval else (float(interval[1]) - float(interval[0])) / 2
+    return Scored(float(decision["predicted_loss"]), float(decision["score"]), decision["rule"], decision["applied"],
+                  width)

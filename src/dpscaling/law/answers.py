@@ -46,7 +46,7 @@ from dpscaling.law.queries import (
     ComputeOptimal, compute_cost, compute_optimal, evaluate_configurations, inference_aware, model_size_grid)
 from dpscaling.law.range_checks import (
     ExtrapolationRefused, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
-    point_optimum_flags, refusal, saturation_flag, sigma_flags)
+    point_optimum_flags, refusal, saturation_flag, sigma_flags, unpriced_sigma_flag)
 from dpscaling.law.runnable import (
     ModelShape, best_learning_rate, nearest_measured, nearest_shape, whole_batch, whole_steps)
 from dpscaling.law.sequence_length import (
@@ -417,7 +417,7 @@ class ScalingLaw:
         if DECISION_SCORE not in leading:  # a search that ranked by loss (across lengths): rank it here
             leading = leading.assign(**{DECISION_SCORE: self._rank(rule, surface)(leading)}).sort_values(
                 DECISION_SCORE, kind="stable")
-        tried, first, answered = set(), None, []
+        tried, first, answered, unpriced = set(), None, [], []
         for _, row in leading.iterrows():
             runnable = self._rounded(row, compute, epsilon, units, surface, source, correction, microbatch_size,
                                      rule, price_rule)
@@ -427,13 +427,16 @@ class ScalingLaw:
             tried.add(key)
             first = first or runnable
             if math.isfinite(runnable.predicted_loss):
-                if price_rule == source.sampling:
+                if not runnable.priced:  # an interpolated σ answers only where no candidate is priced
+                    unpriced.append(runnable)
+                elif price_rule == source.sampling:
                     return runnable
-                answered.append(runnable)
+                else:
+                    answered.append(runnable)
             if len(tried) >= RUNNABLE_CANDIDATES:
                 break
-        if answered:  # the first of equal scores: the search's order
-            return min(answered, key=lambda found: found.decision.score)
+        if answered or unpriced:  # the first of equal scores: the search's order
+            return min(answered or unpriced, key=lambda found: found.decision.score)
         return dataclasses.replace(first, model_note=(
             f"{first.model_note + '; ' if first.model_note else ''}no rounded configuration of the {len(tried)} best "
             f"is inside the law's range (σ̄ = {first.noise_batch_ratio:.4g}, the law's σ̄ range "
@@ -459,15 +462,15 @@ class ScalingLaw:
         batch = whole_batch(float(optimum[BATCH_SIZE]), microbatch, units)
         low, high = surface.iteration_bounds
         steps = min(max(whole_steps(compute, model_size, batch, surface.step_tokens), math.ceil(low)), math.floor(high))
-        priced = None
+        priced, unpriced = None, None
         try:
             priced = pricing.price(self.mechanism, price_rule, epsilon, source.delta, units, batch, steps,
                                    source.examples_per_user)
             sigma, branch = priced.sigma, priced.branch
             accountant = f"dpscaling.accounting.pricing ({self.mechanism}, {price_rule} rule)"
-        except UserError as error:  # the accountant's hard corner: the table's σ, said so
+        except UserError as error:  # the accountant's hard corner: the table's σ, shown apart (Runnable.unpriced)
             sigma = float(source.sigma(np.array([epsilon]), np.array([steps]), np.array([batch / units]))[0])
-            branch, accountant = source.sampling, f"{source.description} (direct calibration refused: {error})"
+            branch, accountant, unpriced = source.sampling, f"{source.description} (interpolated)", str(error)
         nbr = sigma / batch
         m, t, s = np.array([float(model_size)]), np.array([float(steps)]), np.array([nbr])
         loss = surface.loss(m, t, s)
@@ -491,7 +494,7 @@ class ScalingLaw:
         return Runnable(shape, int(model_size), batch, steps, microbatch, surface.seq_len, float(epsilon),
                         float(source.delta), float(units), float(sigma), float(nbr), branch, accountant, predicted,
                         seed_only, calibrated, rate, note, start, priced, self.mechanism, decision, measured,
-                        surface.sequences_per_unit, source.examples_per_user)
+                        surface.sequences_per_unit, source.examples_per_user, unpriced)
 
     def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: Surface, sizes,
                 source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
@@ -506,7 +509,8 @@ class ScalingLaw:
                  *noise_flags(optimum.noise_batch_ratio, self.ranges.noise_batch_ratio),
                  *data_flags(runnable.batch_size, runnable.iterations, units, data.privacy_unit, self.ranges),
                  *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates, answer.unpriced_sampling_rates,
-                              optimum.batch_size / units)]
+                              optimum.batch_size / units),
+                 *([] if runnable.priced else unpriced_sigma_flag(runnable.sigma, runnable.unpriced))]
         if saturation is not None:
             flags += saturation_flag(compute, saturation["compute"], optimum.predicted_loss,
                                      saturation["answer"]["predicted_loss"], SATURATION_TOLERANCE)
