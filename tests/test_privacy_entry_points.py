@@ -47,6 +47,7 @@ def truncated(population: int, q: float, size: int, sigma: float):
 def test_dpscaling_sigma_prints_the_truncated_run_s_price(capsys, mechanism, population, rounds) -> None:
     printed = run(capsys, "sigma", "--epsilon", 4, *CONFIG, "--mechanism", mechanism)
     assert printed["rule"] == "runnable" and printed["accountant"] == "truncated_poisson"
+    assert "noisy steps" in printed["epsilon_covers"] and "not the choices" in printed["epsilon_covers"]
     assert printed["sampler"] == ("user_poisson" if mechanism.startswith("uls") else "truncated_poisson")
     size, q = printed["truncated_batch_size"], BATCH / population
     assert printed["sampling_probability"] == pytest.approx(q) and size >= BATCH

@@ -110,7 +110,11 @@ def _runnable(args: argparse.Namespace, *, epsilon: float | None = None, sigma: 
 def _runnable_record(run: Any, as_json: bool) -> dict[str, Any]:
     """The run's record (:class:`~dpscaling.accounting.matched.RunPrivacy`) under ``rule: runnable``; as text
     without the fields its sampler has not (an L of fixed batches, say)."""
-    record = {"rule": RUNNABLE, **run.record()}
+    from dpscaling.epsilon_scope import COVERS
+
+    record = {"rule": RUNNABLE, **run.record(),
+              "epsilon_covers": f"{COVERS}; not the choices made from data before them (hyper-parameters, "
+                                "vocabulary): docs/private-training.md"}
     return record if as_json else {key: value for key, value in record.items() if value is not None}
 
 
