@@ -27,6 +27,14 @@ def test_negative_control_is_flagged_and_the_private_run_is_not():
     # L priced as a private training run's: a multiple of the microbatch, costing <= ~1% of noise.
     assert private.truncated_batch_size % settings.microbatch_size == 0
     assert private.sigma == pytest.approx(private.untruncated_sigma, rel=0.02)
+    # the claimed ε is the audited run's price, recomputed with dp-accounting's truncated event directly
+    import dp_accounting
+
+    event = dp_accounting.TruncatedSubsampledGaussianDpEvent(private.n_included, private.sampling_probability,
+                                                             private.truncated_batch_size, private.sigma)
+    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    assert accountant.compose(event, private.steps).get_epsilon(settings.delta) == pytest.approx(settings.epsilon,
+                                                                                                 rel=5e-3)
 
 
 def test_canary_scores_count_participations_over_the_expected_batch():

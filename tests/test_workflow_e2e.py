@@ -298,8 +298,8 @@ def test_private_model_closes_the_loop(smoke_run: Path) -> None:
             int(curve["accounted_steps"]))
         epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon(
             float(curve["delta"]))
-        assert row.epsilon_spent == pytest.approx(epsilon, rel=0.01)
-        assert row.epsilon_spent <= row.epsilon * (1 + 1e-9) and epsilon <= row.epsilon * 1.01
+        assert row.epsilon_spent == pytest.approx(epsilon, rel=5e-3)
+        assert row.epsilon_spent <= row.epsilon * (1 + 1e-9) and epsilon <= row.epsilon * 1.005
         evaluation = json.loads((out / row.budget / "evaluation.json").read_text())
         assert evaluation["split"] == "heldout" and evaluation["step"] == row.iterations
         # The cause split: two study twins of the plan (shuffled batches, the private run's σ̄ as the noise on
@@ -363,8 +363,8 @@ def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_priva
             float(curve["sigma"])), int(curve["accounted_steps"]))
         epsilon = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon(
             float(curve["delta"]))
-        assert row.epsilon_spent == pytest.approx(epsilon, rel=0.01) == pytest.approx(row.epsilon_recomputed, rel=0.01)
-        assert epsilon == pytest.approx(row.epsilon, rel=0.01) and row.epsilon_spent <= row.epsilon * (1 + 1e-9)
+        assert row.epsilon_spent == pytest.approx(epsilon, rel=5e-3) == pytest.approx(row.epsilon_recomputed, rel=5e-3)
+        assert epsilon == pytest.approx(row.epsilon, rel=5e-3) and row.epsilon_spent <= row.epsilon * (1 + 1e-9)
         assert 0 < row.heldout_loss < 20 and np.isfinite(row.train_loss)
         assert row.epsilon_covers.startswith("ε covers only") and "configuration" in row.epsilon_covers
     seeds = runs[runs["kind"] == "answer"]
