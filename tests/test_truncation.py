@@ -142,3 +142,29 @@ def test_a_calibrated_run_records_an_epsilon_within_its_target_at_extreme_epsilo
     independent = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-2).compose(event).get_epsilon(DELTA)
     assert independent <= target and run.epsilon == pytest.approx(independent, rel=0.01)
     assert independent > 0.98 * target  # calibrated to the target, not far under it
+
+
+@pytest.mark.parametrize("sigma,q,steps,dataset_size,size", [
+    (0.754, 181 / 20000, 289, 20000, 258), (0.97, 1024 / 100000, 2000, 100000, 1193), (1.2, 0.02, 60, 5000, 105),
+    (0.9, 0.05, 200, 600, 44), (1.34, 304 / 1250, 22, 1250, 330)])
+def test_the_vectorised_truncated_pld_is_dp_accountings(sigma, q, steps, dataset_size, size):
+    """The accountant's single-step PLD (losses vectorised, replace-one inverse in closed form) and its FFT
+    composition give dp-accounting's own ε for jax-privacy's truncated event, and the same distribution."""
+    import numpy as np
+    from dp_accounting.pld import privacy_loss_distribution
+
+    from dpscaling.accounting import pld
+    from dpscaling.accounting.truncation import truncated_dpsgd_event, truncated_poisson_epsilon
+
+    interval = 1e-3
+    ours = pld.truncated_poisson_gaussian_pld(sigma, q, dataset_size, size, interval)
+    theirs = privacy_loss_distribution.from_truncated_subsampled_gaussian_mechanism(
+        dataset_size, q, size, sigma, value_discretization_interval=interval)
+    for direction in ("_pmf_remove", "_pmf_add"):
+        mine, reference = getattr(ours, direction), getattr(theirs, direction)
+        assert mine._lower_loss == reference._lower_loss and len(mine._probs) == len(reference._probs)
+        np.testing.assert_allclose(mine._probs, reference._probs, rtol=1e-5, atol=1e-11)
+    event = truncated_dpsgd_event()(sigma, steps, sampling_prob=q, num_examples=dataset_size, truncated_batch_size=size)
+    expected = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval).compose(event).get_epsilon(DELTA)
+    assert truncated_poisson_epsilon(sigma, q, steps, dataset_size, size, DELTA, interval) == pytest.approx(
+        expected, rel=1e-4)

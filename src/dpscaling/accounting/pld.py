@@ -133,6 +133,8 @@ class _VectorisedGaussianLoss(mechanisms.GaussianPrivacyLoss):
     def get_delta_for_epsilon(self, epsilon):  # type: ignore[override]
         epsilons = np.atleast_1d(np.asarray(epsilon, dtype=float))
         q, variance = self.sampling_prob, self._standard_deviation**2  # noqa: SLF001
+        if self.adjacency_type == mechanisms.AdjacencyType.REPLACE:
+            variance = variance  # the σ of this loss; its sensitivity enters below
         log_stay = math.log1p(-q) if q < 1 else -math.inf
         deltas = np.zeros_like(epsilons)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -142,11 +144,25 @@ class _VectorisedGaussianLoss(mechanisms.GaussianPrivacyLoss):
                 e = epsilons[inside]
                 unsampled = e + np.log(-np.expm1(log_stay - e)) - math.log(q)
                 x = -0.5 - unsampled * variance
-            else:
+            elif self.adjacency_type == mechanisms.AdjacencyType.ADD:
                 inside = epsilons < -log_stay
                 e = epsilons[inside]
                 unsampled = -(-e + np.log(-np.expm1(log_stay + e)) - math.log(q))
                 x = 0.5 - unsampled * variance
+            else:  # REPLACE (sensitivity s): x = σ²/s · (asinh(−sign(ε)·α·sinh(|ε|/2)) − ε/2), dp-accounting's form
+                inside = np.ones(epsilons.shape, dtype=bool)
+                e, s = epsilons, self.sensitivity
+                x = np.zeros_like(e)
+                if q == 1.0:
+                    x = -e * variance / s / 2
+                else:
+                    moved = e != 0
+                    half = np.abs(e[moved]) / 2
+                    log_sinh = half + np.log1p(-np.exp(-2 * half)) - math.log(2)
+                    log_term = 0.5 * (s / self._standard_deviation) ** 2 + math.log1p(-q) - math.log(q) + log_sinh  # noqa: SLF001
+                    asinh = -np.where(e[moved] >= 0, 1.0, -1.0) * np.logaddexp(0.5 * np.logaddexp(0, 2 * log_term),
+                                                                                log_term)
+                    x[moved] = variance / s * (asinh - e[moved] / 2)
             deltas[inside] = self.mu_upper_cdf(x) - np.exp(e + self.mu_lower_log_cdf(x))
         deltas = np.clip(deltas, 0, 1)
         return float(deltas[0]) if np.ndim(epsilon) == 0 else deltas
@@ -203,6 +219,29 @@ def poisson_gaussian_pld(sigma: float, q: float, interval: float) -> pld_lib.Pri
             loss, pessimistic_estimate=True, value_discretization_interval=interval, use_connect_dots=True)
 
     return pld_lib._pld_for_subsampled_mechanism(single, q)  # noqa: SLF001
+
+
+def truncated_poisson_gaussian_pld(sigma: float, q: float, dataset_size: int, truncated_batch_size: int,
+                                   interval: float) -> pld_lib.PrivacyLossDistribution:
+    """Single-step PLD of truncated-Poisson DP-SGD (add/remove), as dp-accounting's
+    ``from_truncated_subsampled_gaussian_mechanism`` builds it (the event jax-privacy's ``truncated_dpsgd_event``
+    composes): the Poisson-subsampled Gaussian of sensitivity 1, mixed with probability P(the example's batch is
+    cut) with a sensitivity-2 Gaussian (σ/2, replace-one) at the sampling probability conditioned on the cut.
+    Its Gaussian losses are the vectorised ones (:class:`_VectorisedGaussianLoss`, the replace-one inverse in
+    dp-accounting's closed form) where dp-accounting inverts one loss at a time in Python (three quarters of a
+    truncated run's calibration); a test compares the distributions and their ε with dp-accounting's."""
+    from scipy import stats as scipy_stats
+
+    sensitivity_one = poisson_gaussian_pld(sigma, q, interval)
+    cut = float(scipy_stats.binom.sf(truncated_batch_size - 1, dataset_size - 1, q))
+    if cut == 0.0:
+        return sensitivity_one
+    conditional = float(scipy_stats.binom.sf(truncated_batch_size, dataset_size, q)) * truncated_batch_size / cut / \
+        dataset_size
+    replace = _VectorisedGaussianLoss(sigma / 2, sampling_prob=conditional, adjacency_type=mechanisms.AdjacencyType.REPLACE)
+    sensitivity_two = pld_lib.PrivacyLossDistribution(pld_lib._create_pld_pmf_from_monotone_privacy_loss(  # noqa: SLF001
+        replace, pessimistic_estimate=True, value_discretization_interval=interval, use_connect_dots=True))
+    return sensitivity_two.compute_mixture(sensitivity_one, cut)
 
 
 def poisson_gaussian_losses(sigma: float, q: float, interval: float) -> list[composition.DiscreteLosses]:
