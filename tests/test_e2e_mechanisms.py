@@ -147,5 +147,10 @@ def test_private_budgets_are_planned_by_the_mechanisms_laws(mechanisms_run: Path
                         steps=named.iterations, delta=1e-8, noise_batch_ratio=named.noise_batch_ratio,
                         truncated_batch_size=named.truncated_batch_size, mechanism="bandmf-b4")
     assert spent.epsilon <= 16.0 * 1.001 and spent.group_size == 250
+    # recomputed with dp-accounting directly: one group of 250 at q_g = B/250 over ⌈T/4⌉ steps, truncated at L
+    event = dp_accounting.TruncatedSubsampledGaussianDpEvent(250, named.batch_size / 250, named.truncated_batch_size,
+                                                             named.sigma)
+    accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    assert accountant.compose(event, -(-named.iterations // 4)).get_epsilon(1e-8) == pytest.approx(16.0, rel=5e-3)
     assert named.to_json()["budget"]["mechanism"] == "bandmf-b4"
     assert named.learning_rate == 0.03125  # the rate BandMF's own runs trained at
