@@ -43,7 +43,8 @@ def test_the_two_domains_are_checked_when_the_workflow_loads() -> None:
     with pytest.raises(UserError, match=r"finetune: pretrains on the public domain; name it in data.public_sources"):
         public_corpus_spec(_config(FINETUNE["finetune"], public_sources=None), REPO)
     # without the block and the sources nothing of it exists: the run's config (and every result) is as before
-    plain = validated({**SMOKE})
+    plain = validated({**SMOKE, "data": {key: value for key, value in SMOKE["data"].items()
+                                         if key not in ("sources", "public_sources")}})
     assert public_corpus_spec(plain, REPO) is None and load_config(plain).finetune is None
     assert "finetune" not in config_yaml(plain)
 

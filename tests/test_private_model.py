@@ -152,7 +152,8 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
     assert plan.learning_rate == 0.004 and plan.query.fixed and plan.decision is None
     # what its ε covers: the law's choices (a bundle without the record of where they were fitted), its rate given
     assert plan.epsilon_covers["chosen_on"]["learning_rate"]["domain"] == "no data"
-    assert plan.epsilon_covers["not_covered"] == ["configuration"] and "ε covers only" in plan.epsilon_covers["statement"]
+    assert plan.epsilon_covers["not_covered"] == ["configuration"]
+    assert "ε covers only" in plan.epsilon_covers["statement"]
     assert plan.compute == pytest.approx(6 * 2.5e5 * 64 * 128 * 300)
     assert plan.sigma >= plan.untruncated_sigma and plan.truncated_batch_size >= 64
     assert plan.noise_batch_ratio == pytest.approx(plan.sigma / 64)

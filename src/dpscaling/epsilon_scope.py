@@ -109,7 +109,8 @@ def _learning_rate(run) -> FittedChoice:
         compared = 1 + protocol.rates_below + protocol.rates_above
         domain = protocol.domain
         where = _public(run) if domain == PUBLIC else "the private domain"
-        how = f"chosen by the learning-rate protocol's clipped, noise-free runs on {where} (learning_rate_protocol.domain: {domain})"
+        how = (f"chosen by the learning-rate protocol's clipped, noise-free runs on {where} "
+               f"(learning_rate_protocol.domain: {domain})")
     else:
         compared = len(training.learning_rates)
         domain, how = NO_DATA, "given in the config (training.learning_rates)"
@@ -125,8 +126,8 @@ def _configuration(run) -> FittedChoice:
     if run.results_csv:
         return FittedChoice("results_csv", PRIVATE, "chosen by the law fitted on the authors' runs on their own data "
                             "(results_csv)")
-    return FittedChoice("training", PRIVATE, "chosen by the law fitted on the grid's runs on the private domain, σ̄ = 0 "
-                        "among them: model, batch, steps, σ̄ and, where one is chosen, the mechanism")
+    return FittedChoice("training", PRIVATE, "chosen by the law fitted on the grid's runs on the private domain, "
+                        "σ̄ = 0 among them: model, batch, steps, σ̄ and, where one is chosen, the mechanism")
 
 
 def check_private_runs(config: Any) -> None:
