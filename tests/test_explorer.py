@@ -95,6 +95,7 @@ def test_the_page_is_self_contained_and_its_numbers_are_a_fresh_law_s_answers(ex
     assert size == len(html.encode()) and size < 200_000
     document, grid = explorer["document"], explorer["grid"]
     assert len(document["nodes"]) == grid.size == 48
+    assert "ε covers only the private run's own noisy steps" in document["law"]["summary"]  # what an answer's ε covers
     kinds = {("none" in n, bool(n.get("refusal"))) for n in document["nodes"]}
     assert (False, False) in kinds and (False, True) in kinds  # answers inside and beyond the validated range
     # A law that has answered nothing before (no remembered saturation scans) gives the same records.

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dpscaling.epsilon_scope import choices_of_provenance, epsilon_scope
 from dpscaling.explorer.sweep import (
     RELATIVE_TOLERANCE, SIGNIFICANT_DIGITS, ExplorerGrid, nonprivate_curve, sweep)
 from dpscaling.io import atomic_path
@@ -60,7 +61,8 @@ def page_data(law: ScalingLaw, bundle_argument: str, grid: ExplorerGrid, nodes: 
         "law": {"summary": (f"{provenance.get('family', 'law')} law at S = {fitted.seq_len}, "
                             f"{provenance.get('mode', 'paper')} mode, run {provenance.get('run_name', '?')}; "
                             f"models {models or ', '.join(sorted(set(fitted.grid['Model'])))}; "
-                            f"validated to T = {law.ranges.validated_iterations:,.0f}, δ = {law.sigma_source().delta:g}."),
+                            f"validated to T = {law.ranges.validated_iterations:,.0f}, δ = {law.sigma_source().delta:g}. "
+                            + epsilon_scope(choices_of_provenance(provenance))["statement"]),
                 "loss_units_short": "nats (predicted)", "loss_units": law.bundle.loss_units},
         "grid_summary": (f"Answers at {grid.size:,} budgets ({answered:,} answered): ε ∈ {{{', '.join(f'{e:g}' for e in grid.epsilons)}}}, "
                          f"{len(grid.data)} data budgets {grid.data[0]:.3g}…{grid.data[-1]:.3g}, {len(grid.computes)} compute "
