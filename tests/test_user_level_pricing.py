@@ -200,3 +200,18 @@ def test_the_els_truncation_term_above_eps_700_is_computed_in_log_space() -> Non
     assert truncation_delta(sequences, q, k, steps, sequences + k, math.inf) == 0.0
     run = els_run(q=q, steps=steps, dataset_size=sequences, examples_per_user=k, delta=1e-8, sigma=0.0)
     assert (run.epsilon, run.truncated_batch_size, run.truncation_delta) == (math.inf, sequences + k, 0.0)
+
+
+@pytest.mark.parametrize("sigma,batch,k,steps,users", [(1.2, 100, 4, 60, 5000), (0.7, 45, 8, 11, 3323)])
+def test_els_epsilon_is_jax_privacys_user_level_accountant_bit_for_bit(sigma, batch, k, steps, users) -> None:
+    """ELS's ε is jax-privacy's DpsgdTrainingUserLevelAccountant's, exactly: the same mixture distribution
+    (built by MixtureLoss) composed the same way."""
+    from jax_privacy.accounting import accountants, analysis
+
+    from dpscaling.accounting.user_level import DISCRETISATION, els_epsilon
+
+    accountant = analysis.DpsgdTrainingUserLevelAccountant(
+        dp_accountant_config=accountants.PldAccountantConfig(value_discretization_interval=DISCRETISATION))
+    params = analysis.DpParams(noise_multipliers=sigma, num_samples=users, delta=9e-9, batch_size=batch,
+                               examples_per_user=k, sampling_method=analysis.SamplingMethod.POISSON)
+    assert els_epsilon(sigma, batch / users, k, steps, users, 9e-9) == float(accountant.compute_epsilon(steps, params))

@@ -41,17 +41,16 @@ DISCRETISATION = 1e-2
 
 def els_epsilon(sigma: float, q: float, examples_per_user: int, steps: int, dataset_size: int,
                 delta: float) -> float:
-    """ε(δ) of T untruncated ELS steps: jax-privacy's user-level DP-SGD accountant (PLD, add/remove a user)."""
+    """ε(δ) of T untruncated ELS steps: jax-privacy's user-level DP-SGD accountant (PLD, add/remove a user), i.e.
+    T compositions of the mixture of Gaussians of sensitivity Binomial(k, q) at its rate B/N, composed by
+    dp-accounting, its one-step distribution built by :func:`mixture_losses` (dp-accounting's, bit for bit, 10–40
+    times sooner than the accountant's own build; a test compares the two ε)."""
     if sigma == 0:
         return math.inf
-    from jax_privacy.accounting import analysis, accountants
-
-    accountant = analysis.DpsgdTrainingUserLevelAccountant(
-        dp_accountant_config=accountants.PldAccountantConfig(value_discretization_interval=DISCRETISATION))
-    params = analysis.DpParams(noise_multipliers=sigma, num_samples=dataset_size, delta=delta,
-                               batch_size=round(q * dataset_size), examples_per_user=examples_per_user,
-                               sampling_method=analysis.SamplingMethod.POISSON)
-    return float(accountant.compute_epsilon(steps, params))
+    rate = round(q * dataset_size) / dataset_size  # the accountant's batch_size / num_samples
+    single = mixture_losses(sigma, rate, examples_per_user)
+    return float(privacy_loss_distribution.identity(DISCRETISATION).compose(single.self_compose(steps))
+                 .get_epsilon_for_delta(delta))
 
 
 class MixtureLoss(privacy_loss_mechanism.MixtureGaussianPrivacyLoss):
