@@ -161,7 +161,9 @@ class _PldCurve:
 class _MixtureCurve(_PldCurve):
     """ε(σ_j, T) of example-level sampling for a user of k sequences (``spec.examples_per_user``): each σ's
     one-step mixture PLD (:func:`dpscaling.accounting.user_level.mixture_losses`, at the ELS run's fixed
-    discretisation) built once and self-composed for every T, as the run's accountant composes it."""
+    discretisation) built once and self-composed for every T by :mod:`dpscaling.accounting.composition`, the
+    Poisson tables' composer: dp-accounting's composition vectorised (its truncation bounds were 90% of a
+    composition's time), within 1e-4 of the run's accountant (tested). A run prices its own σ exactly."""
 
     def __call__(self, j: int, steps: int, epsilon_hint: float | None = None) -> float | None:
         from dpscaling.accounting.user_level import mixture_losses
@@ -169,7 +171,8 @@ class _MixtureCurve(_PldCurve):
         key = (j, 0)
         if key not in self.cache:
             try:
-                self.cache[key] = mixture_losses(self.sigma(j), self.q, self.spec.examples_per_user)
+                self.cache[key] = composition.directions(
+                    mixture_losses(self.sigma(j), self.q, self.spec.examples_per_user))
                 self.builds += 1
             except (ValueError, OverflowError, MemoryError) as failure:
                 self.cache[key] = AccountingRefused(f"mixture PLD build failed at sigma={self.sigma(j):g}: {failure}")
@@ -177,7 +180,10 @@ class _MixtureCurve(_PldCurve):
         if isinstance(single, AccountingRefused):
             return None
         self.compositions += 1
-        return float(single.self_compose(steps).get_epsilon_for_delta(self.spec.delta))
+        try:
+            return pld.composed_epsilon(single, steps, self.spec.delta)
+        except AccountingRefused:
+            return None
 
 
 class _RdpCurve(_PldCurve):
