@@ -96,6 +96,8 @@ def parse_args() -> argparse.Namespace:
         help="variants compiled at once (XLA releases the GIL; on a GPU compilation dominates a run)",
     )
     parser.add_argument("--family", choices=("bert", "decoder"), default="bert")
+    parser.add_argument("--scan-layers", action="store_true",
+                        help="the layers scanned, not unrolled (training.scan_layers): compilation flat in depth")
     parser.add_argument(
         "--mechanisms", default="",
         help="comma-separated correlated-noise mechanisms (e.g. bandmf-b4,bandmf-b64) also timed on each DP path "
@@ -258,6 +260,7 @@ def base_config(args: argparse.Namespace, batch: int) -> dict:
         warmup_steps=10,
         learning_rate=1e-3,
         model_dtype=args.dtype,
+        scan_layers=getattr(args, "scan_layers", False),
     )
 
 

@@ -10,13 +10,21 @@
 #   precision   float32 against bfloat16: two 2,000-step BertTiny runs at one σ̄ and seed
 #   job         the paper config's BertTiny job through run_training, 150 steps
 #   probe       one DP step's compilation and step time under XLA's compiler options
+#   compile     one DP step's compilation, unrolled against scanned layers (BertTiny..BertLarge, GPT2Small,
+#               GPT2Medium), then again through the persistent compilation cache
 #
-# Compilation, not computation, takes most of a GPU run: a BertMini DP step compiled in 37-46 s on an
-# H200 and a BertBase step in over 100 s (docs/runs.md). So `scale` names the batches an earlier lease
-# found (--batch auto costs one more compilation) and compiles only the steps of the ratio (non-private, ghost
-# over the whole batch, ghost in four microbatches in case the whole batch does not fit), at once;
-# each part's box is sized for that. A lease of 15 minutes fits `env scale` in one call and `tests` in a
-# second.
+# DRY_RUN=1 rehearses every part on a CPU at tiny shapes (BertTiny, S 64, batch 4; the tests collected, not run),
+# so that a lease is spent on measurements only. `scale` and `throughput` train scanned layers
+# (training.scan_layers: a BertBase step compiles once per layer shape, not per layer).
+#
+# Compilation, not computation, took most of the earlier GPU runs: a BertMini DP step compiled in 37-46 s on an
+# H200 and an unrolled BertBase step in over 100 s (docs/runs.md). The steps here scan their layers, which on
+# the CPU compiles BertBase in a quarter of the time and BertLarge in about the same as BertBase. `scale` names
+# the batches an earlier lease found (--batch auto costs one more compilation) and compiles only the steps of
+# the ratio (non-private, ghost over the whole batch, ghost in microbatches in case the whole batch does not
+# fit), at once. Two calls of a 15-minute lease, each within its 8 minutes:
+#   DEADLINE=470 benchmarks/gpu_session.sh env scale compile throughput precision
+#   DEADLINE=470 benchmarks/gpu_session.sh tests job probe
 #
 # Runs on a machine whose python3 has jax with a CUDA plugin. Wheels of the other dependencies in
 # .whl/ are installed to /tmp/site first (pip download, docs/train.md); the packed paper data is
@@ -24,11 +32,11 @@
 # spec). Every part has its own time box inside DEADLINE seconds; its log and JSON land in $WORK, packed
 # into $OUT/gpu.tgz after every part (a lease returns only a few files).
 set -u
-[ $# -gt 0 ] || { echo "usage: $0 PART [PART...] (env scale tests throughput precision job probe)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: [DRY_RUN=1] $0 PART [PART...] (env scale tests throughput precision job probe compile)" >&2; exit 2; }
 for part in "$@"; do
     case $part in
-    env | scale | tests | throughput | precision | job | probe) ;;
-    *) echo "unknown part $part (env scale tests throughput precision job probe)" >&2; exit 2 ;;
+    env | scale | tests | throughput | precision | job | probe | compile) ;;
+    *) echo "unknown part $part (env scale tests throughput precision job probe compile)" >&2; exit 2 ;;
     esac
 done
 OUT=${OUT:-/tmp/gpu-out}
@@ -43,6 +51,22 @@ fi
 export PYTHONPATH="/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 DATA=results/paper/data/packed/seq=512
 SPEC=.gpu/paper_berttiny.json
+# The shapes each part measures; DRY_RUN=1: tiny ones that a CPU runs in seconds
+if [ "${DRY_RUN:-0}" = 1 ]; then
+    BERT_SCALE="--model BertTiny --seq-len 64 --dtype float32 --batch 4 --microbatches 2"
+    GPT_SCALE="--model GPT2Small --seq-len 64 --dtype float32 --batch 2 --microbatches 1"
+    THROUGHPUT="--models BertTiny --batch 4 --seq-len 64 --dtype float32 --steps 1"
+    COMPILE_MODELS="BertTiny"
+    PRECISION_STEPS=4
+    TESTS_MODE=--collect-only
+else
+    BERT_SCALE="--model BertBase --seq-len 512 --dtype bfloat16 --batch 128 --microbatches 32"
+    GPT_SCALE="--model GPT2Small --seq-len 1024 --dtype bfloat16 --batch 64 --microbatches 16"
+    THROUGHPUT="--models BertTiny,BertMini,BertSmall,BertMedium,BertBase,BertLarge --dtype bfloat16"
+    COMPILE_MODELS="BertTiny,BertBase,BertLarge,GPT2Small,GPT2Medium"
+    PRECISION_STEPS=2000
+    TESTS_MODE=-v
+fi
 
 # box SECONDS NAME COMMAND...: run COMMAND for at most SECONDS (less if the deadline is nearer)
 box() {
@@ -67,7 +91,7 @@ for part in "$@"; do
             nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
             python3 -c "import jax, jaxlib, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
         } >"$WORK/env.txt" 2>&1
-        box 25 matmul python3 - <<'EOF'
+        box 20 matmul python3 - <<'EOF'
 import time, jax, jax.numpy as jnp
 n = 8192
 a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in (1, 2))
@@ -81,31 +105,41 @@ print(f"bf16 {n}^3 matmul: {2 * n**3 / times[5] / 1e12:.0f} TFLOP/s (median of 1
 EOF
         ;;
     scale)
-        box 240 dp_step_bertbase python3 benchmarks/dp_step.py --model BertBase --seq-len 512 --dtype bfloat16 \
-            --batch 128 --microbatches 32 --variants minimal --steps 5 --rounds 2 --no-opacus --compile-threads 3 \
-            --json-out "$WORK/dp_step_bertbase.json"
-        box 240 dp_step_gpt2small python3 benchmarks/dp_step.py --model GPT2Small --seq-len 1024 --dtype bfloat16 \
-            --batch 64 --microbatches 16 --variants minimal --steps 5 --rounds 2 --no-opacus --compile-threads 3 \
-            --json-out "$WORK/dp_step_gpt2small.json"
+        # shellcheck disable=SC2086 # the shapes are several words
+        box 100 dp_step_bertbase python3 benchmarks/dp_step.py $BERT_SCALE --scan-layers --variants minimal \
+            --steps 5 --rounds 2 --no-opacus --compile-threads 3 --json-out "$WORK/dp_step_bertbase.json"
+        # shellcheck disable=SC2086
+        box 100 dp_step_gpt2small python3 benchmarks/dp_step.py $GPT_SCALE --scan-layers --variants minimal \
+            --steps 5 --rounds 2 --no-opacus --compile-threads 3 --json-out "$WORK/dp_step_gpt2small.json"
         ;;
     tests)
         # several pytest workers share the one device: no preallocation of its memory
-        XLA_PYTHON_CLIENT_PREALLOCATE=false box 300 tests python3 -m pytest -v -n 8 -p no:cacheprovider \
+        XLA_PYTHON_CLIENT_PREALLOCATE=false box 300 tests python3 -m pytest $TESTS_MODE -n 8 -p no:cacheprovider \
             -p no:benchmark --junitxml="$WORK/tests.xml" tests/test_dp.py tests/test_model.py tests/test_decoder.py \
             tests/test_train.py tests/test_private_training.py tests/test_finetune_init.py tests/test_faults.py \
-            tests/test_samplers.py tests/test_truncation.py
+            tests/test_samplers.py tests/test_truncation.py tests/test_scan_layers.py
         ;;
     throughput)
-        box 300 throughput_bf16 python3 benchmarks/throughput.py --dtype bfloat16 --compile-threads 5 \
-            --models BertTiny,BertMini,BertSmall,BertMedium,BertBase --json-out "$WORK/throughput_bf16.json"
+        # shellcheck disable=SC2086
+        box 90 throughput_bf16 python3 benchmarks/throughput.py $THROUGHPUT --scan-layers --compile-threads 6 \
+            --json-out "$WORK/throughput_bf16.json"
         ;;
     precision)
-        box 200 precision python3 benchmarks/gpu_training.py precision --spec $SPEC --data $DATA --out /tmp/precision \
-            --steps 2000 --batch 32 --json-out "$WORK/precision.json"
+        box 60 precision python3 benchmarks/gpu_training.py precision --spec $SPEC --data $DATA --out /tmp/precision \
+            --steps $PRECISION_STEPS --batch 32 --json-out "$WORK/precision.json"
         ;;
     job)
         box 60 paper_job python3 benchmarks/gpu_training.py job --spec $SPEC --data $DATA --out /tmp/job \
             --steps 150 --log-every 50 --fallback-microbatch 128 --json-out "$WORK/paper_job.json"
+        ;;
+    compile)
+        # first in an empty persistent cache, then again through it (what every later job of a shape pays)
+        rm -rf /tmp/jax-compile-cache
+        for pass in first cached; do
+            [ "$pass" = first ] && want=60 || want=30
+            JAX_COMPILATION_CACHE_DIR=/tmp/jax-compile-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
+                box "$want" "compile_$pass" python3 benchmarks/scan_layers.py compile --models "$COMPILE_MODELS"
+        done
         ;;
     probe)
         box 110 compile_probe python3 benchmarks/compile_probe.py --model BertMini --batch 256 --seq-len 512 \

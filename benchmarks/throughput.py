@@ -40,6 +40,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=512, help="sequence length (the paper's 512)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per model, after one warm-up")
     parser.add_argument("--compile-threads", type=int, default=6, help="models compiled at once")
+    parser.add_argument("--scan-layers", action="store_true",
+                        help="the layers scanned, not unrolled (training.scan_layers): compilation flat in depth")
     parser.add_argument("--json-out", default=None, help="also write the result JSON to this file")
     args = parser.parse_args()
     unknown = sorted(set(args.models.split(",")) - set(BERT_PRESETS))

@@ -224,7 +224,7 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     # repeat_points / seq_lens / the mechanisms and their learning rates, which choose which jobs exist,
     # never a job's param.
     late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant",
-            "bandmf_strategy", "schedule", "cooldown_fraction", "examples_per_user_per_batch")
+            "bandmf_strategy", "schedule", "cooldown_fraction", "examples_per_user_per_batch", "scan_layers", "remat")
     selects = ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms", "mechanism_learning_rates", "runs_per_job")
     before = {key: value for key, value in config["training"].items() if key not in late and key not in selects}
     assert repr(training_params(config)) == repr(before)
@@ -253,7 +253,8 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "log_every": 3, "checkpoint_every": 41, "microbatch_size": 2,
                     "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
                     "bandmf_strategy": "max_error", "output_bias": "zeros", "runs_per_job": "shape",
-                    "schedule": "constant_cooldown", "cooldown_fraction": 0.3, "examples_per_user_per_batch": 4}
+                    "schedule": "constant_cooldown", "cooldown_fraction": 0.3, "examples_per_user_per_batch": 4,
+                    "scan_layers": True, "remat": True}
 
 
 def _reached(key: str) -> dict[str, bool]:
@@ -286,8 +287,8 @@ ROLE_REACH = {
     "selects_jobs": (("seq_lens", "repeat_seeds", "repeat_points", "mechanisms", "mechanism_learning_rates",
                       "runs_per_job"), (False, False, False)),
     "grid_axis": (("noise_batch_ratios", "learning_rates", "physical_batch"), (True, False, False)),
-    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy", "schedule", "cooldown_fraction"),
-             (True, True, True)),
+    "late": (("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "bandmf_strategy", "schedule", "cooldown_fraction",
+              "scan_layers", "remat"), (True, True, True)),
     "private_runs": (("sampling", "truncated_batch_size", "accountant"), (True, True, False)),
     "model_start": (("output_bias",), (True, True, False)),
     "ablation_shared": (("decay_factor", "mask_rate", "clip_norm", "clipping"), (True, True, True)),

@@ -302,6 +302,26 @@ def test_retries_scale_time_and_memory() -> None:
     assert (third.gpus, third.nodes) == (first.gpus, first.nodes)
 
 
+def test_a_measured_device_kind_sizes_bert_jobs_from_its_measured_throughput(monkeypatch) -> None:
+    """An H100 (DPSCALING_DEVICE_KIND) sizes a BERT job from its measured records/s, not from the paper's TPUv3
+    table × tpu_cores_per_gpu; a kind never measured, and a decoder on any kind, keep the assumptions."""
+    from dpscaling.cluster import MEASURED_THROUGHPUT, param_tokens_per_gpu_second, param_tokens_per_core_second
+
+    monkeypatch.setenv("DPSCALING_DEVICE_KIND", "NVIDIA H100 80GB HBM3")
+    h100 = Site.from_env()
+    row, = MEASURED_THROUGHPUT["NVIDIA H100 80GB HBM3"]
+    tiny = 4.52e6
+    assert param_tokens_per_gpu_second("paper_table", tiny, h100) == pytest.approx(row.records_per_s * 512 * tiny)
+    assert param_tokens_per_gpu_second("paper_table", 335e6, h100) == pytest.approx(row.records_per_s * 512 * tiny)
+    unmeasured = Site(device_kind="NVIDIA A100-SXM4-40GB")
+    assert param_tokens_per_gpu_second("paper_table", tiny, unmeasured) == pytest.approx(
+        param_tokens_per_core_second(tiny) * unmeasured.tpu_cores_per_gpu)
+    assert param_tokens_per_gpu_second("flops", 124e6, h100) == h100.gpu_flops / 6
+    work = dict(steps=128_000, batch=1024, seq_len=512)
+    measured, assumed = (train_resources(4_416_698, **work, site=site) for site in (h100, unmeasured))
+    assert measured.gpus * measured.runtime < assumed.gpus * assumed.runtime  # 9x the assumed throughput
+
+
 @pytest.mark.parametrize("batch,per_node,max_nodes", [(96, 4, 64), (1024, 6, 8), (1024, 8, 3), (8, 4, 8)])
 def test_devices_divide_the_batch_and_fit_the_site(batch: int, per_node: int, max_nodes: int) -> None:
     # Pure data parallelism splits the physical batch evenly over devices.

@@ -52,6 +52,28 @@ PAPER_THROUGHPUT: tuple[tuple[float, float], ...] = (
 PAPER_SEQ_LEN = 512
 
 
+@dataclass(frozen=True)
+class MeasuredThroughput:
+    """A DP training job's records/s measured on one device kind (docs/runs.md): the paper config's job
+    through ``run_training`` (``benchmarks/gpu_training.py job``: B 1024, S 512, σ̄ 2^-10, float32, vmap clipping
+    over the whole batch)."""
+
+    model: str
+    n_params: float
+    records_per_s: float
+    seq_len: int
+    date: str
+    commit: str
+
+
+# By jax's ``device_kind`` (DPSCALING_DEVICE_KIND): what :func:`param_tokens_per_gpu_second` uses for BERT jobs on
+# that kind instead of the paper's TPUv3 table and the tpu_cores_per_gpu assumption.
+MEASURED_THROUGHPUT: dict[str, tuple[MeasuredThroughput, ...]] = {
+    "NVIDIA H100 80GB HBM3": (MeasuredThroughput("BertTiny", 4.52e6, 10_594.0, 512, "2026-11-26", "c3277e7"),),
+    "NVIDIA H200": (MeasuredThroughput("BertTiny", 4.52e6, 12_892.0, 512, "2026-11-27", "e766019"),),
+}
+
+
 def _env_number(name: str, default: float) -> float:
     value = os.environ.get(name, "")
     try:
@@ -68,8 +90,10 @@ class Site:
     ``target_hours`` per job (DPSCALING_TARGET_HOURS, 8: the paper's 4-10 h),
     ``tpu_cores_per_gpu`` (DPSCALING_TPU_CORES_PER_GPU, 2: one A100-class GPU ≈ one
     TPUv3 chip = 2 cores), ``cpus_per_gpu`` (DPSCALING_CPUS_PER_GPU, 4),
-    ``max_cpus_per_task`` (DPSCALING_MAX_CPUS_PER_TASK, 32) and ``gpu_flops`` (DPSCALING_GPU_FLOPS,
-    1e14: the FLOP/s a GPU is assumed to sustain where no throughput was measured).
+    ``max_cpus_per_task`` (DPSCALING_MAX_CPUS_PER_TASK, 32), ``gpu_flops`` (DPSCALING_GPU_FLOPS,
+    1e14: the FLOP/s a GPU is assumed to sustain where no throughput was measured) and ``device_kind``
+    (DPSCALING_DEVICE_KIND, none: the GPUs' jax ``device_kind``, whose :data:`MEASURED_THROUGHPUT` then sizes
+    BERT jobs).
     """
 
     gpus_per_node: int = 4
@@ -79,6 +103,7 @@ class Site:
     cpus_per_gpu: int = 4
     max_cpus_per_task: int = 32
     gpu_flops: float = 1e14
+    device_kind: str | None = None
 
     @classmethod
     def from_env(cls) -> Site:
@@ -91,6 +116,7 @@ class Site:
             cpus_per_gpu=int(_env_number("DPSCALING_CPUS_PER_GPU", default.cpus_per_gpu)),
             max_cpus_per_task=int(_env_number("DPSCALING_MAX_CPUS_PER_TASK", default.max_cpus_per_task)),
             gpu_flops=_env_number("DPSCALING_GPU_FLOPS", default.gpu_flops),
+            device_kind=os.environ.get("DPSCALING_DEVICE_KIND") or None,
         )
 
 
@@ -100,7 +126,14 @@ def param_tokens_per_core_second(n_params: float) -> float:
     The paper's table gives 1.3e12 (BertTiny) to 3.1e12 (BertSmall…BertLarge); outside
     its range the nearest end is used (tiny models are overhead-bound, so never faster).
     """
-    points = [(math.log(p), r * PAPER_SEQ_LEN * p) for p, r in PAPER_THROUGHPUT]
+    return _interpolated([(p, r * PAPER_SEQ_LEN * p) for p, r in PAPER_THROUGHPUT], n_params)
+
+
+def _interpolated(table: Sequence[tuple[float, float]], n_params: float) -> float:
+    """Parameter·tokens/s at ``n_params``, linear in log(params) between the (params, parameter·tokens/s) rows,
+    the nearest row's outside them: a larger model keeps the largest measured one's (its own runs at least as
+    fast, so the request is never short)."""
+    points = [(math.log(p), y) for p, y in sorted(table)]
     x = math.log(n_params)
     if x <= points[0][0]:
         return points[0][1]
@@ -166,7 +199,15 @@ def param_tokens_per_gpu_second(basis: str, n_params: float, site: Site) -> floa
     * ``flops`` (decoders, which the paper's table never measured): 6·M FLOPs per token at an
       assumed ``site.gpu_flops`` FLOP/s (DPSCALING_GPU_FLOPS; default 1e14, about a third of an
       A100's 312 TFLOP/s bf16 dense peak). An assumption, not a measurement: docs/cluster.md.
+
+    On a ``site.device_kind`` with :data:`MEASURED_THROUGHPUT`, BERT jobs are sized from its measured rows
+    instead (interpolated as the paper's table; the assumptions stay only for kinds never measured, and for
+    decoders, which no lease measured).
     """
+    measured = MEASURED_THROUGHPUT.get(site.device_kind or "")
+    if basis == "paper_table" and measured:
+        return _interpolated([(row.n_params, row.records_per_s * row.seq_len * row.n_params) for row in measured],
+                             n_params)
     if basis == "paper_table":
         return param_tokens_per_core_second(n_params) * site.tpu_cores_per_gpu
     if basis == "flops":

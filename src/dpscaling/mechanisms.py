@@ -60,16 +60,19 @@ class Mechanism:
 
     name: str
     bands: int
-    # "package.module:function" building its optax noise transform from (mechanism, σ̄, key, T, strategy)
+    # "package.module:function" building its optax noise transform from (mechanism, σ̄, key, T, strategy,
+    # layer_prefix: a scanned model's, whose noise is the unrolled model's draw; dpscaling.dp.layers)
     noise_builder: str = "dpscaling.dp.correlated:correlated_noise"
     unit: str = "sequence"  # "user": its runs sample users (N, B count users), each clipped over m sequences
     examples_per_user_per_batch: int = 1  # m, a drawn user's sequences per step (1 for a sequence unit)
 
-    def noise_transform(self, stddev: Any, key: Any, steps: int, strategy: str) -> Any:
+    def noise_transform(self, stddev: Any, key: Any, steps: int, strategy: str, layer_prefix: str | None = None
+                        ) -> Any:
         """Its optax transform adding noise of scale ``stddev`` (σ̄) keyed by ``key`` to a T-step run
-        (imported on demand: it needs JAX)."""
+        (imported on demand: it needs JAX); ``layer_prefix``: the model's layers are scanned
+        (:mod:`dpscaling.dp.layers`), and its noise is drawn as the unrolled model's."""
         module, _, name = self.noise_builder.partition(":")
-        return getattr(importlib.import_module(module), name)(self, stddev, key, steps, strategy)
+        return getattr(importlib.import_module(module), name)(self, stddev, key, steps, strategy, layer_prefix)
 
     @property
     def correlated(self) -> bool:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dpscaling.dp.layers import in_unrolled_order
 from dpscaling.errors import UserError
 from dpscaling.mechanisms import STRATEGIES, Mechanism
 
@@ -107,6 +108,8 @@ def add_correlated_noise(coefficients: np.ndarray, stddev: float | jax.Array, ke
 
 
 def correlated_noise(mechanism: Mechanism, stddev: float | jax.Array, key: jax.Array, steps: int,
-                     strategy: str) -> optax.GradientTransformation:
-    """``mechanism``'s noise for a T = ``steps`` run (its :attr:`~dpscaling.mechanisms.Mechanism.noise_builder`)."""
-    return add_correlated_noise(strategy_coefficients(mechanism, steps, strategy), stddev, key)
+                     strategy: str, layer_prefix: str | None = None) -> optax.GradientTransformation:
+    """``mechanism``'s noise for a T = ``steps`` run (its :attr:`~dpscaling.mechanisms.Mechanism.noise_builder`);
+    with ``layer_prefix``, a scanned model's noise drawn for its unrolled view (jax-privacy draws per leaf)."""
+    noise = add_correlated_noise(strategy_coefficients(mechanism, steps, strategy), stddev, key)
+    return noise if layer_prefix is None else in_unrolled_order(noise, layer_prefix)

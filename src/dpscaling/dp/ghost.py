@@ -16,6 +16,13 @@ for the tied output projection — the tied table's norm includes the cross term
 2⟨lookup grad, attend grad⟩), LayerNorm, and :class:`~dpscaling.dp.layers.Bias`.
 Layers are found with ``flax.linen.intercept_methods``; a parameter not covered
 raises instead of being silently left out of the norm.
+
+Inside a scanned layer stack (:func:`dpscaling.dp.layers.layer_stack`) a layer's input and output gradient
+exist only inside the scan, so each of its layers is tapped instead: an identity on the layer's output whose
+backward pass adds the layer's per-example squared norm (the same formulas) to an accumulator that the scan
+sums over layers. The clipped sum then comes from a second backward pass of the same forward pass (one
+``jax.vjp``), with the clip factors as the losses' cotangents: Σ_b s_b ∇ℓ_b, the book-keeping sum computed by
+the backward pass itself. Compilation then stays flat in depth; the step pays one more backward pass.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from dpscaling.dp.layers import Bias
+from dpscaling.dp.layers import STACKED_LAYERS, Bias
 from dpscaling.dp.per_example import BatchLossFn, PyTree, clip_factors
 from dpscaling.errors import UserError
 
@@ -93,10 +100,33 @@ def _prepare_input(kind: str, module: nn.Module, x: jnp.ndarray) -> jnp.ndarray:
     return None  # bias: only the output gradient matters
 
 
-def _forward(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, perturbations):
-    """Per-example losses, with every parametrised layer's output shifted by a perturbation.
+def _tapped(use: _Use, y: jnp.ndarray, accumulator: jnp.ndarray) -> jnp.ndarray:
+    """``y`` unchanged; in the backward pass, ``use``'s per-example squared gradient norm (from its input and
+    ``y``'s cotangent) becomes the accumulator's cotangent, summed over every tapped layer."""
 
-    Returns (losses, uses, output shapes); with ``perturbations=None`` nothing is added.
+    @jax.custom_vjp
+    def tap(y, inputs, params, accumulator):
+        return y
+
+    def forward(y, inputs, params, accumulator):
+        return y, (inputs, params)
+
+    def backward(saved, grad):
+        inputs, params = saved
+        sq, _ = _sq_norms_and_sum(_Use(use.kind, use.path, inputs, params, grad), None)
+        return grad, jax.tree.map(jnp.zeros_like, inputs), jax.tree.map(jnp.zeros_like, params), sum(sq.values())
+
+    tap.defvjp(forward, backward)
+    return tap(y, jax.lax.stop_gradient(use.input), use.params, accumulator)
+
+
+def _forward(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, perturbations, accumulator=None,
+             stacked: list[str] | None = None):
+    """Per-example losses, with every parametrised layer's output shifted by a perturbation, and every layer of a
+    scanned stack tapped into ``accumulator`` (:func:`_tapped`; its paths appended to ``stacked``).
+
+    Returns (losses, uses, output shapes); with ``perturbations=None`` nothing is added, with
+    ``accumulator=None`` nothing is tapped.
     """
     uses: list[_Use] = []
     shapes: list[jax.ShapeDtypeStruct] = []
@@ -107,6 +137,16 @@ def _forward(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, perturbations)
             return next_fun(*args, **kwargs)
         y = next_fun(*args, **kwargs)
         module = context.module
+        if module.path and module.path[0] == STACKED_LAYERS:  # inside the scan: its values stay there
+            if kind in ("embed", "attend", "bias"):
+                raise GhostUnsupported(f"ghost clipping: a {kind} layer inside a scanned stack ({module.path})")
+            if stacked is not None:
+                stacked.append("/".join(module.path))
+            if accumulator is None:
+                return y
+            use = _Use(kind=kind, path=tuple(module.path), input=_prepare_input(kind, module, args[0]),
+                       params=dict(module.variables.get("params", {})))
+            return _tapped(use, y, accumulator)
         uses.append(
             _Use(
                 kind=kind,
@@ -230,37 +270,18 @@ def ghost_clipped_sum(
 
     Same contract as :func:`dpscaling.dp.clipping.vmap_clipped_sum`.
     """
-    _, _, shapes = jax.eval_shape(lambda p, b: _forward(loss_fn, p, b, None), params, batch)
+    stacked: list[str] = []
+    _, _, shapes = jax.eval_shape(lambda p, b: _forward(loss_fn, p, b, None, None, stacked), params, batch)
     zeros = [jnp.zeros(s.shape, s.dtype) for s in shapes]
+    if stacked:
+        return _stacked_clipped_sum(loss_fn, params, batch, clip_norm, example_weights, zeros)
 
     def summed(perturbations):
         losses, uses, _ = _forward(loss_fn, params, batch, perturbations)
         return jnp.sum(losses), (losses, uses)
 
     output_grads, (losses, uses) = jax.grad(summed, has_aux=True)(zeros)
-    for use, grad in zip(uses, output_grads, strict=True):
-        use.grad = grad
-
-    # Which parameter leaves each use touches; a leaf touched twice must be the tied
-    # (lookup, attend) pair, whose norm needs the cross term.
-    by_leaf: dict[str, list[_Use]] = {}
-    for use in uses:
-        for name in use.params:
-            by_leaf.setdefault(_leaf_key(use.path, name), []).append(use)
-    sq_norms = jnp.zeros(losses.shape, jnp.float32)
-    for use in uses:
-        sq, _ = _sq_norms_and_sum(use, None)
-        sq_norms = sq_norms + sum(sq.values())
-    for key, shared in by_leaf.items():
-        if len(shared) == 1:
-            continue
-        kinds = sorted(u.kind for u in shared)
-        if kinds != ["attend", "embed"]:
-            raise GhostUnsupported(f"ghost clipping: parameter {key} is used by {kinds}")
-        embed = next(u for u in shared if u.kind == "embed")
-        attend = next(u for u in shared if u.kind == "attend")
-        sq_norms = sq_norms + 2.0 * _tied_cross(embed, attend)
-    norms = jnp.sqrt(jnp.maximum(sq_norms, 0.0))  # the cross term can round below 0
+    norms = _norms(uses, output_grads, jnp.zeros(losses.shape, jnp.float32))
 
     scale = clip_factors(norms, clip_norm)
     if example_weights is not None:
@@ -280,3 +301,51 @@ def ghost_clipped_sum(
 
     clipped = jax.tree_util.tree_map_with_path(lookup, params)
     return clipped, losses, norms
+
+
+def _stacked_clipped_sum(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, clip_norm: float,
+                         example_weights: jnp.ndarray | None, zeros: list[jnp.ndarray]):
+    """:func:`ghost_clipped_sum` of a model with a scanned layer stack (module docstring): one forward pass, a
+    backward pass for the norms (the layers outside the stack as above, those inside tapped), and one with the
+    clip factors for the clipped sum."""
+
+    def forward(perturbations, accumulator, p):
+        losses, uses, _ = _forward(loss_fn, p, batch, perturbations, accumulator)
+        return losses, uses
+
+    accumulator = jnp.zeros(jax.tree.leaves(batch)[0].shape[:1], jnp.float32)
+    losses, backward, uses = jax.vjp(forward, zeros, accumulator, params, has_aux=True)
+    output_grads, stacked_sq_norms, _ = backward(jnp.ones_like(losses))
+    norms = _norms(uses, output_grads, stacked_sq_norms)
+    scale = clip_factors(norms, clip_norm)
+    if example_weights is not None:
+        scale = scale * example_weights
+    _, _, clipped = backward(scale.astype(losses.dtype))
+    clipped = jax.tree.map(lambda g, p: g.astype(jnp.float32).reshape(p.shape), clipped, params)
+    return clipped, losses, norms
+
+
+def _norms(uses: list[_Use], output_grads: list[jnp.ndarray], sq_norms: jnp.ndarray) -> jnp.ndarray:
+    """Per-example gradient norms: ``sq_norms`` (the tapped layers') plus every use's, the tied table's cross
+    term included; ``uses`` receive their output gradients."""
+    for use, grad in zip(uses, output_grads, strict=True):
+        use.grad = grad
+    # Which parameter leaves each use touches; a leaf touched twice must be the tied
+    # (lookup, attend) pair, whose norm needs the cross term.
+    by_leaf: dict[str, list[_Use]] = {}
+    for use in uses:
+        for name in use.params:
+            by_leaf.setdefault(_leaf_key(use.path, name), []).append(use)
+    for use in uses:
+        sq, _ = _sq_norms_and_sum(use, None)
+        sq_norms = sq_norms + sum(sq.values())
+    for key, shared in by_leaf.items():
+        if len(shared) == 1:
+            continue
+        kinds = sorted(u.kind for u in shared)
+        if kinds != ["attend", "embed"]:
+            raise GhostUnsupported(f"ghost clipping: parameter {key} is used by {kinds}")
+        embed = next(u for u in shared if u.kind == "embed")
+        attend = next(u for u in shared if u.kind == "attend")
+        sq_norms = sq_norms + 2.0 * _tied_cross(embed, attend)
+    return jnp.sqrt(jnp.maximum(sq_norms, 0.0))  # the cross term can round below 0

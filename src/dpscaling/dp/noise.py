@@ -16,7 +16,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+import numpy as np
+
 from dpscaling.dp.correlated import CorrelatedNoiseState
+from dpscaling.dp.layers import STACKED_LAYERS, is_scanned
 
 
 class GaussianNoiseState(NamedTuple):
@@ -62,22 +65,71 @@ def noise_key_of(opt_state) -> jax.Array | None:
     return found[0] if found else None
 
 
-def standard_normal_like(key: jax.Array, tree):
+def standard_normal_like(key: jax.Array, tree, layer_prefix: str | None = None):
     """i.i.d. N(0, 1) float32 noise shaped like ``tree``: one draw of all its coordinates, split among its
     leaves in their flattening order.
 
     One draw, not one per leaf (optax's ``tree_random_like``): a step's noise then compiles to a few kernels
     instead of a threefry and a transform per leaf (the DP step compiles in about half the time, at the same
     step time: docs/runs.md), and the coordinates are i.i.d. either way.
+
+    With ``layer_prefix``, a scanned model's parameters (:mod:`dpscaling.dp.layers`) receive the unrolled
+    model's draw, coordinate for coordinate, in as many operations as the unrolled model has leaves per layer,
+    whatever the depth (a run's curve does not depend on its layout).
     """
+    if layer_prefix is not None and is_scanned(tree):
+        return _unrolled_draw(key, tree, layer_prefix)
     leaves, treedef = jax.tree.flatten(tree)
     sizes = [math.prod(leaf.shape) for leaf in leaves]
     flat = jax.random.normal(key, (sum(sizes),), jnp.float32)
-    pieces = jnp.split(flat, list(itertools.accumulate(sizes))[:-1])
+    return _split(flat, tree)
+
+
+def _size(tree) -> int:
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(tree))
+
+
+def _split(flat: jnp.ndarray, tree):
+    """``flat`` split among ``tree``'s leaves in their flattening order, each in its leaf's shape."""
+    leaves, treedef = jax.tree.flatten(tree)
+    sizes = [math.prod(leaf.shape) for leaf in leaves]
+    pieces = jnp.split(flat, list(itertools.accumulate(sizes))[:-1]) if len(leaves) > 1 else [flat]
     return jax.tree.unflatten(treedef, [piece.reshape(leaf.shape) for piece, leaf in zip(pieces, leaves)])
 
 
-def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int) -> optax.GradientTransformation:
+def _unrolled_draw(key: jax.Array, tree, prefix: str):
+    """:func:`standard_normal_like`'s draw for the unrolled twin of the scanned ``tree``, in ``tree``'s layout.
+    The unrolled tree's top-level keys sort ``{prefix}_10`` before ``{prefix}_2``: its layers' draws form one
+    contiguous block of rows in that order, put back in layer order by one gather of L rows."""
+    stacked = tree[STACKED_LAYERS]
+    layers = jax.tree.leaves(stacked)[0].shape[0]
+    one_layer = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype), stacked)
+    layer_size = _size(one_layer)
+    layer_names = [f"{prefix}_{i}" for i in range(layers)]
+    order = sorted([key for key in tree if key != STACKED_LAYERS] + layer_names)
+    first = order.index(min(layer_names))
+    if order[first:first + layers] != sorted(layer_names):
+        raise ValueError(f"noise: a parameter's name sorts among the layers {prefix}_<i>: {order}")
+    flat = jax.random.normal(key, (_size(tree),), jnp.float32)
+    drawn, offset = {}, 0
+    for name in order[:first] + [STACKED_LAYERS] + order[first + layers:]:
+        size = layers * layer_size if name == STACKED_LAYERS else _size(tree[name])
+        drawn[name] = flat[offset:offset + size]
+        offset += size
+    rows = drawn[STACKED_LAYERS].reshape(layers, layer_size)
+    sorted_index = [int(name[len(prefix) + 1:]) for name in sorted(layer_names)]  # row r holds layer sorted_index[r]
+    rows = jnp.take(rows, jnp.asarray(np.argsort(sorted_index)), axis=0)
+    leaves, treedef = jax.tree.flatten(stacked)
+    sizes = [math.prod(leaf.shape[1:]) for leaf in leaves]
+    columns = jnp.split(rows, list(itertools.accumulate(sizes))[:-1], axis=1) if len(leaves) > 1 else [rows]
+    result = {name: _split(piece, tree[name]) for name, piece in drawn.items() if name != STACKED_LAYERS}
+    result[STACKED_LAYERS] = jax.tree.unflatten(
+        treedef, [column.reshape(leaf.shape) for column, leaf in zip(columns, leaves)])
+    return type(tree)(result) if not isinstance(tree, dict) else result
+
+
+def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int, layer_prefix: str | None = None
+                       ) -> optax.GradientTransformation:
     """Add i.i.d. N(0, stddev²) noise in float32 to every coordinate of the update.
 
     ``key`` is a PRNG key (or an int seed). The noise of update t depends only on
@@ -101,7 +153,7 @@ def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int) -> optax
         if not concrete or stddev > 0:
             stream = getattr(state, "noise_key", base_key)
             key = jax.random.fold_in(stream, state.count)
-            noise = standard_normal_like(key, updates)
+            noise = standard_normal_like(key, updates, layer_prefix)
             updates = jax.tree.map(
                 lambda u, n: (u.astype(jnp.float32) + stddev * n).astype(u.dtype), updates, noise
             )
@@ -110,11 +162,12 @@ def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int) -> optax
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def gaussian_noise(mechanism, stddev: float | jax.Array, key: jax.Array, steps: int, strategy: str
-                   ) -> optax.GradientTransformation:
-    """DP-SGD's noise (its :attr:`~dpscaling.mechanisms.Mechanism.noise_builder`): i.i.d., whatever T."""
+def gaussian_noise(mechanism, stddev: float | jax.Array, key: jax.Array, steps: int, strategy: str,
+                   layer_prefix: str | None = None) -> optax.GradientTransformation:
+    """DP-SGD's noise (its :attr:`~dpscaling.mechanisms.Mechanism.noise_builder`): i.i.d., whatever T; with
+    ``layer_prefix``, a scanned model's in the unrolled model's order (:func:`standard_normal_like`)."""
     del mechanism, steps, strategy
-    return add_gaussian_noise(stddev, key)
+    return add_gaussian_noise(stddev, key, layer_prefix)
 
 
 def dp_optimizer(optimizer: optax.GradientTransformation, noise: optax.GradientTransformation

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import linen as nn
 
-from dpscaling.dp.layers import Bias
+from dpscaling.dp.layers import Bias, layer_stack
 from dpscaling.models.counting import count_module_params, token_ids
 from dpscaling.models.shapes import BertConfig, ParamCount
 
@@ -82,6 +82,7 @@ class BertMlm(nn.Module):
     """
 
     config: BertConfig
+    layer_prefix = "layer"  # unrolled layer i is the module layer_<i> (dpscaling.dp.layers)
 
     @nn.compact
     def __call__(
@@ -108,8 +109,8 @@ class BertMlm(nn.Module):
         if padding_mask is None:
             padding_mask = jnp.ones((batch, seq), dtype=bool)
         attention_mask = nn.make_attention_mask(padding_mask, padding_mask)
-        for i in range(cfg.num_layers):
-            x = TransformerLayer(cfg, name=f"layer_{i}")(x, attention_mask)
+        x = layer_stack(lambda name: TransformerLayer(cfg, name=name), cfg.num_layers, self.layer_prefix, x,
+                        attention_mask, scan=cfg.scan_layers, remat=cfg.remat)
         if cfg.layer_norm == "pre":  # the residual stream is never normalised inside a pre-LN layer
             x = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, name="final_norm")(x)
 

@@ -18,6 +18,7 @@ import math
 import jax.numpy as jnp
 from flax import linen as nn
 
+from dpscaling.dp.layers import layer_stack
 from dpscaling.models.counting import count_module_params, token_ids
 from dpscaling.models.shapes import DecoderConfig, ParamCount
 
@@ -75,6 +76,7 @@ class DecoderLM(nn.Module):
     """
 
     config: DecoderConfig
+    layer_prefix = "block"  # unrolled block i is the module block_<i> (dpscaling.dp.layers)
 
     @nn.compact
     def __call__(self, input_ids: jnp.ndarray, padding_mask: jnp.ndarray | None = None) -> jnp.ndarray:
@@ -88,8 +90,8 @@ class DecoderLM(nn.Module):
         mask = nn.make_causal_mask(input_ids)
         if padding_mask is not None:
             mask = nn.combine_masks(mask, nn.make_attention_mask(padding_mask, padding_mask))
-        for i in range(cfg.num_layers):
-            x = Block(cfg, name=f"block_{i}")(x, mask)
+        x = layer_stack(lambda name: Block(cfg, name=name), cfg.num_layers, self.layer_prefix, x, mask,
+                        scan=cfg.scan_layers, remat=cfg.remat)
         x = nn.LayerNorm(epsilon=cfg.layer_norm_eps, use_bias=cfg.use_bias, dtype=dtype, name="final_norm")(x)
         return token.attend(x).astype(jnp.float32)  # tied output layer
 

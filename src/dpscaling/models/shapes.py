@@ -61,6 +61,10 @@ class BertConfig:
     # Where each layer's LayerNorm sits: "post" (BERT's, the paper's: x ← LN(x + f(x))) or "pre" (Xiong et al.
     # 2020: x ← x + f(LN(x)), and one more LayerNorm after the last layer)
     layer_norm: str = "post"
+    # How the layers are applied, not what they compute (dpscaling.dp.layers.layer_stack): scanned (one layer
+    # compiled, parameters with a leading layer axis) instead of unrolled, and activations rematerialised
+    scan_layers: bool = False
+    remat: bool = False
 
     def __post_init__(self) -> None:
         _check_shape(self)
@@ -98,6 +102,8 @@ class DecoderConfig:
     layer_norm_eps: float = 1e-5  # GPT-2's value
     initializer_range: float = 0.02  # GPT-2's normal std (residual projections scaled by 1/√(2L))
     dtype: str = "float32"
+    scan_layers: bool = False  # as BertConfig's
+    remat: bool = False
 
     def __post_init__(self) -> None:
         _check_shape(self)

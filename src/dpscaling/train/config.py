@@ -68,6 +68,10 @@ class TrainConfig:
     log_every: int = configured("training.log_every")  # paper: mean training loss of every 100 iterations
     checkpoint_every: int = configured("training.checkpoint_every")  # multiple of log_every
     model_dtype: str = "float32"  # compute dtype; clipped sums and noise stay float32
+    # The layers scanned instead of unrolled, and rematerialised (dpscaling.dp.layers): how the step runs, not
+    # what it computes; recorded, so a checkpoint is resumed only in its own layout
+    scan_layers: bool = configured("training.scan_layers", after_runs=True)
+    remat: bool = configured("training.remat", after_runs=True)
     distributed: bool | None = None  # None: initialise jax.distributed if Slurm/TPU-pod multi-host
     # More than one pass over the training sequences (steps × batch > sequences) is allowed; the
     # workflow sets False unless training.allow_repeats (dpscaling.data.epochs). A policy, not part
@@ -240,6 +244,8 @@ class TrainConfig:
             vocab_size=vocab_size,
             max_positions=self.max_positions,
             dtype=self.model_dtype,
+            scan_layers=self.scan_layers,
+            remat=self.remat,
             **self.model_overrides,
         )
 

@@ -20,6 +20,7 @@ import jax
 
 from dpscaling.errors import UserError
 from dpscaling.models.family import Family
+from dpscaling.models.stacking import in_layout, unrolled_twin
 from dpscaling.train.config import TrainConfig
 
 
@@ -62,11 +63,13 @@ def pretrained_params(checkpoint_dir: str | Path, config: TrainConfig, model, ob
     if source.family != config.family:
         raise UserError(f"{where}, but {wanted}: a checkpoint of another family cannot start it")
     source_model = source.model_family.module_class()(source.model_config(vocab_size))
-    expected = _shapes(jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *objective.init_inputs(seq_len))))
-    found = _shapes(jax.eval_shape(lambda: source_model.init(jax.random.PRNGKey(0), *objective.init_inputs(seq_len))))
+    # compared unrolled: a checkpoint of either layer layout starts either (dpscaling.models.stacking)
+    expected, found = (_shapes(jax.eval_shape(lambda m=m: unrolled_twin(m).init(
+        jax.random.PRNGKey(0), *objective.init_inputs(seq_len)))) for m in (model, source_model))
     if found != expected:
         raise UserError(f"{where}, but {wanted}: the parameters differ ({_first_difference(found, expected)})")
-    return restore_params(checkpoint_dir, source_model, objective, source, seq_len)
+    params, step = restore_params(checkpoint_dir, source_model, objective, source, seq_len)
+    return in_layout(params, model), step
 
 
 def _described(config: TrainConfig, vocab_size: int) -> str:

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from dpscaling.dp import CLIPPED_SUMS, clipped_mean_grad, dp_optimizer
+from dpscaling.models.stacking import init_params
 from dpscaling.streams import Stream
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.objectives import Objective, loss_fn
@@ -67,8 +68,10 @@ def make_optimizer(
         b2=config.adam_b2,
         eps=config.adam_eps,
     )
+    # scanned layers: the unrolled model's noise, coordinate for coordinate (dpscaling.dp.layers)
+    layer_prefix = config.model_family.module_class().layer_prefix if config.scan_layers else None
     noise = config.noise_mechanism.noise_transform(
-        hyperparams.noise_batch_ratio, hyperparams.noise_key, config.num_steps, config.bandmf_strategy
+        hyperparams.noise_batch_ratio, hyperparams.noise_key, config.num_steps, config.bandmf_strategy, layer_prefix
     )
     return dp_optimizer(adam, noise)
 
@@ -99,7 +102,7 @@ def init_state(
 ) -> TrainState:
     """The state at step 0; ``key`` (default :func:`init_key` of the seed) may be a jit argument."""
     key = init_key(config.seed) if key is None else key
-    params = model.init(key, *objective.init_inputs(seq_len))["params"]
+    params = init_params(model, key, *objective.init_inputs(seq_len))  # either layer layout: the same start
     return TrainState(jnp.zeros([], jnp.int32), params, optimizer.init(params))
 
 
