@@ -81,9 +81,10 @@ def test_ghost_taps_inside_the_scan_give_the_unrolled_models_per_example_clipped
             np.testing.assert_allclose(found, want, atol=2e-6, err_msg=f"{method} {jax.tree_util.keystr(path)}")
 
 
-@pytest.mark.parametrize(("family", "clipping"), [("bert", "ghost"), ("decoder", "ghost"), ("bert", "vmap")])
+@pytest.mark.parametrize(("family", "clipping"), [("bert", "ghost"), ("decoder", "ghost")])
 def test_the_training_curve_does_not_depend_on_the_layout(family, clipping) -> None:
-    """Ten DP-Adam steps (σ̄ 2^-6, learning rate 2^-6) of the same seed: the same losses and parameters."""
+    """Ten DP-Adam steps (σ̄ 2^-6, learning rate 2^-6) of the same seed: the same losses and parameters (vmap
+    through the scan: its clipped sums above)."""
     objective = objective_for(FAMILIES[family].objective, META)
     tokens = jax.random.randint(jax.random.PRNGKey(3), (10, 8, SEQ), 5, VOCAB)
     curves, finals = {}, {}
