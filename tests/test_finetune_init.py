@@ -65,6 +65,20 @@ def test_a_run_from_a_checkpoint_takes_its_first_step_from_the_pretrained_weight
     assert first > expected + 0.5 and "init_checkpoint" not in pq.read_table(tmp_path / "scratch.parquet").schema.names
 
 
+def test_a_checkpoint_of_either_layer_layout_starts_a_run_and_resumes_only_in_its_own(corpus, pretrained, tmp_path):
+    """The unrolled pretraining starts a scanned fine-tuning run from exactly its weights (the layouts compared
+    and converted unrolled: dpscaling.models.stacking); the scanned run's checkpoint, asked to resume unrolled,
+    is refused naming scan_layers."""
+    finetune = dataclasses.replace(PRETRAIN, init_checkpoint=str(pretrained), num_steps=3, log_every=1,
+                                   checkpoint_every=3, seed=5, learning_rate=2.0**-8, scan_layers=True)
+    run_training(finetune, corpus, tmp_path / "ft.parquet", tmp_path / "ft")
+    curve = pq.read_table(tmp_path / "ft.parquet").to_pandas()
+    unrolled = dataclasses.replace(finetune, scan_layers=False)
+    assert curve["loss"].iloc[0] == pytest.approx(_step_zero_loss(pretrained, unrolled, corpus), rel=1e-5)
+    with pytest.raises(UserError, match="scan_layers"):
+        run_training(unrolled, corpus, tmp_path / "ft2.parquet", tmp_path / "ft")
+
+
 def test_a_checkpoint_of_another_shape_or_family_is_refused_naming_both(corpus, pretrained, tmp_path):
     wider = dataclasses.replace(PRETRAIN, model_name="DecoderWide", init_checkpoint=str(pretrained),
                                 model_overrides=dict(num_layers=1, num_heads=2, hidden_size=64))
