@@ -6,8 +6,8 @@ Results: docs/runs.md (docs/train.md, "Compiling deep models", says what the opt
   (``--clipping``, batch 2 in one microbatch, S = ``--seq-len``, float32, σ̄ 2^-10) lowered from shapes alone
   and compiled, unrolled and scanned in turn: seconds to lower and to compile, and the ratios. Lowering and
   compiling run one at a time, on an otherwise idle machine for numbers worth keeping.
-* ``step``: the default grid's models (config/config.yaml: ghost clipping, B 40 in microbatches of 4, S 64,
-  vocabulary 1,024), each layout compiled, then ``--rounds`` rounds of ``--steps`` timed steps alternating
+* ``step``: the default grid's models (config/config.yaml: ghost clipping unless ``--step-clipping``, B 40 in
+  microbatches of 4, S 64, vocabulary 1,024), each layout compiled, then ``--rounds`` rounds of ``--steps`` timed steps alternating
   between the layouts; the median of each layout's round medians and their ratio (scanned ÷ unrolled).
 
 The last line printed is one JSON object.
@@ -90,7 +90,7 @@ def compile_table(models: list[str], clipping: str, seq_len: int) -> dict:
     return rows
 
 
-def step_table(config_path: Path, rounds: int, steps: int) -> dict:
+def step_table(config_path: Path, rounds: int, steps: int, clipping: str | None = None) -> dict:
     run = yaml.safe_load(config_path.read_text())
     training, data = run["training"], run["data"]
     vocab_size, seq_len = int(data["vocab_size"]), int(data["seq_len"])
@@ -104,7 +104,7 @@ def step_table(config_path: Path, rounds: int, steps: int) -> dict:
                                                   "hidden_size": shape.hidden_size,
                                                   "type_vocab_size": shape.type_vocab_size},
                                  batch_size=int(training["physical_batch"]),
-                                 microbatch_size=int(training["microbatch_size"]), clipping=training["clipping"],
+                                 microbatch_size=int(training["microbatch_size"]), clipping=clipping or training["clipping"],
                                  noise_batch_ratio=2.0**-10, warmup_steps=10, scan_layers=layout == "scanned")
             step, state, inputs = step_of(config, vocab_size, seq_len, abstract=False)
             compiled = step.lower(state, *inputs).compile()
@@ -134,7 +134,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", nargs="?", choices=("compile", "step", "both"), default="both")
     parser.add_argument("--models", default="BertTiny,BertBase,BertLarge,GPT2Small,GPT2Medium")
-    parser.add_argument("--clipping", choices=("ghost", "vmap"), default="ghost")
+    parser.add_argument("--clipping", choices=("ghost", "vmap"), default="ghost",
+                        help="the compiled step's clipping; 'step' uses the grid's unless --step-clipping")
+    parser.add_argument("--step-clipping", choices=("ghost", "vmap"), default=None)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the grid whose models 'step' times")
     parser.add_argument("--rounds", type=int, default=5)
@@ -148,7 +150,7 @@ def main() -> None:
     if args.what in ("compile", "both"):
         result["compile"] = compile_table(models, args.clipping, args.seq_len)
     if args.what in ("step", "both"):
-        result["step"] = step_table(args.config, args.rounds, args.steps)
+        result["step"] = step_table(args.config, args.rounds, args.steps, args.step_clipping)
     print(json.dumps(result))
 
 
