@@ -1,7 +1,7 @@
 """Scanned layer stacks (dpscaling.dp.layers, docs/train.md "Compiling deep models"): the same model, the same
-start, the same clipped gradients (ghost taps inside the scan against per-example gradients of the unrolled
-model) and the same training curve as the unrolled layout, for both families; checkpoints of one layout start
-the other, and a run is resumed only in its own."""
+start, the same clipped gradients (ghost norms and book-keeping over the stacked layers against per-example
+gradients of the unrolled model) and the same training curve as the unrolled layout, for both families; the
+noise drawn as the unrolled model's."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def test_a_scanned_model_starts_from_the_unrolled_start_and_computes_the_same_lo
 
 
 @pytest.mark.parametrize(("shape", "remat"), [("bert-post", False), ("bert-pre", True), ("decoder", False)])
-def test_ghost_taps_inside_the_scan_give_the_unrolled_models_per_example_clipped_sum(shape, remat) -> None:
-    """Ghost clipping of the scanned model (layers tapped inside the scan, the sum from a second backward pass)
+def test_ghost_clipping_over_stacked_layers_is_the_unrolled_models_per_example_clipping(shape, remat) -> None:
+    """Ghost clipping of the scanned model (each layer's input and output gradient stacked out of the scan)
     against vmap clipping of the unrolled model (per-example gradients): the same norms and clipped mean, with
     a padding example weighted 0."""
     _, unrolled_loss, unrolled, batch = _setup(shape, False)

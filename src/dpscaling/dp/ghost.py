@@ -17,12 +17,12 @@ for the tied output projection — the tied table's norm includes the cross term
 Layers are found with ``flax.linen.intercept_methods``; a parameter not covered
 raises instead of being silently left out of the norm.
 
-Inside a scanned layer stack (:func:`dpscaling.dp.layers.layer_stack`) a layer's input and output gradient
-exist only inside the scan, so each of its layers is tapped instead: an identity on the layer's output whose
-backward pass adds the layer's per-example squared norm (the same formulas) to an accumulator that the scan
-sums over layers. The clipped sum then comes from a second backward pass of the same forward pass (one
-``jax.vjp``), with the clip factors as the losses' cotangents: Σ_b s_b ∇ℓ_b, the book-keeping sum computed by
-the backward pass itself. Compilation then stays flat in depth; the step pays one more backward pass.
+Inside a scanned layer stack (:func:`dpscaling.dp.layers.layer_stack`) each layer's input and output exist
+only inside the scan, so ghost clipping gives the stack the body it scans (:class:`_Stack`, through
+:data:`~dpscaling.dp.layers.STACK_BODY`): the body adds each layer's slice of stacked perturbations (a scanned
+input) and returns its layers' prepared inputs (a scanned output). The backward pass then gives every layer's
+output gradient stacked along the layer axis, and the same norms and book-keeping run over that axis with
+``vmap``: one pass, and a compilation that does not grow with depth.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from dpscaling.dp.layers import STACKED_LAYERS, Bias
+from dpscaling.dp.layers import STACK_BODY, STACKED_LAYERS, Bias
 from dpscaling.dp.per_example import BatchLossFn, PyTree, clip_factors
 from dpscaling.errors import UserError
 
@@ -100,33 +100,45 @@ def _prepare_input(kind: str, module: nn.Module, x: jnp.ndarray) -> jnp.ndarray:
     return None  # bias: only the output gradient matters
 
 
-def _tapped(use: _Use, y: jnp.ndarray, accumulator: jnp.ndarray) -> jnp.ndarray:
-    """``y`` unchanged; in the backward pass, ``use``'s per-example squared gradient norm (from its input and
-    ``y``'s cotangent) becomes the accumulator's cotangent, summed over every tapped layer."""
+@dataclass
+class _Stack:
+    """A scanned layer stack as ghost clipping traces it: the body the stack scans adds each layer's slice of the
+    stacked ``perturbations`` (one per parametrised use inside a layer, in call order; empty: add none) and returns
+    the layer's prepared inputs, which the scan stacks into ``inputs``. ``uses`` (kind, path) and ``shapes``
+    (one layer's output) are the uses' static description, recorded while the body is traced."""
 
-    @jax.custom_vjp
-    def tap(y, inputs, params, accumulator):
+    perturbations: list
+    uses: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    shapes: list[jax.ShapeDtypeStruct] = field(default_factory=list)
+    inputs: list | None = None
+    _layer: tuple[list, list] | None = None  # (this layer's perturbation slices, its recorded inputs)
+
+    def body(self, layer: nn.Module, x: jnp.ndarray, perturbations: list, *shared):
+        self.uses, self.shapes, recorded = [], [], []
+        self._layer = (perturbations, recorded)
+        try:
+            y = layer(x, *shared)
+        finally:
+            self._layer = None
+        return y, recorded
+
+    def intercept(self, kind: str, module: nn.Module, x: jnp.ndarray, y: jnp.ndarray) -> jnp.ndarray:
+        if self._layer is None:
+            raise GhostUnsupported(f"ghost clipping: {module.path} is outside its scanned stack's body")
+        perturbations, recorded = self._layer
+        self.uses.append((kind, tuple(module.path)))
+        self.shapes.append(jax.ShapeDtypeStruct(y.shape, y.dtype))
+        recorded.append(_prepare_input(kind, module, x))
+        if perturbations:
+            y = y + perturbations[len(recorded) - 1].astype(y.dtype)
         return y
 
-    def forward(y, inputs, params, accumulator):
-        return y, (inputs, params)
 
-    def backward(saved, grad):
-        inputs, params = saved
-        sq, _ = _sq_norms_and_sum(_Use(use.kind, use.path, inputs, params, grad), None)
-        return grad, jax.tree.map(jnp.zeros_like, inputs), jax.tree.map(jnp.zeros_like, params), sum(sq.values())
+def _forward(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, perturbations, stack: _Stack | None = None):
+    """Per-example losses, with every parametrised layer's output shifted by a perturbation (those inside a
+    scanned stack through ``stack``, which then holds their stacked inputs).
 
-    tap.defvjp(forward, backward)
-    return tap(y, jax.lax.stop_gradient(use.input), use.params, accumulator)
-
-
-def _forward(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, perturbations, accumulator=None,
-             stacked: list[str] | None = None):
-    """Per-example losses, with every parametrised layer's output shifted by a perturbation, and every layer of a
-    scanned stack tapped into ``accumulator`` (:func:`_tapped`; its paths appended to ``stacked``).
-
-    Returns (losses, uses, output shapes); with ``perturbations=None`` nothing is added, with
-    ``accumulator=None`` nothing is tapped.
+    Returns (losses, uses, output shapes); with ``perturbations=None`` nothing is added outside a stack.
     """
     uses: list[_Use] = []
     shapes: list[jax.ShapeDtypeStruct] = []
@@ -138,15 +150,9 @@ def _forward(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, perturbations,
         y = next_fun(*args, **kwargs)
         module = context.module
         if module.path and module.path[0] == STACKED_LAYERS:  # inside the scan: its values stay there
-            if kind in ("embed", "attend", "bias"):
+            if kind in ("embed", "attend", "bias") or stack is None:
                 raise GhostUnsupported(f"ghost clipping: a {kind} layer inside a scanned stack ({module.path})")
-            if stacked is not None:
-                stacked.append("/".join(module.path))
-            if accumulator is None:
-                return y
-            use = _Use(kind=kind, path=tuple(module.path), input=_prepare_input(kind, module, args[0]),
-                       params=dict(module.variables.get("params", {})))
-            return _tapped(use, y, accumulator)
+            return stack.intercept(kind, module, args[0], y)
         uses.append(
             _Use(
                 kind=kind,
@@ -160,8 +166,12 @@ def _forward(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, perturbations,
             y = y + perturbations[len(uses) - 1].astype(y.dtype)
         return y
 
-    with nn.intercept_methods(interceptor):
-        losses = loss_fn(params, batch)
+    token = STACK_BODY.set(stack)
+    try:
+        with nn.intercept_methods(interceptor):
+            losses = loss_fn(params, batch)
+    finally:
+        STACK_BODY.reset(token)
     return losses, uses, shapes
 
 
@@ -270,18 +280,28 @@ def ghost_clipped_sum(
 
     Same contract as :func:`dpscaling.dp.clipping.vmap_clipped_sum`.
     """
-    stacked: list[str] = []
-    _, _, shapes = jax.eval_shape(lambda p, b: _forward(loss_fn, p, b, None, None, stacked), params, batch)
+    stack = _Stack(perturbations=[])
+    _, _, shapes = jax.eval_shape(lambda p, b: _forward(loss_fn, p, b, None, stack), params, batch)
     zeros = [jnp.zeros(s.shape, s.dtype) for s in shapes]
-    if stacked:
-        return _stacked_clipped_sum(loss_fn, params, batch, clip_norm, example_weights, zeros)
+    stacked_uses = list(stack.uses)
+    layers = jax.tree.leaves(params[STACKED_LAYERS])[0].shape[0] if stacked_uses else 0
+    stacked_zeros = [jnp.zeros((layers, *s.shape), s.dtype) for s in stack.shapes]
 
-    def summed(perturbations):
-        losses, uses, _ = _forward(loss_fn, params, batch, perturbations)
-        return jnp.sum(losses), (losses, uses)
+    def summed(perturbations, stacked_perturbations):
+        traced = _Stack(perturbations=stacked_perturbations)
+        losses, uses, _ = _forward(loss_fn, params, batch, perturbations, traced if stacked_uses else None)
+        return jnp.sum(losses), (losses, uses, traced.inputs or [])
 
-    output_grads, (losses, uses) = jax.grad(summed, has_aux=True)(zeros)
-    norms = _norms(uses, output_grads, jnp.zeros(losses.shape, jnp.float32))
+    (output_grads, stacked_grads), (losses, uses, stacked_inputs) = jax.grad(
+        summed, argnums=(0, 1), has_aux=True)(zeros, stacked_zeros)
+    stacked = [(kind, path, x, g, _subtree(params, path))
+               for (kind, path), x, g in zip(stacked_uses, stacked_inputs, stacked_grads, strict=True)]
+    sq_norms = jnp.zeros(losses.shape, jnp.float32)
+    for kind, path, x, g, leaves in stacked:  # each layer's norms, vmapped over the layer axis
+        sq = jax.vmap(lambda x, g, p, kind=kind, path=path: _sq_norms_and_sum(_Use(kind, path, x, p, g), None)[0])(
+            x, g, leaves)
+        sq_norms = sq_norms + sum(value.sum(axis=0) for value in sq.values())
+    norms = _norms(uses, output_grads, sq_norms)
 
     scale = clip_factors(norms, clip_norm)
     if example_weights is not None:
@@ -292,6 +312,10 @@ def ghost_clipped_sum(
         for name, value in total.items():
             key = _leaf_key(use.path, name)
             totals[key] = totals[key] + value if key in totals else value
+    for kind, path, x, g, leaves in stacked:  # book-keeping per layer, stacked as the parameters are
+        total = jax.vmap(lambda x, g, p, kind=kind, path=path: _sq_norms_and_sum(_Use(kind, path, x, p, g), scale)[1])(
+            x, g, leaves)
+        totals.update({_leaf_key(path, name): value for name, value in total.items()})
 
     def lookup(path, leaf):
         key = "/".join(str(getattr(k, "key", k)) for k in path)
@@ -303,30 +327,16 @@ def ghost_clipped_sum(
     return clipped, losses, norms
 
 
-def _stacked_clipped_sum(loss_fn: BatchLossFn, params: PyTree, batch: PyTree, clip_norm: float,
-                         example_weights: jnp.ndarray | None, zeros: list[jnp.ndarray]):
-    """:func:`ghost_clipped_sum` of a model with a scanned layer stack (module docstring): one forward pass, a
-    backward pass for the norms (the layers outside the stack as above, those inside tapped), and one with the
-    clip factors for the clipped sum."""
-
-    def forward(perturbations, accumulator, p):
-        losses, uses, _ = _forward(loss_fn, p, batch, perturbations, accumulator)
-        return losses, uses
-
-    accumulator = jnp.zeros(jax.tree.leaves(batch)[0].shape[:1], jnp.float32)
-    losses, backward, uses = jax.vjp(forward, zeros, accumulator, params, has_aux=True)
-    output_grads, stacked_sq_norms, _ = backward(jnp.ones_like(losses))
-    norms = _norms(uses, output_grads, stacked_sq_norms)
-    scale = clip_factors(norms, clip_norm)
-    if example_weights is not None:
-        scale = scale * example_weights
-    _, _, clipped = backward(scale.astype(losses.dtype))
-    clipped = jax.tree.map(lambda g, p: g.astype(jnp.float32).reshape(p.shape), clipped, params)
-    return clipped, losses, norms
+def _subtree(params: PyTree, path: tuple[str, ...]) -> dict:
+    """The parameter leaves of the module at ``path`` (stacked, inside a scanned stack)."""
+    node = params
+    for key in path:
+        node = node[key]
+    return {name: leaf for name, leaf in node.items() if not isinstance(leaf, dict)}
 
 
 def _norms(uses: list[_Use], output_grads: list[jnp.ndarray], sq_norms: jnp.ndarray) -> jnp.ndarray:
-    """Per-example gradient norms: ``sq_norms`` (the tapped layers') plus every use's, the tied table's cross
+    """Per-example gradient norms: ``sq_norms`` (the scanned stack's layers') plus every use's, the tied table's cross
     term included; ``uses`` receive their output gradients."""
     for use, grad in zip(uses, output_grads, strict=True):
         use.grad = grad

@@ -17,6 +17,7 @@ initialisation, stacked, so that a run's curve does not depend on its layout (te
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import jax
@@ -26,6 +27,9 @@ from flax import linen as nn
 
 # The scanned stack's name in the parameter tree; ghost clipping finds the layers inside the scan by it
 STACKED_LAYERS = "layers"
+# Set by ghost clipping while it traces a model (dpscaling.dp.ghost._Stack): the body a scanned stack runs its
+# layers in, which adds stacked perturbations and returns the layers' inputs; None: the plain body
+STACK_BODY: ContextVar = ContextVar("dpscaling_stack_body", default=None)
 
 
 class Bias(nn.Module):
@@ -52,10 +56,17 @@ def layer_stack(make_layer: Callable[[str], nn.Module], num_layers: int, prefix:
         for i in range(num_layers):
             x = make_layer(f"{prefix}_{i}")(x, *shared)
         return x
-    body = nn.remat(_carry, prevent_cse=False) if remat else _carry  # prevent_cse is not needed inside a scan
+    traced = STACK_BODY.get()
+    if traced is None:
+        body, scanned_in, in_axes = _carry, (), ()
+    else:  # ghost clipping: per-layer perturbations in, per-layer inputs out (dpscaling.dp.ghost)
+        body, scanned_in, in_axes = traced.body, (traced.perturbations,), (0,)
+    body = nn.remat(body, prevent_cse=False) if remat else body  # prevent_cse is not needed inside a scan
     scanned = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True},
-                      in_axes=(nn.broadcast,) * len(shared), length=num_layers)
-    x, _ = scanned(make_layer(STACKED_LAYERS), x, *shared)
+                      in_axes=in_axes + (nn.broadcast,) * len(shared), length=num_layers)
+    x, outputs = scanned(make_layer(STACKED_LAYERS), x, *scanned_in, *shared)
+    if traced is not None:
+        traced.inputs = outputs
     return x
 
 
