@@ -17,47 +17,36 @@ Usage: .venv/bin/python benchmarks/scan_layers.py [compile|step|both] [--models 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import yaml
 
-from dpscaling.models.family import PRESETS, configured_model
-from dpscaling.train.config import TrainConfig
-from dpscaling.train.mlm import MaskingSpec
-from dpscaling.train.objectives import CausalLM, MaskedLM
-from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams
+sys.path.insert(0, str(Path(__file__).parent))
+from dp_step import objective_of, token_batch  # noqa: E402
 
-SPECIAL, MASK_ID = (0, 1, 2, 3, 4), 4
+from dpscaling.models.family import PRESETS, configured_model  # noqa: E402
+from dpscaling.train.config import TrainConfig  # noqa: E402
+from dpscaling.train.step import init_state, make_optimizer, make_train_step, step_hyperparams  # noqa: E402
+
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
-
-
-def objective_of(config: TrainConfig, vocab_size: int):
-    if config.model_family.objective == "masked_lm":
-        return MaskedLM(MaskingSpec(vocab_size, MASK_ID, SPECIAL, pad_id=0, p_mask=config.p_mask))
-    return CausalLM(pad_id=0)
-
-
-def tokens(batch: int, seq_len: int, vocab_size: int) -> jnp.ndarray:
-    rng = np.random.default_rng(0)
-    return jnp.asarray(rng.integers(len(SPECIAL), vocab_size, (batch, seq_len), dtype=np.int32))
 
 
 def step_of(config: TrainConfig, vocab_size: int, seq_len: int, *, abstract: bool):
     """(jitted step, state, inputs) of ``config``; an abstract state (shapes only) when ``abstract``."""
+    shape = argparse.Namespace(vocab_size=vocab_size, batch=config.batch_size, seq_len=seq_len)
     model = config.model_family.module_class()(config.model_config(vocab_size))
-    objective = objective_of(config, vocab_size)
+    objective = objective_of(config, shape)
     optimizer = make_optimizer(config)
     build = lambda: init_state(model, objective, optimizer, config, seq_len)  # noqa: E731
     state = jax.eval_shape(build) if abstract else jax.jit(build)()
     step = jax.jit(make_train_step(model, objective, config), donate_argnums=0)
-    return step, state, (step_hyperparams(config), tokens(config.batch_size, seq_len, vocab_size))
+    return step, state, (step_hyperparams(config), jnp.asarray(token_batch(shape)))
 
 
 def compile_seconds(name: str, scan: bool, clipping: str, seq_len: int) -> dict:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import interpolate
 
-from dpscaling.accounting import calibration, composition, gaussian, hockey_stick, pld, rdp
+from dpscaling.accounting import calibration, composition, gaussian, pld, rdp
 from dpscaling.accounting.matched import CyclicPoissonReduction
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import AccountingRefused
@@ -135,10 +135,9 @@ class _PldCurve:
             return None
         self.compositions += 1
         try:
-            composed = [composition.self_compose(part, steps) for part in single]
+            return pld.composed_epsilon(single, steps, self.spec.delta)
         except AccountingRefused:
             return None
-        return hockey_stick.epsilon_for_delta(composed, self.spec.delta)
 
     def __call__(self, j: int, steps: int, epsilon_hint: float | None = None) -> float | None:
         """ε at δ, or None if this σ is refused."""

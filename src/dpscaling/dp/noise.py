@@ -16,8 +16,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-import numpy as np
-
 from dpscaling.dp.correlated import CorrelatedNoiseState
 from dpscaling.dp.layers import STACKED_LAYERS, is_scanned
 
@@ -79,10 +77,7 @@ def standard_normal_like(key: jax.Array, tree, layer_prefix: str | None = None):
     """
     if layer_prefix is not None and is_scanned(tree):
         return _unrolled_draw(key, tree, layer_prefix)
-    leaves, treedef = jax.tree.flatten(tree)
-    sizes = [math.prod(leaf.shape) for leaf in leaves]
-    flat = jax.random.normal(key, (sum(sizes),), jnp.float32)
-    return _split(flat, tree)
+    return _split(jax.random.normal(key, (_size(tree),), jnp.float32), tree)
 
 
 def _size(tree) -> int:
@@ -93,7 +88,7 @@ def _split(flat: jnp.ndarray, tree):
     """``flat`` split among ``tree``'s leaves in their flattening order, each in its leaf's shape."""
     leaves, treedef = jax.tree.flatten(tree)
     sizes = [math.prod(leaf.shape) for leaf in leaves]
-    pieces = jnp.split(flat, list(itertools.accumulate(sizes))[:-1]) if len(leaves) > 1 else [flat]
+    pieces = jnp.split(flat, list(itertools.accumulate(sizes))[:-1])
     return jax.tree.unflatten(treedef, [piece.reshape(leaf.shape) for piece, leaf in zip(pieces, leaves)])
 
 
@@ -117,15 +112,15 @@ def _unrolled_draw(key: jax.Array, tree, prefix: str):
         drawn[name] = flat[offset:offset + size]
         offset += size
     rows = drawn[STACKED_LAYERS].reshape(layers, layer_size)
-    sorted_index = [int(name[len(prefix) + 1:]) for name in sorted(layer_names)]  # row r holds layer sorted_index[r]
-    rows = jnp.take(rows, jnp.asarray(np.argsort(sorted_index)), axis=0)
+    row_of = {name: row for row, name in enumerate(sorted(layer_names))}
+    rows = jnp.take(rows, jnp.asarray([row_of[name] for name in layer_names]), axis=0)
     leaves, treedef = jax.tree.flatten(stacked)
     sizes = [math.prod(leaf.shape[1:]) for leaf in leaves]
-    columns = jnp.split(rows, list(itertools.accumulate(sizes))[:-1], axis=1) if len(leaves) > 1 else [rows]
+    columns = jnp.split(rows, list(itertools.accumulate(sizes))[:-1], axis=1)
     result = {name: _split(piece, tree[name]) for name, piece in drawn.items() if name != STACKED_LAYERS}
     result[STACKED_LAYERS] = jax.tree.unflatten(
         treedef, [column.reshape(leaf.shape) for column, leaf in zip(columns, leaves)])
-    return type(tree)(result) if not isinstance(tree, dict) else result
+    return type(tree)(result)
 
 
 def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int, layer_prefix: str | None = None
