@@ -25,8 +25,8 @@ from dpscaling.design.compare import compare
 from dpscaling.design.runs import DesignRun
 from dpscaling.design.settings import DesignSettings
 from dpscaling.design.simulate import Simulator, run_design
-from dpscaling.figures.context import AnalysisContext
-from dpscaling.figures.settings import AnalysisSettings
+from dpscaling.report.figures.context import AnalysisContext
+from dpscaling.report.figures.settings import AnalysisSettings
 from dpscaling.law import LawSettings
 from dpscaling.law.artifact import fit_law
 from dpscaling.law.columns import BERT_MODEL_SIZES

@@ -26,7 +26,7 @@ from dpscaling.config.blocks import load_config
 from dpscaling.config.schema import validate_config
 from dpscaling.train import run_training
 from dpscaling.train.config import job_train_config
-from dpscaling.workflow import model_param
+from dpscaling.workflow.params import model_param
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -59,7 +59,7 @@ def self_cpu() -> float:
 def probe_data(scratch: Path, vocab_size: int, seq_len: int) -> tuple[Path, dict]:
     """Packed shards of the vendored corpus under a trained ``vocab_size`` vocabulary, and its floor."""
     from dpscaling.data.floor import unigram_floor
-    from dpscaling.run_checks import corpus_spec
+    from dpscaling.config.checks import corpus_spec
     from dpscaling.data.stage import pack_documents, prepare_documents, train_vocabulary
 
     documents = scratch / "documents.parquet"
@@ -267,7 +267,7 @@ def probe(args: argparse.Namespace) -> dict:
 def model_losses(results_dir: Path, floor: float) -> list[dict]:
     """Per model: parameters, and the final smoothed training loss (the last logged interval's mean,
     seeds averaged; best learning rate) at sigma-bar 0 and at the smallest positive sigma-bar."""
-    from dpscaling.findings import final_losses
+    from dpscaling.findings.paper import final_losses
     from dpscaling.law.collect import read_tidy_results
     from dpscaling.law.columns import CROSS_ENTROPY, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
 

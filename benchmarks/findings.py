@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from dpscaling.figures.context import load_context
-from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.findings import check_findings, report
+from dpscaling.report.figures.context import load_context
+from dpscaling.report.figures.settings import AnalysisSettings
+from dpscaling.findings.paper import check_findings, report
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ def write_spec(args: argparse.Namespace) -> dict:
     import yaml
 
     from dpscaling.config.schema import validate_config
-    from dpscaling.workflow import model_param, training_params
+    from dpscaling.workflow.params import model_param, training_params
 
     config: dict = {}
     for path in args.configfile:

@@ -32,10 +32,10 @@ import time
 import numpy as np
 
 import dpscaling
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 GOAL_CPU_SECONDS = 0.2
-PARTS = {"search (compute_optimal)": "compute_optimal", "runnable and its price (_runnable)": "_runnable",
+PARTS = {"search (compute_optimal)": "compute_optimal", "runnable and its price (choose_runnable)": "choose_runnable",
          "saturation scan (saturation)": "saturation", "bootstrap band (optimum_band)": "optimum_band",
          "refusal check (refuse_beyond_validation)": "refuse_beyond_validation"}
 

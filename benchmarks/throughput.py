@@ -24,7 +24,7 @@ import jax
 sys.path.insert(0, str(Path(__file__).parent))
 from dp_step import base_config, build_variants, device_bytes, fitting_size, lower_probe, token_batch  # noqa: E402
 
-from dpscaling.cluster import PAPER_THROUGHPUT  # noqa: E402
+from dpscaling.workflow.cluster import PAPER_THROUGHPUT  # noqa: E402
 from dpscaling.models.family import BERT_PRESETS, PAPER_PARAMS  # noqa: E402
 from dpscaling.train.config import TrainConfig  # noqa: E402
 

@@ -66,7 +66,7 @@ def inject(fault: str, output: Path) -> None:
                 _die()
             real_write_table(table, where, *args, **kwargs)
 
-        pq.write_table = half_then_die  # dpscaling.io's write_parquet_atomic calls it through the module
+        pq.write_table = half_then_die  # dpscaling.core.io's write_parquet_atomic calls it through the module
     else:
         raise SystemExit(f"unknown fault {fault!r}")
 

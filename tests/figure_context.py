@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dpscaling.figures.context import AnalysisContext
-from dpscaling.figures.settings import AnalysisSettings, Baseline, VulnerabilityPanel
+from dpscaling.report.figures.context import AnalysisContext
+from dpscaling.report.figures.settings import AnalysisSettings, Baseline, VulnerabilityPanel
 from dpscaling.law import LawSettings
 from dpscaling.law.artifact import fit_law
 from dpscaling.law.synthetic import DeterministicGaussianSigma, synthetic_results

@@ -16,12 +16,12 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from dpscaling.errors import UserError
-from dpscaling.grid import (
+from dpscaling.core.errors import UserError
+from dpscaling.workflow.grid import (
     TrainPoint, ablation_curve_points, ablation_eval_points, ablation_grid, ablation_sweep_points, canonical)
-from dpscaling.run_checks import check_config
+from dpscaling.config.checks import check_config
 from dpscaling.config.schema import validate_config
-from dpscaling.workflow import ablation_training
+from dpscaling.workflow.params import ablation_training
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
@@ -147,8 +147,8 @@ def _curves() -> pd.DataFrame:
 
 
 def test_seed_summary_and_best_learning_rate_per_iteration(tmp_path) -> None:
-    from dpscaling.figures import ABLATION_FIGURES, FIGURES, render
-    from dpscaling.figures.physical_batch import AblationContext, ablation_table, sweep_table
+    from dpscaling.report.figures import ABLATION_FIGURES, FIGURES, render
+    from dpscaling.report.figures.physical_batch import AblationContext, ablation_table, sweep_table
 
     context = AblationContext(_curves())
     ablation = ablation_table(context).set_index(["Noise Batch Ratio", "Batch Size", "Iterations"])
@@ -170,7 +170,7 @@ def test_seed_summary_and_best_learning_rate_per_iteration(tmp_path) -> None:
 
 
 def test_batch_gap_is_the_spread_of_seed_means_against_the_widest_seed_range() -> None:
-    from dpscaling.tables.batch_gap import batch_gap_table
+    from dpscaling.report.tables.batch_gap import batch_gap_table
 
     table = batch_gap_table(_curves(), final_intervals=1).set_index(["Noise Batch Ratio", "Batch Size"])
     assert len(table) == 2 * 2 and set(table["Seeds"]) == {2}  # the ablation's learning rate only

@@ -12,8 +12,8 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from dpscaling.accounting import calibration, composition, gaussian, hockey_stick, pld, pricing
 from dpscaling.accounting.validation import AccountingRefused
-from dpscaling.errors import UserError
-from dpscaling.samplers import paper_participations
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.samplers import paper_participations
 
 DELTA = 1e-8
 

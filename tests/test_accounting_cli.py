@@ -10,8 +10,8 @@ import pytest
 from dpscaling import cli
 from dpscaling.accounting import pricing
 from dpscaling.accounting.calibration import calibrate_poisson
-from dpscaling.commands import accounting as accounting_commands
-from dpscaling.errors import UserError
+from dpscaling.cli import accounting as accounting_commands
+from dpscaling.core.errors import UserError
 
 CONFIG = ["--users", "1e6", "--batch", "1e4", "--steps", "1000"]
 

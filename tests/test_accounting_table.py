@@ -14,7 +14,7 @@ from dpscaling.accounting.table import (
     SigmaTable, compute_chunk, load_table, merge_chunks, plan_table, read_frame, save_table)
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import AccountingRefused
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 # Small, with 2^(1/4) steps in T and q (COARSE below has the production factor-2 steps).
 SPEC = TableSpec(epsilon_min=1.0, epsilon_max=16.0, steps_min=1000, steps_max=2000, steps_per_octave=4,

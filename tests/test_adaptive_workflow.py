@@ -137,8 +137,8 @@ def test_a_design_that_cannot_continue_its_runs_is_refused() -> None:
     import yaml
 
     from dpscaling.config.schema import validate_config
-    from dpscaling.errors import UserError
-    from dpscaling.run_checks import check_config
+    from dpscaling.core.errors import UserError
+    from dpscaling.config.checks import check_config
 
     base = {**yaml.safe_load((CONFIGS / "smoke.yaml").read_text()), "design": "adaptive"}
     for change, key in (({"sampling": "truncated_poisson"}, "training.sampling"),

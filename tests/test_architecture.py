@@ -1,6 +1,7 @@
-"""The package's shape: no import circles, the library never imports the workflow layer, parsing the
-Snakefile imports no JAX, one enum of random streams, and the accounting event imported the way it works
-on the jax-privacy versions allowed."""
+"""The package's shape: subpackages by concept, each naming its part of the method, few plain modules beside
+them, no module or function too long to read, no import circles, the library never imports the workflow layer,
+parsing the Snakefile imports no JAX, one enum of random streams, and the accounting event imported the way it
+works on the jax-privacy versions allowed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "src" / "dpscaling"
-WORKFLOW_LAYER = "dpscaling.workflow"  # rule params: imported by workflow/rules/common.smk only
+WORKFLOW_LAYER = "dpscaling.workflow.params"  # rule params: imported by workflow/rules/common.smk only
+MAX_PLAIN_MODULES, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 6, 500, 80
 
 
 def modules() -> dict[str, Path]:
@@ -87,6 +89,29 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def test_few_plain_modules_beside_the_subpackages() -> None:
+    plain = sorted(path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py")
+    assert len(plain) <= MAX_PLAIN_MODULES, plain
+
+
+@pytest.mark.parametrize("package", sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py")))
+def test_each_subpackage_names_its_part_of_the_method(package: str) -> None:
+    docstring = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text(encoding="utf-8")))
+    assert docstring and len(docstring.split()) >= 8, f"dpscaling.{package}: say what part of the method it holds"
+
+
+def test_no_module_or_function_is_too_long_to_read() -> None:
+    too_long = []
+    for name, path in modules().items():
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {len(text.splitlines())} lines")
+        too_long += [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+                     for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert too_long == []
+
+
 def test_the_walk_sees_a_circle_when_there_is_one() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     graph = import_graph()
@@ -116,13 +141,13 @@ def test_parsing_the_snakefile_imports_no_jax(tmp_path) -> None:
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
-    assert "dpscaling.workflow" in imported and "snakemake" in imported  # the listing is real
+    assert "dpscaling.workflow.params" in imported and "snakemake" in imported  # the listing is real
     heavy = sorted(name for name in imported if name.split(".")[0] in ("jax", "jaxlib", "flax", "optax", "jax_privacy"))
     assert heavy == []
 
 
 def test_random_streams_are_one_enum_of_distinct_ids() -> None:
-    from dpscaling.streams import Stream
+    from dpscaling.core.streams import Stream
 
     assert len({int(stream) for stream in Stream}) == len(Stream)
     # No module keeps a stream id of its own (the names the enum replaced).
@@ -148,8 +173,8 @@ def test_jax_privacy_is_pinned_to_what_is_tested() -> None:
     assert version("jax-privacy").startswith("2.0.")
 
 
-@pytest.mark.parametrize("module", ["dpscaling.config.blocks", "dpscaling.run_checks", "dpscaling.cluster",
-                                    "dpscaling.models.family", "dpscaling.grid", "dpscaling.workflow"])
+@pytest.mark.parametrize("module", ["dpscaling.config.blocks", "dpscaling.config.checks", "dpscaling.workflow.cluster",
+                                    "dpscaling.models.family", "dpscaling.workflow.grid", "dpscaling.workflow.params"])
 def test_workflow_facing_modules_import_without_jax(module) -> None:
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

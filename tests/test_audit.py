@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from conftest import run_snakemake
-from dpscaling.audit import AuditSettings, canary_scores, run_audit
-from dpscaling.errors import UserError
+from dpscaling.privacy.audit import AuditSettings, canary_scores, run_audit
+from dpscaling.core.errors import UserError
 
 
 def test_negative_control_is_flagged_and_the_private_run_is_not():

@@ -254,7 +254,7 @@ def test_schema_defaults_are_the_librarys_defaults() -> None:
     from dataclasses import asdict
 
     from dpscaling.accounting.table_spec import TableSpec
-    from dpscaling.figures.settings import AnalysisSettings
+    from dpscaling.report.figures.settings import AnalysisSettings
 
     properties = yaml.safe_load(SCHEMA.read_text())["properties"]
     analysis = {k: v["default"] for k, v in properties["analysis"]["properties"].items()}
@@ -291,7 +291,7 @@ def test_paper_config_on_the_authors_results_csv_draws_every_figure_at_the_paper
     (synthetic, the paper's whole grid), with a coarse sigma table over the paper's range."""
     import json
 
-    from dpscaling.figures import FIGURES
+    from dpscaling.report.figures import FIGURES
     from dpscaling.law.synthetic import paper_reference_results
 
     csv = tmp_path / "results.csv"

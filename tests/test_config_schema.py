@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from dpscaling.errors import UserError
-from dpscaling.run_checks import check_config
+from dpscaling.core.errors import UserError
+from dpscaling.config.checks import check_config
 from dpscaling.config.schema import validate_config
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -24,7 +24,7 @@ def load(name: str) -> dict:
 
 def validated(config: dict) -> dict:
     """``config`` validated, defaults filled; named "test" unless it names itself (the workflow names an
-    unnamed run after its config file, dpscaling.run_checks.settle_run_name)."""
+    unnamed run after its config file, dpscaling.config.checks.settle_run_name)."""
     config = copy.deepcopy(config)
     config.setdefault("run_name", "test")
     validate_config(config, SCHEMA)
@@ -186,7 +186,7 @@ def test_workflow_rejects_bad_config_at_parse_time(tmp_path: Path, bad_config: s
 
 def test_fit_block_reaches_law_settings_and_reference_mode_fixes_the_authors_choices() -> None:
     from dpscaling.law.settings import LawSettings
-    from dpscaling.workflow import law_settings
+    from dpscaling.workflow.params import law_settings
 
     paper = LawSettings.from_json(law_settings(validated({})))
     assert paper.smooth_nonprivate_along_nbr is False and paper.extrapolation_asymptote == "per_curve"
@@ -217,7 +217,7 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     """Snakemake reruns a job whose params change: the late keys (Adam's b1, b2, eps, allow_repeats, the
     private-training keys, delta) at their defaults must give the training param of a config without them
     (same repr, the config's key order), a changed value must change it."""
-    from dpscaling.workflow import ablation_training, training_params
+    from dpscaling.workflow.params import ablation_training, training_params
 
     config = validated(load("config.yaml"))
     # The keys the default's finished jobs were written without: the late keys, and repeat_seeds /
@@ -259,8 +259,8 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
 
 def _reached(key: str) -> dict[str, bool]:
     """Which jobs' params a change of training.``key`` reaches: grid, private, ablation."""
-    from dpscaling.private_jobs import private_training
-    from dpscaling.workflow import ablation_training, training_params
+    from dpscaling.private.jobs import private_training
+    from dpscaling.workflow.params import ablation_training, training_params
 
     base = load("config.yaml")
     before = validated(base)
@@ -313,7 +313,7 @@ def test_each_role_reaches_its_jobs(role) -> None:
 
 
 def test_the_ablation_s_own_fields_are_its_horizon_and_logging() -> None:
-    from dpscaling.workflow import ablation_training
+    from dpscaling.workflow.params import ablation_training
 
     base = load("config.yaml")
     config = validated({**base, "ablation_batch": {**base.get("ablation_batch", {}), "steps": 77, "log_every": 7}})
@@ -325,7 +325,7 @@ def test_the_ablation_s_own_fields_are_its_horizon_and_logging() -> None:
 def test_one_epoch_guard_at_dag_time_reads_the_data_manifest(tmp_path, monkeypatch) -> None:
     import json
 
-    from dpscaling.run_checks import check_epochs, corpus_spec
+    from dpscaling.config.checks import check_epochs, corpus_spec
 
     monkeypatch.chdir(tmp_path)
     config = validated(load("config.yaml"))
@@ -370,13 +370,13 @@ def test_laptop_config_layers_on_the_default() -> None:
 def test_a_config_without_run_name_is_named_after_its_file_and_says_so_first(tmp_path) -> None:
     from conftest import run_snakemake
 
-    from dpscaling.run_checks import settle_run_name
+    from dpscaling.config.checks import settle_run_name
 
     mine = tmp_path / "mine.yaml"
     mine.write_text("models:\n  names: [BertTiny]\n")
     result = run_snakemake("-n", "--cores", "1", "--configfile", str(mine), cwd=tmp_path)
     assert result.stderr.splitlines()[0] == "dpscaling: run 'mine' -> results/mine/ (no run_name set: the stem of mine.yaml)"
-    assert "results/default" not in result.stdout and "results/mine/runs/seq=512/model=BertTiny" in result.stdout
+    assert "results/default" not in result.stdout and "results/mine/runs/mech=dpsgd/seq=512/model=BertTiny" in result.stdout
     named = {"run_name": "other"}
     assert settle_run_name(named, [mine]) == "run_name in the config" and named["run_name"] == "other"
     with pytest.raises(UserError, match="run_name"):
@@ -387,7 +387,7 @@ def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> N
     """A longer sequence packs fewer sequences: the guard refuses the length whose data the grid would repeat."""
     import json
 
-    from dpscaling.run_checks import check_epochs, corpus_spec
+    from dpscaling.config.checks import check_epochs, corpus_spec
 
     monkeypatch.chdir(tmp_path)
     config = validated({**load("config.yaml"), "training": {**load("config.yaml")["training"], "seq_lens": [32, 64]}})
@@ -404,7 +404,7 @@ def test_the_epoch_guard_reads_each_lengths_manifest(tmp_path, monkeypatch) -> N
 
 
 def test_the_ablation_figures_param_holds_the_fields_that_pick_their_runs() -> None:
-    from dpscaling.workflow import ablation_figure_params
+    from dpscaling.workflow.params import ablation_figure_params
 
     base = validated(load("config.yaml"))
     params = ablation_figure_params(base)
@@ -417,7 +417,7 @@ def test_the_ablation_figures_param_holds_the_fields_that_pick_their_runs() -> N
 
 
 def test_late_analysis_settings_are_figure_params_only_off_their_default() -> None:
-    from dpscaling.figures.settings import AnalysisSettings
+    from dpscaling.report.figures.settings import AnalysisSettings
 
     assert "privacy_unit" not in AnalysisSettings().to_mapping()
     assert AnalysisSettings(privacy_unit="user").to_mapping()["privacy_unit"] == "user"
@@ -425,7 +425,7 @@ def test_late_analysis_settings_are_figure_params_only_off_their_default() -> No
 
 
 def test_unknown_corpus_sources_are_refused_when_the_workflow_loads() -> None:
-    from dpscaling.run_checks import corpus_spec
+    from dpscaling.config.checks import corpus_spec
 
     base = load("config.yaml")
     fiction = validated({**base, "data": {**base["data"], "sources": ["moby_dick", "jane_austen"]}})
@@ -464,7 +464,7 @@ import json, sys, yaml
 from dpscaling.config.blocks import config_yaml, load_config
 from dpscaling.config.schema import validate_config
 from dpscaling.config.training_blocks import TrainingBlock
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 seen = {}
 for value in (None, 5, -1):
     config = yaml.safe_load(open(sys.argv[1]))

@@ -19,7 +19,7 @@ from dpscaling.data.floor import unigram_floor
 from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequences
 from dpscaling.data.shards import load_meta, load_split
 from dpscaling.data.stage import pack_documents, prepare_documents
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
 VOCABS = {

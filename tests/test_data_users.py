@@ -16,8 +16,8 @@ from dpscaling.data.shards import load_meta, load_split, load_users
 from dpscaling.data.stage import pack_documents, prepare_documents
 from dpscaling.data.users import (
     UserSpec, cap_examples, subset_of_users, synthetic_contributions, user_keys, users_of_contributions)
-from dpscaling.errors import UserError
-from dpscaling.streams import Stream
+from dpscaling.core.errors import UserError
+from dpscaling.core.streams import Stream
 
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
 VOCAB = REPO / "resources" / "vocab" / "wordpiece-core-8192" / "vocab.txt"

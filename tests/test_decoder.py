@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dpscaling.dp import CLIPPED_SUMS, clipped_mean_grad
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.models.decoder import DecoderLM, count_params
 from dpscaling.models.family import DECODER, PRESETS, configured_model, family_of
 from dpscaling.models.shapes import DecoderConfig
@@ -169,7 +169,7 @@ def test_a_law_refuses_curves_of_two_families():
 def test_a_run_of_two_families_is_refused_naming_the_models():
     from test_config_schema import validated
 
-    from dpscaling.run_checks import check_config
+    from dpscaling.config.checks import check_config
 
     config = validated({"models": {"names": ["BertTiny", "GPT2Small"]}})
     with pytest.raises(UserError, match=r"models.names: .*bert: BertTiny; decoder: GPT2Small"):

@@ -78,7 +78,7 @@ def committee_context():
     """A law on seeded synthetic curves with 6 bootstrap replicates (as tests/test_law_bootstrap.py's)."""
     from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
 
-    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.report.figures.context import AnalysisContext
     from dpscaling.law import LawSettings
     from dpscaling.law.artifact import fit_law
     from dpscaling.law.bootstrap import REPLICATE, Replicates, replicate_grids
@@ -95,10 +95,10 @@ def committee_context():
 
 
 def test_each_member_answers_each_target_with_its_own_optimum(committee_context) -> None:
-    from dpscaling.design.answers import Target, answer_matrix
+    from dpscaling.design.answers import Target, answers_of, target_optima
 
     targets = [Target(8.0, 1e5, 1e13), Target(1.0, 1e5, 1e13), Target(8.0, 1e5, 1e14), Target(8.0, 1e6, 1e13)]
-    answers = answer_matrix(committee_context, targets)
+    answers = answers_of(target_optima(committee_context, targets), len(committee_context.replicates))
     assert answers.shape == (6, 4) and np.isfinite(answers).all()
     assert (answers[:, 1] > answers[:, 0]).all()  # stronger privacy costs loss, in every member
     assert (answers[:, 2] <= answers[:, 0] + 1e-9).all()  # more compute never hurts the optimum

@@ -34,7 +34,7 @@ def test_a_longer_run_is_the_shorter_one_continued() -> None:
 def test_rounds_spend_within_the_cap_choose_stated_kinds_and_stop_by_a_rule() -> None:
     from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
 
-    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.report.figures.context import AnalysisContext
     from dpscaling.law import LawSettings
     from dpscaling.law.artifact import fit_law
     from dpscaling.law.synthetic import DeterministicGaussianSigma
@@ -69,7 +69,7 @@ def test_the_comparison_of_a_design_that_trained_the_whole_grid_is_the_grids_own
 
     from dpscaling.design.compare import compare, untrained
     from dpscaling.design.runs import seed_design
-    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.report.figures.context import AnalysisContext
     from dpscaling.law import LawSettings
     from dpscaling.law.artifact import fit_law
     from dpscaling.law.synthetic import DeterministicGaussianSigma
@@ -103,7 +103,7 @@ def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_run
 
     from dpscaling.design.runs import seed_design
     from dpscaling.design.committee import committee, decision_columns
-    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.report.figures.context import AnalysisContext
     from dpscaling.law import LawSettings
     from dpscaling.law.artifact import fit_law
     from dpscaling.law.synthetic import DeterministicGaussianSigma

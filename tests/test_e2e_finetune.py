@@ -71,7 +71,7 @@ def test_every_model_is_pretrained_publicly_then_fine_tuned_from_its_checkpoint(
     assert len(tuned) == 2 * 3 * 1  # models x sigma-bar x the fine-tuning rates
     for curve in tuned:
         model = curve["model"].iloc[0]
-        assert f"pretrain/checkpoints/model={model}/" in curve["init_checkpoint"].iloc[0]
+        assert f"pretrain/checkpoints/mech=dpsgd/model={model}/" in curve["init_checkpoint"].iloc[0]
         # pretrained on the other domain, it starts the private one far below a random start (≈ ln V; the
         # pretraining itself started at the public unigram, output_bias: public_unigram)
         assert curve["loss"].iloc[0] < math.log(FINETUNE["data"]["vocab_size"]) - 0.3
@@ -102,7 +102,7 @@ def test_a_pretrained_budget_is_fine_tuned_privately_with_the_private_n(finetune
     curve = pd.read_parquet(budget / "metrics.parquet")
     last = curve.iloc[-1]
     assert plan["budget"]["pretrained"] is True
-    assert f"pretrain/checkpoints/model={plan['model']}/" in last["init_checkpoint"]
+    assert f"pretrain/checkpoints/mech=dpsgd/model={plan['model']}/" in last["init_checkpoint"]
     assert last["dataset_size"] == 1000 and last["sampler"] == "truncated_poisson" and last["epsilon"] <= 16.0 + 1e-9
     report = pd.read_csv(finetune_run / "finetune" / "private_model" / "table.csv")
     assert len(report) == 1 and report["model"].item() == plan["model"]

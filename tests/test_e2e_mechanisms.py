@@ -130,8 +130,8 @@ def test_private_budgets_are_planned_by_the_mechanisms_laws(mechanisms_run: Path
     mechanism with its own law, priced by its cyclic Poisson accountant (a private BandMF run is trained,
     resumed and audited in tests/test_mechanisms.py)."""
     from dpscaling.accounting.matched import account_run
-    from dpscaling.plans import Budget
-    from dpscaling.private_model import plan_mechanisms
+    from dpscaling.private.plans import Budget
+    from dpscaling.private.model import plan_mechanisms
 
     monkeypatch.chdir(mechanisms_run.parent.parent)  # the laws name their tables relative to the workflow's
     laws, models = mechanisms_run / "law" / "bundle", ["BertNano", "BertMicro"]

@@ -1,4 +1,4 @@
-"""What a private run's ε covers (dpscaling.epsilon_scope): the configs refused for private runs resting on a
+"""What a private run's ε covers (dpscaling.privacy.epsilon_scope): the configs refused for private runs resting on a
 vocabulary fitted on the private domain, the statement every private answer and run record carries, and the
 learning-rate protocol on the public domain (its refusal, its runs' data and paths, no grid run continuing it)."""
 
@@ -12,9 +12,9 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from dpscaling.config.blocks import load_config
-from dpscaling.epsilon_scope import NO_DATA, PRIVATE, PUBLIC, UNKNOWN, epsilon_scope, fitted_choices
-from dpscaling.errors import UserError
-from dpscaling.run_checks import check_config
+from dpscaling.privacy.epsilon_scope import NO_DATA, PRIVATE, PUBLIC, UNKNOWN, epsilon_scope, fitted_choices
+from dpscaling.core.errors import UserError
+from dpscaling.config.checks import check_config
 from test_config_schema import validated
 from test_rate_protocol import tuned_config
 
@@ -77,10 +77,10 @@ def test_a_query_answer_says_what_epsilon_covers(tmp_path, capsys) -> None:
     the statement (a private_model plan carries the same record: tests/test_private_model.py, and the smoke run's
     plan and audit in tests/test_workflow_e2e.py)."""
     from dpscaling import cli
-    from dpscaling.commands.answer_text import render_answer
+    from dpscaling.cli.answer_text import render_answer
     from dpscaling.law.bundle import write_bundle
     from dpscaling.law.loading import load_primary_law
-    from dpscaling.workflow import bundle_provenance
+    from dpscaling.workflow.params import bundle_provenance
     from law_bundle_data import shapes_provenance, write_run
 
     run = write_run(tmp_path / "run")
@@ -106,8 +106,8 @@ def test_the_protocol_on_the_public_domain_trains_on_public_data_in_its_own_tree
     """A dry run of the tuned smoke config with learning_rate_protocol.domain: public: the protocol's runs read
     the public domain's packed data and write under learning_rates/domain=public/; at the default every path is
     the one it was."""
-    from dpscaling import layout
-    from dpscaling.workflow import learning_rate_choice_params
+    from dpscaling.workflow import layout
+    from dpscaling.workflow.params import learning_rate_choice_params
 
     layer = tmp_path / "public.yaml"
     layer.write_text("run_name: public-protocol\nlearning_rate_protocol:\n  domain: public\n")
@@ -118,7 +118,7 @@ def test_the_protocol_on_the_public_domain_trains_on_public_data_in_its_own_tree
     for inputs, outputs in jobs:
         assert inputs.split(", ") == [f"results/public-protocol/data/public/packed/seq=64/{name}"
                                       for name in ("meta.json", "train")]
-        assert all(path.startswith("results/public-protocol/learning_rates/domain=public/runs/model=")
+        assert all(path.startswith("results/public-protocol/learning_rates/domain=public/runs/mech=dpsgd/model=")
                    for path in outputs.split(", "))
     assert "results/public-protocol/learning_rates/domain=public/chosen.json" in result.stdout
     # at the default, the protocol's paths and its choice's param are what they were before the key existed
@@ -133,7 +133,7 @@ def test_the_protocol_on_the_public_domain_trains_on_public_data_in_its_own_tree
 def test_no_grid_run_continues_a_protocol_run_on_the_public_domain() -> None:
     """A public-domain protocol run is not the first steps of a grid run on the private domain: the grid's
     σ̄ = 0 runs train from step 0 (the job's checks could not tell: same config, same vocabulary)."""
-    from dpscaling.grid import main_grid, protocol_prefix
+    from dpscaling.workflow.grid import main_grid, protocol_prefix
 
     chosen = {"BertTiny": 0.02, "BertMini": 0.005}
     private, public = tuned_config(), tuned_config(domain="public")

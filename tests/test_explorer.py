@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 from dpscaling.cli import main as cli_main
-from dpscaling.errors import UserError
-from dpscaling.explorer import default_grid, write_explorer
-from dpscaling.explorer.sweep import RELATIVE_TOLERANCE, compute_axis, node_record
+from dpscaling.core.errors import UserError
+from dpscaling.report.explorer import default_grid, write_explorer
+from dpscaling.report.explorer.sweep import RELATIVE_TOLERANCE, compute_axis, node_record
 from dpscaling.law.loading import load_law
 from law_bundle_data import write_run, write_run_bundle, write_two_length_bundle
 

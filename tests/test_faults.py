@@ -144,8 +144,8 @@ def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_file(tmp_path
     target.write_text("earlier result")
     code = (
         "import os, signal\n"
-        "from dpscaling.io import atomic_path\n"
-        "from dpscaling.logs import log_to_file\n"
+        "from dpscaling.core.io import atomic_path\n"
+        "from dpscaling.core.logs import log_to_file\n"
         f"with log_to_file({str(log)!r}):\n"
         f"    with atomic_path({str(target)!r}) as tmp:\n"
         "        tmp.write_text('half')\n"
@@ -232,7 +232,7 @@ DAMAGES = {"truncated": _truncate, "overwritten": _overwrite_block, "altered": _
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 def test_damaged_metrics_of_a_finished_run_is_refused_by_the_fit_stage(reference, tmp_path, damage):
-    from dpscaling.errors import UserError
+    from dpscaling.core.errors import UserError
     from dpscaling.law.collect import collect_to_parquet
 
     good, bad = tmp_path / "a" / "metrics.parquet", tmp_path / "b" / "metrics.parquet"
@@ -252,7 +252,7 @@ def test_damaged_sigma_table_chunk_is_detected(tmp_path, damage):
     import pandas as pd
 
     from dpscaling.accounting.table import merge_chunks, save_table
-    from dpscaling.errors import UserError
+    from dpscaling.core.errors import UserError
 
     rng = np.random.default_rng(0)
     paths = []
@@ -305,7 +305,7 @@ def _assert_intact(outputs: dict[Path, bytes]) -> None:
 
 
 def test_read_only_results_directory_is_a_clear_error_and_keeps_earlier_outputs(corpus, reference, small_fs):
-    from dpscaling.errors import UserError
+    from dpscaling.core.errors import UserError
     from dpscaling.law.collect import collect_to_parquet
 
     earlier = _earlier_outputs(reference, small_fs)
@@ -322,7 +322,7 @@ def test_read_only_results_directory_is_a_clear_error_and_keeps_earlier_outputs(
 
 
 def test_full_disk_is_a_clear_error_and_keeps_earlier_outputs(corpus, reference, small_fs):
-    from dpscaling.errors import UserError
+    from dpscaling.core.errors import UserError
     from dpscaling.train.metrics import write_metrics
 
     earlier = _earlier_outputs(reference, small_fs)
@@ -353,7 +353,7 @@ def test_second_snakemake_on_one_results_directory_is_refused(tmp_path, job_env)
     results = tmp_path / "results" / "faults"
     # The first invocation: a process holding the results directory (as a running snakemake does).
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from dpscaling.io import lock_results; lock_results({str(results)!r}); "
+        [sys.executable, "-c", f"from dpscaling.core.io import lock_results; lock_results({str(results)!r}); "
                                "print('locked', flush=True); import sys; sys.stdin.read()"],
         env=job_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -11,8 +11,8 @@ import pytest
 from figure_context import synthetic_context
 from matplotlib.lines import Line2D
 
-from dpscaling.figures import FIGURES, render
-from dpscaling.figures.common import FLOOR, UNIGRAM_FLOOR, UNIGRAM_FLOOR_NOTE
+from dpscaling.report.figures import FIGURES, render
+from dpscaling.report.figures.common import FLOOR, UNIGRAM_FLOOR, UNIGRAM_FLOOR_NOTE
 
 LOSS_FIGURES = ("fig-vary_compute_and_privacy", "fig-full_grid", "fig-baseline_compare", "fig-training",
                 "fig-smoothing", "fig-nonprivate_reproduction", "fig-excess-vulnerability")

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from dpscaling.samplers import paper_participations
-from dpscaling.figures import (
+from dpscaling.privacy.samplers import paper_participations
+from dpscaling.report.figures import (
     FIGURES, excess_vulnerability, parametric, render, smoothing, training_curves, vector_fields)
-from dpscaling.figures.context import AnalysisContext
+from dpscaling.report.figures.context import AnalysisContext
 from dpscaling.law.collect import TIDY_COLUMNS
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE,

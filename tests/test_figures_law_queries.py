@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS, synthetic_context
 
-from dpscaling.figures import FIGURES, baselines, full_grid, nonprivate, render, vary_compute
+from dpscaling.report.figures import FIGURES, baselines, full_grid, nonprivate, render, vary_compute
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     PRIVACY_BUDGET, REASON, TOKENS_PER_PARAMETER)
@@ -221,7 +221,7 @@ def test_empty_figures_say_why():
 def test_a_repeated_sigma_ask_is_answered_from_memory_and_a_new_one_is_not():
     """A figure asks σ for the same candidates twice (its optimum and the optimum's band): the
     second ask must not interpolate again, must return the first answer, and must not share it."""
-    from dpscaling.figures.context import PrivacyAwareSigma
+    from dpscaling.report.figures.context import PrivacyAwareSigma
 
     asked = []
 

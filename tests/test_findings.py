@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from figure_context import synthetic_context
 
-from dpscaling.findings import (
+from dpscaling.findings.paper import (
     check_findings, dp_models_are_smaller, findings_table, optimal_beats_baselines, report,
     tokens_per_parameter_rise)
 from dpscaling.law.columns import COMPUTE, TOKENS_PER_PARAMETER
@@ -32,8 +32,8 @@ def test_table_rows_carry_the_verdicts_of_the_report() -> None:
 
 
 def test_saturation_check_reads_the_workflows_table_like_its_own(tmp_path) -> None:
-    from dpscaling.findings import loss_saturates
-    from dpscaling.tables.inflection_points import inflection_points_table
+    from dpscaling.findings.paper import loss_saturates
+    from dpscaling.report.tables.inflection_points import inflection_points_table
 
     context = synthetic_context()
     computed, table = loss_saturates(context)
@@ -67,7 +67,7 @@ def test_baselines_claim_counts_pairs() -> None:
 
 
 def test_nonprivate_end_is_compared_with_the_smallest_noise_for_every_model_and_learning_rate() -> None:
-    from dpscaling.findings import nonprivate_ends_lowest
+    from dpscaling.findings.paper import nonprivate_ends_lowest
     from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO
     from dpscaling.law.synthetic import synthetic_results
 

@@ -11,9 +11,9 @@ import yaml
 
 from conftest import REPO
 from dpscaling.config.blocks import config_yaml, load_config
-from dpscaling.run_checks import check_config, corpus_spec, public_corpus_spec
+from dpscaling.config.checks import check_config, corpus_spec, public_corpus_spec
 from dpscaling.data.documents import CorpusSpec
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from test_config_schema import validated
 
 CONFIGS = REPO / "tests" / "configs"
@@ -56,9 +56,9 @@ def test_the_public_sources_moved_out_of_the_finetune_block() -> None:
 
 
 def test_pretraining_and_the_fine_tuning_grid() -> None:
-    from dpscaling.grid import finetune_grid, pretrain_grid
+    from dpscaling.workflow.grid import finetune_grid, pretrain_grid
     from dpscaling.train.config import job_train_config
-    from dpscaling.workflow import finetune_training, pretrain_training
+    from dpscaling.workflow.params import finetune_training, pretrain_training
 
     config = _config(FINETUNE["finetune"])
     # every model pretrained once, without noise, at the pretraining batch and rate
@@ -87,7 +87,7 @@ def test_pretraining_and_the_fine_tuning_grid() -> None:
 
 
 def test_the_pretraining_table_reports_each_models_public_compute(tmp_path: Path) -> None:
-    from dpscaling.tables.pretraining import pretraining_table, pretraining_tokens
+    from dpscaling.report.tables.pretraining import pretraining_table, pretraining_tokens
 
     paths = []
     for model, n_params in (("BertMicro", 141_824), ("BertNano", 32_864)):
@@ -104,7 +104,7 @@ def test_the_pretraining_table_reports_each_models_public_compute(tmp_path: Path
 
 
 def test_a_pretrained_private_budget_needs_the_fine_tuning_stage_and_a_pretrained_model() -> None:
-    from dpscaling.private_model import budgets
+    from dpscaling.private.model import budgets
 
     entry = {"epsilon": 16.0, "data_budget": 1000, "compute": 1e10, "pretrained": True}
     with_budget = {"budgets": [entry], "evaluation": SMOKE["private_model"]["evaluation"]}

@@ -1,4 +1,4 @@
-"""finding:finetune and table:finetune_vs_scratch (dpscaling.finetune_findings): two laws fitted to synthetic
+"""finding:finetune and table:finetune_vs_scratch (dpscaling.findings.finetune): two laws fitted to synthetic
 curves whose truth differs in a known way, so each claim's verdict and numbers are known in advance."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpscaling.figures.context import AnalysisContext
-from dpscaling.figures.finetune import finetune_figure
-from dpscaling.finetune_findings import (
-    FINETUNED, GAIN, SCRATCH, best_loss_per_model, check_finetune_findings, column, comparison_table, falls_with_size,
+from dpscaling.report.figures.context import AnalysisContext
+from dpscaling.report.figures.finetune import finetune_figure
+from dpscaling.findings.comparison import GAIN, column
+from dpscaling.findings.finetune import (
+    FINETUNED, SCRATCH, best_loss_per_model, check_finetune_findings, comparison_table, falls_with_size,
     pretraining_lowers_the_loss)
 from dpscaling.law import LawSettings
 from dpscaling.law.artifact import fit_law
@@ -70,7 +71,7 @@ def test_a_worse_start_is_reported_as_a_loss_not_a_gain(scratch) -> None:
 
 
 def test_paying_for_the_pretraining_answers_among_the_pretrained_models_with_what_is_left(scratch) -> None:
-    from dpscaling.finetune_findings import COUNTED, GAIN_COUNTED, PRETRAINING_COMPUTE
+    from dpscaling.findings.finetune import COUNTED, GAIN_COUNTED, PRETRAINING_COMPUTE
 
     tuned = context(dataclasses.replace(TrueLaw(), E=TrueLaw().E - 0.2))
     sizes = tuned.trained_models()

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpscaling.data.shards import load_meta, load_split
-from dpscaling.errors import UserError
-from dpscaling.samplers import SHUFFLE
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.samplers import SHUFFLE
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.evaluate import restore_params
 from dpscaling.train.objectives import loss_fn, run_objective
@@ -132,9 +132,9 @@ def test_a_pretrained_private_budget_starts_from_its_checkpoint_with_the_private
     σ, q and L; ε of the recorded σ, q, T recomputed independently with dp_accounting."""
     import dp_accounting
 
-    from dpscaling.io import write_json_atomic
-    from dpscaling.plans import Budget, PrivatePlan
-    from dpscaling.private_jobs import train_plan
+    from dpscaling.core.io import write_json_atomic
+    from dpscaling.private.plans import Budget, PrivatePlan
+    from dpscaling.private.jobs import train_plan
 
     units = min(120, load_meta(corpus).n_train)
     model = {"layers": 1, "heads": 2, "hidden": 32, "intermediate": None, "family": "decoder", "max_positions": 512}

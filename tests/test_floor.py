@@ -12,7 +12,7 @@ import pytest
 from dpscaling.cli import main
 from dpscaling.data.floor import load_floor, unigram_entropy, unigram_floor, write_floor
 from dpscaling.data.shards import DatasetMeta, write_meta, write_split
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 # Vocabulary of 10: 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK], 5..9 are words.
 SPECIAL = (0, 1, 2, 3, 4)

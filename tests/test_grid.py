@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from dpscaling.errors import UserError
-from dpscaling.grid import TrainPoint, alternation, canonical, correction_grid, main_grid
+from dpscaling.core.errors import UserError
+from dpscaling.workflow.grid import TrainPoint, alternation, canonical, correction_grid, main_grid
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_main_grid_expands_the_product() -> None:
 def test_every_length_gets_the_whole_grid_and_its_repeats() -> None:
     from test_config_schema import validated
 
-    from dpscaling.grid import points_at_length, repeat_grid
+    from dpscaling.workflow.grid import points_at_length, repeat_grid
 
     training = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.1], "physical_batch": 8, "seed": 3,
                 "seq_lens": [128, 32], "repeat_seeds": [4],
@@ -103,7 +103,7 @@ def test_every_length_gets_the_whole_grid_and_its_repeats() -> None:
 def test_the_primary_length_must_be_a_trained_length() -> None:
     from test_config_schema import validated
 
-    from dpscaling.run_checks import check_config
+    from dpscaling.config.checks import check_config
 
     config = validated({"data": {"seq_len": 64}, "training": {"seq_lens": [32, 128]}})
     with pytest.raises(UserError, match=r"data.seq_len: 64 must be one of training.seq_lens \[32, 128\]"):
@@ -130,8 +130,8 @@ def test_two_lengths_plan_their_data_runs_and_laws(tmp_path) -> None:
     outputs = [path for paths in re.findall(r"^\s+output: (.*)$", result.stdout, flags=re.MULTILINE)
                for path in paths.split(", ") if re.fullmatch(r"results/two-lengths/runs/\S+/metrics.parquet", path)]
     assert len(outputs) == 15
-    assert sum("/runs/seq=32/model=" in path for path in outputs) == 7
-    assert sum("/runs/seq=64/model=" in path for path in outputs) == 8
+    assert sum("/runs/mech=dpsgd/seq=32/model=" in path for path in outputs) == 7
+    assert sum("/runs/mech=dpsgd/seq=64/model=" in path for path in outputs) == 8
     assert "results/two-lengths/data/packed/seq=32/meta.json" in result.stdout
 
 
@@ -170,7 +170,7 @@ def test_paper_dry_run_plans_342_training_jobs_with_canonical_wildcards(tmp_path
 def test_a_cluster_user_adds_lengths_to_the_paper_grid_in_one_key() -> None:
     from test_config_schema import validated
 
-    from dpscaling.run_checks import check_config
+    from dpscaling.config.checks import check_config
 
     paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     assert len(main_grid(validated(paper))) == 342  # S = 512 only
@@ -201,7 +201,7 @@ def test_a_job_of_one_shape_trains_exactly_main_grid_runs(training, protocol, wi
     at its mechanism, length, model and rate, and each of them is a main-grid run: nothing the grid lacks."""
     from test_config_schema import validated
 
-    from dpscaling.grid import noise_levels_of_one_job
+    from dpscaling.workflow.grid import noise_levels_of_one_job
 
     config = validated({**GROUPED, "training": {**GROUPED["training"], **training},
                         "learning_rate_protocol": {**GROUPED["learning_rate_protocol"], **protocol}})
@@ -219,7 +219,7 @@ def test_a_job_of_one_shape_trains_exactly_main_grid_runs(training, protocol, wi
 def test_one_run_per_job_groups_nothing() -> None:
     from test_config_schema import validated
 
-    from dpscaling.grid import ablation_seeds_of_one_job, ladder_of_one_job, noise_levels_of_one_job
+    from dpscaling.workflow.grid import ablation_seeds_of_one_job, ladder_of_one_job, noise_levels_of_one_job
 
     one = validated({**GROUPED, "training": {**GROUPED["training"], "runs_per_job": "one", "learning_rates": "tuned"}})
     assert noise_levels_of_one_job(one) == ladder_of_one_job(one) == ablation_seeds_of_one_job(one) == ()

@@ -13,8 +13,8 @@ import pytest
 
 import dpscaling
 from dpscaling import cli
-from dpscaling.commands._output import _jsonable
-from dpscaling.errors import UserError
+from dpscaling.cli._output import _jsonable
+from dpscaling.core.errors import UserError
 from dpscaling.law.bundle import BUNDLE_FILE, read_bundle
 from dpscaling.law.range_checks import ExtrapolationRefused
 from dpscaling.law.runnable import ModelShape, custom_param_count, nearest_shape, whole_batch, whole_steps
@@ -277,7 +277,7 @@ def test_the_noise_edge_is_flagged() -> None:
 
 
 def test_a_fine_tuning_law_answers_with_a_pretrained_model_and_names_its_checkpoint(run, run_dir, tmp_path) -> None:
-    from dpscaling.commands.answer_text import render_answer
+    from dpscaling.cli.answer_text import render_answer
     from dpscaling.law.bundle import write_bundle
     from law_bundle_data import shapes_provenance
 
@@ -354,11 +354,13 @@ def test_a_sigma_the_accountant_refuses_is_shown_apart_never_as_runnable(bundle)
     train config and says so in text."""
     import dataclasses
 
-    from dpscaling.commands.answer_text import render_answer
+    from dpscaling.cli.answer_text import render_answer
     from dpscaling.law.columns import BATCH_SIZE, ITERATIONS, MODEL_SIZE
     from dpscaling.law.decision import rule_named
     from dpscaling.law.noise import SigmaSource
+    from dpscaling.law.budget import AnswerSettings, Budget, PricedSurface
     from dpscaling.law.range_checks import unpriced_sigma_flag
+    from dpscaling.law.rounding import rounded
     from dpscaling.law.surface import surface_at
 
     law = dpscaling.load_law(bundle)
@@ -368,8 +370,10 @@ def test_a_sigma_the_accountant_refuses_is_shown_apart_never_as_runnable(bundle)
     optimum = pd.Series({MODEL_SIZE: answer.runnable.model_size, BATCH_SIZE: float(answer.runnable.batch_size),
                          ITERATIONS: float(answer.runnable.iterations)})
     # at ε 8 the synthetic table's σ̄ lies inside the law's range (its σ is the closed form of fixed batches)
-    runnable = law._rounded(optimum, QUERY["compute"], 8.0, QUERY["users"], surface_at(law.bundle, 128), per_user,
-                            None, None, rule_named(None), "deterministic")
+    priced = PricedSurface(8.0, surface_at(law.bundle, 128), per_user, QUERY["users"],
+                           np.array([float(answer.runnable.model_size)]), None, 0.0)
+    runnable = rounded(law, optimum, Budget.asked(QUERY["compute"], 8.0, QUERY["users"], None), priced,
+                       AnswerSettings(rule_named(None), "deterministic"))
     assert not runnable.priced and runnable.price is None and "Poisson sampling only" in runnable.unpriced
     assert math.isfinite(runnable.predicted_loss) and runnable.train_config() == {}
     shown = runnable.to_json()

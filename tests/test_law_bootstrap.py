@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dpscaling import cli
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law import LawSettings, fit_law
 from dpscaling.law.bootstrap import (
     LOSS_HIGH, LOSS_LOW, NO_REPEATS, REPLICATE, Replicates, chunk_count, chunk_replicates, interval,
@@ -90,7 +90,7 @@ def test_no_repeated_seeds_is_a_clear_error() -> None:
 
 @pytest.fixture
 def run(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("dpscaling.commands.law",))
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("dpscaling.cli.law",))
 
     def invoke(*argv):
         status = cli.main([str(a) for a in argv])
@@ -197,7 +197,7 @@ def band_contexts():
     """(with replicates, without): the same law on seeded synthetic curves, scaled like tests/figure_context."""
     from figure_context import PHYSICAL_BATCH, SEQ_LEN, SETTINGS
 
-    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.report.figures.context import AnalysisContext
 
     results = seeded_results(steps=2000, log_every=20, seed=6)
     law = fit_law(results, SETTINGS_LAW, seq_len=SEQ_LEN, physical_batch=PHYSICAL_BATCH)
@@ -214,7 +214,7 @@ SETTINGS_LAW = LawSettings(warmup_steps=100, rolling_window=3)
 
 @pytest.mark.parametrize("name", BAND_FIGURES)
 def test_figures_draw_the_band_and_carry_it_in_their_csv(band_contexts, name, tmp_path) -> None:
-    from dpscaling.figures import render
+    from dpscaling.report.figures import render
     from dpscaling.law.bootstrap import INTERVAL_NOTE, band
 
     with_band, without = band_contexts
@@ -244,7 +244,7 @@ def grid_config(**training):
 
 
 def test_repeat_grid_adds_the_extra_seeds_at_the_chosen_points() -> None:
-    from dpscaling.grid import TrainPoint, repeat_grid
+    from dpscaling.workflow.grid import TrainPoint, repeat_grid
 
     point = {"model": "BertNano", "noise_batch_ratio": 0.25, "learning_rate": 0.5}
     assert repeat_grid(grid_config()) == []
@@ -258,7 +258,7 @@ def test_repeat_grid_adds_the_extra_seeds_at_the_chosen_points() -> None:
 
 def test_repeat_keys_are_no_training_jobs_param() -> None:
     """Adding repeats must not rerun the existing training jobs (their params stay the same)."""
-    from dpscaling.workflow import training_params
+    from dpscaling.workflow.params import training_params
 
     config = grid_config()
     repeated = {**config, "training": {**config["training"], "repeat_seeds": [1], "repeat_points": []}}

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law import LawSettings
 from dpscaling.law.calibration import (
     ANSWERED, CALIBRATED_COVERAGE, CALIBRATED_WIDTH, DISTANCE_METHOD, HALF_WIDTH, IN_POOL, METHOD, POINTS,

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from dpscaling import cli
-from dpscaling.commands.law import default_compute_range
-from dpscaling.errors import UserError
+from dpscaling.cli.law import default_compute_range
+from dpscaling.core.errors import UserError
 from dpscaling.law import LawSettings, fit_law, read_law
 from dpscaling.law.collect import REFERENCE_RESULTS_COLUMNS
 from dpscaling.law.columns import BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
@@ -25,7 +25,7 @@ ACCOUNTING = dict(epsilons=2.0 ** np.arange(-2, 8), iterations=np.geomspace(10, 
 @pytest.fixture
 def run(monkeypatch, capsys):
     """Run the real CLI entry point with this module's commands registered; return (status, stdout, stderr)."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("dpscaling.commands.law",))
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("dpscaling.cli.law",))
 
     def invoke(*argv: str) -> tuple[int, str, str]:
         status = cli.main([str(a) for a in argv])
@@ -178,8 +178,8 @@ def test_fit_errors(run, inputs, tmp_path) -> None:
 
 @pytest.mark.parametrize(("rule", "sampling"), [("min", "min"), ("amplified", "poisson")])
 def test_context_reports_the_rule_of_the_laws_own_tables(tmp_path, rule, sampling) -> None:
-    from dpscaling.figures.context import load_context
-    from dpscaling.figures.settings import AnalysisSettings
+    from dpscaling.report.figures.context import load_context
+    from dpscaling.report.figures.settings import AnalysisSettings
 
     table = accounting_table(DeterministicGaussianSigma(), **ACCOUNTING)
     law = fit_law(synthetic_results(), LawSettings(warmup_steps=100, accounting_rule=rule), seq_len=128,

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.collect import (
     TIDY_COLUMNS, collect_training_curves, read_reference_results, run_constants, tidy_training_curve)
 from dpscaling.law.columns import BERT_MODEL_SIZES, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, STATUS

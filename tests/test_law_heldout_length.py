@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law import LawSettings
 from dpscaling.law.heldout_length import LONGER, PREDICTORS, SHORTER, error_table, held_out_length_points
 from dpscaling.law.synthetic import TrueLaw, synthetic_results

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, SOURCE
 from dpscaling.law.interpolation import MISSING_VALUE, LossFunction, fill_missing_noise_batch_ratios
 

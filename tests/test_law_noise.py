@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.noise import TableSigma, read_accounting_csv, sigma_from_tables
 from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table
 

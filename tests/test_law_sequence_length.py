@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.columns import BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA
 from dpscaling.law.interpolation import LossFunction
 from dpscaling.law.sequence_length import (
@@ -112,8 +112,8 @@ def test_the_tradeoff_over_compute_answers_each_budget_and_bands_it_over_replica
 
 
 def test_the_finding_counts_where_dp_shortens_the_optimal_length() -> None:
-    from dpscaling.findings import shorter_length_under_dp
-    from dpscaling.figures.seq_len_tradeoff import DATA_BUDGET_NOTE, MEASURED_LENGTHS
+    from dpscaling.findings.paper import shorter_length_under_dp
+    from dpscaling.report.figures.seq_len_tradeoff import DATA_BUDGET_NOTE, MEASURED_LENGTHS
     from dpscaling.law.columns import COMPUTE, PRIVACY_BUDGET
     from dpscaling.law.sequence_length import ALL_LENGTHS_ANSWERED
 

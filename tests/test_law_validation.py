@@ -116,7 +116,7 @@ def test_pooled_error_weighs_every_answered_point_of_one_mode_once(exact_points)
 
 
 def test_a_held_out_set_the_law_cannot_fit_is_reported_not_fatal(tmp_path) -> None:
-    from dpscaling.figures.validation import predicted_vs_measured
+    from dpscaling.report.figures.validation import predicted_vs_measured
 
     short = synthetic_results(steps=100, log_every=20)  # 2 measurements per curve up to the horizon cut
     points = validate(short, {"paper": LawSettings(warmup_steps=20, rolling_window=None)}, seq_len=128,

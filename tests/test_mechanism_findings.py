@@ -1,4 +1,4 @@
-"""The mechanism findings' claims on constructed comparison tables (dpscaling.mechanism_findings): each can
+"""The mechanism findings' claims on constructed comparison tables (dpscaling.findings.mechanisms): each can
 hold and each can fail."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.law.columns import BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, PRIVACY_BUDGET
-from dpscaling.mechanism_findings import (
-    BASELINE, EPOCHS, EXTRAPOLATED, GAIN, MECHANISM, at_least_matches, column, grows_with_epsilon,
-    how_the_optimum_moves, shrinks_with_epochs)
+from dpscaling.findings.comparison import EXTRAPOLATED, GAIN, column
+from dpscaling.findings.mechanisms import (
+    BASELINE, EPOCHS, MECHANISM, at_least_matches, grows_with_epsilon, how_the_optimum_moves, shrinks_with_epochs)
 
 
 def table(gains: dict[tuple[float, float], float], epochs: dict[tuple[float, float], float]) -> pd.DataFrame:

@@ -20,11 +20,11 @@ import pytest
 
 from dp_training_data import build_packed_corpus, resume_from_midpoint
 from dpscaling.accounting.matched import CyclicPoissonReduction, account_run
-from dpscaling.cluster import train_resources
+from dpscaling.workflow.cluster import train_resources
 from dpscaling.data.shards import load_meta
 from dpscaling.dp.correlated import add_correlated_noise, sensitivity_squared, strategy_coefficients
-from dpscaling.errors import UserError
-from dpscaling.mechanisms import DPSGD, mechanism_named, state_copies
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.mechanisms import DPSGD, mechanism_named, state_copies
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
@@ -353,7 +353,7 @@ def test_job_memory_counts_the_noise_history():
 
 
 def test_the_grid_trains_sigma_zero_once_and_every_law_shares_it():
-    from dpscaling.grid import law_points, main_grid, mechanisms
+    from dpscaling.workflow.grid import law_points, main_grid, mechanisms
     from test_config_schema import validated
 
     config = validated({"training": {"mechanisms": ["dpsgd", "bandmf-b4"], "noise_batch_ratios": [0.0, 0.5],
@@ -371,7 +371,7 @@ def test_the_grid_trains_sigma_zero_once_and_every_law_shares_it():
 def test_a_mechanism_trains_its_noisy_runs_at_its_own_learning_rates():
     """``training.mechanism_learning_rates``: BandMF's noisy runs at its rates, DP-SGD's (and the shared σ̄ = 0
     runs) at ``training.learning_rates``; a repeat point repeats in the mechanisms whose rates hold it."""
-    from dpscaling.grid import main_grid, repeat_grid
+    from dpscaling.workflow.grid import main_grid, repeat_grid
     from test_config_schema import validated
 
     training = {"mechanisms": ["dpsgd", "bandmf-b4"], "noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5],
@@ -399,7 +399,7 @@ def test_a_mechanism_trains_at_a_multiple_of_each_models_tuned_rate():
     """``{tuned_doublings: k}``: BandMF's noisy runs at each model's chosen rate times 2^k alone, DP-SGD's at the
     protocol's rates (the chosen one and a doubling above), σ̄ = 0 once at the chosen rate; a ``tuned`` repeat
     point repeats in each mechanism at its own tuned rate; refused without the protocol, naming the key."""
-    from dpscaling.grid import correction_grid, main_grid, possible_grid, repeat_grid
+    from dpscaling.workflow.grid import correction_grid, main_grid, possible_grid, repeat_grid
     from test_config_schema import validated
 
     training = {"mechanisms": ["dpsgd", "bandmf-b4"], "noise_batch_ratios": [0.0, 0.5], "learning_rates": "tuned",
@@ -430,7 +430,7 @@ def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accoun
     """private_model's matched audit of a BandMF plan: the canaries sampled by cyclic Poisson at the group's
     rate, BandMF's correlated noise at the σ its accountant calibrates; the negative control (no noise,
     the same claim) is caught, the private run is not."""
-    from dpscaling.audit import AuditSettings, audit_summary, run_audit
+    from dpscaling.privacy.audit import AuditSettings, audit_summary, run_audit
 
     settings = AuditSettings(n_canaries=400, expected_batch_size=20, steps=40, epsilon=2.0, delta=1e-5,
                              microbatch_size=20, mechanism="bandmf-b4")
@@ -445,7 +445,7 @@ def test_a_bandmf_audit_samples_cyclically_and_calibrates_with_the_bandmf_accoun
 
 
 def test_a_new_mechanism_is_one_entry_in_the_registry(tmp_path) -> None:
-    """A throw-away mechanism added to a copy of the library's tree by one edit of dpscaling/mechanisms.py (its
+    """A throw-away mechanism added to a copy of the library's tree by one edit of dpscaling/privacy/mechanisms.py (its
     name, bands and noise builder) is accepted by the config, trained as a grid axis, priced and accounted as
     what its bands reduce to, and builds its noise; the config names it, and no other file is edited. An
     unregistered name is refused, naming the key."""
@@ -455,11 +455,11 @@ def test_a_new_mechanism_is_one_entry_in_the_registry(tmp_path) -> None:
 
     from conftest import REPO
     from dpscaling.config.schema import validate_config
-    from dpscaling.run_checks import check_config
+    from dpscaling.config.checks import check_config
 
     shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(REPO / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
-    module = tmp_path / "src" / "dpscaling" / "mechanisms.py"
+    module = tmp_path / "src" / "dpscaling" / "privacy" / "mechanisms.py"
     text = module.read_text(encoding="utf-8")
     anchor = "REGISTERED: dict[str, Mechanism] = {DPSGD.name: DPSGD}\n"
     assert text.count(anchor) == 1
@@ -467,16 +467,16 @@ def test_a_new_mechanism_is_one_entry_in_the_registry(tmp_path) -> None:
                                    'noise_builder="dpscaling.dp.noise:gaussian_noise")\n'), encoding="utf-8")
     changed = [path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if path.is_file()
                and path.read_bytes() != (REPO / path.relative_to(tmp_path)).read_bytes()]
-    assert changed == ["src/dpscaling/mechanisms.py"]
+    assert changed == ["src/dpscaling/privacy/mechanisms.py"]
     script = """
 import json, sys, yaml
 import jax, jax.numpy as jnp
 from dpscaling.accounting.matched import account_run
 from dpscaling.accounting.pricing import price
 from dpscaling.config.schema import validate_config
-from dpscaling.grid import main_grid
-from dpscaling.mechanisms import mechanism_named
-from dpscaling.run_checks import check_config
+from dpscaling.workflow.grid import main_grid
+from dpscaling.privacy.mechanisms import mechanism_named
+from dpscaling.config.checks import check_config
 from dpscaling.train.config import TrainConfig
 config = yaml.safe_load(open(sys.argv[1]))
 config["training"]["mechanisms"] = ["dpsgd", "throwaway"]

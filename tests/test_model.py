@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpscaling.commands import params as params_command
-from dpscaling.errors import UserError
+from dpscaling.cli import params as params_command
+from dpscaling.core.errors import UserError
 from dpscaling.models.bert import BertMlm, count_params
 from dpscaling.models.family import BERT_PRESETS, PAPER_PARAMS, bert_config
 
@@ -195,7 +195,7 @@ def test_model_param_reruns_custom_jobs_and_outdated_checkpoints_are_discarded(t
 
     from dpscaling.train.checkpoint import CONFIG_FILE, discard_outdated_checkpoints
     from dpscaling.train.config import job_train_config
-    from dpscaling.workflow import model_param
+    from dpscaling.workflow.params import model_param
 
     run = validated({"models": {"custom": {"Nano": {"layers": 1, "heads": 2, "hidden": 16}}}, "data": {"seq_len": 64}})
     assert model_param(run, "BertTiny") == "BertTiny"
@@ -223,20 +223,20 @@ def test_model_param_reruns_custom_jobs_and_outdated_checkpoints_are_discarded(t
 
 def test_one_check_says_whether_a_checkpoint_belongs_to_this_run(tmp_path):
     """The loop refuses a checkpoint of another configuration; a private budget's other plan is removed."""
-    from dpscaling.errors import UserError
-    from dpscaling.private_jobs import discard_other_plans_checkpoint
+    from dpscaling.core.errors import UserError
+    from dpscaling.private.jobs import discard_other_plans_checkpoint
     from types import SimpleNamespace
 
     from dpscaling.train.checkpoint import CONFIG_FILE, config_differences, recorded_vocabulary
     from dpscaling.train.config import job_train_config
-    from dpscaling.train.loop import _check_same_config
+    from dpscaling.train.checkpoint import check_same_config
 
     config = job_train_config("BertTiny", TRAINING, _grid_point("BertTiny"), 64)
     empty = tmp_path / "empty"
     empty.mkdir()
     assert config_differences(empty, config) is None
     meta = SimpleNamespace(vocab_size=1024, vocab_sha256="a" * 64, tokenizer="train")
-    _check_same_config(empty, config, writer=True, meta=meta)  # the first writer records its config and vocabulary
+    check_same_config(empty, config, writer=True, meta=meta)  # the first writer records its config and vocabulary
     assert config_differences(empty, config) == [] and (empty / CONFIG_FILE).is_file()
     assert recorded_vocabulary(empty) == {"vocab_size": 1024, "vocab_sha256": "a" * 64, "tokenizer": "train"}
     other = {**json.loads((empty / CONFIG_FILE).read_text()), "learning_rate": 0.5, "steps": 3}
@@ -245,6 +245,6 @@ def test_one_check_says_whether_a_checkpoint_belongs_to_this_run(tmp_path):
     (changed / CONFIG_FILE).write_text(json.dumps(other))
     assert config_differences(changed, config) == ["learning_rate", "steps"]
     with pytest.raises(UserError, match=r"differs in \['learning_rate', 'steps'\]"):
-        _check_same_config(changed, config, writer=True, meta=meta)
+        check_same_config(changed, config, writer=True, meta=meta)
     assert not discard_other_plans_checkpoint(empty, config) and empty.exists()
     assert discard_other_plans_checkpoint(changed, config) and not changed.exists()

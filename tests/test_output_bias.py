@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dp_training_data import CORPUS, VOCAB
-from dpscaling.run_checks import check_config, public_corpus_spec
+from dpscaling.config.checks import check_config, public_corpus_spec
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.public_unigram import (
     FILE, PUBLIC_UNIGRAM, ZEROS, count_public_unigram, load_public_unigram, write_public_unigram)
 from dpscaling.data.shards import load_meta, load_split, write_meta
 from dpscaling.data.stage import pack_documents, prepare_documents
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.evaluate import restore_params
 from dpscaling.train.objectives import run_objective

@@ -13,7 +13,7 @@ import pytest
 
 import dpscaling
 from dpscaling import cli
-from dpscaling.commands._output import _jsonable
+from dpscaling.cli._output import _jsonable
 from dpscaling.law.mechanisms import LawAcrossMechanisms, MechanismChoice
 from law_bundle_data import bundled, shapes_provenance, write_mechanism_run
 
@@ -78,7 +78,7 @@ def test_bandmf_s_fixed_batches_are_priced_for_the_cyclic_sampler_whose_sensitiv
     import dp_accounting
 
     from dpscaling.dp.correlated import sensitivity_squared, strategy_coefficients
-    from dpscaling.mechanisms import mechanism_named
+    from dpscaling.privacy.mechanisms import mechanism_named
 
     law = dpscaling.load_law(mech_run / "law" / "bundle", mechanism="bandmf-b4")
     runnable = law.query(**QUERY, sampling="deterministic").answer.runnable
@@ -146,7 +146,7 @@ def test_load_law_on_a_mechanisms_directory_chooses_exactly_as_the_cli(run, mech
 def test_a_mechanism_s_law_directory_finds_its_own_calibration(mech_run, tmp_path) -> None:
     """law/mechanisms/mech=M/fit is bundled with validate/mech=M/calibration.json (not the primary's, nor none),
     by the workflow and by the conversion of the directory alone."""
-    from dpscaling.layout import calibration_beside
+    from dpscaling.workflow.layout import calibration_beside
 
     fit = mech_run / "law" / "mechanisms" / "mech=bandmf-b4" / "fit"
     assert calibration_beside(fit) == (mech_run / "validate" / "mech=bandmf-b4" / "calibration.json").resolve()
@@ -218,8 +218,8 @@ def test_choose_plans_every_mechanism_with_the_same_correction_and_the_decision_
     """private_model's `choose` asks every mechanism's law through the query (one rounding, one price, one
     rule), applies the physical-batch correction to every mechanism alike, and picks by the rule."""
     from dpscaling.law.physical_batch import PhysicalBatchCorrection
-    from dpscaling.plans import Budget
-    from dpscaling.private_model import plan_mechanisms
+    from dpscaling.private.plans import Budget
+    from dpscaling.private.model import plan_mechanisms
 
     budget = Budget(4.0, DELTA, 20_000, 1e12, mechanism="choose")
     correction = PhysicalBatchCorrection(0.1, 32, 10, 0.01)

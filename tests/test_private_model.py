@@ -8,13 +8,13 @@ import json
 import pandas as pd
 import pytest
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
-from dpscaling.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
+from dpscaling.private.plans import Budget, FixedConfiguration, LawQuery, PrivatePlan
 from dpscaling.models.family import run_model_config
-from dpscaling.private_jobs import audit_settings_for, twin_config_for
-from dpscaling.private_model import budgets
-from dpscaling.tables.private_model import achieved_training_loss, cause_split
+from dpscaling.private.jobs import audit_settings_for, twin_config_for
+from dpscaling.private.model import budgets
+from dpscaling.report.tables.private_model import achieved_training_loss, cause_split
 
 BUDGET = Budget(8.0, 1e-8, 50000, 1e15)
 QUERY = LawQuery(4e5, 256.0, 1000.0, 0.6, 2.0 ** -9, 5.0, "min", 1e-8, 48, models=("M", "N"))
@@ -88,7 +88,7 @@ def test_a_report_row_carries_both_intervals_the_correction_and_the_split() -> N
     from dpscaling.law.calibration import Calibration
     from dpscaling.law.physical_batch import PhysicalBatchCorrection
     from dpscaling.law.synthetic import synthetic_results
-    from dpscaling.tables.private_model import report_row
+    from dpscaling.report.tables.private_model import report_row
 
     law = fit_law(synthetic_results(noise=0.0), LawSettings(warmup_steps=100, rolling_window=None), seq_len=128,
                   physical_batch=32)
@@ -135,7 +135,7 @@ def test_a_budget_may_fix_the_configuration_it_trains(tmp_path) -> None:
     from dpscaling.law import LawSettings, fit_law
     from dpscaling.law.synthetic import DeterministicGaussianSigma, accounting_table, synthetic_results
     from dpscaling.law.conversion import convert_to_bundle
-    from dpscaling.private_model import plan_budget
+    from dpscaling.private.model import plan_budget
 
     table = accounting_table(DeterministicGaussianSigma(), epsilons=2.0 ** np.arange(-2, 8),
                              iterations=np.geomspace(10, 2e5, 30), sampling_probabilities=2.0 ** np.arange(-24, 1))
@@ -187,7 +187,7 @@ def test_the_workflow_gives_a_configured_budget_its_own_model_only() -> None:
     from conftest import REPO
     from dpscaling.config.blocks import load_config
     from dpscaling.config.schema import validate_config
-    from dpscaling.workflow import private_model_models, private_model_sizes
+    from dpscaling.workflow.params import private_model_models, private_model_sizes
 
     config = yaml.safe_load((REPO / "tests" / "configs" / "smoke.yaml").read_text())
     config["models"]["custom"]["BertL2H96"] = {"layers": 2, "heads": 2, "hidden": 96, "family": "bert"}

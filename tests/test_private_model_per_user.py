@@ -8,11 +8,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dpscaling.audit import AuditSettings, canary_scores, run_audit
-from dpscaling.errors import UserError
-from dpscaling.plans import Budget, PrivatePlan
-from dpscaling.private_jobs import audit_settings_for, train_config_for, twin_config_for
-from dpscaling.private_model import budgets, priced_plan
+from dpscaling.privacy.audit import AuditSettings, canary_scores, run_audit
+from dpscaling.core.errors import UserError
+from dpscaling.private.plans import Budget, PrivatePlan
+from dpscaling.private.jobs import audit_settings_for, train_config_for, twin_config_for
+from dpscaling.private.model import budgets, priced_plan
 
 from test_audit import participations
 from test_private_model import QUERY, a_plan

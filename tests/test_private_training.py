@@ -27,14 +27,14 @@ from dpscaling.accounting.matched import account_run
 from dpscaling.data.shards import load_meta
 from dpscaling.dp import add_gaussian_noise
 from dpscaling.dp.noise import noise_key_of
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.models.bert import BertMlm
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.mlm import MaskingSpec
 from dpscaling.train.objectives import MaskedLM
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches, secret_key
-from dpscaling.samplers import shuffle_max_participations
+from dpscaling.privacy.samplers import shuffle_max_participations
 from dpscaling.train.step import (
     init_state,
     make_optimizer,
@@ -216,7 +216,7 @@ def test_sampler_and_accountant_that_disagree_are_refused(sampling, accountant):
     with pytest.raises(UserError, match="disagree"):
         TrainConfig(**(PRIVATE | dict(sampling=sampling, accountant=accountant,
                                       truncated_batch_size=None)))
-    from dpscaling.run_checks import check_config
+    from dpscaling.config.checks import check_config
 
     config = validated({"training": {"sampling": sampling, "accountant": accountant}})
     with pytest.raises(UserError, match="training.accountant.*disagree"):
@@ -377,7 +377,7 @@ def test_study_runs_at_different_noise_ratios_share_one_noise_stream():
 
 def test_workflow_passes_sampling_and_delta_to_the_run():
     from dpscaling.train.config import job_train_config
-    from dpscaling.workflow import training_params
+    from dpscaling.workflow.params import training_params
 
     wildcards = {"model": "BertTiny", "nbr": "0.5", "lr": "0.01", "batch": "32", "seed": "0"}
     config = validated({"training": {"sampling": "truncated_poisson", "truncated_batch_size": 48,
@@ -414,7 +414,7 @@ def test_a_private_checkpoint_is_evaluated_on_held_out_sequences(private_run, co
 
 
 def test_train_sequences_is_a_seeded_data_independent_subset(corpus):
-    from dpscaling.train.loop import training_rows
+    from dpscaling.train.run_privacy import training_rows
 
     rows = np.arange(1000)[:, None] * np.ones((1, 4), np.int32)
     config = TrainConfig(**PRIVATE, train_sequences=100)

@@ -3,7 +3,7 @@
 A dry run prints every job's resolved resources without Slurm or a TPU, so these
 tests guard against the ways a profile silently loses settings: top-level-only
 profile merging, a stray profiles/default/, hard-coded accounts or partitions.
-The sizing itself (dpscaling.cluster) is checked against the real model code.
+The sizing itself (dpscaling.workflow.cluster) is checked against the real model code.
 """
 
 from __future__ import annotations
@@ -19,14 +19,8 @@ import pytest
 
 from conftest import REPO
 from dpscaling.models.family import configured_model
-from dpscaling.cluster import (
-    LaunchEnvironment,
-    Site,
-    SlurmAllocation,
-    launch_environment,
-    srun_command,
-    train_resources,
-)
+from dpscaling.workflow.cluster import Site, train_resources
+from dpscaling.workflow.launch import LaunchEnvironment, SlurmAllocation, launch_environment, srun_command
 
 pytestmark = pytest.mark.slow(minutes=1.5)  # orders this module among the long ones (tests/conftest.py)
 
@@ -160,7 +154,7 @@ def test_slurm_profile_resources_from_environment(tmp_path: Path) -> None:
     }
     assert (pack["slurm_partition"], pack["mem_mb"], pack["runtime"], pack["cpus_per_task"]) == ("cpu", "8000", "60", "2")
     train = only(jobs["train_run"])
-    # BertNano at the pinned small size: one GPU on one node, sized by dpscaling.cluster.
+    # BertNano at the pinned small size: one GPU on one node, sized by dpscaling.workflow.cluster.
     n_params = configured_model("BertNano", {"BertNano": {"layers": 1, "heads": 2, "hidden": 32}}, 8192, 64).param_count()
     expected = train_resources(n_params.total, steps=160, batch=8, seq_len=64, site=Site())
     assert train["slurm_partition"] == "gpu" and train["slurm_account"] == "proj42"
@@ -223,7 +217,7 @@ def test_slurm_finetune_paper_plans_pretraining_and_fine_tuning_like_the_grid(tm
         assert "gpu" not in only(jobs[rule]) and only(jobs[rule]).get("slurm_partition", "cpu") == "cpu", rule
 
 
-# The rules that train or score a model; each is sized by dpscaling.cluster.job_resources.
+# The rules that train or score a model; each is sized by dpscaling.workflow.cluster.job_resources.
 # The smoke config's training-like jobs (its training.runs_per_job: shape trains the grid's noise levels and the
 # ablation's seeds in train_noise_levels and ablation_seeds jobs).
 TRAINING_LIKE = ("train_run", "train_noise_levels", "ablation_seeds", "ablation_evaluate", "private_model_train",
@@ -281,7 +275,7 @@ def test_site_environment_changes_sizing(tmp_path: Path) -> None:
     assert models["BertLarge"]["nodes"] == "8"  # capped by DPSCALING_MAX_NODES (8)
 
 
-# ---------------------------------------------------------------- dpscaling.cluster
+# ---------------------------------------------------------------- dpscaling.workflow.cluster
 
 
 @pytest.mark.parametrize("layers,hidden,vocab,positions,types,inner", [
@@ -305,7 +299,7 @@ def test_retries_scale_time_and_memory() -> None:
 def test_a_measured_device_kind_sizes_bert_jobs_from_its_measured_throughput(monkeypatch) -> None:
     """An H100 (DPSCALING_DEVICE_KIND) sizes a BERT job from its measured records/s, not from the paper's TPUv3
     table × tpu_cores_per_gpu; a kind never measured, and a decoder on any kind, keep the assumptions."""
-    from dpscaling.cluster import MEASURED_THROUGHPUT, param_tokens_per_gpu_second, param_tokens_per_core_second
+    from dpscaling.workflow.cluster import MEASURED_THROUGHPUT, param_tokens_per_gpu_second, param_tokens_per_core_second
 
     monkeypatch.setenv("DPSCALING_DEVICE_KIND", "NVIDIA H100 80GB HBM3")
     h100 = Site.from_env()
@@ -364,7 +358,7 @@ def test_every_sized_rule_starts_its_largest_jobs_first() -> None:
     rather than last (docs/cluster.md)."""
     import yaml
 
-    from dpscaling.cluster import Work, job_priority
+    from dpscaling.workflow.cluster import Work, job_priority
     from dpscaling.config.blocks import typed
     from dpscaling.config.schema import validate_config
 

@@ -10,12 +10,11 @@ import pytest
 
 from dpscaling.config.blocks import load_config
 from dpscaling.config.training_blocks import check_ladder
-from dpscaling.errors import UserError
-from dpscaling.grid import (TrainPoint, learning_rate_protocol_grid, main_grid, possible_grid, protocol_prefix,
+from dpscaling.core.errors import UserError
+from dpscaling.workflow.grid import (TrainPoint, learning_rate_protocol_grid, main_grid, possible_grid, protocol_prefix,
                             repeat_grid)
-from dpscaling.rate_protocol import (
-    candidate_rates, choice_table, choose_rate, choose_rates, final_loss, grid_rates, read_chosen,
-    write_choice)
+from dpscaling.tuning.rule import (
+    choice_table, choose_rate, choose_rates, final_loss, grid_rates, read_chosen, write_choice)
 from test_config_schema import validated
 
 LADDER = [2.0**-k for k in range(5, 11)]  # 2^-5 .. 2^-10
@@ -74,7 +73,6 @@ def test_final_loss_is_the_mean_of_the_last_window_and_inf_when_short_or_diverge
 def test_grid_rates_are_the_choice_and_its_halvings() -> None:
     assert grid_rates(2.0**-7, 2) == (2.0**-7, 2.0**-8, 2.0**-9)  # the paper's three
     assert grid_rates(0.01, 0) == (0.01,)
-    assert candidate_rates([2.0**-6, 2.0**-7], 1) == (2.0**-6, 2.0**-7, 2.0**-8)
     assert grid_rates(2.0**-7, 1, rates_above=1) == (2.0**-6, 2.0**-7, 2.0**-8)  # an option, off by default
 
 
@@ -153,7 +151,7 @@ def test_the_record_round_trips_and_names_the_grid_rates(tmp_path) -> None:
 
 @pytest.mark.parametrize("steps", [4, 50])
 def test_protocol_steps_must_lie_between_the_warm_up_and_the_horizon(steps: int) -> None:
-    from dpscaling.run_checks import check_config
+    from dpscaling.config.checks import check_config
 
     config = validated({"models": {"names": ["BertTiny"]},
                         "training": {"learning_rates": "tuned", "steps": 40, "warmup_steps": 4, "decay_steps": 40},

@@ -11,8 +11,8 @@ import pytest
 
 from dpscaling.accounting.matched import _ACCOUNTED_BY, ACCOUNTANT_ASSUMES, MATCHED_ACCOUNTANT, account_run
 from dpscaling.config.schema import schema
-from dpscaling.errors import UserError
-from dpscaling.samplers import (
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.samplers import (
     CYCLIC, SAMPLERS, SHUFFLE, TRUNCATED_POISSON, USER_POISSON, USER_SHUFFLE, sampler_named, shuffle_max_participations)
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
@@ -91,4 +91,4 @@ def test_no_module_outside_the_registry_compares_sampler_names() -> None:
              for path in sorted(SRC.rglob("*.py")) if path.name != "samplers.py"
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if comparison.search(line)]
-    assert not found, "sampler names compared outside dpscaling.samplers:\n" + "\n".join(found)
+    assert not found, "sampler names compared outside dpscaling.privacy.samplers:\n" + "\n".join(found)

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpscaling.errors import UserError
-from dpscaling.savings.plan import (
+from dpscaling.core.errors import UserError
+from dpscaling.private.savings_plan import (
     ANSWER, BASELINE, COMPUTE_TOLERANCE, FRACTION, NEIGHBOUR, SavingsSettings, spend)
 from dpscaling.law.queries import compute_cost
-from dpscaling.savings.report import budget_row, measured_saving, recomputed_epsilon, seed_noise
+from dpscaling.private.savings_report import budget_row, measured_saving, recomputed_epsilon, seed_noise
 
 BLOCK = {"budgets": [{"epsilon": 4.0, "data_budget": 20_000, "compute": 3e12}], "fractions": [0.5],
          "seeds": [0, 3], "neighbours": ["model_x"],

@@ -129,7 +129,7 @@ def test_a_scanned_model_draws_the_unrolled_models_noise(prefix) -> None:
     through the unrolled view."""
     from dpscaling.dp.correlated import correlated_noise
     from dpscaling.dp.noise import standard_normal_like
-    from dpscaling.mechanisms import mechanism_named
+    from dpscaling.privacy.mechanisms import mechanism_named
 
     unrolled = {"a_embeddings": jnp.zeros((5, 3)), "final_norm": {"scale": jnp.zeros(3)}, "z_bias": jnp.zeros(4),
                 **{f"{prefix}_{i}": {"kernel": jnp.zeros((3, 2)), "bias": jnp.zeros(2)} for i in range(12)}}

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO, run_snakemake
-from dpscaling.grid import canonical
+from dpscaling.workflow.grid import canonical
 from dpscaling.train.metrics import SUMMARY_KEY
 
 CONFIGS = [str(REPO / "tests" / "configs" / name) for name in ("smoke.yaml", "smoke-decoder.yaml", "smoke-seqlen.yaml")]

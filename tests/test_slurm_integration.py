@@ -281,7 +281,7 @@ rule collective:
 MULTI_PROCESS_SCRIPT = """
 import json, sys
 import numpy as np
-from dpscaling.cluster import launch_environment, relaunch_per_node
+from dpscaling.workflow.launch import launch_environment, relaunch_per_node
 from dpscaling.train.distributed import maybe_initialize_distributed
 
 code = relaunch_per_node()      # batch step: start one copy per task under srun

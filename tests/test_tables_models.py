@@ -6,7 +6,7 @@ import pandas as pd
 
 from dpscaling.models.bert import count_params
 from dpscaling.models.family import bert_config
-from dpscaling.tables.models import models_table
+from dpscaling.report.tables.models import models_table
 from dpscaling.train.config import job_train_config
 
 CUSTOM = {"Nano": {"layers": 1, "heads": 2, "hidden": 32}, "Micro": {"layers": 2, "heads": 2, "hidden": 64}}

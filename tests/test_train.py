@@ -16,7 +16,7 @@ import pytest
 
 from dp_training_data import build_packed_corpus
 from dpscaling.data.shards import load_meta
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.train import TrainConfig, learning_rate_schedule, run_training
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.loop import CompiledSteps
@@ -361,7 +361,7 @@ def test_traced_step_is_dp_adam_with_the_configured_noise_and_learning_rate(rati
     import jax.numpy as jnp
 
     from dpscaling.dp import add_gaussian_noise, clipped_mean_grad, vmap_clipped_sum
-    from dpscaling.streams import Stream
+    from dpscaling.core.streams import Stream
     from dpscaling.train.objectives import MaskedLM, loss_fn
     from dpscaling.train.step import step_hyperparams, study_noise_key
 

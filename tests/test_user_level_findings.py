@@ -1,4 +1,4 @@
-"""finding:user-level's claims (dpscaling.user_level_findings) on small synthetic comparison tables: each claim
+"""finding:user-level's claims (dpscaling.findings.user_level) on small synthetic comparison tables: each claim
 has a criterion that holds on one table and fails on another."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from dpscaling.law.columns import COMPUTE, PRIVACY_BUDGET
-from dpscaling.user_level_findings import (
-    CHOSEN, ELS, GAIN, HALF_WIDTH, QUANTITIES, SEQUENCE, ULS, against_sequence_level, by_how_much,
-    check_user_level_findings, column)
+from dpscaling.findings.comparison import GAIN, column
+from dpscaling.findings.user_level import (
+    CHOSEN, ELS, HALF_WIDTH, QUANTITIES, SEQUENCE, ULS, against_sequence_level, by_how_much, check_user_level_findings)
 
 
 def comparison(uls_loss, els_loss, half_width=0.02, chosen_model=1e6, chosen_batch=512, sequence_loss=None,

@@ -5,6 +5,7 @@ accountant."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dp_accounting
@@ -16,9 +17,9 @@ from scipy import stats
 from dpscaling.accounting import pricing
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.user_level import TRUNCATION_DELTA_SHARE, els_run
-from dpscaling.errors import UserError
-from dpscaling.mechanisms import mechanism_named, uls_name
-from dpscaling.samplers import sampler_named, user_level_sampler
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.mechanisms import mechanism_named, uls_name
+from dpscaling.privacy.samplers import sampler_named, user_level_sampler
 
 DELTA = 1e-6
 
@@ -151,12 +152,11 @@ def test_the_tables_mixture_is_dp_accountings_bit_for_bit(sigma: float, q: float
 def test_els_without_the_users_sequences_is_priced_at_one_sequence_a_user(tmp_path) -> None:
     """A budget per user without ``sequences`` (``--sequences``) is searched and priced on S = N, the fewest
     sequences N users can hold: the highest rate q = B/N at a batch, the largest σ of any S in N..N·k. The law's
-    query and the plan take it alike (:func:`dpscaling.law.answers.held_sequences`); ELS's σ at S = N spends the
+    query and the plan take it alike (:func:`dpscaling.law.budget.held_sequences`); ELS's σ at S = N spends the
     ε (dp-accounting's mixture at q = B/N) and exceeds the σ at N·k, which spends more at that rate."""
     import dpscaling
-    from dpscaling.commands.answer_text import _data_budget
-    from dpscaling.law.answers import held_sequences
-    from dpscaling.law.sequence_length import DataBudget
+    from dpscaling.cli.answer_text import _data_budget
+    from dpscaling.law.budget import Budget, held_sequences
     from law_bundle_data import write_run, write_run_bundle
 
     users, k, batch, steps, epsilon = 2_000, 4, 40, 200, 4.0
@@ -166,9 +166,9 @@ def test_els_without_the_users_sequences_is_priced_at_one_sequence_a_user(tmp_pa
             held_sequences(users, k, outside)
     run = write_run(tmp_path / "run")
     law = dpscaling.load_law(write_run_bundle(run, run / "bundle").root)
-    data = DataBudget("user", None, float(users))
-    assert law._user_budget(data, k, None, None, None)[1] == 1  # S = N: one sampled sequence a user
-    assert law._user_budget(data, k, 5_000.0, None, None)[1] == 5_000 / users
+    asked = Budget.asked(1e12, epsilon, float(users), None, examples_per_user=k)
+    assert law._user_budget(asked, None)[1] == 1  # S = N: one sampled sequence a user
+    assert law._user_budget(dataclasses.replace(asked, sequences=5_000.0), None)[1] == 5_000 / users
     conservative = pricing.price("dpsgd", "poisson", epsilon, DELTA, users, batch, steps, examples_per_user=k)
     assert conservative.event.population == users and math.isclose(conservative.event.sampling_probability,
                                                                     batch / users)

@@ -16,7 +16,7 @@ from dp_training_data import build_packed_corpus, resume_from_midpoint
 from dpscaling.data.shards import load_meta, load_users
 from dpscaling.data.users import UserSpec, users_of_contributions
 from dpscaling.dp import clipped_mean_grad, vmap_clipped_sum
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.train import TrainConfig, run_training
 from dpscaling.train.sampling import PADDING_INDEX, UserExamples, UserPoissonStepBatches, secret_key
 from dpscaling.train.units import UserUnit
@@ -187,7 +187,7 @@ def test_a_run_on_a_subset_of_users_draws_them_by_their_own_rows_with_all_their_
     sequence of each, renumbered 0..N-1; the run accounts for N users."""
     from dpscaling.data.shards import load_split
     from dpscaling.data.users import subset_of_users
-    from dpscaling.train.loop import users_subset
+    from dpscaling.train.run_privacy import users_subset
 
     users, data = load_users(user_corpus), load_split(user_corpus, "train")
     config = TrainConfig(**(USER_LEVEL | dict(train_users=48)))

@@ -17,8 +17,8 @@ from dpscaling.data.packing import SPECIAL_TOKENS, load_vocabulary
 from dpscaling.data.shards import load_meta
 from dpscaling.data.stage import prepare_documents, train_vocabulary
 from dpscaling.data.wordpiece import train_wordpiece
-from dpscaling.errors import UserError
-from dpscaling.run_checks import check_config, vocab_path
+from dpscaling.core.errors import UserError
+from dpscaling.config.checks import check_config, vocab_path
 from dpscaling.config.schema import validate_config
 
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
@@ -117,7 +117,7 @@ def test_data_target_trains_packs_and_floors_under_the_trained_vocabulary(tmp_pa
 
 
 def test_job_sizing_reads_the_trained_size() -> None:
-    from dpscaling.cluster import grid_work, sized_resources
+    from dpscaling.workflow.cluster import grid_work, sized_resources
     from dpscaling.config.blocks import load_config
 
     config = validate_default()

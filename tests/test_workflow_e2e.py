@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import REPO, run_snakemake
-from dpscaling.grid import canonical
+from dpscaling.workflow.grid import canonical
 
 SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
 
@@ -98,33 +99,52 @@ def test_rerun_has_nothing_to_do(smoke_run: Path) -> None:
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
-def test_results_of_the_one_length_layout_are_moved_not_retrained(smoke_run: Path) -> None:
-    """A results directory written before sequence length was an axis (runs/model=..., data/packed/meta.json,
-    and Snakemake's records naming those paths, as that code left them) is moved into the per-length layout
-    by the next run, which then has nothing to do: no run is retrained, no analysis redone."""
+def test_results_of_the_older_layouts_are_moved_not_retrained(smoke_run: Path) -> None:
+    """A results directory written before sequence length was an axis and before every run id named its mechanism
+    (runs/model=..., data/packed/meta.json, and Snakemake's records naming those paths, as that code left them) is
+    moved into the current layout by the next run, which then has nothing to do: no run is retrained, no
+    analysis redone."""
     import os
 
-    from dpscaling.layout_migration import Move, move_snakemake_records
+    from dpscaling.workflow.migration import Move, move_snakemake_records
 
     workdir, root = smoke_run.parent.parent, "results/smoke"
-    moves = [Move(f"{root}/{tree}/seq=64/{path.name}", f"{root}/{tree}/{path.name}")
-             for tree in ("runs", "checkpoints", "logs/train") for path in (smoke_run / tree / "seq=64").iterdir()]
+    moves = [Move(f"{root}/{tree}/mech=dpsgd/seq=64/{path.name}", f"{root}/{tree}/{path.name}")
+             for tree in ("runs", "checkpoints", "logs/train")
+             for path in (smoke_run / tree / "mech=dpsgd" / "seq=64").iterdir()]
     moves += [Move(f"{root}/data/packed/seq=64/{name}", f"{root}/data/packed/{name}")
               for name in ("meta.json", "train", "heldout", "public_unigram.json")]
     moves.append(Move(f"{root}/logs/data/pack_sequences/seq=64.log", f"{root}/logs/data/pack_sequences.log"))
     for move in moves:  # back to the one-length layout, records included
         os.replace(workdir / move.old, workdir / move.new)
-    for emptied in ("runs/seq=64", "checkpoints/seq=64", "logs/train/seq=64", "data/packed/seq=64",
-                    "logs/data/pack_sequences"):
+    for emptied in ("runs/mech=dpsgd/seq=64", "runs/mech=dpsgd", "checkpoints/mech=dpsgd/seq=64",
+                    "checkpoints/mech=dpsgd", "logs/train/mech=dpsgd/seq=64", "logs/train/mech=dpsgd",
+                    "data/packed/seq=64", "logs/data/pack_sequences"):
         (smoke_run / emptied).rmdir()
     assert move_snakemake_records(workdir / ".snakemake", moves) > 0
-    assert (smoke_run / "runs" / "model=BertNano").is_dir() and not (smoke_run / "runs" / "seq=64").exists()
+    assert (smoke_run / "runs" / "model=BertNano").is_dir() and not (smoke_run / "runs" / "mech=dpsgd").exists()
 
     result = run_snakemake("--cores", "2", "--configfile", str(SMOKE), cwd=workdir)
-    assert re.search(r"dpscaling: moved \d+ paths of the one-length layout", result.stderr), result.stderr[-2000:]
+    assert re.search(r"dpscaling: moved \d+ paths of an older layout", result.stderr), result.stderr[-2000:]
     assert "Nothing to be done" in result.stdout + result.stderr
-    assert len(list((smoke_run / "runs" / "seq=64").rglob("metrics.parquet"))) == 8
+    assert len(list((smoke_run / "runs" / "mech=dpsgd" / "seq=64").rglob("metrics.parquet"))) == 8
     assert not list((smoke_run / "runs").glob("model=*")) and (smoke_run / "data" / "packed" / "seq=64" / "train").is_dir()
+
+
+def test_one_more_mechanism_schedules_only_its_own_runs(smoke_run: Path, tmp_path: Path) -> None:
+    """A run's path depends on its own values only: the finished smoke run's config with one more mechanism
+    plans that mechanism's runs, accounting table, law and comparison, and retrains no DP-SGD run."""
+    layer = tmp_path / "bandmf.yaml"
+    layer.write_text(yaml.safe_dump({"training": {"mechanisms": ["dpsgd", "bandmf-b4"]}}))
+    result = run_snakemake("-n", "all", "--configfile", str(SMOKE), str(layer), cwd=smoke_run.parent.parent)
+    outputs = [path for paths in re.findall(r"^\s+output: (.*)$", result.stdout, flags=re.MULTILINE)
+               for path in paths.split(", ")]
+    curves = [path for path in outputs if path.endswith("metrics.parquet")]
+    assert curves and all(path.startswith("results/smoke/runs/mech=bandmf-b4/") for path in curves), curves
+    assert not [path for path in outputs if "mech=dpsgd" in path]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", result.stdout, flags=re.MULTILINE))
+    # DP-SGD's own law, its accounting and its data stand: nothing upstream of the new mechanism reruns
+    assert not {"fit_law", "accounting_chunk", "accounting_table", "pack_sequences", "bootstrap"} & set(jobs), jobs
 
 
 # One key per block changed on the finished smoke run: the rules a dry run of `all` plans. A job's params hold
@@ -190,8 +210,8 @@ def test_accounting_target_builds_a_checked_table(smoke_run: Path) -> None:
 
 
 def test_every_figure_is_drawn_with_its_data(smoke_run: Path) -> None:
-    from dpscaling.figures import FIGURES
-    from dpscaling.figures.common import FLOOR, UNIGRAM_FLOOR
+    from dpscaling.report.figures import FIGURES
+    from dpscaling.report.figures.common import FLOOR, UNIGRAM_FLOOR
 
     floor = json.loads((smoke_run / "data" / "unigram_floor.json").read_text())["nats"]
     for name in FIGURES:
@@ -235,7 +255,7 @@ def test_findings_are_checked_on_the_run(smoke_run: Path) -> None:
 
 
 def test_report_has_every_figure_and_table(smoke_run: Path) -> None:
-    from dpscaling.figures import FIGURES
+    from dpscaling.report.figures import FIGURES
 
     run_snakemake("report", "--cores", "2", "--configfile", str(SMOKE), cwd=smoke_run.parent.parent)
     html = (smoke_run / "report.html").read_text(errors="replace")
@@ -384,7 +404,7 @@ def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_priva
 def test_a_savings_plan_spends_the_answer_s_compute_in_every_kind_of_run(smoke_run: Path) -> None:
     import dpscaling
     from dpscaling.law.queries import compute_cost
-    from dpscaling.savings.plan import SavingsSettings, plan_savings
+    from dpscaling.private.savings_plan import SavingsSettings, plan_savings
 
     block = {"budgets": [{"epsilon": 16.0, "data_budget": 1000, "compute": 1e11}], "fractions": [0.5],
              "seeds": [0, 3], "neighbours": ["model_x", "model_div", "batch_x", "batch_div"],

@@ -38,12 +38,12 @@ RESULTS_LITERAL = re.compile(r"RESULTS\}/[^{\s\"']")
 
 
 def results_literals(text: str) -> list[str]:
-    """The lines of a rule file that write a results path out instead of taking it from dpscaling.layout."""
+    """The lines of a rule file that write a results path out instead of taking it from dpscaling.workflow.layout."""
     return [line.strip() for line in text.splitlines() if RESULTS_LITERAL.search(line)]
 
 
 def test_the_rules_take_every_results_path_from_the_layout() -> None:
-    """dpscaling.layout owns the results directory: the rules write `{RESULTS}/{layout.X}`, never a literal path."""
+    """dpscaling.workflow.layout owns the results directory: the rules write `{RESULTS}/{layout.X}`, never a literal path."""
     files = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
     literal = [f"{path.relative_to(REPO)}: {line}" for path in files
                for line in results_literals(path.read_text(encoding="utf-8"))]

@@ -1,10 +1,10 @@
-from dpscaling.figures import ablation_figures
-from dpscaling.grid import (
+from dpscaling.report.figures import ablation_figures
+from dpscaling.workflow.grid import (
     ablation_curve_points,
     ablation_eval_points,
     ablation_sweep_points,
 )
-from dpscaling.tables import batch_gap, physical_batch
+from dpscaling.report.tables import batch_gap, physical_batch
 
 # The physical-batch ablation (paper appendix "Physical Batch Size Ablation"): target
 # ablation_batch, never part of `all` or `figures`. Its jobs live under
@@ -40,7 +40,7 @@ use rule train_run as ablation_run with:
         ),
 
 
-# training.runs_per_job: shape -- every seed of one ablation point in one job (dpscaling.grid.ablation_seeds_of_one_job).
+# training.runs_per_job: shape -- every seed of one ablation point in one job (dpscaling.workflow.grid.ablation_seeds_of_one_job).
 if ABLATION_SEEDS_OF_ONE_JOB["seed"]:
 
     ruleorder: ablation_seeds > ablation_run

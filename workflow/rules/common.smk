@@ -6,7 +6,7 @@ from pathlib import Path
 
 from snakemake.utils import min_version
 
-from dpscaling.cluster import (
+from dpscaling.workflow.cluster import (
     evaluation_work,
     grid_work,
     job_priority,
@@ -14,8 +14,8 @@ from dpscaling.cluster import (
     plan_work,
     savings_work,
 )
-from dpscaling.figures import ALL_FIGURES
-from dpscaling.figures.common import (
+from dpscaling.report.figures import ALL_FIGURES
+from dpscaling.report.figures.common import (
     ABLATION as NEEDS_ABLATION,
     ACCOUNTING as NEEDS_ACCOUNTING,
     BOOTSTRAP as NEEDS_BOOTSTRAP,
@@ -24,7 +24,7 @@ from dpscaling.figures.common import (
     RESULTS as NEEDS_RESULTS,
 )
 from dpscaling.config.blocks import load_config
-from dpscaling.run_checks import (
+from dpscaling.config.checks import (
     check_config,
     check_epochs,
     corpus_spec,
@@ -42,7 +42,7 @@ from dpscaling.design.rounds import (
     shorter_wildcards,
     training_params as design_training_params,
 )
-from dpscaling.grid import (
+from dpscaling.workflow.grid import (
     ablation_grid,
     alternation,
     correction_grid,
@@ -63,14 +63,14 @@ from dpscaling.grid import (
     protocol_prefix,
     repeat_grid,
 )
-from dpscaling.rate_protocol import read_chosen
-from dpscaling.io import SIGMA_CACHE_ENV, lock_results
-from dpscaling.mechanisms import DPSGD, mechanism_named
+from dpscaling.tuning.rule import read_chosen
+from dpscaling.core.io import SIGMA_CACHE_ENV, lock_results
+from dpscaling.privacy.mechanisms import DPSGD, mechanism_named
 from dpscaling.models.family import model_family, run_family
-from dpscaling.savings.plan import trained_roles
-from dpscaling import layout
-from dpscaling.layout_migration import legacy_moves, migrate_one_length_layout
-from dpscaling.workflow import (
+from dpscaling.private.savings_plan import trained_roles
+from dpscaling.workflow import layout
+from dpscaling.workflow.migration import migrate_older_layouts, older_layout_moves
+from dpscaling.workflow.params import (
     ablation_figure_params,
     ablation_training,
     accounting_chunks,
@@ -125,14 +125,17 @@ onstart:
         lock_results(RESULTS)
 
 
-# Results written before sequence length was an axis (runs/model=..., data/packed/meta.json) move into
-# the per-length layout once, with Snakemake's records, so their finished runs stay finished (docs/failure-modes.md).
-LEGACY_MOVES = (
-    legacy_moves(RESULTS, CFG.data.seq_len) if workflow.is_main_process else []
+# Results written by an older layout (one length: runs/model=..., data/packed/meta.json; run ids without their
+# mechanism) move into the current one once, with Snakemake's records, so their finished runs stay finished
+# (docs/failure-modes.md).
+OLDER_LAYOUT_MOVES = (
+    older_layout_moves(RESULTS, CFG.data.seq_len) if workflow.is_main_process else []
 )
-if LEGACY_MOVES:
+if OLDER_LAYOUT_MOVES:
     lock_results(RESULTS)  # not while another snakemake writes this directory
-    MIGRATION = migrate_one_length_layout(RESULTS, CFG.data.seq_len, moves=LEGACY_MOVES)
+    MIGRATION = migrate_older_layouts(
+        RESULTS, CFG.data.seq_len, moves=OLDER_LAYOUT_MOVES
+    )
     print(f"dpscaling: {MIGRATION.summary()}", file=sys.stderr)
 
 # Vendored resources are found next to the Snakefile, so --directory works.
@@ -213,19 +216,13 @@ wildcard_constraints:
     **layout.run_constraints(layout.RUN_AXES, [point.wildcards for point in POINTS]),
 
 
-# A run's id (dpscaling.layout), built from the run axes when the workflow loads: a grid run's length,
-# then its grid point; the ablation's runs carry no length. An axis with a default adds its level only
-# when the runs take another value on it, so the paths of runs trained before it stay.
-RUN = layout.run_id(
-    layout.RUN_AXES,
-    [point.wildcards for point in POSSIBLE_GRID + POSSIBLE_CORRECTION_GRID],
-)
-ONE_LENGTH_RUN = layout.run_id(
-    layout.ONE_LENGTH_AXES, [point.wildcards for point in ABLATION_GRID]
-)
+# A run's id (dpscaling.workflow.layout): a grid run's mechanism, length, then its grid point; the ablation's
+# runs carry no length. Every level is always there, so a run's path depends on its own values only.
+RUN = layout.run_id(layout.RUN_AXES)
+ONE_LENGTH_RUN = layout.run_id(layout.ONE_LENGTH_AXES)
 # Where a grid run and an ablation run write: curve, checkpoints and log.
 RUN_PATHS = layout.run_paths(RUN)
-# training.runs_per_job: shape (dpscaling.grid): the σ̄ of one train_noise_levels job (the main seed at the
+# training.runs_per_job: shape (dpscaling.workflow.grid): the σ̄ of one train_noise_levels job (the main seed at the
 # physical batch), the rates of one learning_rate_ladder job, the seeds of one ablation_seeds job and the σ̄ of
 # one finetune_noise_levels job, each as {wildcard: values}; no values when each run is its own job.
 NOISE_LEVELS_OF_ONE_JOB = {"nbr": noise_levels_of_one_job(CFG)}
@@ -322,7 +319,7 @@ def validation_outputs(calibration):
     }
 
 
-# What one job of each training-like rule computes (dpscaling.cluster.Work); job_resources turns it into
+# What one job of each training-like rule computes (dpscaling.workflow.cluster.Work); job_resources turns it into
 # the rule's whole resources mapping (GPUs, nodes, CPUs, memory, time), the same way for every rule.
 def mechanism_sigma_table(mechanism):
     """The sigma table of ``mechanism``'s law: the run's own for the primary mechanism and for one priced the same
@@ -344,7 +341,7 @@ def grid_job(wildcards, input):
         CFG,
         wildcards.model,
         seq_len=int(wildcards.seq),
-        mechanism=wildcards.get("mech", layout.MECHANISM.default),
+        mechanism=wildcards.mech,
     )
 
 
@@ -371,7 +368,7 @@ def runs_of_one_job(values):
 
 def _continued_protocol_runs(wildcards, runs):
     """(curve, protocol run's wildcards) of each run of a grid job (``runs`` as in runs_of_one_job; the job's one
-    run when None) that continues a learning-rate protocol run (dpscaling.grid.protocol_prefix). None in the rules
+    run when None) that continues a learning-rate protocol run (dpscaling.workflow.grid.protocol_prefix). None in the rules
     derived from train_run, whose runs carry no length."""
     for run in runs or [{}]:
         values = {**dict(wildcards), **run}

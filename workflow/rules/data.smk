@@ -70,7 +70,7 @@ rule train_vocabulary:
         "../scripts/train_vocabulary.py"
 
 
-# One set of packed shards per sequence length (training.seq_lens; dpscaling.layout.PACKED). With a public
+# One set of packed shards per sequence length (training.seq_lens; dpscaling.workflow.layout.PACKED). With a public
 # domain, the public train split's unigram beside them (dpscaling.data.public_unigram: where
 # training.output_bias public_unigram starts the output bias).
 # data.users only where set: data packed before users existed stays this rule's output.

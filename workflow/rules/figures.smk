@@ -1,9 +1,9 @@
-from dpscaling.figures import ALL_FIGURES, FIGURES, LENGTH_FIGURES
-from dpscaling.figures.nonprivate import NONPRIVATE
-from dpscaling.figures.seq_len_tradeoff import SEQ_LEN_TRADEOFF
-from dpscaling.figures.training_curves import TRAINING
-from dpscaling import findings as findings_check
-from dpscaling.tables import inflection_points, models, throughput
+from dpscaling.report.figures import ALL_FIGURES, FIGURES, LENGTH_FIGURES
+from dpscaling.report.figures.nonprivate import NONPRIVATE
+from dpscaling.report.figures.seq_len_tradeoff import SEQ_LEN_TRADEOFF
+from dpscaling.report.figures.training_curves import TRAINING
+from dpscaling.findings import paper as findings_check
+from dpscaling.report.tables import inflection_points, models, throughput
 
 ANALYSIS = analysis_settings(CFG)
 LAW = rules.fit_law.output[0]

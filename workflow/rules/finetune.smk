@@ -3,9 +3,9 @@
 # training job), then fine-tuned with DP-Adam on the private domain from the pretrained weights over
 # model x noise-batch ratio x finetune.learning_rates (rule finetune_run). Both run at data.seq_len and
 # live under results/<run>/pretrain/ and results/<run>/finetune/, apart from the grid's runs.
-from dpscaling import finetune_findings
-from dpscaling.figures.finetune import NAME as FINETUNE_FIGURE
-from dpscaling.tables import pretraining
+from dpscaling.findings import finetune as finetune_findings
+from dpscaling.report.figures.finetune import NAME as FINETUNE_FIGURE
+from dpscaling.report.tables import pretraining
 
 
 # The training job (the same script) on the public domain's shards, without clipping or noise.
@@ -56,7 +56,7 @@ use rule train_run as finetune_run with:
 
 
 # training.runs_per_job: shape -- a model's fine-tuning noise levels at one rate in one job
-# (dpscaling.grid.finetune_noise_levels_of_one_job).
+# (dpscaling.workflow.grid.finetune_noise_levels_of_one_job).
 if FINETUNE_NOISE_LEVELS_OF_ONE_JOB["nbr"]:
 
     ruleorder: finetune_noise_levels > finetune_run

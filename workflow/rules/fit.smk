@@ -2,7 +2,7 @@ from dpscaling.law import calibration, heldout_length, validation
 
 # The law is fitted to our training curves, or to a results.csv in the authors' analysis code's
 # format when config results_csv is set (docs/results-format.md).
-# The primary length's law directory (dpscaling.layout): its curves, fit and bootstrap replicates.
+# The primary length's law directory (dpscaling.workflow.layout): its curves, fit and bootstrap replicates.
 LAW_DIR = f"{RESULTS}/{layout.PRIMARY_LAW}"
 FIT_RESULTS = config["results_csv"] or f"{LAW_DIR}/{layout.CURVES}"
 # Bootstrap replicates of the law (docs/fit.md "Intervals"): one job per chunk, planned only when the

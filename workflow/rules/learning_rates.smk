@@ -4,7 +4,7 @@
 # model by a stated rule (checkpoint choose_learning_rates), and the grid trained at it: the grid's input
 # functions read the choice (workflow/rules/common.smk, grid_points). Target learning_rates.
 # learning_rate_protocol.domain: public -- the protocol's runs train on the public domain's packed data (their
-# own tree, LR_PROTOCOL_DIR), and no grid run continues them (dpscaling.grid.protocol_prefix).
+# own tree, LR_PROTOCOL_DIR), and no grid run continues them (dpscaling.workflow.grid.protocol_prefix).
 LR_PROTOCOL_DATA = (
     {
         name: expand(path, seq=PRIMARY_SEQ_LEN)[0]
@@ -34,7 +34,7 @@ use rule train_run as learning_rate_run with:
         ),
 
 
-# training.runs_per_job: shape -- each model's whole ladder in one job (dpscaling.grid.ladder_of_one_job).
+# training.runs_per_job: shape -- each model's whole ladder in one job (dpscaling.workflow.grid.ladder_of_one_job).
 if LADDER_OF_ONE_JOB["lr"]:
 
     ruleorder: learning_rate_ladder > learning_rate_run

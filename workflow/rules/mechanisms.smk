@@ -1,7 +1,7 @@
 # What changes with a better mechanism (docs/mechanisms.md "What changes"): DP-BandMF's laws against DP-SGD's,
 # each answering with its own accounting table; the literature's claims checked, the comparison and its figure.
-from dpscaling import mechanism_findings
-from dpscaling.figures.mechanisms import NAME as MECHANISM_FIGURE
+from dpscaling.findings import mechanisms as mechanism_findings
+from dpscaling.report.figures.mechanisms import NAME as MECHANISM_FIGURE
 
 MECHANISM_COMPARISON = f"{RESULTS}/{layout.table(mechanism_findings.COMPARISON_LABEL)}"
 # The noise mechanisms compared with DP-SGD at the sequence level (a user-level one is compared with ELS by the
@@ -49,7 +49,7 @@ rule mechanism_findings:
 
 # The privacy unit (docs/private-training.md "User-level sampling"): a user-level mechanism's law against DP-SGD's
 # priced by ELS, at budgets per user of the run's data; finding:user-level and the comparison it reads.
-from dpscaling import user_level_findings
+from dpscaling.findings import user_level as user_level_findings
 
 USER_LEVEL_MECHANISMS = [
     name for name in MECHANISMS if mechanism_named(name).unit == "user"

@@ -1,8 +1,8 @@
 # Close the loop (docs/private-training.md "Closing the loop"): target `private_model`.
 # Per budget: the law's compute-optimal configuration -> a private (truncated Poisson) training job on
 # exactly N sequences -> its held-out loss and a matched audit; then one table and one figure.
-from dpscaling.private_jobs import TWINS, private_training
-from dpscaling.private_model import budgets as private_budgets
+from dpscaling.private.jobs import TWINS, private_training
+from dpscaling.private.model import budgets as private_budgets
 
 PRIVATE = f"{RESULTS}/{layout.PRIVATE_MODEL}"
 PRIVATE_BUDGET = f"{RESULTS}/{layout.PRIVATE_BUDGET}"

@@ -8,12 +8,12 @@ rule train_run:
         f"{RESULTS}/{RUN_PATHS.curve}",
     log:
         f"{RESULTS}/{RUN_PATHS.log}",
-    # The largest jobs first (dpscaling.cluster.job_priority).
+    # The largest jobs first (dpscaling.workflow.cluster.job_priority).
     priority: job_priority(CFG, grid_job)
     conda:
         "../envs/dpscaling.yaml"
     threads: config["host_threads"]
-    # Sized per model by dpscaling.cluster (GPUs, nodes, host memory and wall time;
+    # Sized per model by dpscaling.workflow.cluster (GPUs, nodes, host memory and wall time;
     # retries scale memory and time with the attempt; tpu=1: a job owns all local
     # accelerators, so profiles/tpu runs one at a time).
     resources:
@@ -33,7 +33,7 @@ rule train_run:
 
 
 # training.runs_per_job: shape -- every noise level of one (mechanism, length, model, rate) of the main seed at
-# the physical batch in one job (dpscaling.grid.noise_levels_of_one_job); the other runs stay train_run's.
+# the physical batch in one job (dpscaling.workflow.grid.noise_levels_of_one_job); the other runs stay train_run's.
 if NOISE_LEVELS_OF_ONE_JOB["nbr"]:
 
     ruleorder: train_noise_levels > train_run

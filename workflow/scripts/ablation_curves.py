@@ -1,5 +1,5 @@
-from dpscaling.figures.physical_batch import write_ablation_curves
-from dpscaling.logs import log_to_file
+from dpscaling.report.figures.physical_batch import write_ablation_curves
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     table = write_ablation_curves(

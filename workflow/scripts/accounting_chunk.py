@@ -1,6 +1,6 @@
 from dpscaling.accounting import TableSpec
 from dpscaling.accounting.table import chunk_by_index, compute_chunk, save_table
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     spec = TableSpec.from_mapping(snakemake.params.spec)

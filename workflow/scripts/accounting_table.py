@@ -1,6 +1,6 @@
 from dpscaling.accounting.reference_csv import export_reference_csv
 from dpscaling.accounting.table import SigmaTable, merge_chunks, read_frame, save_table
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     merged = merge_chunks(snakemake.input)

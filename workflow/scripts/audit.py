@@ -1,5 +1,5 @@
-from dpscaling.audit import write_audit
-from dpscaling.logs import log_to_file
+from dpscaling.privacy.audit import write_audit
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     summary = write_audit(

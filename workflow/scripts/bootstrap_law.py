@@ -1,6 +1,6 @@
 from dpscaling.law import LawSettings
 from dpscaling.law.bootstrap import bootstrap_from_files, chunk_replicates
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     block = snakemake.params.bootstrap

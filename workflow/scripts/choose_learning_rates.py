@@ -1,5 +1,5 @@
-from dpscaling.logs import log_to_file
-from dpscaling.learning_rates import run_protocol
+from dpscaling.core.logs import log_to_file
+from dpscaling.tuning.stage import run_protocol
 
 with log_to_file(snakemake.log[0]):
     run_protocol(snakemake.config, snakemake.input.curves, snakemake.output.chosen,

@@ -1,5 +1,5 @@
 from dpscaling.law.collect import collect_to_parquet
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     table = collect_to_parquet(snakemake.input, snakemake.output[0])

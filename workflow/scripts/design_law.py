@@ -2,7 +2,7 @@ from dpscaling.law import LawSettings
 from dpscaling.law.bootstrap import bootstrap_from_files
 from dpscaling.law.collect import collect_to_parquet
 from dpscaling.law.pipeline import fit_from_files
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     given, out = snakemake.input, snakemake.output

@@ -1,6 +1,6 @@
 from dpscaling.design.rounds import draw_rounds, read_round, rounds_table
-from dpscaling.io import write_text_atomic
-from dpscaling.logs import log_to_file
+from dpscaling.core.io import write_text_atomic
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     out = snakemake.output

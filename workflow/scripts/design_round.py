@@ -1,6 +1,6 @@
 from dpscaling.design.rounds import write_round
-from dpscaling.logs import log_to_file
-from dpscaling.rate_protocol import read_chosen
+from dpscaling.core.logs import log_to_file
+from dpscaling.tuning.rule import read_chosen
 
 with log_to_file(snakemake.log[0]) as log:
     given = snakemake.input

@@ -1,5 +1,5 @@
 from dpscaling.design.rounds import compare_with_grid
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     given = snakemake.input

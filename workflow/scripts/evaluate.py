@@ -7,8 +7,8 @@ from dpscaling.train.distributed import configure_job
 # job settings (compilation cache, deterministic GPU kernels; not params: they never change what a job computes).
 configure_job(snakemake.threads, snakemake.config)
 
-from dpscaling.io import write_json_atomic  # noqa: E402
-from dpscaling.logs import log_to_file  # noqa: E402
+from dpscaling.core.io import write_json_atomic  # noqa: E402
+from dpscaling.core.logs import log_to_file  # noqa: E402
 from dpscaling.train.evaluate import evaluate_checkpoint  # noqa: E402
 
 with log_to_file(snakemake.log[0]) as log:

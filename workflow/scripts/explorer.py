@@ -1,8 +1,8 @@
-"""Rule explorer_page: the explorer page of the run's law bundle (dpscaling.explorer)."""
+"""Rule explorer_page: the explorer page of the run's law bundle (dpscaling.report.explorer)."""
 
-from dpscaling.explorer import default_grid, write_explorer
+from dpscaling.report.explorer import default_grid, write_explorer
 from dpscaling.law.loading import load_primary_law
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     grid_settings = snakemake.params.grid

@@ -1,11 +1,11 @@
 from pathlib import Path
 
-from dpscaling.figures import render
-from dpscaling.figures.context import load_context
-from dpscaling.figures.physical_batch import load_ablation_context
-from dpscaling.figures.settings import AnalysisSettings
+from dpscaling.report.figures import render
+from dpscaling.report.figures.context import load_context
+from dpscaling.report.figures.physical_batch import load_ablation_context
+from dpscaling.report.figures.settings import AnalysisSettings
 from dpscaling.law.bootstrap import NO_REPEATS
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     if "ablation" in snakemake.input.keys():  # the ablation's figures: its own curves only

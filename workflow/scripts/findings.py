@@ -1,10 +1,10 @@
 import pandas as pd
 
-from dpscaling.figures.context import load_context
-from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.findings import CAPTION, LABEL, check_findings, findings_table, report
-from dpscaling.logs import log_to_file
-from dpscaling.tables.write import write_table
+from dpscaling.report.figures.context import load_context
+from dpscaling.report.figures.settings import AnalysisSettings
+from dpscaling.findings.paper import CAPTION, LABEL, check_findings, findings_table, report
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.write import write_table
 
 with log_to_file(snakemake.log[0]) as log:
     context = load_context(

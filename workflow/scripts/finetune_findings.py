@@ -1,10 +1,10 @@
-from dpscaling import finetune_findings as stage
-from dpscaling.figures.context import load_context
-from dpscaling.figures.finetune import finetune_figure
-from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.findings import write_comparison_stage
-from dpscaling.logs import log_to_file
-from dpscaling.tables.pretraining import pretraining_tokens
+from dpscaling.findings import finetune as stage
+from dpscaling.report.figures.context import load_context
+from dpscaling.report.figures.finetune import finetune_figure
+from dpscaling.report.figures.settings import AnalysisSettings
+from dpscaling.findings.paper import write_comparison_stage
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.pretraining import pretraining_tokens
 
 with log_to_file(snakemake.log[0]) as log:
     settings = AnalysisSettings.from_mapping(snakemake.params.analysis)

@@ -1,6 +1,6 @@
 from dpscaling.law import LawSettings
 from dpscaling.law.pipeline import fit_from_files
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     law = fit_from_files(

@@ -1,7 +1,7 @@
 from pathlib import Path
 
 from dpscaling.law.sequence_length import load_law_across_lengths, write_lengths
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     target = write_lengths(

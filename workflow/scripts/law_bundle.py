@@ -1,8 +1,8 @@
 from pathlib import Path
 
 from dpscaling.law.bundle import data_provenance, write_bundle
-from dpscaling.layout import length_replicates
-from dpscaling.logs import log_to_file
+from dpscaling.workflow.layout import length_replicates
+from dpscaling.core.logs import log_to_file
 
 
 def first(files):

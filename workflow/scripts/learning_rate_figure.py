@@ -2,8 +2,8 @@ import json
 
 import pandas as pd
 
-from dpscaling.figures.learning_rates import plot_learning_rates
-from dpscaling.logs import log_to_file
+from dpscaling.tuning.figure import plot_learning_rates
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]):
     floor = json.loads(open(snakemake.input.floor).read())["nats"]

@@ -1,9 +1,9 @@
-from dpscaling.figures.context import load_context
-from dpscaling.figures.mechanisms import mechanism_figure
-from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.findings import write_comparison_stage
-from dpscaling.logs import log_to_file
-from dpscaling import mechanism_findings as stage
+from dpscaling.report.figures.context import load_context
+from dpscaling.report.figures.mechanisms import mechanism_figure
+from dpscaling.report.figures.settings import AnalysisSettings
+from dpscaling.findings.paper import write_comparison_stage
+from dpscaling.core.logs import log_to_file
+from dpscaling.findings import mechanisms as stage
 
 with log_to_file(snakemake.log[0]) as log:
     settings = AnalysisSettings.from_mapping(snakemake.params.analysis)

@@ -3,7 +3,7 @@ from pathlib import Path
 from dpscaling.data.public_unigram import write_public_unigram
 from dpscaling.data.stage import pack_documents
 from dpscaling.data.users import UserSpec
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     meta = pack_documents(

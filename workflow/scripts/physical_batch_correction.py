@@ -1,7 +1,7 @@
-from dpscaling.io import atomic_path, write_json_atomic
+from dpscaling.core.io import atomic_path, write_json_atomic
 from dpscaling.law.collect import read_curve
 from dpscaling.law.physical_batch import correction_from_curves
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     pairs, correction = correction_from_curves(

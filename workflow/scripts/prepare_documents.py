@@ -1,6 +1,6 @@
 from dpscaling.data.documents import CorpusSpec
 from dpscaling.data.stage import prepare_documents
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     spec = snakemake.params.spec

@@ -1,5 +1,5 @@
-from dpscaling.logs import log_to_file
-from dpscaling.private_jobs import audit_budget
+from dpscaling.core.logs import log_to_file
+from dpscaling.private.jobs import audit_budget
 
 with log_to_file(snakemake.log[0]) as log:
     summary = audit_budget(

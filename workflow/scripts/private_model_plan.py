@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from dpscaling.logs import log_to_file
-from dpscaling.private_model import write_plan
+from dpscaling.core.logs import log_to_file
+from dpscaling.private.model import write_plan
 
 with log_to_file(snakemake.log[0]) as log:
     plan = write_plan(

@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from dpscaling.logs import log_to_file
-from dpscaling.tables.private_model import write_report
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.private_model import write_report
 
 with log_to_file(snakemake.log[0]) as log:
     table = write_report(

@@ -9,9 +9,9 @@ configure_job(snakemake.threads, snakemake.config)
 
 import sys  # noqa: E402
 
-from dpscaling.cluster import relaunch_per_node  # noqa: E402
-from dpscaling.logs import log_to_file  # noqa: E402
-from dpscaling.private_jobs import train_plan  # noqa: E402
+from dpscaling.workflow.launch import relaunch_per_node  # noqa: E402
+from dpscaling.core.logs import log_to_file  # noqa: E402
+from dpscaling.private.jobs import train_plan  # noqa: E402
 
 # A multi-node Slurm job starts here once, in its batch step: run one copy per
 # node under srun (each joins jax.distributed) and exit with its status.

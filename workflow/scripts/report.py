@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 from dpscaling.config.blocks import config_yaml
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
-from dpscaling.logs import log_to_file
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]), tempfile.TemporaryDirectory(prefix="dpscaling-report-") as scratch:
     config_file = Path(scratch) / "config.yaml"

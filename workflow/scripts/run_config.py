@@ -1,5 +1,5 @@
-from dpscaling.io import write_text_atomic
-from dpscaling.logs import log_to_file
+from dpscaling.core.io import write_text_atomic
+from dpscaling.core.logs import log_to_file
 from dpscaling.config.blocks import config_yaml
 
 with log_to_file(snakemake.log[0]):

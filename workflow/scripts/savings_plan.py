@@ -1,5 +1,5 @@
-from dpscaling.logs import log_to_file
-from dpscaling.savings.plan import write_savings_plan
+from dpscaling.core.logs import log_to_file
+from dpscaling.private.savings_plan import write_savings_plan
 
 with log_to_file(snakemake.log[0]) as log:
     plan = write_savings_plan(

@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from dpscaling.logs import log_to_file
-from dpscaling.savings.report import write_report
+from dpscaling.core.logs import log_to_file
+from dpscaling.private.savings_report import write_report
 
 with log_to_file(snakemake.log[0]) as log:
     budgets = write_report(

@@ -7,8 +7,8 @@ from dpscaling.train.distributed import configure_job
 # job settings (compilation cache, deterministic GPU kernels; not params: they never change what a job computes).
 configure_job(snakemake.threads, snakemake.config)
 
-from dpscaling.logs import log_to_file  # noqa: E402
-from dpscaling.savings.plan import train_role  # noqa: E402
+from dpscaling.core.logs import log_to_file  # noqa: E402
+from dpscaling.private.savings_plan import train_role  # noqa: E402
 
 with log_to_file(snakemake.log[0]) as log:
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every checkpoint step

@@ -1,13 +1,13 @@
 import pandas as pd
 
-from dpscaling.findings import (
+from dpscaling.findings.paper import (
     SEQ_LEN_CAPTION,
     SEQ_LEN_LABEL,
     findings_table,
     shorter_length_under_dp,
 )
-from dpscaling.logs import log_to_file
-from dpscaling.tables.write import write_table
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.write import write_table
 
 with log_to_file(snakemake.log[0]) as log:
     finding = shorter_length_under_dp(pd.read_csv(snakemake.input[0]))

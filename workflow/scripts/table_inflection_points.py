@@ -1,8 +1,8 @@
-from dpscaling.figures.context import load_context
-from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.logs import log_to_file
-from dpscaling.tables.inflection_points import CAPTION, LABEL, inflection_points_table
-from dpscaling.tables.write import write_table
+from dpscaling.report.figures.context import load_context
+from dpscaling.report.figures.settings import AnalysisSettings
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.inflection_points import CAPTION, LABEL, inflection_points_table
+from dpscaling.report.tables.write import write_table
 
 with log_to_file(snakemake.log[0]):
     context = load_context(

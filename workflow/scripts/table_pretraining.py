@@ -1,6 +1,6 @@
-from dpscaling.logs import log_to_file
-from dpscaling.tables.pretraining import CAPTION, LABEL, pretraining_table
-from dpscaling.tables.write import write_table
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.pretraining import CAPTION, LABEL, pretraining_table
+from dpscaling.report.tables.write import write_table
 
 with log_to_file(snakemake.log[0]):
     table = pretraining_table(snakemake.input)

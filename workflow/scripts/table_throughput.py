@@ -1,6 +1,6 @@
-from dpscaling.logs import log_to_file
-from dpscaling.tables.throughput import CAPTION, LABEL, throughput_table
-from dpscaling.tables.write import write_table
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.throughput import CAPTION, LABEL, throughput_table
+from dpscaling.report.tables.write import write_table
 
 with log_to_file(snakemake.log[0]):
     table = throughput_table(snakemake.input)

@@ -8,9 +8,9 @@ from dpscaling.train.distributed import configure_job
 # job settings (compilation cache, deterministic GPU kernels; not params: they never change what a job computes).
 configure_job(snakemake.threads, snakemake.config)
 
-from dpscaling.cluster import relaunch_per_node  # noqa: E402
+from dpscaling.workflow.launch import relaunch_per_node  # noqa: E402
 from dpscaling.data.shards import load_meta  # noqa: E402
-from dpscaling.logs import log_to_file  # noqa: E402
+from dpscaling.core.logs import log_to_file  # noqa: E402
 from dpscaling.train import run_training  # noqa: E402
 from dpscaling.train.loop import CompiledSteps  # noqa: E402
 from dpscaling.train.checkpoint import discard_outdated_checkpoints  # noqa: E402

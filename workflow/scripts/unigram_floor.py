@@ -1,7 +1,7 @@
 from pathlib import Path
 
 from dpscaling.data.floor import unigram_floor, write_floor
-from dpscaling.logs import log_to_file
+from dpscaling.core.logs import log_to_file
 
 with log_to_file(snakemake.log[0]) as log:
     floor = unigram_floor(Path(snakemake.input.meta).parent, snakemake.params.objective)

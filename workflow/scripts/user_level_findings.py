@@ -1,6 +1,6 @@
-from dpscaling.figures.settings import AnalysisSettings
-from dpscaling.logs import log_to_file
-from dpscaling.user_level_findings import write_user_level_stage
+from dpscaling.report.figures.settings import AnalysisSettings
+from dpscaling.core.logs import log_to_file
+from dpscaling.findings.user_level import write_user_level_stage
 
 with log_to_file(snakemake.log[0]) as log:
     frame = write_user_level_stage(

@@ -1,12 +1,12 @@
-from dpscaling.figures.validation import predicted_vs_measured
+from dpscaling.report.figures.validation import predicted_vs_measured
 from dpscaling.law import LawSettings
 from dpscaling.law.calibration import CAPTION as COVERAGE_CAPTION
 from dpscaling.law.calibration import LABEL as COVERAGE_LABEL
 from dpscaling.law.calibration import coverage, interval_scale, write_calibration
 from dpscaling.law.collect import load_results
 from dpscaling.law.validation import CAPTION, LABEL, error_table, validate
-from dpscaling.logs import log_to_file
-from dpscaling.tables.write import write_table
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.write import write_table
 
 with log_to_file(snakemake.log[0]) as log:
     results, constants = load_results(snakemake.input.results, snakemake.params.results_format)

@@ -1,4 +1,4 @@
-from dpscaling.io import atomic_path
+from dpscaling.core.io import atomic_path
 from dpscaling.law import LawSettings
 from dpscaling.law.collect import load_results
 from dpscaling.law.heldout_length import (
@@ -7,8 +7,8 @@ from dpscaling.law.heldout_length import (
     error_table,
     held_out_length_points,
 )
-from dpscaling.logs import log_to_file
-from dpscaling.tables.write import write_table
+from dpscaling.core.logs import log_to_file
+from dpscaling.report.tables.write import write_table
 
 with log_to_file(snakemake.log[0]) as log:
     # Each length's curves with their run constants (its seq_len and physical batch).

@@ -17,8 +17,8 @@ import math
 from dpscaling.accounting import gaussian, pld, rdp
 from dpscaling.accounting.search import DEFAULT_RELATIVE_TOLERANCE, solve_decreasing
 from dpscaling.accounting.validation import DEFAULT_DELTA
-from dpscaling.errors import UserError
-from dpscaling.samplers import paper_participations
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.samplers import paper_participations
 
 # The Poisson branch's accountants: tight PLD, or a loose RDP bound asked for by name.
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")

@@ -9,7 +9,7 @@ each, is exactly one Gaussian mechanism of sensitivity √k, so
 
 with s_AG the analytic Gaussian mechanism (Balle & Wang 2018), computed by
 ``dp_accounting.get_sigma_gaussian``. Which k: the paper's hypothetical ``k = ⌈q·T⌉``
-(:func:`dpscaling.samplers.paper_participations`) for its rule, a sampler's own bound (:mod:`dpscaling.samplers`) for a run.
+(:func:`dpscaling.privacy.samplers.paper_participations`) for its rule, a sampler's own bound (:mod:`dpscaling.privacy.samplers`) for a run.
 The other reading, "every example in every step" (k = T), is :func:`sigma_every_step`; with it a tight
 Poisson σ is always lower, so the paper's min rule would never pick it.
 """

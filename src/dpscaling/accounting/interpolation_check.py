@@ -82,7 +82,7 @@ def report_interpolation_error(table_path, count: int, output_csv=None, seed: in
     that the CLI prints and the workflow logs.
     """
     from dpscaling.accounting.table import STATUS_OK, load_table
-    from dpscaling.io import atomic_path
+    from dpscaling.core.io import atomic_path
 
     loaded = load_table(table_path)
     measured = measure(loaded, off_grid_points(loaded, count, seed))

@@ -4,7 +4,7 @@ The study's accounting (paper §3.1, "Decoupling Noise Calibration") prices hypo
 Poisson batches after the fact. A run that claims a guarantee must instead be accounted
 for the sampler it ran:
 
-Each sampler's record (:mod:`dpscaling.samplers`) names its accountant:
+Each sampler's record (:mod:`dpscaling.privacy.samplers`) names its accountant:
 
 * ``shuffle`` (:class:`dpscaling.train.data.BatchSampler`) → ``deterministic``: fixed
   batches without amplification; an example taking part in k steps is k compositions of a
@@ -37,9 +37,9 @@ import numpy as np
 from dpscaling.accounting import gaussian
 from dpscaling.accounting.branches import ADD_REMOVE, ZERO_OUT
 from dpscaling.accounting.validation import check_delta, check_epsilon
-from dpscaling.errors import UserError
-from dpscaling.mechanisms import DPSGD, mechanism_named
-from dpscaling.samplers import SAMPLERS, Sampler, check_batch_fits, sampler_named
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.mechanisms import DPSGD, mechanism_named
+from dpscaling.privacy.samplers import SAMPLERS, Sampler, check_batch_fits, sampler_named
 
 # The accountant that describes each sampler (its registry record), and what each accountant assumes.
 MATCHED_ACCOUNTANT: dict[str, str] = {name: sampler.accountant for name, sampler in SAMPLERS.items()}
@@ -74,7 +74,7 @@ def matched_accountant(sampling: str, accountant: str | None = None, block: str 
 class RunPrivacy:
     """The guarantee of one run, with every parameter needed to recompute it."""
 
-    sampler: str  # a name in dpscaling.samplers.SAMPLERS
+    sampler: str  # a name in dpscaling.privacy.samplers.SAMPLERS
     accountant: str  # "deterministic" | "truncated_poisson"
     epsilon: float  # inf when σ = 0
     delta: float
@@ -93,7 +93,7 @@ class RunPrivacy:
     padding_share: float | None = None  # expected share of a step's L slots that are padding
     untruncated_epsilon: float | None = None  # ε of untruncated Poisson at the run's σ
     untruncated_sigma: float | None = None  # σ untruncated Poisson needs for the run's ε
-    # The noise mechanism (dpscaling.mechanisms); a DP-SGD run's record leaves these out (as it had them not).
+    # The noise mechanism (dpscaling.privacy.mechanisms); a DP-SGD run's record leaves these out (as it had them not).
     mechanism: str = DPSGD.name
     bands: int = 1
     group_size: int | None = None  # poisson + BandMF: examples per cyclic group, N // b (N mod b never sampled)
@@ -158,7 +158,7 @@ def account_run(sampling: str, accountant: str | None, *, dataset_size: int,
 
     Truncating samplers run at ``truncated_batch_size``; None chooses it by its privacy price, a
     multiple of ``multiple`` (:func:`dpscaling.accounting.truncation.truncated_poisson_run`).
-    ``mechanism`` is the noise's (:mod:`dpscaling.mechanisms`); a correlated one accounted as deterministic
+    ``mechanism`` is the noise's (:mod:`dpscaling.privacy.mechanisms`); a correlated one accounted as deterministic
     batches needs its strategy's ``coefficients`` (the sensitivity of C over the participations). A sampler
     that protects users accounted per sequence of theirs (ELS) needs ``examples_per_user``, k.
     """

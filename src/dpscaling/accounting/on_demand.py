@@ -46,9 +46,9 @@ import pandas as pd
 from dpscaling.accounting.table import Chunk, SigmaTable, compute_chunk, save_table
 from dpscaling.accounting.table_spec import TableSpec
 from dpscaling.accounting.validation import check_delta
-from dpscaling.errors import UserError
-from dpscaling.io import SIGMA_CACHE_ENV as CACHE_ENV
-from dpscaling.io import sigma_cache_directory as cache_directory
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import SIGMA_CACHE_ENV as CACHE_ENV
+from dpscaling.core.io import sigma_cache_directory as cache_directory
 
 EPSILON_PER_OCTAVE = 4
 # Grid nodes beyond the queried range on each side (octaves): the cubic stencil needs a neighbour.
@@ -80,7 +80,7 @@ class OnDemandSigma:
     sampling: str = "min"
     cache: Path | None = None
     progress: Callable[[str], None] | None = None
-    bands: int = 1  # a mechanism's table (dpscaling.mechanisms): BandMF's events at b bands
+    bands: int = 1  # a mechanism's table (dpscaling.privacy.mechanisms): BandMF's events at b bands
     examples_per_user: int = 1  # ELS's table for a user of k sequences (dpscaling.accounting.user_level)
     # The step counts every table spans, whatever is queried (σ is NaN beyond them): a law's search range, so that
     # every query of that law at an ε shares one table (ELS's slabs cost seconds per σ); None: the queried ones
@@ -185,7 +185,7 @@ def slab_key(spec: TableSpec, rate: float | None) -> dict[str, object]:
 
 def read_slab(path: Path, key: dict[str, object]) -> pd.DataFrame | None:
     """The slab at ``path`` if it is there, intact and recorded under exactly ``key``; else None (to build)."""
-    from dpscaling.io import read_parquet_verified
+    from dpscaling.core.io import read_parquet_verified
 
     if not path.is_file():
         return None

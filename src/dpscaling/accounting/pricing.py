@@ -10,11 +10,11 @@ participations and its truncation, accounted by the matched accountant (:mod:`dp
   cyclic Poisson for BandMF; over users for a user-level mechanism; ELS for DP-SGD protecting a user of k ≥ 2
   sequences: :func:`private_sampler`);
 * ``deterministic`` — fixed batches of a shuffle (``shuffle``; ``cyclic`` for BandMF), each example in at most
-  the sampler's ⌈T/⌊N/B⌋⌉ steps (:mod:`dpscaling.samplers`), one Gaussian of sensitivity √k, zero-out;
+  the sampler's ⌈T/⌊N/B⌋⌉ steps (:mod:`dpscaling.privacy.samplers`), one Gaussian of sensitivity √k, zero-out;
 * ``min`` — the lower σ of the two, naming its sampler.
 
 **The study's rules at a configuration** (:func:`price`: the query's runnable answer and its candidates, computed
-directly, not interpolated), for every mechanism of :mod:`dpscaling.mechanisms`:
+directly, not interpolated), for every mechanism of :mod:`dpscaling.privacy.mechanisms`:
 
 * ``poisson`` — each example joins each step independently. DP-SGD: T compositions of the
   Poisson-subsampled Gaussian at q = B/N on N examples, add/remove adjacency. DP-BandMF with b bands: cyclic
@@ -33,7 +33,7 @@ directly, not interpolated), for every mechanism of :mod:`dpscaling.mechanisms`:
 
 **The paper's rule at a rate** (:func:`paper_sigma`, :func:`paper_epsilon`; paper §3.1, §3.4 and appendix "Notes
 on Generalized DP-SGD"): the lower σ of untruncated Poisson at q and fixed batches in which each example joins
-⌈q·T⌉ steps (:func:`dpscaling.samplers.paper_participations`). No sampler runs it (a shuffle's fixed batches can
+⌈q·T⌉ steps (:func:`dpscaling.privacy.samplers.paper_participations`). No sampler runs it (a shuffle's fixed batches can
 give more participations; Poisson batches are truncated): it prices the paper's hypothetical batches, what the
 σ table (:class:`dpscaling.accounting.table.SigmaTable`) tabulates for the law's search and figures, and
 ``dpscaling sigma --rule paper`` prints, saying so. For BandMF at a rate the fixed batches are the ``cyclic``
@@ -42,7 +42,7 @@ sampler's (⌈T/⌊1/q⌋⌉ participations; NaN where ⌊1/q⌋ < b) and Poisso
 **At the user level** (not in the paper; docs/accounting.md, "Pricing a user"), a budget that protects a user
 of up to k sequences:
 
-* a user-level mechanism (``uls-m<m>``, :mod:`dpscaling.mechanisms`) — N and B count users and each user's m
+* a user-level mechanism (``uls-m<m>``, :mod:`dpscaling.privacy.mechanisms`) — N and B count users and each user's m
   sequences are one clipped contribution, so a step is DP-SGD's release over users: the same events at
   N users, whatever k (trained by ``user_poisson``, or ``user_shuffle`` for the fixed batches);
 * DP-SGD on sequences with ``examples_per_user`` k ≥ 2 (example-level sampling, ELS) — Poisson batches of
@@ -64,9 +64,9 @@ from dpscaling.accounting.branches import (
     ADD_REMOVE, DETERMINISTIC_BRANCH, MIN_RULE, POISSON_BRANCH, SAMPLINGS, ZERO_OUT)
 from dpscaling.accounting.validation import (
     check_delta, check_epsilon, check_sampling_probability, check_sigma, check_steps)
-from dpscaling.errors import UserError
-from dpscaling.mechanisms import Mechanism, mechanism_named
-from dpscaling.samplers import (
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.mechanisms import Mechanism, mechanism_named
+from dpscaling.privacy.samplers import (
     CYCLIC, ELS_POISSON, SHUFFLE, TRUNCATED_POISSON, check_batch_fits, fixed_batch_participations,
     paper_participations, sampler_named, separation_at_rate)
 
@@ -103,7 +103,7 @@ class Price:
     bands: int
     rule: str  # asked: poisson | deterministic | min
     branch: str  # what priced it: poisson | deterministic
-    sampler: str  # the sampler (dpscaling.samplers) that trains it with this guarantee
+    sampler: str  # the sampler (dpscaling.privacy.samplers) that trains it with this guarantee
     epsilon: float
     delta: float
     dataset_size: int  # N, privacy units
@@ -160,7 +160,7 @@ def deterministic_sampler(mechanism: Mechanism) -> str:
 
 def noise_sampler(mechanism: Mechanism, sampler: str) -> str:
     """The sampler that trains ``sampler``'s batches with ``mechanism``: its user-level form for a user-level one."""
-    from dpscaling.samplers import sampler_named
+    from dpscaling.privacy.samplers import sampler_named
 
     return sampler if mechanism.unit == "sequence" else str(sampler_named(sampler).user_level)
 

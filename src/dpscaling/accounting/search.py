@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from scipy import optimize
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 DEFAULT_RELATIVE_TOLERANCE = 1e-4
 _BRACKET_GROWTH = 1.5

@@ -29,8 +29,8 @@ from dpscaling.accounting import interpolation, sweep
 from dpscaling.accounting.branches import DETERMINISTIC_BRANCH, POISSON_BRANCH, SAMPLINGS
 from dpscaling.accounting.table_spec import Chunk, TableSpec, plan_table  # noqa: F401 - the table's API
 from dpscaling.accounting.validation import AccountingRefused
-from dpscaling.errors import UserError
-from dpscaling.io import read_parquet_verified, write_parquet_atomic
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import read_parquet_verified, write_parquet_atomic
 
 COLUMNS = ("epsilon", "steps", "sampling_probability", "delta", "sigma", "status")
 _OK, _REFUSED_CELL, _JUMP, _NEAR_STEPS = range(4)

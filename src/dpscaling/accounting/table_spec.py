@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpscaling.config.schema import default as schema_default
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 if TYPE_CHECKING:  # the config's block, for the annotations only
     from dpscaling.config.analysis_blocks import AccountingBlock
@@ -53,7 +53,7 @@ class TableSpec:
     discretisation_fraction: float = _table("discretisation_fraction")
     max_points: int = _table("max_points")  # single-step PLD bins before refusing a σ (cost of the corner)
     q_per_chunk: int = _table("q_per_chunk")  # q values per Snakemake job
-    # A mechanism's table (dpscaling.mechanisms): amplified BandMF with b bands at (T, q) is Poisson DP-SGD at
+    # A mechanism's table (dpscaling.privacy.mechanisms): amplified BandMF with b bands at (T, q) is Poisson DP-SGD at
     # (⌈T/b⌉, b·q) (jax-privacy's amplified_bandmf_event); b·q > 1 has no such run (σ NaN). 1 = DP-SGD.
     bands: int = 1
     # ELS's table (dpscaling.accounting.user_level): σ for a user of k sequences, each Poisson step a mixture of

@@ -29,7 +29,7 @@ from scipy import stats
 from dpscaling.accounting.calibration import calibrate_poisson
 from dpscaling.accounting.search import solve_decreasing
 from dpscaling.accounting.truncation import padding_share, round_up
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 # The share of the run's δ spent on the truncation's total-variation term (the rest is the mixture's).
 TRUNCATION_DELTA_SHARE = 0.1

@@ -1,6 +1,6 @@
 """Input checks shared by every accounting entry point.
 
-Each check raises :class:`dpscaling.errors.UserError` naming the quantity (the
+Each check raises :class:`dpscaling.core.errors.UserError` naming the quantity (the
 command line uses the same names for its flags) and the accepted range, so a bad
 input never turns into a silent NaN deep inside an accountant.
 """
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 
-from dpscaling.errors import UserError
+from dpscaling.config.schema import default as schema_default
+from dpscaling.core.errors import UserError
 
-DEFAULT_DELTA = 1e-8
+# Declared once, in the schema (accounting.delta, as the σ table's spec reads it): the command lines and the
+# accountants default to the workflow's δ.
+DEFAULT_DELTA: float = schema_default("accounting.delta")
 
 # ε above this is numerically meaningless for δ = 1e-8 (σ shrinks below 1e-3 of
 # any useful value) and would overflow exp(ε) inside hockey-stick divergences.

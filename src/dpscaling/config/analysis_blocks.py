@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dpscaling.config.block import Block, from_schema
 from dpscaling.config.training_blocks import Evaluation, GridPoint
@@ -93,7 +93,7 @@ class SavingsBaseline(Block):
 
 @from_schema("savings")
 class SavingsBlock(Block):
-    """Target ``savings`` (typed further by :class:`dpscaling.savings.plan.SavingsSettings`)."""
+    """Target ``savings`` (typed further by :class:`dpscaling.private.savings_plan.SavingsSettings`)."""
 
     NAME: ClassVar[str] = "savings"
     NESTED: ClassVar[Mapping[str, type[Block]]] = {"evaluation": Evaluation}
@@ -109,6 +109,6 @@ class AdaptiveDesignBlock(Block):
 
 @from_schema("explorer")
 class ExplorerBlock(Block):
-    """Rule ``explorer``: the grid of budgets the explorer page answers (:mod:`dpscaling.explorer`)."""
+    """Rule ``explorer``: the grid of budgets the explorer page answers (:mod:`dpscaling.report.explorer`)."""
 
     NAME: ClassVar[str] = "explorer"

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Optional
 
 from dpscaling.config.roles import ROLES
 from dpscaling.config.schema import schema
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,6 +40,8 @@ class RunConfig(Block):
     @property
     def root(self) -> str:
         """Where this run's outputs land: ``results/<run_name>``."""
+        # The one declaration of the results root: the schema has no key for it (run_name's description names
+        # the directory in prose, and compilation_cache's default results/.jax-cache is a key of its own).
         return f"results/{self.run_name}"
 
     def seq_lens(self) -> tuple[int, ...]:

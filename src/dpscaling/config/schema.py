@@ -14,7 +14,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from dpscaling.config.block import Block, from_schema
 from dpscaling.config.roles import (
     ABLATION_OWN, ABLATION_SHARED, GRID_AXIS, LATE, MODEL_START, PRIVATE_RUNS, SELECTS_JOBS, fields_with)
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -74,7 +74,7 @@ TUNED = "tuned"
 # A training.mechanism_learning_rates entry's key: that mechanism's noisy rates as doublings of the chosen rate.
 TUNED_DOUBLINGS = "tuned_doublings"
 # The data's two domains (data.sources, data.public_sources): the private one, where the privacy unit lives, and
-# the public one; learning_rate_protocol.domain names where the protocol's runs train (dpscaling.epsilon_scope).
+# the public one; learning_rate_protocol.domain names where the protocol's runs train (dpscaling.privacy.epsilon_scope).
 PRIVATE_DOMAIN, PUBLIC_DOMAIN = "private", "public"
 
 
@@ -97,7 +97,7 @@ class TrainingBlock(Block):
     def learning_rates_of(self, mechanism: str) -> tuple[float, ...] | None:
         """The learning rates ``mechanism``'s noisy runs train at: its ``mechanism_learning_rates`` entry, or
         ``learning_rates`` (a mechanism's noise changes what Adam's second moment sees, so its best rate moves);
-        None where the protocol chooses them per model (:func:`dpscaling.grid.main_grid`)."""
+        None where the protocol chooses them per model (:func:`dpscaling.workflow.grid.main_grid`)."""
         rates = self.mechanism_learning_rates.get(mechanism, self.learning_rates)
         return None if rates == TUNED or isinstance(rates, Mapping) else tuple(float(v) for v in rates)
 
@@ -140,7 +140,7 @@ class TrainingBlock(Block):
 @from_schema("learning_rate_protocol")
 class LearningRateProtocolBlock(Block):
     """``learning_rate_protocol``: the rates tried per model, the runs' horizon and the choice rule's settings
-    (:mod:`dpscaling.rate_protocol`)."""
+    (:mod:`dpscaling.tuning.rule`)."""
 
     NAME: ClassVar[str] = "learning_rate_protocol"
 

@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 SOURCES = ("core", "text", "parquet", "huggingface")
 SPLITS = ("train", "heldout")

@@ -9,7 +9,7 @@ records how many epochs it saw.
 
 from __future__ import annotations
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 
 def epochs_seen(steps: int, batch_size: int, n_train: int) -> float:

@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
-from dpscaling.errors import UserError
-from dpscaling.io import write_json_atomic
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import write_json_atomic
 
 FLOOR_FILE = "unigram_floor.json"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers.implementations import BertWordPieceTokenizer
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _ENCODE_CHUNK = 2048  # paragraphs per encode_batch call: bounded memory, full parallelism

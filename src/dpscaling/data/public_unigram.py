@@ -24,9 +24,9 @@ import numpy as np
 
 from dpscaling.data.floor import add_one_log_counts, never_target_mask, objective_targets
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split
-from dpscaling.errors import UserError
-from dpscaling.io import write_json_atomic
-from dpscaling.layout import PUBLIC_UNIGRAM_FILE as FILE
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import write_json_atomic
+from dpscaling.workflow.layout import PUBLIC_UNIGRAM_FILE as FILE
 
 ZEROS, PUBLIC_UNIGRAM = "zeros", "public_unigram"
 OUTPUT_BIAS_STARTS = (ZEROS, PUBLIC_UNIGRAM)

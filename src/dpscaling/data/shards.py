@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpscaling.data.documents import SPLITS
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path, write_json_atomic
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path, write_json_atomic
 
 COLUMN = "input_ids"
 USER_COLUMN = "user"

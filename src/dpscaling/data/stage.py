@@ -22,8 +22,8 @@ from dpscaling.data.shards import DatasetMeta, write_meta, write_split
 from dpscaling.data.users import (
     UserSpec, cap_examples, synthetic_contributions, users_of_contributions, users_record)
 from dpscaling.data.wordpiece import train_wordpiece, write_vocabulary
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path
 
 
 def prepare_documents(

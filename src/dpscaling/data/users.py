@@ -18,7 +18,7 @@ and account per user).
 training treats each user by that user's data alone: then raw data that differ in one user (added or removed)
 become training data that differ in that user only. A user id is a position (the order of documents, of the
 deal), and adding one user shifts every later id, so no choice is keyed by an id. A user's *key* is instead
-:func:`user_keys`: BLAKE2b, keyed by the seed and the choice's :class:`~dpscaling.streams.Stream`, of the
+:func:`user_keys`: BLAKE2b, keyed by the seed and the choice's :class:`~dpscaling.core.streams.Stream`, of the
 user's own rows in their order (its content). The seed may be public: the guarantee needs each user's choice
 to be a function of its own data, not a secret one.
 
@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from dpscaling.errors import UserError
-from dpscaling.streams import Stream
+from dpscaling.core.errors import UserError
+from dpscaling.core.streams import Stream
 
 UNITS = ("document", "synthetic")
 DISTRIBUTIONS = ("lomax", "constant")

@@ -36,8 +36,8 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from dpscaling.data.packing import SPECIAL_TOKENS, Vocabulary, load_vocabulary
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path
 
 ALPHABET_LIMIT = 100  # most frequent characters kept in the initial alphabet
 MIN_FREQUENCY = 2  # a merge must occur at least twice in the training split

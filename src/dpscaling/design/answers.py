@@ -3,7 +3,7 @@
 A target is a practitioner's budget (ε, N, C) (the config's ``private_model`` and ``savings`` budgets, the
 explorer's grid). Each member of the committee (a bootstrap replicate of the law, :mod:`dpscaling.law.bootstrap`)
 answers it with its own compute-optimal loss over the same candidate configurations, priced once
-(:meth:`dpscaling.figures.context.AnalysisContext.replicate_optima`); the spread of those answers is the
+(:meth:`dpscaling.report.figures.context.AnalysisContext.replicate_optima`); the spread of those answers is the
 uncertainty the design's runs are chosen to shrink (:mod:`dpscaling.design.choice`)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dpscaling.law.bootstrap import REPLICATE
 from dpscaling.law.columns import COMPUTE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
 
 if TYPE_CHECKING:
-    from dpscaling.figures.context import AnalysisContext
+    from dpscaling.report.figures.context import AnalysisContext
 
 
 @dataclass(frozen=True, order=True)
@@ -48,11 +48,6 @@ def target_optima(context: AnalysisContext, targets: Sequence[Target]) -> list[p
         for index in members:
             optima[index] = table[table[COMPUTE] == targets[index].compute].drop_duplicates(REPLICATE)
     return optima
-
-
-def answer_matrix(context: AnalysisContext, targets: Sequence[Target]) -> np.ndarray:
-    """Committee members × ``targets``: each replicate's optimal loss at each target, NaN where it has none."""
-    return answers_of(target_optima(context, targets), len(context.replicates or ()))
 
 
 def answers_of(optima: Sequence[pd.DataFrame], members: int) -> np.ndarray:

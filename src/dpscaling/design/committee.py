@@ -21,7 +21,7 @@ from dpscaling.design.answers import Target, answers_of, contenders, target_opti
 from dpscaling.design.choice import jackknife_covariance, joint_covariance
 from dpscaling.design.runs import DesignRun
 from dpscaling.design.settings import DesignSettings
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.bootstrap import REPLICATE, Replicates, replicate_grids
 from dpscaling.law.columns import LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SEED
 from dpscaling.law.interpolation import LossFunction

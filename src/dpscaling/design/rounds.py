@@ -37,11 +37,11 @@ from dpscaling.design.answers import Target
 from dpscaling.design.plan import plan_round, run_of_record, run_record
 from dpscaling.design.settings import DesignSettings
 from dpscaling.design.runs import DesignRun, continued, design_flops, horizons, longest_runs, seed_design
-from dpscaling.figures.context import AnalysisContext
-from dpscaling.figures.settings import analysis_settings_of
-from dpscaling.grid import (
+from dpscaling.report.figures.context import AnalysisContext
+from dpscaling.report.figures.settings import analysis_settings_of
+from dpscaling.workflow.grid import (
     TrainPoint, canonical, main_grid, mechanisms, points_at_length, points_with_mechanism, repeat_grid)
-from dpscaling.io import write_json_atomic
+from dpscaling.core.io import write_json_atomic
 from dpscaling.law.artifact import fit_law
 from dpscaling.law.collect import collect_training_curves, read_curve
 from dpscaling.law.settings import LawSettings, law_settings_of, mode_name
@@ -215,9 +215,9 @@ def check_design(run: RunConfig) -> None:
     """``design: adaptive``'s own refusals (UserError naming the key): a run continued from a shorter one must compute
     the same first steps (:mod:`dpscaling.train.prefix`), so no private sampler, no correlated mechanism and a horizon
     at a logged step; the paper's schedule, whose every row is a loss the law can read; a repeat seed is another seed."""
-    from dpscaling.errors import UserError
-    from dpscaling.mechanisms import mechanism_named
-    from dpscaling.samplers import sampler_named
+    from dpscaling.core.errors import UserError
+    from dpscaling.privacy.mechanisms import mechanism_named
+    from dpscaling.privacy.samplers import sampler_named
 
     if run.design != "adaptive":
         return
@@ -242,7 +242,7 @@ def check_design(run: RunConfig) -> None:
 
 
 def design_wildcards(run: DesignRun, batch: int) -> dict[str, str]:
-    """The wildcards of a design run's paths (:data:`dpscaling.layout.DESIGN_AXES`)."""
+    """The wildcards of a design run's paths (:data:`dpscaling.workflow.layout.DESIGN_AXES`)."""
     point = TrainPoint(run.model, batch, run.seed, run.noise_batch_ratio, run.learning_rate)
     return {key: point.wildcards[key] for key in ("model", "batch", "seed", "nbr", "lr")} | {
         "steps": canonical(run.steps)}
@@ -290,7 +290,7 @@ def draw_rounds(table: pd.DataFrame, out_stem: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpscaling.io import atomic_path
+    from dpscaling.core.io import atomic_path
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for (epsilon, users, compute), rows in table.groupby(["epsilon", "data budget", "compute"]):

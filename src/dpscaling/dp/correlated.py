@@ -28,8 +28,8 @@ import numpy as np
 import optax
 
 from dpscaling.dp.layers import in_unrolled_order
-from dpscaling.errors import UserError
-from dpscaling.mechanisms import STRATEGIES, Mechanism
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.mechanisms import STRATEGIES, Mechanism
 
 __all__ = ["CorrelatedNoiseState", "add_correlated_noise", "correlated_noise", "sensitivity_squared",
            "strategy_coefficients"]
@@ -109,7 +109,7 @@ def add_correlated_noise(coefficients: np.ndarray, stddev: float | jax.Array, ke
 
 def correlated_noise(mechanism: Mechanism, stddev: float | jax.Array, key: jax.Array, steps: int,
                      strategy: str, layer_prefix: str | None = None) -> optax.GradientTransformation:
-    """``mechanism``'s noise for a T = ``steps`` run (its :attr:`~dpscaling.mechanisms.Mechanism.noise_builder`);
+    """``mechanism``'s noise for a T = ``steps`` run (its :attr:`~dpscaling.privacy.mechanisms.Mechanism.noise_builder`);
     with ``layer_prefix``, a scanned model's noise drawn for its unrolled view (jax-privacy draws per leaf)."""
     noise = add_correlated_noise(strategy_coefficients(mechanism, steps, strategy), stddev, key)
     return noise if layer_prefix is None else in_unrolled_order(noise, layer_prefix)

@@ -35,7 +35,7 @@ from flax import linen as nn
 
 from dpscaling.dp.layers import STACK_BODY, STACKED_LAYERS, Bias
 from dpscaling.dp.per_example import BatchLossFn, PyTree, clip_factors
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 _f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
 

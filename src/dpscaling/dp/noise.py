@@ -159,7 +159,7 @@ def add_gaussian_noise(stddev: float | jax.Array, key: jax.Array | int, layer_pr
 
 def gaussian_noise(mechanism, stddev: float | jax.Array, key: jax.Array, steps: int, strategy: str,
                    layer_prefix: str | None = None) -> optax.GradientTransformation:
-    """DP-SGD's noise (its :attr:`~dpscaling.mechanisms.Mechanism.noise_builder`): i.i.d., whatever T; with
+    """DP-SGD's noise (its :attr:`~dpscaling.privacy.mechanisms.Mechanism.noise_builder`): i.i.d., whatever T; with
     ``layer_prefix``, a scanned model's in the unrolled model's order (:func:`standard_normal_like`)."""
     del mechanism, steps, strategy
     return add_gaussian_noise(stddev, key, layer_prefix)
@@ -170,7 +170,7 @@ def dp_optimizer(optimizer: optax.GradientTransformation, noise: optax.GradientT
     """Generalized DP-SGD's noise + OptimizerUpdate (Algorithm 1, lines 5–6).
 
     Feed it the clipped mean gradient; with ``optax.adam`` this is the paper's DP-Adam. ``noise`` is the run's
-    mechanism's (:meth:`dpscaling.mechanisms.Mechanism.noise_transform`): DP-SGD's i.i.d. Gaussian
+    mechanism's (:meth:`dpscaling.privacy.mechanisms.Mechanism.noise_transform`): DP-SGD's i.i.d. Gaussian
     (:func:`gaussian_noise`) or BandMF's correlated noise.
     """
     return optax.chain(noise, optimizer)

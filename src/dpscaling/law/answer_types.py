@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from dpscaling.accounting.pricing import Price
-from dpscaling.epsilon_scope import choices_of_provenance, epsilon_scope
+from dpscaling.privacy.epsilon_scope import choices_of_provenance, epsilon_scope
 from dpscaling.law.calibration import Calibration
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, SIGMA)
@@ -22,7 +22,7 @@ from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import InferenceAware, compute_cost
 from dpscaling.law.range_checks import Flag, one_line
 from dpscaling.law.runnable import ModelShape, train_config
-from dpscaling.mechanisms import DPSGD, mechanism_named
+from dpscaling.privacy.mechanisms import DPSGD, mechanism_named
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ class Answer:
     @property
     def epsilon_covers(self) -> dict[str, Any]:
         """What ε covers of a run trained with this answer, and where the law's data-dependent choices (its
-        configuration, learning rate, vocabulary) were fitted: :func:`dpscaling.epsilon_scope.epsilon_scope` of
+        configuration, learning rate, vocabulary) were fitted: :func:`dpscaling.privacy.epsilon_scope.epsilon_scope` of
         the bundle's record."""
         return epsilon_scope(choices_of_provenance(self.provenance))
 

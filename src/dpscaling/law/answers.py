@@ -27,52 +27,32 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpscaling.accounting import pricing
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.answer_types import Answer, Configuration, Runnable
 from dpscaling.law.bootstrap import band, interval
+from dpscaling.law.budget import AnswerSettings, Budget, PricedSurface, check_positive, held_sequences
 from dpscaling.law.budget_scan import BudgetScan
 from dpscaling.law.bundle import Bundle
-from dpscaling.law.calibration import calibrated_interval
-from dpscaling.law.decision import DecisionRule, rule_named
 from dpscaling.law.columns import (
     BATCH_SIZE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PRIVACY_BUDGET,
     REASON)
+from dpscaling.law.decision import DecisionRule, rule_named
 from dpscaling.law.interpolation import reason_counts
 from dpscaling.law.noise import SigmaSource, els_sigma_source
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import (
-    DECISION_SCORE, DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, NO_SIGMA, REFERENCE_BAND_TOLERANCE, SATURATION_TOLERANCE,
-    ComputeOptimal, compute_cost, compute_optimal, evaluate_configurations, inference_aware, model_size_grid)
-from dpscaling.law.range_checks import (
-    ExtrapolationRefused, ValidatedRanges, data_flags, iteration_flags, model_size_flags, noise_flags,
-    point_optimum_flags, refusal, saturation_flag, sigma_flags, unpriced_sigma_flag)
-from dpscaling.law.runnable import (
-    ModelShape, best_learning_rate, nearest_measured, nearest_shape, whole_batch, whole_steps)
-from dpscaling.law.sequence_length import (
-    PRIVACY_UNITS, SEQ_LEN, DataBudget, compute_optimal_across_lengths, length_tradeoff)
-from dpscaling.law.surface import Surface, surface_at
-from dpscaling.mechanisms import mechanism_named
+    DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, compute_cost, evaluate_configurations,
+    model_size_grid)
+from dpscaling.law.range_checks import ExtrapolationRefused, ValidatedRanges
+from dpscaling.law.rendering import render_answer
+from dpscaling.law.rounding import choose_runnable, ranking
+from dpscaling.law.runnable import ModelShape, nearest_shape
+from dpscaling.law.sequence_length import SEQ_LEN, compute_optimal_across_lengths, length_tradeoff
+from dpscaling.law.surface import surface_at
+from dpscaling.privacy.mechanisms import mechanism_named
 
 CONFIG_COLUMNS = [MODEL_SIZE, BATCH_SIZE, ITERATIONS, PRIVACY_BUDGET, DATA_BUDGET]
-# The search's best candidates made runnable, in order, until one stays inside the law's range.
-RUNNABLE_CANDIDATES = 8
 SKIPPED_OPTIMUM_INTERVAL = "not computed (optimum_interval=False)"
-
-
-def held_sequences(users: float, examples_per_user: int, sequences: float | None) -> float:
-    """S, the sequences N = ``users`` users of up to k = ``examples_per_user`` hold in all: what ELS samples and is
-    priced on. ``sequences`` where given (refused outside N..N·k, naming ``--sequences``); else S = N, the
-    conservative end: every user holds at least one sequence, so S ≥ N, and the fewest sequences are the highest
-    sampling rate q = B/S at the same batch, the largest σ, a price no S the users can hold exceeds. (N·k, every
-    user at the cap, would be the smallest σ: too little noise wherever users hold fewer.)"""
-    k = int(examples_per_user)
-    if sequences is None:
-        return float(users)
-    if not users <= sequences <= users * k:
-        raise UserError(f"--sequences: the sequences the {users:g} users hold, from one each to k = {k} each "
-                        f"({users:g}..{users * k:g}), got {sequences:g}")
-    return float(sequences)
 
 
 class ScalingLaw:
@@ -94,7 +74,7 @@ class ScalingLaw:
 
     @property
     def mechanism(self) -> str:
-        """The noise mechanism whose price σ̄ is (dpscaling.mechanisms)."""
+        """The noise mechanism whose price σ̄ is (dpscaling.privacy.mechanisms)."""
         return self.bundle.law.mechanism
 
     def info(self) -> dict[str, Any]:
@@ -143,7 +123,7 @@ class ScalingLaw:
         """The law's measured models: name → Model Size."""
         return self.bundle.law.grid.drop_duplicates(MODEL).set_index(MODEL)[MODEL_SIZE]
 
-    def _measured_model(self, model_size: float) -> str | None:
+    def measured_model(self, model_size: float) -> str | None:
         """The measured model of exactly ``model_size`` parameters, if any."""
         sizes = self.measured_sizes
         hits = sizes.index[np.isclose(sizes.to_numpy(float), model_size, rtol=1e-9, atol=0.5)]
@@ -195,11 +175,10 @@ class ScalingLaw:
         configuration among the candidates (:mod:`dpscaling.law.decision`; default ``calibrated_upper``);
         ``sampling`` the rule the runnable answer's σ is priced under (default the law's; ``poisson``: what a
         private run trains; the search reads the law's table under the law's rule, and the best
-        :data:`RUNNABLE_CANDIDATES` are priced);
+        :data:`dpscaling.law.rounding.RUNNABLE_CANDIDATES` are priced);
         ``models`` restricts the search to those measured models (a run's own, for ``private_model``).
         """
-        if not (compute > 0 and epsilon > 0):
-            raise UserError(f"--compute and --epsilon must be positive, got {compute!r} and {epsilon!r}")
+        check_positive(compute, epsilon)
         rule = rule_named(decision_rule)
         if count_pretraining:
             return self._query_counting_pretraining(
@@ -209,17 +188,15 @@ class ScalingLaw:
                 inference_tokens=inference_tokens, microbatch_size=microbatch_size,
                 optimum_interval=optimum_interval, progress=progress, decision_rule=rule, sampling=sampling,
                 models=models, examples_per_user=examples_per_user, sequences=sequences)
-        if (users is None) == (tokens is None):
-            raise UserError("give the data budget as exactly one of --users (privacy units) and --tokens")
-        unit = privacy_unit or ("sequence" if tokens is not None else "user")
-        if unit not in PRIVACY_UNITS:
-            raise UserError(f"--privacy-unit: must be one of {PRIVACY_UNITS}, got {unit!r}")
-        data = DataBudget(unit, tokens, users)
+        budget = Budget.asked(compute, epsilon, users, tokens, delta=delta, privacy_unit=privacy_unit,
+                              seq_len=seq_len, examples_per_user=examples_per_user, sequences=sequences)
         tolerance = self.default_tolerance() if tolerance is None else float(tolerance)
-        # The search reads the law's table under its own rule (the table refuses the Poisson branch alone where
-        # it cannot interpolate it); the runnable answer is priced exactly under ``sampling``.
-        source, per_user = self._user_budget(data, examples_per_user, sequences, delta, progress)
+        # Price: the search reads the law's table under its own rule (the table refuses the Poisson branch alone
+        # where it cannot interpolate it); the runnable answer is priced exactly under ``sampling``.
+        source, per_user = self._user_budget(budget, progress)
         correction = self._correction(physical_batch_correction)
+        settings = AnswerSettings(rule, sampling or source.sampling, bool(allow_extrapolation), microbatch_size,
+                                  optimum_interval)
         lengths = self.bundle.lengths
         if lengths is not None and (seq_len is None or float(seq_len) != self.seq_len or
                                     self.seq_len not in lengths.across.lengths):
@@ -228,38 +205,37 @@ class ScalingLaw:
                                 f"give --seq-len {self.seq_len}")
             if models is not None:
                 raise UserError("models: a query across sequence lengths searches each length's own models")
-            return self._query_across_lengths(compute, epsilon, data, seq_len, tolerance, source, correction,
-                                              allow_extrapolation, microbatch_size, model_size_range,
-                                              optimum_interval, rule, sampling)
+            return self._query_across_lengths(budget, tolerance, source, correction, settings, model_size_range)
         if seq_len is not None and float(seq_len) != self.seq_len:
             raise UserError(f"--seq-len {seq_len:g}: this law was fitted at S = {self.seq_len} only")
         surface = surface_at(self.bundle, self.seq_len)
-        units = data.units(self.seq_len) * per_user
         sizes = (self.sizes_of(models) if models is not None
                  else self.candidate_sizes(model_size_range or surface.model_size_range))
-        answer = compute_optimal(compute, epsilon, units, surface.loss, source.sigma, surface.step_tokens, sizes,
-                                 surface.iteration_bounds, tolerance, correction=correction,
-                                 rank=self._rank(rule, surface))
-        self._scan.remember(answer, compute, epsilon, units, surface, sizes, source, correction)
-        self._scan.refuse_beyond_validation(answer, compute, epsilon, units, surface, sizes, source, tolerance,
-                                            correction, self.ranges, allow_extrapolation)
-        interval_bands, note = (surface.optimum_band(answer, correction, self.bundle.notes)
-                                if optimum_interval else (None, SKIPPED_OPTIMUM_INTERVAL))
-        inference = None
-        if inference_tokens is not None:
-            inference = inference_aware(compute, epsilon, units, surface.loss, source.sigma, surface.step_tokens, sizes,
-                                        surface.iteration_bounds, inference_tokens, correction=correction)
-        saturation = self._scan.saturation(compute, epsilon, units, surface, sizes, source, correction)
-        # ELS samples the users' sequences: the answer says how many it priced, and whether they were assumed.
-        held = ({"sequences": float(units), "sequences_assumed": sequences is None}
-                if source.examples_per_user is not None and mechanism_named(self.mechanism).unit == "sequence"
-                else {})
-        return self._answer(answer, compute, epsilon, data, units, surface, sizes, source, correction,
-                            allow_extrapolation, microbatch_size, tolerance, interval_bands, note, saturation,
-                            rule, inference=inference, price_rule=sampling, held=held)
+        priced = PricedSurface(epsilon, surface, source, budget.data.units(self.seq_len) * per_user, sizes,
+                               correction, tolerance)
+        return self._answer_at(budget, priced, settings, inference_tokens)
 
-    def _user_budget(self, data: DataBudget, examples_per_user: int | None, sequences: float | None,
-                     delta: float | None, progress: Callable[[str], None] | None) -> tuple[SigmaSource, float]:
+    def _answer_at(self, budget: Budget, priced: PricedSurface, settings: AnswerSettings,
+                   inference_tokens: float | None) -> Answer:
+        """Scan, choose, round and answer at the law's own length: the search, its refusal past the validated
+        horizon, the optimum's band, the saturating compute, the runnable twin and the answer."""
+        surface, compute = priced.surface, budget.compute
+        answer = priced.search(compute, rank=ranking(settings.rule, surface))
+        self._scan.remember(answer, compute, priced)
+        self._scan.refuse_beyond_validation(answer, compute, priced, self.ranges, settings.allow_extrapolation)
+        interval_bands, note = (surface.optimum_band(answer, priced.correction, self.bundle.notes)
+                                if settings.optimum_interval else (None, SKIPPED_OPTIMUM_INTERVAL))
+        inference = None if inference_tokens is None else priced.inference_aware(compute, inference_tokens)
+        saturation = self._scan.saturation(compute, priced)
+        # ELS samples the users' sequences: the answer says how many it priced, and whether they were assumed.
+        held = ({"sequences": float(priced.units), "sequences_assumed": budget.sequences is None}
+                if priced.source.examples_per_user is not None and mechanism_named(self.mechanism).unit == "sequence"
+                else {})
+        runnable = choose_runnable(self, answer, budget, priced, settings)
+        return render_answer(self.bundle, answer, runnable, budget, priced, settings, interval_bands, note, saturation,
+                             inference=inference, held=held)
+
+    def _user_budget(self, budget: Budget, progress: Callable[[str], None] | None) -> tuple[SigmaSource, float]:
         """σ's source for the budget, and the sampled units per user of it (docs/query.md, "A budget per user"):
 
         * a sequence-level budget (no ``examples_per_user``): the law's own σ, one unit each;
@@ -270,20 +246,14 @@ class ScalingLaw:
           (:func:`dpscaling.law.noise.els_sigma_source`), DP-SGD's at k = 1.
         """
         mechanism = mechanism_named(self.mechanism)
-        if examples_per_user is not None and (int(examples_per_user) != examples_per_user or examples_per_user < 1):
-            raise UserError(f"--examples-per-user: must be a whole number >= 1, got {examples_per_user!r}")
-        if examples_per_user is not None and data.privacy_unit != "user":
-            raise UserError("--examples-per-user: a budget per user counts users: give --users, not --tokens")
+        data, k = budget.data, budget.examples_per_user
         if mechanism.unit == "user" and data.privacy_unit != "user":
             raise UserError(f"--privacy-unit: {mechanism.name}'s law samples users (N and B count users): give the "
                             "data budget in --users")
-        if sequences is not None and examples_per_user is None:
-            raise UserError("--sequences: the sequences N users hold, for a budget per user: give --examples-per-user")
-        source = self.sigma_source(delta, progress)
-        if examples_per_user is None:
+        source = self.sigma_source(budget.delta, progress)
+        if k is None:
             return source, 1
-        k = int(examples_per_user)
-        held = held_sequences(data.users, k, sequences)
+        held = held_sequences(data.users, k, budget.sequences)
         if mechanism.unit == "user":
             return dataclasses.replace(source, examples_per_user=k), 1
         if mechanism.bands > 1:
@@ -306,15 +276,6 @@ class ScalingLaw:
             raise UserError(f"models: none of {list(models)} is a model of this law (it measured "
                             f"{sorted(measured.index)})")
         return np.array(inside)
-
-    @staticmethod
-    def _rank(rule: DecisionRule, surface: Surface) -> Callable[[pd.DataFrame], np.ndarray]:
-        """The decision rule's score of a search's answered rows (:mod:`dpscaling.law.decision`)."""
-        def rank(rows: pd.DataFrame) -> np.ndarray:
-            return rule.scores(rows[CROSS_ENTROPY].to_numpy(float), surface.calibration,
-                               rows[MODEL_SIZE].to_numpy(float), rows[ITERATIONS].to_numpy(float),
-                               rows[NOISE_BATCH_RATIO].to_numpy(float))
-        return rank
 
     def _query_counting_pretraining(self, compute: float, epsilon: float, *, model_size_range=None,
                                     **query: Any) -> Answer:
@@ -354,32 +315,31 @@ class ScalingLaw:
                  "finetuning_compute": float(compute) - pretraining}
         return dataclasses.replace(answer, query={**answer.query, **split})
 
-    def _query_across_lengths(self, compute, epsilon, data: DataBudget, seq_len, tolerance, source, correction,
-                              allow_extrapolation, microbatch_size, model_size_range,
-                              optimum_interval: bool = True, rule: DecisionRule | None = None,
-                              price_rule: str | None = None) -> Answer:
-        """The best (M, S, B, T) over the bundle's lengths (or at ``seq_len``, interpolated in log S)."""
-        lengths = self.bundle.lengths
+    def _query_across_lengths(self, budget: Budget, tolerance: float, source: SigmaSource,
+                              correction: PhysicalBatchCorrection | None, settings: AnswerSettings,
+                              model_size_range: tuple[float, float] | None) -> Answer:
+        """The best (M, S, B, T) over the bundle's lengths (or at the budget's ``seq_len``, interpolated in log S)."""
+        lengths, data, seq_len = self.bundle.lengths, budget.data, budget.seq_len
         if correction is not None:
             raise UserError("the physical-batch correction was fitted at the primary length only; drop it for a "
                             "query across sequence lengths")
         if model_size_range is not None:
             raise UserError("--model-size-range applies to a law of one length; a query across lengths searches "
                             "each length's own model range")
-        found = compute_optimal_across_lengths(compute, epsilon, lengths.across, source.sigma, data.privacy_unit,
-                                               tokens=data.tokens, users=data.users, seq_len=seq_len,
-                                               tolerance=tolerance)
+        found = compute_optimal_across_lengths(budget.compute, budget.epsilon, lengths.across, source.sigma,
+                                               data.privacy_unit, tokens=data.tokens, users=data.users,
+                                               seq_len=seq_len, tolerance=tolerance)
         surface = surface_at(self.bundle, found.seq_len)
-        units = data.units(found.seq_len)
-        sizes = model_size_grid(*surface.model_size_range)
-        self._scan.refuse_beyond_validation(found.answer, compute, epsilon, units, surface, sizes, source, tolerance,
-                                            None, self.ranges, allow_extrapolation)
+        priced = PricedSurface(budget.epsilon, surface, source, data.units(found.seq_len),
+                               model_size_grid(*surface.model_size_range), None, tolerance)
+        self._scan.refuse_beyond_validation(found.answer, budget.compute, priced, self.ranges,
+                                            settings.allow_extrapolation)
         bands, note = None, lengths.note
-        if not optimum_interval:
+        if not settings.optimum_interval:
             note = SKIPPED_OPTIMUM_INTERVAL
         elif lengths.replicates:
             chosen = None if seq_len is None else [seq_len]
-            row = length_tradeoff(lengths.across, source.sigma, np.array([compute]), epsilon, data,
+            row = length_tradeoff(lengths.across, source.sigma, np.array([budget.compute]), budget.epsilon, data,
                                   DEFAULT_BATCH_SIZES, lengths.replicates, lengths=chosen).iloc[0]
             bands = {"seed_only_interval_90": (float(row[band(CROSS_ENTROPY)[0]]), float(row[band(CROSS_ENTROPY)[1]])),
                      "seq_len_90": (float(row[band(SEQ_LEN)[0]]), float(row[band(SEQ_LEN)[1]]))}
@@ -388,10 +348,9 @@ class ScalingLaw:
                        "predicted_loss": float(row[CROSS_ENTROPY]), "model_size": float(row[MODEL_SIZE]),
                        "batch_size": float(row[BATCH_SIZE]), "iterations": float(row[ITERATIONS])}
                       for _, row in found.per_length.iterrows()]
-        return self._answer(found.answer, compute, epsilon, data, units, surface, sizes, source, None,
-                            allow_extrapolation, microbatch_size, tolerance, bands, note, None, rule_named(rule),
-                            per_length=per_length, lengths_without_answer=found.unanswered_lengths,
-                            price_rule=price_rule)
+        runnable = choose_runnable(self, found.answer, budget, priced, settings)
+        return render_answer(self.bundle, found.answer, runnable, budget, priced, settings, bands, note, None,
+                             per_length=per_length, lengths_without_answer=found.unanswered_lengths)
 
     # --------------------------------------------------------------------------------- the parts
 
@@ -404,129 +363,6 @@ class ScalingLaw:
             raise UserError("--physical-batch-correction: this law carries no physical-batch correction (the run "
                             "did not enable fit.physical_batch_correction); pass its correction.json instead")
         return self.bundle.correction
-
-    def _runnable(self, answer: ComputeOptimal, compute, epsilon, units, surface: Surface, source: SigmaSource,
-                  correction, microbatch_size, rule: DecisionRule, price_rule: str) -> Runnable:
-        """The search's leading candidates (best first by the decision rule, :data:`RUNNABLE_CANDIDATES`
-        distinct after rounding) made runnable and re-priced exactly under ``price_rule``; the first with a
-        finite predicted loss wins. Rounding can move a candidate out of the law's range (σ' below its smallest
-        σ̄, say); the next then answers. Priced under another rule than the search's (``sampling="poisson"``
-        where the law's is ``min``), the σ̄ of each candidate moves, so all :data:`RUNNABLE_CANDIDATES` are
-        priced and the rule's lowest score wins."""
-        leading = answer.leading
-        if DECISION_SCORE not in leading:  # a search that ranked by loss (across lengths): rank it here
-            leading = leading.assign(**{DECISION_SCORE: self._rank(rule, surface)(leading)}).sort_values(
-                DECISION_SCORE, kind="stable")
-        tried, first, answered, unpriced = set(), None, [], []
-        for _, row in leading.iterrows():
-            runnable = self._rounded(row, compute, epsilon, units, surface, source, correction, microbatch_size,
-                                     rule, price_rule)
-            key = (runnable.model_size, runnable.batch_size, runnable.iterations)
-            if key in tried:
-                continue
-            tried.add(key)
-            first = first or runnable
-            if math.isfinite(runnable.predicted_loss):
-                if not runnable.priced:  # an interpolated σ answers only where no candidate is priced
-                    unpriced.append(runnable)
-                elif price_rule == source.sampling:
-                    return runnable
-                else:
-                    answered.append(runnable)
-            if len(tried) >= RUNNABLE_CANDIDATES:
-                break
-        if answered or unpriced:  # the first of equal scores: the search's order
-            return min(answered or unpriced, key=lambda found: found.decision.score)
-        return dataclasses.replace(first, model_note=(
-            f"{first.model_note + '; ' if first.model_note else ''}no rounded configuration of the {len(tried)} best "
-            f"is inside the law's range (σ̄ = {first.noise_batch_ratio:.4g}, the law's σ̄ range "
-            f"{self.ranges.noise_batch_ratio[0]:.4g}..{self.ranges.noise_batch_ratio[1]:.4g})"))
-
-    def _rounded(self, optimum: pd.Series, compute, epsilon, units, surface: Surface, source: SigmaSource,
-                 correction, microbatch_size, rule: DecisionRule, price_rule: str) -> Runnable:
-        """One candidate rounded (:mod:`dpscaling.law.runnable`): shape, whole microbatches and steps, σ priced
-        exactly for the law's mechanism (:func:`dpscaling.accounting.pricing.price`), the rule's score."""
-        bundle = self.bundle
-        microbatch = int(microbatch_size or bundle.provenance.get("microbatch_size") or 1)
-        shape, note = None, ""
-        measured = self._measured_model(float(optimum[MODEL_SIZE])) if surface.seq_len == self.seq_len else None
-        try:
-            if measured is not None:  # a measured model as it stands (a search over the law's own models)
-                shape = next((known for known in bundle.shapes if known.name == measured), None)
-            else:
-                shape = self.shape_near(float(optimum[MODEL_SIZE]), surface.seq_len, bounds=surface.model_size_range)
-        except UserError as error:
-            note = str(error)
-        model_size = (shape.param_count if shape is not None and measured is None
-                      else int(round(float(optimum[MODEL_SIZE]))))
-        batch = whole_batch(float(optimum[BATCH_SIZE]), microbatch, units)
-        low, high = surface.iteration_bounds
-        steps = min(max(whole_steps(compute, model_size, batch, surface.step_tokens), math.ceil(low)), math.floor(high))
-        priced, unpriced = None, None
-        try:
-            priced = pricing.price(self.mechanism, price_rule, epsilon, source.delta, units, batch, steps,
-                                   source.examples_per_user)
-            sigma, branch = priced.sigma, priced.branch
-            accountant = f"dpscaling.accounting.pricing ({self.mechanism}, {price_rule} rule)"
-        except UserError as error:  # the accountant's hard corner: the table's σ, shown apart (Runnable.unpriced)
-            sigma = float(source.sigma(np.array([epsilon]), np.array([steps]), np.array([batch / units]))[0])
-            branch, accountant, unpriced = source.sampling, f"{source.description} (interpolated)", str(error)
-        nbr = sigma / batch
-        m, t, s = np.array([float(model_size)]), np.array([float(steps)]), np.array([nbr])
-        loss = surface.loss(m, t, s)
-        shift = 0.0 if correction is None else correction.shift(np.array([float(batch)]), s, m)
-        predicted = float(np.asarray(loss - shift).ravel()[0])
-        seed_only = None
-        if surface.replicates is not None and math.isfinite(predicted):
-            lows, highs = interval(surface.replicates.loss_matrix(m, t, s))
-            seed_only = (float(np.ravel(lows - shift)[0]), float(np.ravel(highs - shift)[0]))
-        calibrated = (calibrated_interval(predicted, surface.calibration, m[0], t[0], s[0])
-                      if surface.calibration is not None and math.isfinite(predicted) else None)
-        rate = None
-        sizes = self.measured_sizes.to_dict()
-        try:
-            rate = best_learning_rate(bundle.law.grid, nearest_measured(float(model_size), sizes), nbr, steps)
-        except UserError:
-            rate = None
-        start = self.pretrained.get(shape.name) if shape is not None else None
-        decision = (rule.decide(predicted, surface.calibration, m[0], t[0], s[0]) if math.isfinite(predicted)
-                    else None)
-        return Runnable(shape, int(model_size), batch, steps, microbatch, surface.seq_len, float(epsilon),
-                        float(source.delta), float(units), float(sigma), float(nbr), branch, accountant, predicted,
-                        seed_only, calibrated, rate, note, start, priced, self.mechanism, decision, measured,
-                        surface.sequences_per_unit, source.examples_per_user, unpriced)
-
-    def _answer(self, answer: ComputeOptimal, compute, epsilon, data: DataBudget, units, surface: Surface, sizes,
-                source: SigmaSource, correction, allow_extrapolation, microbatch_size, tolerance, bands, note,
-                saturation, rule: DecisionRule, per_length=None, lengths_without_answer=None,
-                inference=None, price_rule: str | None = None, held: dict | None = None) -> Answer:
-        optimum = Configuration.from_row(answer.optimum, surface.seq_len, surface.sequences_per_unit)
-        runnable = self._runnable(answer, compute, epsilon, units, surface, source, correction, microbatch_size,
-                                  rule, price_rule or source.sampling)
-        flags = [*iteration_flags(float(runnable.iterations), self.ranges, allow_extrapolation),
-                 *point_optimum_flags(optimum.iterations, float(runnable.iterations), self.ranges),
-                 *model_size_flags(optimum.model_size, (float(sizes[0]), float(sizes[-1])), self.ranges.model_size),
-                 *noise_flags(optimum.noise_batch_ratio, self.ranges.noise_batch_ratio),
-                 *data_flags(runnable.batch_size, runnable.iterations, units, data.privacy_unit, self.ranges),
-                 *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates, answer.unpriced_sampling_rates,
-                              optimum.batch_size / units),
-                 *([] if runnable.priced else unpriced_sigma_flag(runnable.sigma, runnable.unpriced))]
-        if saturation is not None:
-            flags += saturation_flag(compute, saturation["compute"], optimum.predicted_loss,
-                                     saturation["answer"]["predicted_loss"], SATURATION_TOLERANCE)
-            if not any(flag.code == "past_saturation" for flag in flags):
-                saturation = None  # reported only when the budget is past it
-        query = {"compute": float(compute), "epsilon": float(epsilon), "delta": float(source.delta),
-                 "privacy_unit": data.privacy_unit, "users": data.users, "tokens": data.tokens,
-                 "examples_per_user": source.examples_per_user,
-                 "data_budget_units": float(units), "seq_len": surface.seq_len, "tolerance": float(tolerance),
-                 "allow_extrapolation": bool(allow_extrapolation), **(held or {})}
-        refused = refusal(iteration_flags(optimum.iterations, self.ranges, allow_extrapolation=False))
-        return Answer(query, runnable, optimum, answer.ranges(), len(answer.near_optimal), answer.candidates,
-                      answer.unanswered, bands, note, surface.calibration, surface.calibration_note, tuple(flags),
-                      saturation, source.description, source.sampling, self.bundle.loss_units,
-                      self.bundle.provenance, correction, per_length, lengths_without_answer or {}, inference,
-                      refused.message if refused is not None else "")
 
     # ------------------------------------------------------------------------------------------ evaluate
 

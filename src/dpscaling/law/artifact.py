@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.accounting.validation import DEFAULT_DELTA
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path
 from dpscaling.law.collect import EXCLUDED_STATUSES, one_family, primary_seed_curves
 from dpscaling.law.columns import (
     CROSS_ENTROPY, ITERATIONS, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO, PAPER_PHYSICAL_BATCH,
@@ -42,7 +42,7 @@ from dpscaling.law.noise import (
     SigmaSource, sigma_from_accountant, sigma_from_sigma_table, sigma_from_tables, sigma_on_demand)
 from dpscaling.law.settings import LawSettings
 from dpscaling.law.smoothing import smooth_results
-from dpscaling.mechanisms import DPSGD, mechanism_named
+from dpscaling.privacy.mechanisms import DPSGD, mechanism_named
 from dpscaling.models.family import BERT
 
 FORMAT_VERSION = 1
@@ -67,7 +67,7 @@ class Law:
     # {"path": dpscaling σ table, "sampling": poisson | deterministic | min}: the run's accounting table.
     sigma_table: dict[str, str] | None = None
     family: str = BERT.name  # the model family of the curves (dpscaling.models.family)
-    mechanism: str = DPSGD.name  # the noise mechanism of its noisy curves (dpscaling.mechanisms): what σ̄ costs
+    mechanism: str = DPSGD.name  # the noise mechanism of its noisy curves (dpscaling.privacy.mechanisms): what σ̄ costs
 
     def __post_init__(self) -> None:
         self.loss = LossFunction.from_grid(self.grid, log_loss=self.settings.interpolate_log_loss,
@@ -317,7 +317,7 @@ def read_law(directory: str | os.PathLike[str]) -> Law:
 def _table_mechanism(sigma_table: dict[str, str] | None) -> str:
     """The mechanism of a law saved before laws recorded theirs: its σ table's (its bands), else DP-SGD."""
     from dpscaling.accounting.table import read_frame
-    from dpscaling.mechanisms import DPSGD, bandmf_name
+    from dpscaling.privacy.mechanisms import DPSGD, bandmf_name
 
     if not sigma_table or not Path(sigma_table["path"]).is_file():
         return DPSGD.name

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path
 from dpscaling.law.artifact import Law, fit_law
 from dpscaling.law.collect import RUN, load_results, primary_seed_curves
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, NOISE_BATCH_RATIO, SEED

@@ -47,8 +47,8 @@ from typing import Any
 
 import pandas as pd
 
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path
 from dpscaling.law.artifact import Law, read_law
 from dpscaling.law.bootstrap import Replicates, load_replicates, replicate_files
 from dpscaling.law.calibration import Calibration, load_calibration
@@ -162,8 +162,8 @@ def law_provenance(law: Law) -> dict[str, Any]:
 
     from dpscaling.accounting.pricing import deterministic_sampler
     from dpscaling.accounting.branches import ADD_REMOVE, ZERO_OUT
-    from dpscaling.mechanisms import mechanism_named
-    from dpscaling.samplers import TRUNCATED_POISSON
+    from dpscaling.privacy.mechanisms import mechanism_named
+    from dpscaling.privacy.samplers import TRUNCATED_POISSON
 
     mechanism = mechanism_named(law.mechanism, "mechanism")
     provenance: dict[str, Any] = {

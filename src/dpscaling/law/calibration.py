@@ -83,8 +83,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from dpscaling.errors import UserError
-from dpscaling.io import atomic_path
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import atomic_path
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.distance import DistanceScale
 from dpscaling.law.settings import LawSettings, mode_name

@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dpscaling.errors import UserError
-from dpscaling.io import read_parquet_verified, write_parquet_atomic
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import read_parquet_verified, write_parquet_atomic
 from dpscaling.law.columns import (
     BERT_MODEL_SIZES, CROSS_ENTROPY, FAMILY, PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH, ITERATIONS, LEARNING_RATE, MODEL, MODEL_SIZE, NOISE_BATCH_RATIO,
     SEED, STATUS)
-from dpscaling.mechanisms import DPSGD
+from dpscaling.privacy.mechanisms import DPSGD
 from dpscaling.models.family import BERT
 
 TIDY_COLUMNS = [MODEL, MODEL_SIZE, LEARNING_RATE, ITERATIONS, NOISE_BATCH_RATIO, CROSS_ENTROPY, STATUS, SEED, FAMILY]
@@ -75,7 +75,7 @@ def tidy_training_curve(curve: pd.DataFrame) -> pd.DataFrame:
     return _with_finite_losses(pd.DataFrame(columns, index=curve.index)[TIDY_COLUMNS])
 
 
-# The noise mechanism of a law's curves (dpscaling.mechanisms), a run constant that is a name.
+# The noise mechanism of a law's curves (dpscaling.privacy.mechanisms), a run constant that is a name.
 MECHANISM_CONSTANT = "mechanism"
 
 
@@ -102,7 +102,7 @@ def collect_training_curves(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd
     if not curves:
         raise UserError("no training curves to collect")
     # A law is one mechanism's (σ̄ is priced by its own table); a σ̄ = 0 run adds no noise, so it is every
-    # mechanism's (dpscaling.grid.trains) and is left out of the check.
+    # mechanism's (dpscaling.workflow.grid.trains) and is left out of the check.
     mechanisms = {str(curve["mechanism"].iloc[0]) if "mechanism" in curve.columns else DPSGD.name
                   for curve in curves if len(curve) and float(curve["noise_batch_ratio"].iloc[0]) != 0}
     if len(mechanisms) > 1:

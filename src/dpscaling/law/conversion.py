@@ -6,7 +6,7 @@ sequence lengths and mechanisms, three other directories answered queries: a fit
 ``dpscaling fit --out`` before it wrote bundles, a workflow's ``law/fit``), a law across lengths
 (``lengths.json``: ``law/lengths``) and a law across mechanisms (``mechanisms.json``: ``law/mechanisms``).
 Each converts into one bundle, with the replicates and calibration the workflow wrote beside its laws
-(:mod:`dpscaling.layout`) unless others are given; a bundle converts into a bundle with files added.
+(:mod:`dpscaling.workflow.layout`) unless others are given; a bundle converts into a bundle with files added.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dpscaling import layout
-from dpscaling.errors import UserError
+from dpscaling.workflow import layout
+from dpscaling.core.errors import UserError
 from dpscaling.law.artifact import read_law
 from dpscaling.law.bootstrap import replicate_files
 from dpscaling.law.bundle import (

@@ -38,14 +38,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from dpscaling.errors import UserError
+from dpscaling.config.schema import default as schema_default
+from dpscaling.core.errors import UserError
 
 if TYPE_CHECKING:
     from dpscaling.law.calibration import Calibration
 
 CHARGED, UPPER, POINT = "extrapolation_charged", "calibrated_upper", "point"
 DECISION_RULES: tuple[str, ...] = (CHARGED, UPPER, POINT)
-DEFAULT_DECISION_RULE = CHARGED
+# Declared once, in the schema (private_model.decision_rule; savings.decision_rule is the same node): the CLI's
+# --decision-rule and a DecisionRule without a name take the workflow's default.
+DEFAULT_DECISION_RULE: str = schema_default("private_model.decision_rule")
 DESCRIPTIONS = {
     CHARGED: "the lowest predicted loss plus the calibrated interval's growth outside the law's measured range "
              "(q per unit of distance past the measured models, σ̄ columns and horizon; nothing in between)",

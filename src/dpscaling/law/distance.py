@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
 
 

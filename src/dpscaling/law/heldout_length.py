@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.artifact import fit_law
 from dpscaling.law.columns import CROSS_ENTROPY, ITERATIONS
 from dpscaling.law.sequence_length import SEQ_LEN

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.answers import ScalingLaw
 from dpscaling.law.bundle import is_bundle, read_bundle
 from dpscaling.law.conversion import old_format_message

@@ -2,7 +2,7 @@
 open question, "better underlying mechanisms"; docs/mechanisms.md).
 
 Each mechanism of ``training.mechanisms`` has its own law L_m(M, T, σ̄), fitted on its own curves in the
-same pipeline, and its own accounting table σ_m(ε, T, q) (:mod:`dpscaling.mechanisms`: σ̄ prices one
+same pipeline, and its own accounting table σ_m(ε, T, q) (:mod:`dpscaling.privacy.mechanisms`: σ̄ prices one
 participation the same in every mechanism; b groups, ⌈T/b⌉ participations at rate b·q are in the table).
 A budget (C, ε, N) is answered by every mechanism's law with its own σ_m, each runnable answer priced for
 its mechanism (:mod:`dpscaling.accounting.pricing`), and the decision rule's lowest score wins
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.decision import Scored, comparable_scores
-from dpscaling.mechanisms import mechanism_named
+from dpscaling.privacy.mechanisms import mechanism_named
 
 if TYPE_CHECKING:
     from dpscaling.law.answers import Answer, ScalingLaw

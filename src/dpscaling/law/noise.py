@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pandas as pd
 
-from dpscaling.errors import UserError
-from dpscaling.mechanisms import DPSGD
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.mechanisms import DPSGD
 
 if TYPE_CHECKING:
     from scipy.interpolate import RegularGridInterpolator
@@ -124,7 +124,7 @@ def sigma_from_sigma_table(path: str | os.PathLike[str], sampling: str = "min",
     another ``mechanism`` (its bands) is refused.
     """
     from dpscaling.accounting.table import SigmaTable
-    from dpscaling.mechanisms import mechanism_named
+    from dpscaling.privacy.mechanisms import mechanism_named
 
     table = SigmaTable.load(path)
     if table.bands != mechanism_named(mechanism, "mechanism").bands:
@@ -155,7 +155,7 @@ def sigma_on_demand(delta: float, sampling: str = "min", progress=None, mechanis
     """σ at any ``delta`` from tables built for the queried ε and cached (:mod:`dpscaling.accounting.on_demand`):
     for a law without an accounting table, or a δ other than its table's; built for ``mechanism``'s bands."""
     from dpscaling.accounting.on_demand import OnDemandSigma
-    from dpscaling.mechanisms import mechanism_named
+    from dpscaling.privacy.mechanisms import mechanism_named
 
     return OnDemandSigma(delta, sampling, progress=progress, bands=mechanism_named(mechanism, "mechanism").bands)
 

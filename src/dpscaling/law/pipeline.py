@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.artifact import Law, fit_law
 from dpscaling.law.collect import load_results
 from dpscaling.law.columns import PAPER_PHYSICAL_BATCH, PAPER_SEQUENCE_LENGTH

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 # q = B/N above which an answer is flagged: each step then samples over a tenth of the data. The law's
 # curves are trained with batches drawn from a pool thousands of times larger (q ≈ 1e-3 and below), so it

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.columns import ITERATIONS, LEARNING_RATE, MODEL, NOISE_BATCH_RATIO, SOURCE
 from dpscaling.models.family import PRESETS, family_named
-from dpscaling.mechanisms import DPSGD
+from dpscaling.privacy.mechanisms import DPSGD
 
 # The widest model a shape search considers: hidden up to this many head widths.
 MAX_HEADS = 256

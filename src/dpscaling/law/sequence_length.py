@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.bootstrap import (
     ANSWERING, NO_REPEATS, QUANTILES, REPLICATE, band, load_replicates)
 from dpscaling.law.columns import (
@@ -331,7 +331,7 @@ def write_lengths(directory: str | os.PathLike[str], laws: Mapping[int, str | os
     """``directory``/lengths.json: which law directory (as a path relative to ``directory``, so the run's
     results can move) holds each measured length's law. That directory is then a law across lengths for
     ``dpscaling query --law``."""
-    from dpscaling.io import write_json_atomic
+    from dpscaling.core.io import write_json_atomic
 
     directory = Path(directory)
     entries = {str(int(length)): os.path.relpath(Path(path).resolve(), directory.resolve())

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from dpscaling.accounting.branches import MIN_RULE, POISSON_BRANCH
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 if TYPE_CHECKING:  # the config's block, for the annotations only
     from dpscaling.config.blocks import RunConfig

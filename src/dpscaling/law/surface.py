@@ -15,7 +15,7 @@ from dpscaling.law.calibration import Calibration
 from dpscaling.law.columns import BATCH_SIZE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import ComputeOptimal
-from dpscaling.mechanisms import mechanism_named
+from dpscaling.privacy.mechanisms import mechanism_named
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.law.artifact import Law, fit_law
 from dpscaling.law.bootstrap import interval, refit, residual_curves
 from dpscaling.law.collect import primary_seed_curves

@@ -4,7 +4,7 @@ A :class:`Family` supplies its named presets, its typed shape (:mod:`dpscaling.m
 the parameter count in closed form), its Flax module (imported only when a job builds it), its
 training objective (:mod:`dpscaling.train.objectives`: the loss and the targets the unigram floor
 counts), which embedding rows a custom size trains, and how jobs are sized on a cluster. Training,
-accounting, the law, the figures and :mod:`dpscaling.cluster` ask the family; none tests which
+accounting, the law, the figures and :mod:`dpscaling.workflow.cluster` ask the family; none tests which
 family it is.
 
 * ``bert`` — the paper's BERT masked-LM family (§3.2, Table 1).
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.models.shapes import (
     BERT_MAX_POSITIONS, BERT_VOCAB_SIZE, GPT2_MAX_POSITIONS, GPT2_VOCAB_SIZE, BertConfig, DecoderConfig, ParamCount)
 
@@ -60,7 +60,7 @@ class Family:
     max_positions: int  # a preset's learned positions (more if the data's sequences are longer)
     vocab_size: int  # the family's own vocabulary, which its published parameter counts assume
     trained_rows: tuple[str, ...]  # the embedding-row settings a custom size sets to what it trains
-    throughput: str  # how cluster jobs are sized (dpscaling.cluster.param_tokens_per_gpu_second)
+    throughput: str  # how cluster jobs are sized (dpscaling.workflow.cluster.param_tokens_per_gpu_second)
     preset_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per-preset shape fields
     # The output layer's bias (a path in the parameter tree), which training.output_bias may start away
     # from zero (dpscaling.data.public_unigram); None: the family has none (its logits are the tied embedding's)

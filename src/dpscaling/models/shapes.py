@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 
 BERT_VOCAB_SIZE = 30522  # bert-base-uncased WordPiece vocabulary
 BERT_MAX_POSITIONS = 512

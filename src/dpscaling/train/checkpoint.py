@@ -26,11 +26,12 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from dpscaling.errors import UserError
-from dpscaling.io import raise_if_storage_full_or_read_only
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import raise_if_storage_full_or_read_only, write_json_atomic
 from dpscaling.models.family import BERT_MAX_POSITIONS
 
 if TYPE_CHECKING:
+    from dpscaling.data.shards import DatasetMeta
     from dpscaling.train.config import TrainConfig
 
 # A run's checkpoint directory: orbax's state, the curve so far, and the config it was written for.
@@ -239,3 +240,18 @@ def discard_outdated_checkpoints(checkpoint_dir: str | Path, config: TrainConfig
         return False
     shutil.rmtree(checkpoint_dir)
     return True
+
+
+def check_same_config(checkpoint_dir: Path, config: TrainConfig, writer: bool, meta: DatasetMeta) -> None:
+    """Refuse to resume a checkpoint written for a different configuration; a new one records the config and
+    the vocabulary it trains on (what a fine-tuning start checks: :mod:`dpscaling.train.init`)."""
+    changed = config_differences(checkpoint_dir, config)
+    if changed:
+        raise UserError(
+            f"checkpoint {str(checkpoint_dir)!r} was written for a different configuration "
+            f"(differs in {changed}); delete it to start over"
+        )
+    if writer and not (checkpoint_dir / VOCABULARY_FILE).is_file():
+        write_json_atomic(checkpoint_dir / VOCABULARY_FILE, vocabulary_record(meta))
+    if changed is None and writer:
+        write_json_atomic(checkpoint_dir / CONFIG_FILE, config_record(config))

@@ -13,10 +13,10 @@ from dpscaling.accounting.matched import matched_accountant
 from dpscaling.config.schema import default as schema_default
 from dpscaling.data.public_unigram import ZEROS, check_output_bias_start
 from dpscaling.dp import CLIPPING_METHODS
-from dpscaling.errors import UserError
-from dpscaling.mechanisms import DPSGD, STRATEGIES, Mechanism, mechanism_named
+from dpscaling.core.errors import UserError
+from dpscaling.privacy.mechanisms import DPSGD, STRATEGIES, Mechanism, mechanism_named
 from dpscaling.models.family import BERT, BERT_MAX_POSITIONS, PRESETS, Family, ModelConfig, family_named
-from dpscaling.samplers import SAMPLERS, Sampler, sampler_named
+from dpscaling.privacy.samplers import SAMPLERS, Sampler, sampler_named
 from dpscaling.train.schedules import branch_step, learning_rates, schedule_refusal
 
 # "none" = plain mean gradient without clipping: not the paper's σ̄ = 0 baseline (which
@@ -77,7 +77,7 @@ class TrainConfig:
     # workflow sets False unless training.allow_repeats (dpscaling.data.epochs). A policy, not part
     # of what determines the curve: left out of to_dict, so checkpoints compare as before.
     allow_repeats: bool = True
-    # Batch selection, a name in dpscaling.samplers: shuffle = the study's shuffled epochs, seeded;
+    # Batch selection, a name in dpscaling.privacy.samplers: shuffle = the study's shuffled epochs, seeded;
     # truncated_poisson = truncated Poisson at the static shape truncated_batch_size, batch_size is then
     # the EXPECTED batch, and noise and sampling keys come from OS entropy (private training).
     sampling: str = configured("training.sampling", after_runs=True)
@@ -101,7 +101,7 @@ class TrainConfig:
     # Start from the parameters of this training job's checkpoint directory (a run of this project, its
     # latest verified step; dpscaling.train.init) instead of random weights; None = from scratch.
     init_checkpoint: str | None = after_runs(None)
-    # The noise mechanism (dpscaling.mechanisms: dpsgd, or bandmf-b<b>, a grid wildcard) and what its
+    # The noise mechanism (dpscaling.privacy.mechanisms: dpsgd, or bandmf-b<b>, a grid wildcard) and what its
     # banded Toeplitz strategy is optimised for.
     mechanism: str = after_runs(DPSGD.name)
     bandmf_strategy: str = configured("training.bandmf_strategy", after_runs=True)
@@ -110,10 +110,21 @@ class TrainConfig:
     output_bias: str = configured("training.output_bias", after_runs=True)
 
     def __post_init__(self) -> None:
-        def need(condition: bool, name: str, message: str) -> None:
-            if not condition:
-                raise UserError(f"train.{name}: {message}, got {getattr(self, name)!r}")
+        self._check_sampling_and_noise()
+        self._check_user_level()
+        self._check_steps_and_schedule()
+        self._check_model_and_logging()
+        object.__setattr__(self, "model_overrides", dict(self.model_overrides))
 
+    def _need(self, condition: bool, name: str, message: str) -> None:
+        """Refuse the field ``name`` unless ``condition``: a one-line error naming it, what it must be and its value."""
+        if not condition:
+            raise UserError(f"train.{name}: {message}, got {getattr(self, name)!r}")
+
+    def _check_sampling_and_noise(self) -> None:
+        """The grid point, the sampler, the noise mechanism and the accountant: what the run's guarantee is priced
+        from (checked first, since the later checks read the sampler and the mechanism)."""
+        need = self._need
         need(self.noise_batch_ratio >= 0, "noise_batch_ratio", "must be >= 0")
         need(self.learning_rate > 0, "learning_rate", "must be > 0")
         need(self.batch_size >= 1, "batch_size", "must be >= 1")
@@ -148,6 +159,11 @@ class TrainConfig:
             f"must be >= batch_size={self.batch_size} (or None: the whole train split)",
         )
         matched_accountant(self.sampling, self.accountant)  # refuses a mismatched pair
+
+    def _check_user_level(self) -> None:
+        """What samples or protects users against what samples sequences: a user-level mechanism needs a user-level
+        sampler, and the per-user settings (and subsets of users) belong to such runs only."""
+        need = self._need
         need(self.examples_per_user_per_batch >= 1, "examples_per_user_per_batch", "must be >= 1")
         need(self.noise_mechanism.unit == "sequence" or (
             self.sampler.unit == "user"
@@ -166,6 +182,11 @@ class TrainConfig:
         need(self.examples_per_user is None or (self.examples_per_user >= 1 and self.sampler.protects == "user"),
              "examples_per_user", "is the k of a sampler that protects users (user_poisson, els_poisson): must be "
              ">= 1 or None")
+
+    def _check_steps_and_schedule(self) -> None:
+        """The microbatch (against the physical batch, once L is known), the horizon and the learning-rate
+        schedule (whose own refusal names its field)."""
+        need = self._need
         need(
             self.microbatch_size is None
             or (
@@ -183,6 +204,11 @@ class TrainConfig:
                                    self.log_every)
         if refusal is not None:
             raise UserError(f"train.{refusal}")
+
+    def _check_model_and_logging(self) -> None:
+        """Clipping, the model's family and masking, and the logging and checkpoint intervals (a checkpoint falls
+        on a logged step)."""
+        need = self._need
         need(self.clip_norm > 0, "clip_norm", "must be > 0")
         need(self.clipping in GRADIENT_MODES, "clipping", f"must be one of {GRADIENT_MODES}")
         need(self.model == "custom" or self.model not in PRESETS or PRESETS[self.model].name == self.family,
@@ -194,7 +220,6 @@ class TrainConfig:
             "checkpoint_every",
             f"must be a positive multiple of log_every={self.log_every}",
         )
-        object.__setattr__(self, "model_overrides", dict(self.model_overrides))
 
     @property
     def display_name(self) -> str:
@@ -202,12 +227,12 @@ class TrainConfig:
 
     @property
     def sampler(self) -> Sampler:
-        """The batch sampler's record (:mod:`dpscaling.samplers`)."""
+        """The batch sampler's record (:mod:`dpscaling.privacy.samplers`)."""
         return sampler_named(self.sampling)
 
     @property
     def noise_mechanism(self) -> Mechanism:
-        """The noise mechanism's record (:mod:`dpscaling.mechanisms`)."""
+        """The noise mechanism's record (:mod:`dpscaling.privacy.mechanisms`)."""
         return mechanism_named(self.mechanism, "train.mechanism")
 
     @property

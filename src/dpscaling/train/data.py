@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpscaling.errors import UserError
-from dpscaling.streams import Stream
+from dpscaling.core.errors import UserError
+from dpscaling.core.streams import Stream
 
 
 

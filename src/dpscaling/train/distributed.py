@@ -10,7 +10,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from dpscaling.cluster import launch_environment
+from dpscaling.workflow.launch import launch_environment
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 logger = logging.getLogger(__name__)

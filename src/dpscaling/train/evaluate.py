@@ -32,8 +32,8 @@ import numpy as np
 
 from dpscaling.data.shards import load_meta, load_split
 from dpscaling.dp.noise import replace_noise_key
-from dpscaling.errors import UserError
-from dpscaling.streams import Stream
+from dpscaling.core.errors import UserError
+from dpscaling.core.streams import Stream
 from dpscaling.train.checkpoint import open_manager, restore_verified_read_only
 from dpscaling.train.config import TrainConfig
 from dpscaling.train.checkpoint import CONFIG_FILE, STATE_DIR

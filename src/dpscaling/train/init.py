@@ -18,7 +18,7 @@ from typing import Any
 
 import jax
 
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.models.family import Family
 from dpscaling.models.stacking import in_layout, unrolled_twin
 from dpscaling.train.config import TrainConfig

@@ -20,7 +20,6 @@ entropy, stored only in the checkpointed state, and never logged or written to t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -31,38 +30,35 @@ from typing import Any
 
 import jax
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 
 from dpscaling.data.epochs import check_one_epoch, epochs_seen
 from dpscaling.data.public_unigram import ZEROS, load_public_unigram
-from dpscaling.accounting.matched import RunPrivacy, account_run
+from dpscaling.accounting.matched import RunPrivacy
 from dpscaling.data.shards import DatasetMeta, load_meta, load_split, load_users
-from dpscaling.data.users import subset_of_users
-from dpscaling.dp.correlated import strategy_coefficients
-from dpscaling.dp.noise import noise_key_of, replace_noise_key
-from dpscaling.errors import UserError
-from dpscaling.io import raise_if_storage_full_or_read_only, write_json_atomic
-from dpscaling.streams import Stream
+from dpscaling.models.shapes import ParamCount
+from dpscaling.core.errors import UserError
+from dpscaling.core.io import raise_if_storage_full_or_read_only
 from dpscaling.train.checkpoint import (
-    CONFIG_FILE,
-    PARTIAL_METRICS,
-    STATE_DIR,
-    VOCABULARY_FILE,
-    config_differences,
-    config_record,
-    open_manager,
-    restore_latest_verified,
-    save_checkpoint,
-    vocabulary_record,
-)
+    PARTIAL_METRICS, STATE_DIR, check_same_config, open_manager, restore_latest_verified, save_checkpoint)
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.distributed import DataParallel, maybe_initialize_distributed
 from dpscaling.train.init import with_output_bias
 from dpscaling.train.metrics import code_version, write_metrics
-from dpscaling.train.objectives import run_objective
+from dpscaling.train.objectives import Objective, run_objective
 from dpscaling.train.prefix import restore_prefix
-from dpscaling.train.sampling import secret_key
-from dpscaling.train.step import init_key, init_state, make_optimizer, make_train_step, step_hyperparams
+from dpscaling.train.run_privacy import (
+    Accounted, account, check_divisible, private_key, privacy_columns, training_rows, users_subset, with_noise_key)
+from dpscaling.train.step import (
+    StepHyperparams,
+    TrainState,
+    init_key,
+    init_state,
+    make_optimizer,
+    make_train_step,
+    step_hyperparams,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -145,10 +141,10 @@ def run_training(
     check_one_epoch(config.num_steps, config.batch_size, units, config.allow_repeats)
     parallel = DataParallel()
     if config.truncation_resolved:  # else checked once the accountant has priced L
-        _check_divisible(config, parallel)
+        check_divisible(config, parallel)
     try:  # a read-only or full results directory fails here, in one line, before any training
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        _check_same_config(checkpoint_dir, config, jax.process_index() == 0, meta)
+        check_same_config(checkpoint_dir, config, jax.process_index() == 0, meta)
         manager = open_manager(checkpoint_dir / STATE_DIR, keep=(config.branch_step,))
     except OSError as error:
         raise_if_storage_full_or_read_only(error, f"cannot write checkpoints to {checkpoint_dir}")
@@ -174,6 +170,33 @@ def run_training(
         manager.close()
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What the parts of one run's training share, fixed once it is set up (:func:`_set_up`)."""
+
+    config: TrainConfig  # as it runs: with the L its accountant priced
+    meta: DatasetMeta
+    parallel: DataParallel
+    privacy: RunPrivacy
+    model: Any  # the model family's Flax module
+    objective: Objective
+    hyperparams: StepHyperparams  # replicated: arguments of the compiled step, not constants in it
+    schedule: optax.Schedule
+    counts: ParamCount
+    run_info: dict[str, Any]  # the columns every row of the curve has
+    writer: bool  # whether this process writes the curve (process 0)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a run starts training: the verified step it resumed from (0: a fresh start), the curve logged up to
+    it (which training appends to), and the shorter run it continued, if any (:mod:`dpscaling.train.prefix`)."""
+
+    step: int
+    curve: list[dict[str, Any]]
+    prefix: str | None
+
+
 def _train(
     config: TrainConfig,
     meta: DatasetMeta,
@@ -188,28 +211,28 @@ def _train(
     compiled_steps: CompiledSteps,
     prefix_dir: Path | None,
 ) -> RunSummary:
-    coefficients = strategy_coefficients(config.noise_mechanism, config.num_steps, config.bandmf_strategy)
-    units = len(rows) if config.sampler.unit == "sequence" else int(users.max()) + 1  # N, in sampled units
-    user_level = "user" in (config.sampler.protects, config.sampler.unit)
-    examples_per_user = protected_examples(users, config) if user_level else None  # k
-    privacy = account_run(
-        config.sampling,
-        config.accountant,
-        dataset_size=units,
-        expected_batch_size=config.batch_size,
-        steps=config.num_steps,
-        delta=config.delta,
-        noise_batch_ratio=config.noise_batch_ratio,
-        target_epsilon=config.target_epsilon,
-        truncated_batch_size=config.truncated_batch_size,
-        multiple=config.microbatch_size or parallel.n_devices,
-        mechanism=config.mechanism,
-        coefficients=coefficients,
-        examples_per_user=examples_per_user if config.sampler.unit == "sequence" else None,
-    )
-    if not config.truncation_resolved:  # the L its accountant priced is what runs (and is recorded)
-        config = dataclasses.replace(config, truncated_batch_size=privacy.truncated_batch_size)
-        _check_divisible(config, parallel)
+    """Train from the newest verified start to the last step (or the divergence), checkpointing on the way; write
+    the final curve to ``output`` and return the run's summary."""
+    run, state = _set_up(config, meta, rows, users, parallel)
+    state, start = _restore(run, state, manager, output_bias, prefix_dir)
+    state, batches = _batch_source(run, state, rows, users, fresh=not start.step)
+    # The same program for every σ̄, learning rate and seed of this shape: traced once per process
+    # (CompiledSteps), and with a persistent compilation cache (dpscaling.train.distributed.use_compilation_cache)
+    # compiled by the first such job only.
+    compiled = compiled_steps.get(run.config, meta, parallel, lambda: jax.jit(
+        make_train_step(run.model, run.objective, run.config, parallel.microbatch), donate_argnums=0
+    ).lower(state, run.hyperparams, *batches(parallel, 0)).compile())
+    status, step = _train_steps(run, compiled, state, batches, start, manager, checkpoint_dir)
+    return _finish(run, start, status, step, output, started)
+
+
+def _set_up(
+    config: TrainConfig, meta: DatasetMeta, rows: np.ndarray, users: np.ndarray | None, parallel: DataParallel
+) -> tuple[_Run, TrainState]:
+    """The run as accounted (its model, objective, step hyperparameters, schedule and curve columns), and its
+    initial state from ``config.seed`` (which a restore or a pretrained start then replaces)."""
+    accounted = account(config, rows, users, parallel)
+    config, privacy = accounted.config, accounted.privacy
     model_config = config.model_config(meta.vocab_size)
     model = config.model_family.module_class()(model_config)
     objective = run_objective(config, meta)
@@ -221,46 +244,92 @@ def _train(
     )(init_key(config.seed))
     schedule = learning_rate_schedule(config)
     counts = model_config.param_count()
+    run_info = _run_info(accounted, meta.seq_len, counts, users, parallel)
+    run = _Run(
+        config=config,
+        meta=meta,
+        parallel=parallel,
+        privacy=privacy,
+        model=model,
+        objective=objective,
+        hyperparams=hyperparams,
+        schedule=schedule,
+        counts=counts,
+        run_info=run_info,
+        writer=jax.process_index() == 0,
+    )
+    return run, state
+
+
+def _run_info(
+    accounted: Accounted, seq_len: int, counts: ParamCount, users: np.ndarray | None, parallel: DataParallel
+) -> dict[str, Any]:
+    """The columns every row of the run's curve has: its constants, what it started from, its epochs and its
+    guarantee (and a user-level run's users)."""
+    config = accounted.config
     # A run started from pretrained weights names them (a column only such runs have).
     started_from = {} if config.init_checkpoint is None else {"init_checkpoint": str(config.init_checkpoint)}
     if config.output_bias != ZEROS:  # likewise a run whose output bias starts elsewhere than zero
         started_from["output_bias"] = config.output_bias
     # A correlated mechanism's curve names its strategy (the sensitivity of any participation follows).
     if config.noise_mechanism.correlated:
-        started_from["bandmf_coefficients"] = json.dumps([float(c) for c in coefficients])
-    run_info = _run_constants(config, meta.seq_len, counts, parallel) | started_from | {
-        "epochs": epochs_seen(config.num_steps, config.batch_size, units)} | _privacy_columns(privacy)
-    if user_level:  # a run that protects or samples users says so (columns only such runs have)
-        run_info |= {"privacy_unit": "user", "users": int(users.max()) + 1, "examples_per_user": examples_per_user}
+        started_from["bandmf_coefficients"] = json.dumps([float(c) for c in accounted.coefficients])
+    run_info = _run_constants(config, seq_len, counts, parallel) | started_from | {
+        "epochs": epochs_seen(config.num_steps, config.batch_size, accounted.units)} | privacy_columns(
+        accounted.privacy)
+    if accounted.user_level:  # a run that protects or samples users says so (columns only such runs have)
+        run_info |= {"privacy_unit": "user", "users": int(users.max()) + 1,
+                     "examples_per_user": accounted.examples_per_user}
         if config.sampler.unit == "user":
             run_info["examples_per_user_per_batch"] = config.examples_per_user_per_batch
-    writer = jax.process_index() == 0
+    return run_info
 
+
+def _restore(
+    run: _Run,
+    state: TrainState,
+    manager: ocp.CheckpointManager,
+    output_bias: np.ndarray | None,
+    prefix_dir: Path | None,
+) -> tuple[TrainState, _Start]:
+    """The state training starts from, and where: this run's newest verified checkpoint, else that of the shorter
+    run in ``prefix_dir``, else step 0 (from ``config.init_checkpoint``'s parameters, or with the output bias at
+    ``output_bias``, or as initialised)."""
+    config, parallel = run.config, run.parallel
     curve: list[dict[str, Any]] = []
     start_step = 0
     if config.sampler.private:  # a slot for the secret key, so a restore fills it
-        state = _with_noise_key(state, np.zeros(2, np.uint32), parallel)
+        state = with_noise_key(state, np.zeros(2, np.uint32), parallel)
     # Only a state proven to be the one saved is trained on (corrupted checkpoints are discarded).
     restored = restore_latest_verified(manager, state)
     prefix = None
     if restored is None and prefix_dir is not None:
-        restored = restore_prefix(prefix_dir, config, meta, state)
+        restored = restore_prefix(prefix_dir, config, run.meta, state)
         prefix = None if restored is None else str(prefix_dir)
     if restored is not None:
         start_step, state, curve = restored.step, restored.state, restored.curve
         logger.info("resuming from verified step %d (%d logged intervals)", start_step, len(curve))
     elif config.init_checkpoint is not None:  # a fresh start from pretrained weights (a resume has its own)
-        state = _start_from(config, state, model, objective, meta, parallel)
+        state = _start_from(config, state, run.model, run.objective, run.meta, parallel)
     elif output_bias is not None:  # a fresh start with the output bias at the public domain's unigram
         params = with_output_bias(state.params, config.model_family, output_bias)
         state = state._replace(params=jax.device_put(params, parallel.replicated))
         logger.info("starting the output bias at the public domain's unigram")
+    return state, _Start(start_step, curve, prefix)
+
+
+def _batch_source(
+    run: _Run, state: TrainState, rows: np.ndarray, users: np.ndarray | None, fresh: bool
+) -> tuple[TrainState, Any]:
+    """The run's step inputs (``batches(parallel, step)``), and its state: a private run's with its secret key
+    (drawn on a ``fresh`` start, else the one restored), which its sampler is keyed with too."""
+    config = run.config
     key = None
     if config.sampler.private:
-        state, key = _private_key(state, fresh=not start_step, parallel=parallel)
+        state, key = private_key(state, fresh=fresh, parallel=run.parallel)
     batches = config.sampler.batch_source()(
         rows,
-        meta.pad_id,
+        run.meta.pad_id,
         config.batch_size,
         config.physical_batch_size,
         config.seed,
@@ -269,25 +338,26 @@ def _train(
         users=users,
         examples_per_user=config.examples_per_user_per_batch,
     )
+    return state, batches
 
-    # The same program for every σ̄, learning rate and seed of this shape: traced once per process
-    # (CompiledSteps), and with a persistent compilation cache (dpscaling.train.distributed.use_compilation_cache)
-    # compiled by the first such job only.
-    compiled = compiled_steps.get(config, meta, parallel, lambda: jax.jit(
-        make_train_step(model, objective, config, parallel.microbatch), donate_argnums=0
-    ).lower(state, hyperparams, *batches(parallel, 0)).compile())
-    status, step = "finished", start_step
+
+def _train_steps(
+    run: _Run,
+    compiled: Any,
+    state: TrainState,
+    batches: Any,
+    start: _Start,
+    manager: ocp.CheckpointManager,
+    checkpoint_dir: Path,
+) -> tuple[str, int]:
+    """Train from ``start.step`` one logged interval at a time, appending each interval's row to ``start.curve``,
+    then writing the partial curve and checkpointing when due; stop at the first interval with a non-finite loss.
+    The status ("finished" or "diverged") and the step reached."""
+    config, curve = run.config, start.curve
+    status, step = "finished", start.step
     while step < config.num_steps:
         interval_end = min(config.num_steps, (step // config.log_every + 1) * config.log_every)
-        tick = time.perf_counter()
-        interval = []
-        for s in range(step, interval_end):
-            state, metrics = compiled(state, hyperparams, *batches(parallel, s))
-            interval.append(metrics)
-        fetched = jax.device_get(interval)  # waits for the interval's last step
-        row, finite = _interval_row(
-            fetched, step, interval_end, time.perf_counter() - tick, config, schedule
-        )
+        state, row, finite = _train_interval(run, compiled, state, batches, step, interval_end)
         curve.append(row)
         n, step = interval_end - step, interval_end
         logger.info(
@@ -304,80 +374,58 @@ def _train(
                 "diverged in steps %d..%d: non-finite loss; stopping (started from %s)",
                 step - n + 1,
                 step,
-                f"verified step {start_step}" if start_step else "step 0",
+                f"verified step {start.step}" if start.step else "step 0",
             )
             break
-        if writer:
+        if run.writer:
             write_metrics(
                 checkpoint_dir / PARTIAL_METRICS,
                 curve,
-                run_info | {"status": "running"},
+                run.run_info | {"status": "running"},
                 config.to_dict(),
             )
         # the branch step is kept: a longer horizon of this run starts there (dpscaling.train.prefix)
         if step % config.checkpoint_every == 0 or step in (config.num_steps, config.branch_step):
             save_checkpoint(manager, step, state, curve)
+    return status, step
 
+
+def _train_interval(
+    run: _Run, compiled: Any, state: TrainState, batches: Any, start: int, end: int
+) -> tuple[TrainState, dict[str, Any], bool]:
+    """Steps (start, end] of the run: the state after them, their curve row, and whether their losses were all
+    finite. The fetch of the interval's metrics is its one host synchronisation, so its timing covers every step."""
+    tick = time.perf_counter()
+    interval = []
+    for s in range(start, end):
+        state, metrics = compiled(state, run.hyperparams, *batches(run.parallel, s))
+        interval.append(metrics)
+    fetched = jax.device_get(interval)  # waits for the interval's last step
+    row, finite = _interval_row(fetched, start, end, time.perf_counter() - tick, run.config, run.schedule)
+    return state, row, finite
+
+
+def _finish(run: _Run, start: _Start, status: str, step: int, output: Path, started: float) -> RunSummary:
+    """The run's summary, with its final curve written to ``output`` (by the writing process) once, at the end:
+    for a finished or a diverged run alike."""
+    curve = start.curve
     finite_losses = [r["loss"] for r in curve if math.isfinite(r["loss"])]
     summary = RunSummary(
         status=status,
         steps=step,
         final_loss=curve[-1]["loss"] if curve else None,
         last_finite_loss=finite_losses[-1] if finite_losses else None,
-        n_params=counts.total,
-        n_params_non_embedding=counts.non_embedding,
-        resumed_from_step=start_step,
-        prefix_dir=prefix,
+        n_params=run.counts.total,
+        n_params_non_embedding=run.counts.non_embedding,
+        resumed_from_step=start.step,
+        prefix_dir=start.prefix,
         wall_seconds=time.perf_counter() - started,
-        privacy=_jsonable(privacy.record()),
+        privacy=_jsonable(run.privacy.record()),
     )
-    if writer:
-        final_info = run_info | {"status": status, "last_finite_loss": summary.last_finite_loss}
-        write_metrics(output, curve, final_info, config.to_dict(), _jsonable(asdict(summary)))
+    if run.writer:
+        final_info = run.run_info | {"status": status, "last_finite_loss": summary.last_finite_loss}
+        write_metrics(output, curve, final_info, run.config.to_dict(), _jsonable(asdict(summary)))
     return summary
-
-
-def _check_divisible(config: TrainConfig, parallel: DataParallel) -> None:
-    for name in ("physical_batch_size", "microbatch"):
-        if getattr(config, name) % parallel.n_devices:
-            raise UserError(
-                f"train.{name}: {getattr(config, name)} is not divisible by the "
-                f"{parallel.n_devices} devices"
-            )
-
-
-def protected_examples(users: np.ndarray | None, config: TrainConfig) -> int | None:
-    """k, the sequences of a user the run protects: ``config.examples_per_user`` (a budget's k), refused when a
-    user of the training data has more; without it, the most any user has."""
-    if users is None:
-        return None
-    most = int(np.bincount(users).max())
-    if config.examples_per_user is None:
-        return most
-    if most > config.examples_per_user:
-        raise UserError(f"train.examples_per_user: a user of the training data has {most} sequences, more than the "
-                        f"{config.examples_per_user} the run protects; cap them (data.users.max_examples) at most at "
-                        "that k")
-    return config.examples_per_user
-
-
-def users_subset(rows: np.ndarray, users: np.ndarray, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
-    """``config.train_users`` of the users with every sequence of each (:func:`dpscaling.data.users.subset_of_users`:
-    the users of smallest key, keyed by ``config.seed``); all of them without ``train_users``."""
-    kept, users = subset_of_users(rows, users, config.train_users, config.seed)
-    return rows[kept], users
-
-
-def training_rows(rows: np.ndarray, config: TrainConfig) -> np.ndarray:
-    """The sequences a run trains on: all of ``rows``, or ``config.train_sequences`` of them drawn
-    without replacement by a generator seeded with ``config.seed`` only (public, independent of the
-    data), in their original order. The accountant's dataset size is ``len`` of the result."""
-    if config.train_sequences is None:
-        return rows
-    chosen = np.random.default_rng([config.seed, Stream.SUBSET]).choice(
-        len(rows), config.train_sequences, replace=False
-    )
-    return rows[np.sort(chosen)]
 
 
 def _interval_row(metrics, start, end, seconds, config, schedule) -> tuple[dict[str, Any], bool]:
@@ -427,47 +475,6 @@ def _run_constants(config: TrainConfig, seq_len: int, counts, parallel: DataPara
         "n_devices": parallel.n_devices,
         "device_kind": jax.devices()[0].device_kind,
     }
-
-
-def _private_key(state, fresh: bool, parallel: DataParallel):
-    """A private run's secret key: fresh from OS entropy (the same on every process) and put
-    into the state's noise stream, or, on resume, the one restored with the state."""
-    from jax.experimental import multihost_utils
-
-    if fresh:
-        key = np.asarray(multihost_utils.broadcast_one_to_all(secret_key()), np.uint32)
-        state = _with_noise_key(state, key, parallel)
-    else:
-        key = np.asarray(jax.device_get(noise_key_of(state.opt_state)), np.uint32)
-    return state, key
-
-
-def _with_noise_key(state, key: np.ndarray, parallel: DataParallel):
-    """``state`` whose noise stream uses ``key`` (placed as data, never as a compiled constant)."""
-    replicated = jax.device_put(key, parallel.replicated)
-    return state._replace(opt_state=replace_noise_key(state.opt_state, replicated))
-
-
-def _privacy_columns(privacy: RunPrivacy) -> dict[str, Any]:
-    """The run's guarantee as curve columns (T as ``accounted_steps``: ``step`` is the row's)."""
-    record = privacy.record()
-    record["accounted_steps"] = record.pop("steps")
-    return record
-
-
-def _check_same_config(checkpoint_dir: Path, config: TrainConfig, writer: bool, meta: DatasetMeta) -> None:
-    """Refuse to resume a checkpoint written for a different configuration; a new one records the config and
-    the vocabulary it trains on (what a fine-tuning start checks: :mod:`dpscaling.train.init`)."""
-    changed = config_differences(checkpoint_dir, config)
-    if changed:
-        raise UserError(
-            f"checkpoint {str(checkpoint_dir)!r} was written for a different configuration "
-            f"(differs in {changed}); delete it to start over"
-        )
-    if writer and not (checkpoint_dir / VOCABULARY_FILE).is_file():
-        write_json_atomic(checkpoint_dir / VOCABULARY_FILE, vocabulary_record(meta))
-    if changed is None and writer:
-        write_json_atomic(checkpoint_dir / CONFIG_FILE, config_record(config))
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 import dpscaling
-from dpscaling.io import write_parquet_atomic
+from dpscaling.core.io import write_parquet_atomic
 
 CONFIG_KEY = b"dpscaling.config"
 SUMMARY_KEY = b"dpscaling.summary"

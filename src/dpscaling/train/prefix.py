@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpscaling.data.shards import DatasetMeta
-from dpscaling.errors import UserError
+from dpscaling.core.errors import UserError
 from dpscaling.train.checkpoint import (
     STATE_DIR,
     Restored,

@@ -1,13 +1,13 @@
 """Which examples form each step's batch: the study's shuffled batches, or truncated Poisson
 sampling at a static shape for private training (paper §3.1 decouples accounting from the
 physical batch; private training samples for real, docs/private-training.md). Each sampler of the
-registry (:mod:`dpscaling.samplers`) names its step-batch source here.
+registry (:mod:`dpscaling.privacy.samplers`) names its step-batch source here.
 
 ``shuffle`` (the study mode of the paper's grid, :class:`ShuffledStepBatches`) is
 :class:`dpscaling.train.data.BatchSampler`:
 per-epoch permutations, batches never straddle epochs, the epoch's remainder is dropped. An
 example therefore takes part in up to ⌈T / ⌊N/B⌋⌉ steps
-(:func:`dpscaling.samplers.shuffle_max_participations`),
+(:func:`dpscaling.privacy.samplers.shuffle_max_participations`),
 which can exceed ⌈q·T⌉ (N = 1000, B = 300, T = 10: 4 against 3); the matched accountant
 (:mod:`dpscaling.accounting.matched`) uses this true maximum.
 
@@ -34,8 +34,8 @@ import secrets
 
 import numpy as np
 
-from dpscaling.errors import UserError
-from dpscaling.streams import Stream
+from dpscaling.core.errors import UserError
+from dpscaling.core.streams import Stream
 from dpscaling.train.data import BatchSampler
 
 PADDING_INDEX = -1
@@ -181,7 +181,7 @@ class ShuffledStepBatches:
 
 class CyclicStepBatches(ShuffledStepBatches):
     """The ``cyclic`` sampler's step inputs: the shuffled sampler's first epoch, repeated in the same order, so
-    an example's participations lie exactly ⌊N/B⌋ steps apart (:mod:`dpscaling.samplers`)."""
+    an example's participations lie exactly ⌊N/B⌋ steps apart (:mod:`dpscaling.privacy.samplers`)."""
 
     reshuffle = False
 

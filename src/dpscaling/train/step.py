@@ -11,7 +11,7 @@ import optax
 
 from dpscaling.dp import CLIPPED_SUMS, clipped_mean_grad, dp_optimizer
 from dpscaling.models.stacking import init_params
-from dpscaling.streams import Stream
+from dpscaling.core.streams import Stream
 from dpscaling.train.config import TrainConfig, learning_rate_schedule
 from dpscaling.train.objectives import Objective, loss_fn
 from dpscaling.train.units import UNITS
@@ -55,7 +55,7 @@ def make_optimizer(
     config: TrainConfig, hyperparams: StepHyperparams | None = None
 ) -> optax.GradientTransformation:
     """DP-Adam: N(0, σ̄²) on the clipped mean gradient (correlated across steps for a BandMF mechanism:
-    :mod:`dpscaling.mechanisms`), then Adam with the paper's schedule.
+    :mod:`dpscaling.privacy.mechanisms`), then Adam with the paper's schedule.
 
     σ̄, the peak learning rate and the noise key come from ``hyperparams`` (default: the
     config's, :func:`step_hyperparams`); inside the step they are traced values. A private run

@@ -1,7 +1,7 @@
 """The privacy unit of a step: what one clipped contribution is (not in the paper, which clips one sequence;
 user-level sampling after Charles et al. 2024, arXiv 2407.07737).
 
-A sampler names its unit (:attr:`dpscaling.samplers.Sampler.unit`), and the train step asks the unit how to
+A sampler names its unit (:attr:`dpscaling.privacy.samplers.Sampler.unit`), and the train step asks the unit how to
 turn the step's tokens into the objective's batch and which loss DP-SGD clips; it never asks which unit it is.
 
 * ``sequence`` — tokens ``(B, S)``; each sequence's loss is clipped (the paper's).

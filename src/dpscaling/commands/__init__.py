@@ -1,1 +1,0 @@
-"""Subcommands of the ``dpscaling`` CLI; each module exposes ``register(subparsers)``."""

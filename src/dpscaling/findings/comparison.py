@@ -1,0 +1,17 @@
+"""What the findings share when they compare a configuration A against a baseline B at the same budgets
+(fine-tuned against from scratch, :mod:`.finetune`; a BandMF mechanism against DP-SGD, :mod:`.mechanisms`;
+user-level sampling against example-level, :mod:`.user_level`): each comparison table names a measure on one
+side "<measure> (<side>)" and carries the gain (B's loss minus A's, nats: above 0, A wins); the fine-tuning and the
+mechanism comparisons also mark an optimum whose T* is past its law's measured horizon."""
+
+from __future__ import annotations
+
+GAIN = "Gain (nats)"
+# T* beyond the last measured iteration of its law's curves: the law's extrapolation answers it.
+EXTRAPOLATED = "Extrapolated"
+
+
+def column(name: str, side: str) -> str:
+    """The comparison table's column of measure ``name`` on one ``side`` of the comparison, e.g. "Model Size
+    (scratch)"."""
+    return f"{name} ({side})"
