@@ -122,8 +122,9 @@ def test_two_lengths_plan_their_data_runs_and_laws(tmp_path) -> None:
     result = run_snakemake("-n", "fit", "--configfile", str(smoke), str(layer), cwd=tmp_path)
     stats = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", result.stdout, flags=re.MULTILINE))
     # 2 models x 3 sigma-bar + 1 repeat per length, and the physical-batch correction's 1 at the primary length:
-    # each model's 3 sigma-bar one job (smoke.yaml's training.runs_per_job), the others one job per run
-    assert int(stats["train_noise_levels"]) == 2 * 2 and int(stats["train_run"]) == 2 * 1 + 1
+    # each model's 2 noisy sigma-bar one job (smoke.yaml's training.runs_per_job), the others (sigma-bar 0 of each
+    # model, the repeat) one job per run
+    assert int(stats["train_noise_levels"]) == 2 * 2 and int(stats["train_run"]) == 2 * (2 + 1) + 1
     assert int(stats["pack_sequences"]) == 2 and int(stats["law_across_lengths"]) == 1
     assert int(stats["fit_law"]) == int(stats["fit_law_at_length"]) == 1
     assert "validate_lengths" not in stats  # two lengths have no interior one to hold out
@@ -185,18 +186,17 @@ GROUPED = {"models": {"names": ["A", "B"]}, "learning_rate_protocol": {"ladder":
                         "seed": 3, "runs_per_job": "shape"}}
 
 
-@pytest.mark.parametrize("training, protocol, with_zero", [
-    ({}, {}, True),  # the config's rates, one mechanism: every sigma-bar at every rate
-    ({"learning_rates": "tuned"}, {"rates_below": 0}, True),  # sigma-bar 0 and the noisy runs at the chosen rate
-    ({"learning_rates": "tuned"}, {"rates_below": 1}, False),  # the noisy runs also below it: sigma-bar 0 is not
-    ({"learning_rates": "tuned"}, {"rates_below": 0, "rates_above": 1}, False),
-    ({"mechanisms": ["dpsgd", "bandmf-b4"]}, {}, False),  # sigma-bar 0 trains under the primary mechanism only
-    ({"learning_rates": "tuned", "mechanism_learning_rates": {"dpsgd": [0.1]}}, {"rates_below": 0}, False),
+@pytest.mark.parametrize("training, protocol", [
+    ({}, {}),  # the config's rates, one mechanism
+    ({"learning_rates": "tuned"}, {"rates_below": 0}),  # the noisy runs at the chosen rate
+    ({"learning_rates": "tuned"}, {"rates_below": 1}),  # the noisy runs also below it
+    ({"learning_rates": "tuned"}, {"rates_below": 0, "rates_above": 1}),
+    ({"mechanisms": ["dpsgd", "bandmf-b4"]}, {}),  # sigma-bar 0 trains under the primary mechanism only
+    ({"learning_rates": "tuned", "mechanism_learning_rates": {"dpsgd": [0.1]}}, {"rates_below": 0}),
     # the noisy runs at twice the chosen rate, sigma-bar 0 at it
-    ({"learning_rates": "tuned", "mechanism_learning_rates": {"dpsgd": {"tuned_doublings": 1}}}, {"rates_below": 0},
-     False),
+    ({"learning_rates": "tuned", "mechanism_learning_rates": {"dpsgd": {"tuned_doublings": 1}}}, {"rates_below": 0}),
 ])
-def test_a_job_of_one_shape_trains_exactly_main_grid_runs(training, protocol, with_zero) -> None:
+def test_a_job_of_one_shape_trains_exactly_main_grid_runs(training, protocol) -> None:
     """training.runs_per_job: shape -- a train_noise_levels job of any main-grid run trains that run's noise levels
     at its mechanism, length, model and rate, and each of them is a main-grid run: nothing the grid lacks."""
     from test_config_schema import validated
@@ -206,11 +206,11 @@ def test_a_job_of_one_shape_trains_exactly_main_grid_runs(training, protocol, wi
     config = validated({**GROUPED, "training": {**GROUPED["training"], **training},
                         "learning_rate_protocol": {**GROUPED["learning_rate_protocol"], **protocol}})
     levels = noise_levels_of_one_job(config)
-    assert ("0" in levels) == with_zero and {"0.25", "0.5"} <= set(levels)
+    assert "0" not in levels and {"0.25", "0.5"} <= set(levels)  # sigma-bar 0: a job of its own, whatever else
     grid = main_grid(config, {"A": 0.02, "B": 0.005})
     keys = {tuple(sorted(point.wildcards.items())) for point in grid}
     grouped = [point for point in grid if point.wildcards["nbr"] in levels]
-    assert len(grouped) == len(grid) - (0 if with_zero else sum(point.noise_batch_ratio == 0 for point in grid))
+    assert len(grouped) == len(grid) - sum(point.noise_batch_ratio == 0 for point in grid)
     for point in grouped:
         for level in levels:
             assert tuple(sorted({**point.wildcards, "nbr": level}.items())) in keys, (point, level)

@@ -277,14 +277,15 @@ def test_snakemake_plans_the_repeat_runs_and_the_bootstrap_jobs(tmp_path) -> Non
         return {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)\s*$", result.stdout, flags=re.MULTILINE)}
 
     jobs = planned()
-    # smoke: 2 models x 3 sigma-bar x 1 LR (a job per model: training.runs_per_job), + 1 repeat seed, + 1 at the
-    # physical-batch correction's batch; 4 replicates in chunks of 2, then one combine job.
-    assert jobs["train_noise_levels"] == 2 and jobs["train_run"] == 1 + 1
+    # smoke: 2 models x 2 noisy sigma-bar x 1 LR (a job per model: training.runs_per_job), + sigma-bar 0 of each
+    # model, + 1 repeat seed, + 1 at the physical-batch correction's batch; 4 replicates in chunks of 2, then one
+    # combine job.
+    assert jobs["train_noise_levels"] == 2 and jobs["train_run"] == 2 + 1 + 1
     assert jobs["bootstrap_chunk"] == 2 and jobs["bootstrap"] == 1
     assert jobs["physical_batch_correction"] == 1
     off = tmp_path / "off.yaml"
     off.write_text("fit:\n  rolling_window: null\n  bootstrap: {replicates: 0}\n")
     jobs = planned(str(off))  # a second --configfile
-    assert jobs["train_noise_levels"] == 2 and jobs["train_run"] == 1 + 1
+    assert jobs["train_noise_levels"] == 2 and jobs["train_run"] == 2 + 1 + 1
     assert "bootstrap_chunk" not in jobs and "bootstrap" not in jobs
     assert not (tmp_path / "results").exists()

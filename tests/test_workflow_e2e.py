@@ -48,13 +48,14 @@ def test_every_grid_point_has_a_real_curve(smoke_run: Path) -> None:
 
 
 def test_each_model_s_noise_levels_trained_in_one_job_each_run_with_its_own_log(smoke_run: Path) -> None:
-    """training.runs_per_job: noise_levels (smoke.yaml): one job per model for its three σ̄ of the main seed at the
-    physical batch; the repeat seed and the correction's batch are one job each. Every run logs to its own file."""
+    """training.runs_per_job: shape (smoke.yaml): one job per model for its two noisy σ̄ of the main seed at the
+    physical batch; σ̄ = 0, the repeat seed and the correction's batch are one job each. Every run logs to its own
+    file."""
     record = "".join(path.read_text() for path in (smoke_run.parent.parent / ".snakemake" / "log").glob("*.log"))
     grouped = re.findall(r"^(?:local)?rule train_noise_levels:\n(?:.*\n)*?\s+wildcards: (.*)$", record, flags=re.MULTILINE)
     assert sorted(re.search(r"model=(\w+)", job).group(1) for job in grouped) == ["BertMicro", "BertNano"]
     assert all("seed=0" in job and "batch=8" in job for job in grouped)
-    assert len(re.findall(r"^(?:local)?rule train_run:$", record, flags=re.MULTILINE)) == 2
+    assert len(re.findall(r"^(?:local)?rule train_run:$", record, flags=re.MULTILINE)) == 2 + 2
     for path in (smoke_run / "runs").rglob("metrics.parquet"):
         run = path.parent.relative_to(smoke_run / "runs")
         assert "step 40/40" in (smoke_run / "logs" / "train" / f"{run}.log").read_text()

@@ -2,7 +2,13 @@
 (fine-tuned against from scratch, :mod:`.finetune`; a BandMF mechanism against DP-SGD, :mod:`.mechanisms`;
 user-level sampling against example-level, :mod:`.user_level`): each comparison table names a measure on one
 side "<measure> (<side>)" and carries the gain (B's loss minus A's, nats: above 0, A wins); the fine-tuning and the
-mechanism comparisons also mark an optimum whose T* is past its law's measured horizon."""
+mechanism comparisons also mark an optimum whose T* is past its law's measured horizon.
+
+What "A beats B" compares differs, on purpose, and each finding's table says which: the fine-tuning and the
+mechanism findings test the paper's claims, which are about the laws' compute-optimal *point optima* (§3.4's
+search on each law's σ table); the user-level finding compares the *runnable answers* each law's query chooses by
+the decision rule and prices exactly (:mod:`dpscaling.law.rounding`), because ULS and ELS differ in how a
+configuration is priced, which only the runnable answer carries."""
 
 from __future__ import annotations
 

@@ -213,20 +213,15 @@ def noise_levels_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str,
     """The σ̄ (as wildcard values) that one grid job trains under ``training.runs_per_job: shape``, for
     every (mechanism, length, model, rate) of ``training.seed`` at the physical batch; () under ``one``.
 
-    Each such job trains exactly main-grid runs: the noisy σ̄ share their rates in every mechanism
-    (:func:`_rates`), and σ̄ = 0 (trained under the primary mechanism only, :func:`trains`) joins them only
-    where there is one mechanism and it trains at the same rates: the config's rates, or a tuned model's
-    chosen rate alone (``rates_below`` and ``rates_above`` 0, no ``mechanism_learning_rates`` entry). The runs
-    left out (σ̄ = 0 otherwise, repeat seeds, the correction's batch) stay one job each."""
+    The noisy σ̄ only: they share their rates in every mechanism (:func:`_rates`), so each such job trains exactly
+    main-grid runs. σ̄ = 0 trains once, under the first mechanism of its sampling unit (:func:`trains`), at a rate
+    of its own where the protocol tunes: it stays a job of its own, so which runs a job trains never depends on
+    the other mechanisms of the grid, and adding one regroups (and reruns) nothing. Repeat seeds and the
+    correction's batch stay one job each too."""
     run = _typed(config)
-    training, protocol = run.training, run.learning_rate_protocol
-    if training.runs_per_job == ONE_RUN_PER_JOB:
+    if run.training.runs_per_job == ONE_RUN_PER_JOB:
         return ()
-    names = mechanisms(run)
-    chosen_only = (protocol.rates_below == 0 and protocol.rates_above == 0
-                   and names[0] not in training.mechanism_learning_rates)
-    with_zero = len(names) == 1 and (not training.tuned or chosen_only)
-    return tuple(canonical(float(nbr)) for nbr in training.noise_batch_ratios if float(nbr) != 0 or with_zero)
+    return tuple(canonical(float(nbr)) for nbr in run.training.noise_batch_ratios if float(nbr) != 0)
 
 
 def ladder_of_one_job(config: Mapping[str, Any] | RunConfig) -> tuple[str, ...]:
