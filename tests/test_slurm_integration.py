@@ -26,6 +26,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
+from dpscaling.workflow.layout import RUN_AXES
 
 SCRIPTS = REPO / "tests" / "slurm"
 SMOKE = REPO / "tests" / "configs" / "smoke.yaml"
@@ -222,9 +223,10 @@ def cancel_after_first_checkpoint(slurm: LocalSlurm, workdir: Path) -> str:
         for job in slurm.squeue():
             if job["state"] != "RUNNING" or "train_run" not in job["comment"]:
                 continue
-            # The plugin's comment: rule_train_run_wildcards_<seq>_<model>_<batch>_<seed>_<nbr>_<lr>.
+            # The plugin's comment: rule_train_run_wildcards_<mech>_<seq>_<model>_<batch>_<seed>_<nbr>_<lr>, the run
+            # id's levels in order (dpscaling.workflow.layout.RUN_AXES).
             values = job["comment"].split("_wildcards_", 1)[1].split("_")
-            keys = ("seq", "model", "batch", "seed", "nbr", "lr")
+            keys = tuple(axis.name for axis in RUN_AXES)
             run_dir = checkpoints.joinpath(*(f"{k}={v}" for k, v in zip(keys, values)))
             if list((run_dir / "state").glob("*/commit_success.txt")):
                 return job["id"]
