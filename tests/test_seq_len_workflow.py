@@ -40,11 +40,11 @@ def test_each_length_has_its_data_and_runs(seqlen_run: Path) -> None:
     for length in LENGTHS:
         meta = json.loads((seqlen_run / "data" / "packed" / f"seq={length}" / "meta.json").read_text())
         assert meta["seq_len"] == length
-        curves = [pd.read_parquet(path) for path in (seqlen_run / "runs" / f"seq={length}").rglob("metrics.parquet")]
+        curves = [pd.read_parquet(path) for path in (seqlen_run / "runs" / "mech=dpsgd" / f"seq={length}").rglob("metrics.parquet")]
         assert len(curves) == 2 * 3 + 1  # 2 models x 3 sigma-bar + 1 repeat seed
         assert all(set(curve["seq_len"]) == {length} for curve in curves)
     # A model's size follows its length by its position rows (hidden 32 per row for DecoderNano).
-    sizes = {length: pd.read_parquet(next((seqlen_run / "runs" / f"seq={length}" / "model=DecoderNano")
+    sizes = {length: pd.read_parquet(next((seqlen_run / "runs" / "mech=dpsgd" / f"seq={length}" / "model=DecoderNano")
                                           .rglob("metrics.parquet")))["n_params"].iloc[0] for length in LENGTHS}
     assert (sizes[32] - sizes[16], sizes[64] - sizes[32]) == (16 * 32, 32 * 32)
 
@@ -67,10 +67,11 @@ def test_the_protocol_chose_a_rate_per_model_and_the_grid_trained_at_it(seqlen_r
     # The σ̄ = 0 run at the chosen rate and the primary length continues the protocol's run at that rate, its
     # first 10 steps (dpscaling.train.prefix); at the other lengths (other data) it trains from step 0.
     for model, rate in chosen.items():
-        point = Path(f"model={model}", "batch=8", "seed=0", "nbr=0", f"lr={canonical(rate)}")
+        point = Path("mech=dpsgd", f"model={model}", "batch=8", "seed=0", "nbr=0", f"lr={canonical(rate)}")
         protocol = pd.read_parquet(seqlen_run / "learning_rates" / "runs" / point / "metrics.parquet")
         for length in LENGTHS:
-            curve = seqlen_run / "runs" / f"seq={length}" / point / "metrics.parquet"
+            curve = (seqlen_run / "runs" / "mech=dpsgd" / f"seq={length}" / point.relative_to("mech=dpsgd")
+                     / "metrics.parquet")
             summary = json.loads(pq.read_schema(curve).metadata[SUMMARY_KEY])
             if length == 64:
                 assert summary["resumed_from_step"] == 10
