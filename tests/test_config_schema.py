@@ -447,8 +447,7 @@ def test_a_new_config_key_is_one_edit_of_the_schema(tmp_path) -> None:
     import sys
 
     shutil.copytree(REPO / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(REPO / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
-    schema = tmp_path / "workflow" / "schemas" / "config.schema.yaml"
+    schema = tmp_path / "src" / "dpscaling" / "config" / "config.schema.yaml"
     text = schema.read_text(encoding="utf-8")
     anchor = "      output_bias:\n"
     assert text.count(anchor) == 1
@@ -458,7 +457,7 @@ def test_a_new_config_key_is_one_edit_of_the_schema(tmp_path) -> None:
                       encoding="utf-8")  # the one edit
     changed = [path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if path.is_file()
                and path.read_bytes() != (REPO / path.relative_to(tmp_path)).read_bytes()]
-    assert changed == ["workflow/schemas/config.schema.yaml"]
+    assert changed == ["src/dpscaling/config/config.schema.yaml"]
     script = """
 import json, sys, yaml
 from dpscaling.config.blocks import config_yaml, load_config

@@ -1,7 +1,7 @@
 """A config block as a frozen, typed dataclass (:class:`Block`): one field per key of its part of the schema,
 nested blocks declared by the class, the mapping it came from given back in the config's key order.
 
-The schema (``workflow/schemas/config.schema.yaml``) is the one declaration of every key: its type, default,
+The schema (``dpscaling/config/config.schema.yaml``) is the one declaration of every key: its type, default,
 accepted values, description and roles (``x-roles``, :mod:`dpscaling.config.roles`). :func:`from_schema`
 builds a block's fields from it, so a block class holds only what is derived from its keys (its methods) and
 which block class a nested key is (``NESTED``, ``NESTED_LISTS``, ``NESTED_MAPS``). A new key is one edit of

@@ -1,5 +1,6 @@
-"""The workflow's config schema (``workflow/schemas/config.schema.yaml``): the one place every key,
-its type and its default are declared.
+"""The workflow's config schema (``config.schema.yaml`` beside this module, package data so that an installed
+wheel reads it; ``workflow/schemas/config.schema.yaml`` links to it): the one place every key, its type and its
+default are declared.
 
 :func:`validate_config` checks a config against it and fills the defaults (one line naming the key on
 an error); :func:`default` reads one key's default, so library classes that stand alone
@@ -16,14 +17,15 @@ from typing import Any
 
 from dpscaling.core.errors import UserError
 
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().with_name("config.schema.yaml")
 
 
 @functools.cache
 def schema() -> dict[str, Any]:
     """The workflow's config schema, parsed once per process."""
     if not SCHEMA.is_file():
-        raise UserError(f"the config schema {SCHEMA} is missing: dpscaling runs from its repository checkout")
+        raise UserError(f"the config schema {SCHEMA} is missing: this dpscaling installation is incomplete "
+                        "(reinstall it; a wheel ships the schema as package data)")
     return _parsed(SCHEMA)
 
 
