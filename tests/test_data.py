@@ -226,10 +226,12 @@ def test_sources_keep_the_documents_of_the_named_sources_of_the_vendored_corpus(
         CorpusSpec(source="text", paths=("x.txt",), sources=("sotu",))
 
 
-def test_the_spec_record_leaves_sources_out_when_unset() -> None:
+def test_the_spec_record_leaves_sources_and_the_user_column_out_when_unset() -> None:
     spec = CorpusSpec(paths=("a.txt.xz",))
-    assert spec.record() == {key: value for key, value in asdict(spec).items() if key != "sources"}
+    assert spec.record() == {key: value for key, value in asdict(spec).items() if key not in ("sources", "user_column")}
     chosen = CorpusSpec(paths=("a.txt.xz",), sources=("sotu",))
     assert chosen.record()["sources"] == ("sotu",)
     assert CorpusSpec.from_record(json.loads(json.dumps(chosen.record()))) == chosen
     assert CorpusSpec.from_record(spec.record()) == spec
+    users = CorpusSpec(source="parquet", paths=("a.parquet",), user_column="author")
+    assert users.record()["user_column"] == "author" and CorpusSpec.from_record(users.record()) == users

@@ -15,12 +15,14 @@ from dpscaling.data.packing import load_vocabulary, make_tokenizer, pack_sequenc
 from dpscaling.data.shards import load_meta, load_split, load_users
 from dpscaling.data.stage import pack_documents, prepare_documents
 from dpscaling.data.users import (
-    UserSpec, cap_examples, subset_of_users, synthetic_contributions, user_keys, users_of_contributions)
+    UserSpec, cap_examples, heldout_users, subset_of_users, synthetic_contributions, user_keys,
+    users_of_contributions)
 from dpscaling.core.errors import UserError
 from dpscaling.core.streams import Stream
 
 CORPUS = REPO / "resources" / "corpus" / "core.txt.xz"
 VOCAB = REPO / "resources" / "vocab" / "wordpiece-core-8192" / "vocab.txt"
+SAMPLE = REPO / "resources" / "samples" / "sotu_users.parquet"  # State of the Union addresses, user = president
 
 
 def test_synthetic_contributions_cover_the_rows_with_the_asked_mean_and_a_heavy_tail() -> None:
@@ -124,7 +126,9 @@ def test_a_subset_of_users_is_the_smallest_keys_of_their_own_rows() -> None:
 @pytest.mark.parametrize("values, key", [({"unit": "people"}, "data.users.unit"),
                                          ({"unit": "synthetic", "tail_index": 1.0}, "data.users.tail_index"),
                                          ({"unit": "synthetic", "distribution": "zipf"}, "data.users.distribution"),
-                                         ({"unit": "document", "max_examples": 0}, "data.users.max_examples")])
+                                         ({"unit": "document", "max_examples": 0}, "data.users.max_examples"),
+                                         ({"unit": "column"}, "data.users.column"),
+                                         ({"unit": "document", "column": "user"}, "data.users.column")])
 def test_a_bad_users_block_names_its_key(values, key) -> None:
     with pytest.raises(UserError, match=key.replace(".", r"\.")):
         UserSpec.from_config(values)
@@ -178,12 +182,94 @@ def test_synthetic_users_keep_the_packing_and_deal_its_rows_out_in_order(documen
     assert meta.users["unit"] == "synthetic" and meta.users["tail_index"] == 1.5 and meta.users["max_examples"] is None
 
 
-def test_the_data_rule_packs_users_where_the_config_sets_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("data", [
+    "  users: {unit: synthetic, mean_examples: 4.0, max_examples: 10}\n",
+    # real users: the shipped sample's president column (a Parquet source, so no public domain of the corpus)
+    f"  source: parquet\n  paths: [{SAMPLE}]\n  sources: null\n  public_sources: null\n  tokenizer: bert-base-uncased\n  vocab_size: null\n"
+    "  users: {unit: column, column: user, max_examples: 10}\n",
+], ids=["synthetic", "column"])
+def test_the_data_rule_packs_users_where_the_config_sets_them(tmp_path: Path, data: str) -> None:
     users = tmp_path / "users.yaml"
-    users.write_text("data:\n  users: {unit: synthetic, mean_examples: 4.0, max_examples: 10}\n")
+    users.write_text("data:\n" + data)
     run_snakemake("data", "--cores", "2", "--configfile", str(REPO / "tests" / "configs" / "smoke.yaml"), str(users),
                   cwd=tmp_path)
     packed = tmp_path / "results" / "smoke" / "data" / "packed" / "seq=64"
     meta = json.loads((packed / "meta.json").read_text())
-    assert meta["users"]["unit"] == "synthetic" and meta["users"]["examples_per_user"] <= 10
+    assert meta["users"]["unit"] == ("column" if "column" in data else "synthetic")
+    assert meta["users"]["examples_per_user"] <= 10
     assert np.bincount(load_users(packed)).max() <= 10 and len(load_users(packed)) == meta["n_train"]
+    if "column" in data:
+        documents = pd.read_parquet(tmp_path / "results" / "smoke" / "data" / "documents.parquet")
+        assert (documents.groupby("user")["split"].nunique() == 1).all()
+        assert meta["users"]["n_users"] == documents.loc[documents.split == "train", "user"].nunique()
+
+
+def _sample_spec(path: Path = SAMPLE) -> CorpusSpec:
+    return CorpusSpec(source="parquet", paths=(str(path),), user_column="user")
+
+
+def test_column_users_split_by_user_and_pack_each_users_documents_together(tmp_path: Path) -> None:
+    frame = prepare_documents(_sample_spec(), 0.2, 0, tmp_path / "documents.parquet")
+    source = pd.read_parquet(SAMPLE)
+    assert list(frame["user"]) == list(source["user"]) and list(frame["text"]) == [t.strip() for t in source["text"]]
+    sides = frame.groupby("user")["split"].nunique()
+    assert (sides == 1).all()  # every user's documents on one side
+    ids = np.array(sorted(set(source["user"])))
+    held = set(ids[heldout_users(ids, 0.2, 0)])
+    assert set(frame.loc[frame.split == "heldout", "user"]) == held and 0 < len(held) < len(ids)
+
+    spec = UserSpec("column", column="user", max_examples=20)
+    meta = pack_documents(tmp_path / "documents.parquet", VOCAB, "wordpiece-core-8192", 64, 100, tmp_path / "packed",
+                          users=spec)
+    rows, users = load_split(tmp_path / "packed", "train"), load_users(tmp_path / "packed")
+    # an independent packing, user by user in order of first appearance: each user's documents joined
+    vocabulary = load_vocabulary(VOCAB)
+    train = frame[frame.split == "train"]
+    order = list(dict.fromkeys(train["user"]))
+    tokenizer = make_tokenizer(vocabulary)
+    own = [pack_sequences(tokenize_documents(tokenizer, train.loc[train.user == name, "text"]), 64, vocabulary.cls_id,
+                          vocabulary.sep_id) for name in order]
+    assert meta.users["n_users"] == len(order) == len(np.unique(users))
+    for user, block in enumerate(own):
+        mine = rows[users == user]
+        assert len(mine) == min(len(block), 20)
+        assert {row.tobytes() for row in mine} <= {row.tobytes() for row in block}
+    before = np.array([len(block) for block in own])
+    assert meta.users["unit"] == "column" and meta.users["column"] == "user"
+    assert meta.users["capped_users"] == int((before > 20).sum()) > 0
+    assert meta.users["examples_per_user"] == 20 and meta.users["contributions"]["max"] == before.max()
+
+
+def test_a_column_users_data_does_not_change_with_another_user(tmp_path: Path) -> None:
+    """Removing every document of one user changes no other user's side of the split or its packed rows."""
+    source = pd.read_parquet(SAMPLE)
+    gone = "franklin_d_roosevelt"
+    source[source.user != gone].to_parquet(tmp_path / "without.parquet")
+    spec = UserSpec("column", column="user", max_examples=8)
+    packed = {}
+    for name, path in (("all", SAMPLE), ("without", tmp_path / "without.parquet")):
+        frame = prepare_documents(_sample_spec(path), 0.2, 0, tmp_path / f"{name}.parquet")
+        pack_documents(tmp_path / f"{name}.parquet", VOCAB, "wordpiece-core-8192", 64, 100, tmp_path / name, users=spec)
+        rows, users = load_split(tmp_path / name, "train"), load_users(tmp_path / name)
+        names = list(dict.fromkeys(frame.loc[frame.split == "train", "user"]))
+        packed[name] = ({user: frame.loc[frame.user == user, "split"].iloc[0] for user in set(frame.user)},
+                        {names[u]: rows[users == u].tobytes() for u in np.unique(users)})
+    (sides, rows), (sides_without, rows_without) = packed["all"], packed["without"]
+    assert gone in sides and gone not in sides_without
+    assert {user: side for user, side in sides.items() if user != gone} == sides_without
+    assert {user: own for user, own in rows.items() if user != gone} == rows_without
+
+
+@pytest.mark.parametrize("spec, match", [
+    (dict(source="text", paths=("a.txt",), user_column="user"), r"data\.users: unit 'column'.*'parquet'"),
+    (dict(source="parquet", paths=(str(SAMPLE),), user_column="author"), r"data\.users\.column: 'author'"),
+])
+def test_a_user_column_the_source_cannot_give_is_named(spec, match) -> None:
+    with pytest.raises(UserError, match=match):
+        prepare_documents(CorpusSpec(**spec), 0.2, 0, "/nonexistent/never-written.parquet")
+
+
+def test_a_document_without_a_user_is_refused(tmp_path: Path) -> None:
+    pd.DataFrame({"text": ["one text", "another text"], "user": ["a", None]}).to_parquet(tmp_path / "x.parquet")
+    with pytest.raises(UserError, match=r"data\.users\.column: document 1 .* has no user"):
+        prepare_documents(_sample_spec(tmp_path / "x.parquet"), 0.5, 0, tmp_path / "documents.parquet")

@@ -71,7 +71,7 @@ def test_sha256sums_covers_every_vendored_data_file(builder: ModuleType) -> None
     listed = set(builder.read_sums(RESOURCES))
     data_files = {
         str(path.relative_to(RESOURCES))
-        for folder in ("corpus", "vocab")
+        for folder in ("corpus", "vocab", "samples")
         for path in (RESOURCES / folder).rglob("*")
         if path.is_file()
     }

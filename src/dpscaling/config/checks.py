@@ -157,7 +157,7 @@ def check_privacy_unit(run: RunConfig) -> None:
     sampler = sampler_named(training.sampling, "training")
     if sampler.protects == "user" and data.users is None:
         raise UserError(f"data.users: training.sampling {training.sampling!r} protects users, and the data has no "
-                        "user identities; set data.users (unit: document or synthetic) or protect sequences")
+                        "user identities; set data.users (unit: document, synthetic or column) or protect sequences")
     if sampler.unit == "sequence" and training.examples_per_user_per_batch != 1:
         raise UserError(f"training.examples_per_user_per_batch: a user-level sampler's (user_shuffle, user_poisson); "
                         f"training.sampling {training.sampling!r} samples sequences: leave it at 1")
@@ -166,7 +166,7 @@ def check_privacy_unit(run: RunConfig) -> None:
         if mechanism.unit == "user":
             if data.users is None:
                 raise UserError(f"data.users: training.mechanisms {name!r} samples users, and the data has no user "
-                                "identities; set data.users (unit: document or synthetic)")
+                                "identities; set data.users (unit: document, synthetic or column)")
             if sampler.unit == "user":
                 raise UserError(f"training.sampling: {training.sampling!r} already samples users; a user-level "
                                 f"mechanism ({name!r}) draws users the way a sequence sampler draws sequences")
@@ -245,7 +245,8 @@ def corpus_spec(config: Mapping[str, Any] | RunConfig, repo: str | Path = ".") -
         paths = tuple(data.paths)
     spec = CorpusSpec(source=data.source, paths=paths, text_column=data.text_column, hf_dataset=data.hf_dataset,
                       hf_config=data.hf_config, hf_split=data.hf_split, max_documents=data.max_documents,
-                      sources=tuple(data.sources or ()))
+                      sources=tuple(data.sources or ()),
+                      user_column=data.users.column if data.users is not None and data.users.unit == "column" else None)
     # Unknown names are refused when the workflow loads (it passes the repository), not when the data job runs.
     if spec.sources and Path(spec.paths[0]).is_file():
         source_of_documents(spec.paths[0], spec.sources)
@@ -329,7 +330,7 @@ def check_budget_per_user(entry: Mapping[str, Any], where: str, users: Any) -> N
         return
     if users is None:
         raise UserError(f"{where}.examples_per_user: a budget per user trains on users, and the data has no user "
-                        "identities; set data.users (unit: document or synthetic) or remove examples_per_user")
+                        "identities; set data.users (unit: document, synthetic or column) or remove examples_per_user")
     cap = users.max_examples
     if cap is None or int(cap) > int(k):
         raise UserError(f"{where}.examples_per_user: {k} protects users of up to {k} sequences; set "

@@ -21,6 +21,7 @@ class Stream(enum.IntEnum):
     USER_EXAMPLES = 5  # which of a selected user's sequences a step trains on (under the secret key when private)
     USER_SUBSET = 6  # the training subset of train_users (keys of the users' own rows)
     USER_CAP = 7  # which k of a larger user's sequences the cap keeps (keys of the users' own rows)
+    USER_HELDOUT = 8  # which users of a user column are held out (keys of their own ids)
     EVAL_SAMPLE = 10  # which held-out sequences an evaluation scores
     EVAL_MASK = 11  # an evaluation's masks
     AUDIT_CANARIES = 16  # which canaries an audit includes

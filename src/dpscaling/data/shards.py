@@ -102,7 +102,7 @@ def load_users(data_dir: str | Path) -> np.ndarray:
         raise UserError(f"data: no shards in {str(Path(data_dir) / 'train')!r}; run the data stage first")
     if USER_COLUMN not in pq.read_schema(shards[0]).names:
         raise UserError(f"data.users: the data in {str(data_dir)!r} was packed without users; set data.users "
-                        "(unit: document or synthetic) to give each sequence its user")
+                        "(unit: document, synthetic or column) to give each sequence its user")
     return np.concatenate([pq.read_table(shard, columns=[USER_COLUMN]).column(USER_COLUMN).to_numpy()
                            for shard in shards]).astype(np.int32, copy=False)
 

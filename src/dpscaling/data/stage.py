@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpscaling.data.documents import SPLITS, CorpusSpec, documents_of_split, load_documents, split_documents
+from dpscaling.data.documents import SPLITS, CorpusSpec, documents_of_split, load_user_documents, split_documents
 from dpscaling.data.packing import Vocabulary, load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
 from dpscaling.data.shards import DatasetMeta, write_meta, write_split
 from dpscaling.data.users import (
@@ -29,8 +29,10 @@ from dpscaling.core.io import atomic_path
 def prepare_documents(
     spec: CorpusSpec, heldout_fraction: float, seed: int, output: str | Path
 ) -> pd.DataFrame:
-    """Read and split the corpus; write ``output`` (Parquet) atomically."""
-    frame = split_documents(load_documents(spec), heldout_fraction, seed)
+    """Read and split the corpus (by user where it has a user column); write ``output`` (Parquet) atomically."""
+    documents = load_user_documents(spec)
+    users = [user for _, user in documents] if spec.user_column is not None else None
+    frame = split_documents([text for text, _ in documents], heldout_fraction, seed, users)
     with atomic_path(output) as tmp:
         frame.to_parquet(tmp, index=False)
     return frame
@@ -63,7 +65,8 @@ def pack_documents(
         ids = tokenize_documents(tokenizer, documents_of_split(frame, split))
         owners = None
         if users is not None and split == "train":
-            rows, owners, record = _pack_users(ids, seq_len, vocabulary, users)
+            authors = frame.loc[frame["split"] == split, "user"] if users.unit == "column" else None
+            rows, owners, record = _pack_users(ids, seq_len, vocabulary, users, authors)
         else:
             rows = pack_sequences(ids, seq_len, vocabulary.cls_id, vocabulary.sep_id)
         if rows.shape[0] == 0:
@@ -91,14 +94,23 @@ def pack_documents(
     return meta
 
 
-def _pack_users(ids: list[np.ndarray], seq_len: int, vocabulary: Vocabulary,
-                users: UserSpec) -> tuple[np.ndarray, np.ndarray, dict]:
-    """The train split's rows, each row's user, and the users' record, capped (:mod:`dpscaling.data.users`)."""
-    if users.unit == "document":  # each document packed alone: no sequence holds two users' text
-        per_document = [pack_sequences([doc], seq_len, vocabulary.cls_id, vocabulary.sep_id) for doc in ids]
-        per_document = [rows for rows in per_document if len(rows)]
-        rows = (np.concatenate(per_document) if per_document else np.zeros((0, seq_len), np.int32))
-        owners = users_of_contributions([len(block) for block in per_document])
+def _pack_users(ids: list[np.ndarray], seq_len: int, vocabulary: Vocabulary, users: UserSpec,
+                authors: pd.Series | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The train split's rows, each row's user, and the users' record, capped (:mod:`dpscaling.data.users`).
+    ``authors``: each train document's user (unit column)."""
+    if users.unit in ("document", "column"):  # each user packed alone: no sequence holds two users' text
+        if users.unit == "document":
+            own = [[doc] for doc in ids]
+        else:
+            order = pd.unique(authors.to_numpy())  # users in the order they first appear
+            index = {user: position for position, user in enumerate(order)}
+            own = [[] for _ in order]
+            for doc, user in zip(ids, authors):
+                own[index[user]].append(doc)
+        per_user = [pack_sequences(docs, seq_len, vocabulary.cls_id, vocabulary.sep_id) for docs in own]
+        per_user = [rows for rows in per_user if len(rows)]
+        rows = np.concatenate(per_user) if per_user else np.zeros((0, seq_len), np.int32)
+        owners = users_of_contributions([len(block) for block in per_user])
     else:
         rows = pack_sequences(ids, seq_len, vocabulary.cls_id, vocabulary.sep_id)
         owners = users_of_contributions(synthetic_contributions(len(rows), users))

@@ -13,6 +13,10 @@ and account per user).
   infinite, as in real data), or ``constant`` (every user ``mean_examples`` sequences). A user's sequences are
   consecutive text, as one author's writing is. This partition is a simulation that defines who the users
   are; everything after it treats each user as below.
+* ``column`` — each document's user is read from ``column`` of a Parquet or Hugging Face source: real user
+  ids. A user's train documents, in source order, are packed together and apart from every other user's
+  (its last partial sequence is dropped), users in the order they first appear. The held-out split is of whole
+  users (:func:`heldout_users`), so the held-out loss is that of people the model never trained on.
 
 **Each user's own.** A user-level guarantee holds for a person only if whatever is done to the data before
 training treats each user by that user's data alone: then raw data that differ in one user (added or removed)
@@ -35,7 +39,11 @@ to be a function of its own data, not a secret one.
   which the run's add/remove guarantee covers by group privacy at (2ε, (1 + e^ε)δ); for the N users trained
   on, the run's own (ε, δ) holds.
 
-The held-out split has no users.
+* **The held-out users** (unit ``column``, :func:`heldout_users`): a user is held out when its key, BLAKE2b of
+  its own id keyed by ``data.split_seed``, falls below ``data.heldout_fraction`` of the key range: each user's
+  side rests on its own id alone.
+
+The held-out split has no users (its sequences are scored, never trained on).
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ import numpy as np
 from dpscaling.core.errors import UserError
 from dpscaling.core.streams import Stream
 
-UNITS = ("document", "synthetic")
+UNITS = ("document", "synthetic", "column")
 DISTRIBUTIONS = ("lomax", "constant")
 
 
@@ -65,10 +73,15 @@ class UserSpec:
     tail_index: float = 1.5
     max_examples: int | None = None
     seed: int = 0
+    column: str | None = None  # unit column: the source's column of user ids
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
             raise UserError(f"data.users.unit: must be one of {UNITS}, got {self.unit!r}")
+        if self.unit == "column" and not self.column:
+            raise UserError("data.users.column: unit 'column' needs the name of the source's column of user ids")
+        if self.unit != "column" and self.column is not None:
+            raise UserError(f"data.users.column: only used with unit 'column', got unit {self.unit!r}")
         if self.distribution not in DISTRIBUTIONS:
             raise UserError(f"data.users.distribution: must be one of {DISTRIBUTIONS}, got {self.distribution!r}")
         if not self.mean_examples >= 1:
@@ -84,6 +97,16 @@ class UserSpec:
         if not values:
             return None
         return cls(**{key: value for key, value in values.items() if value is not None or key == "max_examples"})
+
+
+def heldout_users(ids: Sequence[str], heldout_fraction: float, seed: int) -> np.ndarray:
+    """Whether each distinct user id is held out (unit ``column``): its key, BLAKE2b of the id's UTF-8 text keyed
+    by (``seed``, :attr:`Stream.USER_HELDOUT`), below ``heldout_fraction`` of the 64-bit range. A function of the
+    user's own id: adding or removing another user moves no one across the split."""
+    secret = np.array([seed, int(Stream.USER_HELDOUT)], "<i8").tobytes()
+    keys = np.array([int.from_bytes(hashlib.blake2b(str(user).encode("utf-8"), digest_size=8, key=secret).digest(),
+                                    "little") for user in ids], np.float64)
+    return keys < heldout_fraction * 2.0**64
 
 
 def synthetic_contributions(n_rows: int, spec: UserSpec) -> np.ndarray:
@@ -191,6 +214,7 @@ def users_record(spec: UserSpec, before: np.ndarray, after: np.ndarray) -> dict[
     return {"unit": spec.unit, "distribution": spec.distribution if spec.unit == "synthetic" else None,
             "mean_examples": spec.mean_examples if spec.unit == "synthetic" else None,
             "tail_index": spec.tail_index if spec.unit == "synthetic" and spec.distribution == "lomax" else None,
+            **({"column": spec.column} if spec.unit == "column" else {}),
             "max_examples": k, "seed": spec.seed, "n_users": int(len(np.unique(after))),
             "examples_per_user": int(np.bincount(np.asarray(after, np.int64)).max()),
             "capped_users": int((counts > k).sum()) if k is not None else 0,
