@@ -171,7 +171,9 @@ def _shown(page) -> dict:
     return {"M": value("#answer-M"), "B": value("#answer-B"), "T": value("#answer-T"),
             "loss": value("#answer-loss"), "loss_text": page.inner_text("#answer-loss"),
             "command": page.inner_text("#command"), "refusal": page.locator("#refusal").is_visible(),
-            "none": page.locator("#none").is_visible(), "flags": page.inner_text("#flags")}
+            "none": page.locator("#none").is_visible(), "flags": page.inner_text("#flags"),
+            "vs": {row.get_attribute("data-rule"): row.inner_text().split("\t")
+                   for row in page.locator("#vs tr[data-rule]").all()}}
 
 
 def test_the_page_loads_headless_without_errors_or_requests_and_every_control_moves_the_answer(
@@ -213,6 +215,15 @@ def test_at_random_budgets_the_page_shows_what_dpscaling_query_answers(explorer,
         assert shown["loss_text"] == f"{cli['predicted_loss']:.4f}"
         for flag in cli["flags"]:
             assert flag["code"] in shown["flags"]
+        # the margin over each rule of thumb: the page's is the CLI's, with its verdict
+        margins = cli["margins_over_rules_of_thumb"]
+        assert sorted(shown["vs"]) == sorted(margin["rule"] for margin in margins) == [
+            "chinchilla", "dp_expert", "middle"]
+        for margin in margins:
+            cells = shown["vs"][margin["rule"]]
+            assert cells[3] == margin["verdict"]
+            if margin["margin"] is not None:
+                assert math.isclose(float(cells[1]), margin["margin"], rel_tol=1e-2, abs_tol=1e-3)
         # Beyond the validated range the page warns, and the command it shows carries the flag that answers.
         assert shown["refusal"] == ("--allow-extrapolation" in command) == bool(
             cli.get("refused_without_allow_extrapolation"))

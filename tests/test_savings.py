@@ -89,3 +89,29 @@ def test_the_recomputed_epsilon_agrees_with_the_calibration_it_checks() -> None:
               "truncated_batch_size": run.price.truncated_batch_size, "accounted_steps": 300, "delta": 1e-8}
     assert recomputed_epsilon(record) == pytest.approx(4.0, rel=0.01)
     assert recomputed_epsilon({**record, "sigma": 0.95 * run.sigma}) > 4.0 * 1.02
+
+
+def test_worth_is_each_rules_loss_above_the_best_at_its_budget_and_its_worst_over_budgets() -> None:
+    """Two budgets: the law's answer (two seeds, their mean) wins the first, the DP expert's rule the second."""
+    from dpscaling.private.worth import worth_table
+
+    def run(budget, epsilon, kind, role, loss):
+        return {"budget": budget, "epsilon": epsilon, "data_budget": 5000, "compute": 1e12, "kind": kind,
+                "role": role, "heldout_loss": loss}
+
+    runs = pd.DataFrame([run("a", 1.0, "answer", "answer", 5.00), run("a", 1.0, "answer", "answer_seed1", 5.02),
+                         run("a", 1.0, "baseline", "baseline_dp_expert", 5.05),
+                         run("a", 1.0, "baseline", "baseline_chinchilla", 5.31),
+                         run("b", 64.0, "answer", "answer", 4.50), run("b", 64.0, "answer", "answer_seed1", 4.54),
+                         run("b", 64.0, "baseline", "baseline_dp_expert", 4.49),
+                         run("b", 64.0, "baseline", "baseline_chinchilla", 4.60),
+                         run("b", 64.0, "neighbour", "model_x2", 4.00)])  # a neighbour is no rule: not compared
+    table = worth_table(runs).set_index("budget")
+    assert list(table.columns[:4]) == ["epsilon", "data_budget", "compute", "law"]
+    assert table.loc["a", "law"] == 0 and table.loc["a", "dp_expert"] == pytest.approx(0.04)
+    assert table.loc["a", "chinchilla"] == pytest.approx(0.30) and table.loc["a", "best"] == "law"
+    assert table.loc["b", "law"] == pytest.approx(0.03) and table.loc["b", "best"] == "dp_expert"
+    assert table.loc["worst", "law"] == pytest.approx(0.03) and table.loc["worst", "dp_expert"] == pytest.approx(0.04)
+    assert table.loc["worst", "chinchilla"] == pytest.approx(0.30)
+    assert table.loc["b", "seed_spread"] == pytest.approx(0.04) and table.loc["worst", "seed_spread"] == pytest.approx(0.04)
+    assert table.loc["mean", "best"] == "law 1, chinchilla 0, dp_expert 1"

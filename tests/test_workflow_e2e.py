@@ -397,9 +397,14 @@ def test_savings_trains_the_answer_its_fraction_a_baseline_and_a_neighbour_priva
     neighbour = runs.loc[runs["role"] == "batch_x2", "heldout_loss"].iloc[0]
     assert row.regret == pytest.approx(max(0.0, row.answer_heldout - neighbour))
     assert np.isnan(row.measured_saving) or row.measured_saving in (1.0, 2.0)
-    for stem in ("baseline_compare_measured", "savings"):
+    for stem in ("baseline_compare_measured", "savings", "regret_by_budget"):
         for suffix in ("pdf", "png", "csv"):
             assert (out / f"{stem}.{suffix}").stat().st_size > 0
+    worth = pd.read_csv(out / "worth.csv").set_index("budget")  # the law's answer against the one rule
+    assert list(worth.index) == [row.budget, "worst", "mean"]
+    law, expert = row.answer_heldout, runs.loc[runs["role"] == "baseline_dp_expert", "heldout_loss"].iloc[0]
+    assert worth.loc[row.budget, "law"] == pytest.approx(law - min(law, expert))
+    assert worth.loc[row.budget, "dp_expert"] == pytest.approx(expert - min(law, expert))
 
 
 def test_a_savings_plan_spends_the_answer_s_compute_in_every_kind_of_run(smoke_run: Path) -> None:

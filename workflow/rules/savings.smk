@@ -3,9 +3,9 @@
 # answer's neighbours, each priced as a private run) -> one private training job per run (held-out loss
 # included) -> the runs' table, the budgets' table and two figures. The plan is a checkpoint: a fraction
 # of C the law cannot answer, or a neighbour that rounds to the answer itself, trains nothing.
-SAVINGS = f"{RESULTS}/{layout.SAVINGS}"
-SAVINGS_BUDGET = f"{RESULTS}/{layout.SAVINGS_BUDGET}"
-SAVINGS_RUN = f"{RESULTS}/{layout.SAVINGS_RUN}"
+# savings.directory names the study's directory (config/worth.yaml keeps a second study beside the first).
+SAVINGS_DIRS = layout.savings_paths(config["savings"].get("directory"))
+SAVINGS, SAVINGS_BUDGET, SAVINGS_RUN = (f"{RESULTS}/{path}" for path in SAVINGS_DIRS)
 SAVINGS_SETTINGS = savings_settings(CFG)
 SAVINGS_BUDGETS = [budget.label for budget in SAVINGS_SETTINGS.budgets]
 
@@ -21,7 +21,7 @@ checkpoint savings_plan:
     output:
         f"{SAVINGS_BUDGET}/{layout.PLAN}",
     log:
-        f"{RESULTS}/{layout.log_path(layout.SAVINGS_BUDGET, 'plan')}",
+        f"{RESULTS}/{layout.log_path(SAVINGS_DIRS[1], 'plan')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:
@@ -45,7 +45,7 @@ rule savings_train:
         curve=f"{SAVINGS_RUN}/{layout.METRICS}",
         evaluation=f"{SAVINGS_RUN}/{layout.EVALUATION}",
     log:
-        f"{RESULTS}/{layout.log_path(layout.SAVINGS_BUDGET, '{role}')}",
+        f"{RESULTS}/{layout.log_path(SAVINGS_DIRS[1], '{role}')}",
     priority: job_priority(CFG, savings_job)
     conda:
         "../envs/dpscaling.yaml"
@@ -81,8 +81,14 @@ rule savings_report:
         savings_pdf=f"{SAVINGS}/{layout.SAVINGS_FIGURE}.pdf",
         savings_png=f"{SAVINGS}/{layout.SAVINGS_FIGURE}.png",
         savings_csv=f"{SAVINGS}/{layout.SAVINGS_FIGURE}.csv",
+        worth_csv=f"{SAVINGS}/{layout.WORTH}.csv",
+        worth_md=f"{SAVINGS}/{layout.WORTH}.md",
+        worth_tex=f"{SAVINGS}/{layout.WORTH}.tex",
+        regret_pdf=f"{SAVINGS}/{layout.WORTH_FIGURE}.pdf",
+        regret_png=f"{SAVINGS}/{layout.WORTH_FIGURE}.png",
+        regret_csv=f"{SAVINGS}/{layout.WORTH_FIGURE}.csv",
     log:
-        f"{RESULTS}/{layout.log_path(layout.SAVINGS, 'report')}",
+        f"{RESULTS}/{layout.log_path(SAVINGS_DIRS[0], 'report')}",
     conda:
         "../envs/dpscaling.yaml"
     resources:

@@ -64,6 +64,21 @@ def _data_budget(query: dict[str, Any]) -> str:
             f"{query['sequences']:,.0f} they hold{assumed}")
 
 
+def _margin_lines(answer: Answer) -> list[str]:
+    """The answer's predicted margin over each rule of thumb (:mod:`dpscaling.law.margins`)."""
+    lines = []
+    for index, margin in enumerate(answer.margins):
+        head = "vs rules     " if index == 0 else " " * 13
+        where = f"{margin.model or f'{margin.model_size:,} parameters'}, B = {margin.batch_size:,}, T = {margin.iterations:,}"
+        if not math.isfinite(margin.margin):
+            lines.append(f"{head}{margin.rule} ({where}): {margin.verdict}")
+            continue
+        interval = "" if margin.interval is None else f" [{margin.interval[0]:+.3g}, {margin.interval[1]:+.3g}]"
+        lines.append(f"{head}{margin.rule} ({where}): predicted {margin.predicted_loss:.4g}, margin "
+                     f"{margin.margin:+.3g}{interval}: {margin.verdict}")
+    return lines
+
+
 def render_answer(answer: Answer) -> str:
     """The answer for a person: what to train, what to expect, how far to trust it."""
     query, runnable, optimum = answer.query, answer.runnable, answer.optimum
@@ -111,6 +126,7 @@ def render_answer(answer: Answer) -> str:
         lines += [f"flag         {flag.code}: {flag.message}" for flag in answer.flags]
     else:
         lines.append("flags        none: inside the measured and validated ranges")
+    lines += _margin_lines(answer)
     lines.append(f"law optimum  M = {optimum.model_size:,.0f}, B = {optimum.batch_size:,.4g}, "
                  f"T = {optimum.iterations:,.1f}, "
                  f"predicted {optimum.predicted_loss:.4g}; {answer.near_optimal_count} configurations within "

@@ -181,6 +181,8 @@ class Answer:
     inference: InferenceAware | None = None
     # With allow_extrapolation: why the same query without it is refused ("" when it is answered).
     refusal: str = ""
+    # The answer's predicted margin over each rule of thumb (dpscaling.law.margins.Margin); () across lengths.
+    margins: tuple = ()
 
     @property
     def predicted_loss(self) -> float:
@@ -247,6 +249,7 @@ class Answer:
             document["inference_aware"] = _inference_json(self.inference)
         if self.query["allow_extrapolation"]:
             document["refused_without_allow_extrapolation"] = self.refusal or None
+        document["margins_over_rules_of_thumb"] = [margin.to_json() for margin in self.margins]
         return document
 
 

@@ -31,6 +31,7 @@ from dpscaling.core.errors import UserError
 from dpscaling.law.answer_types import Answer, Configuration, Runnable
 from dpscaling.law.bootstrap import band, interval
 from dpscaling.law.budget import AnswerSettings, Budget, PricedSurface, check_positive, held_sequences
+from dpscaling.law.margins import margins
 from dpscaling.law.budget_scan import BudgetScan
 from dpscaling.law.bundle import Bundle
 from dpscaling.law.columns import (
@@ -172,7 +173,7 @@ class ScalingLaw:
         budgets leaves it out); the answer's loss, intervals and flags do not depend on it.
         ``count_pretraining`` (a fine-tuning law only): ``compute`` also pays for each pretrained model's
         public pretraining (:meth:`_query_counting_pretraining`). ``decision_rule`` picks the runnable
-        configuration among the candidates (:mod:`dpscaling.law.decision`; default ``calibrated_upper``);
+        configuration among the candidates (:mod:`dpscaling.law.decision`; default ``extrapolation_charged``, the schema's ``private_model.decision_rule``);
         ``sampling`` the rule the runnable answer's σ is priced under (default the law's; ``poisson``: what a
         private run trains; the search reads the law's table under the law's rule, and the best
         :data:`dpscaling.law.rounding.RUNNABLE_CANDIDATES` are priced);
@@ -233,7 +234,7 @@ class ScalingLaw:
                 else {})
         runnable = choose_runnable(self, answer, budget, priced, settings)
         return render_answer(self.bundle, answer, runnable, budget, priced, settings, interval_bands, note, saturation,
-                             inference=inference, held=held)
+                             inference=inference, held=held, margins=margins(self, runnable, budget, priced, settings))
 
     def _user_budget(self, budget: Budget, progress: Callable[[str], None] | None) -> tuple[SigmaSource, float]:
         """σ's source for the budget, and the sampled units per user of it (docs/query.md, "A budget per user"):

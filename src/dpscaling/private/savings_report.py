@@ -208,10 +208,12 @@ def report(plans: Sequence[Mapping[str, Any]], curves: Mapping[tuple[str, str], 
 def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluation_paths: Sequence[str],
                  window: int | None, runs_stem: str | os.PathLike[str], table_stem: str | os.PathLike[str],
                  compare_stem: str | os.PathLike[str], savings_stem: str | os.PathLike[str],
-                 bundle: str | os.PathLike[str] | None = None) -> pd.DataFrame:
-    """Rule ``savings_report``: the runs' table, the budgets' table and the two figures. Every trained run's
-    curve and evaluation lie in ``<budget>/<role>/`` beside the budget's ``plan.json``; the calibrated intervals
-    are the law ``bundle``'s (None: none)."""
+                 bundle: str | os.PathLike[str] | None = None, worth_stem: str | os.PathLike[str] | None = None,
+                 regret_stem: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+    """Rule ``savings_report``: the runs' table, the budgets' table, the rules' worth table
+    (:mod:`dpscaling.private.worth`) and the three figures. Every trained run's curve and evaluation lie in
+    ``<budget>/<role>/`` beside the budget's ``plan.json``; the calibrated intervals are the law ``bundle``'s
+    (None: none)."""
     from pathlib import Path
 
     from dpscaling.privacy.epsilon_scope import caption_note
@@ -238,5 +240,14 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
     context = SavingsContext(runs, budgets, plans)
     render(BASELINE_COMPARE_MEASURED.name, context, compare_stem)
     render(SAVINGS.name, context, savings_stem)
+    if worth_stem is not None:
+        from dpscaling.private import worth
+
+        table = worth.worth_table(runs)
+        write_table(table, worth_stem, worth.CAPTION + covers, worth.LABEL, shown=worth.shown(table))
+    if regret_stem is not None:
+        from dpscaling.report.figures.savings import REGRET_BY_BUDGET
+
+        render(REGRET_BY_BUDGET.name, context, regret_stem)
     return budgets
 

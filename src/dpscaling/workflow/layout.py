@@ -156,7 +156,7 @@ FINETUNE_LAW_LOGS = f"{FINETUNE}fit"
 AUDIT = "audit"
 AUDIT_SUMMARY, AUDIT_TABLE = f"{AUDIT}/audit.json", f"{AUDIT}/audit.csv"
 
-# A run of private_model (PRIVATE_BUDGET) or savings (SAVINGS_RUN): its plan (the budget's), curve,
+# A run of private_model (PRIVATE_BUDGET) or savings (savings_paths): its plan (the budget's), curve,
 # checkpoint and held-out evaluation; a private_model budget's audit (.json, .csv) and its twins' runs.
 PLAN, METRICS, CHECKPOINT, EVALUATION = "plan.json", "metrics.parquet", "checkpoint", "evaluation.json"
 PRIVATE_MODEL = "private_model"
@@ -164,13 +164,21 @@ FINETUNE_PRIVATE_MODEL = f"{FINETUNE}{PRIVATE_MODEL}"  # the report of the budge
 PRIVATE_BUDGET = f"{PRIVATE_MODEL}/{{budget}}"
 PRIVATE_AUDIT, PRIVATE_AUDIT_TABLE = "audit.json", "audit.csv"
 TWIN = "twin_{twin}"
-SAVINGS = "savings"
-SAVINGS_BUDGET = f"{SAVINGS}/{{savings_budget}}"
-SAVINGS_RUN = f"{SAVINGS_BUDGET}/{{role}}"
+SAVINGS = "savings"  # savings.directory's default: another name keeps a second study beside it
 # The reports' files, by stem (.csv, .md, .tex tables; .pdf, .png, .csv figures), in PRIVATE_MODEL (and
 # FINETUNE_PRIVATE_MODEL) and SAVINGS.
 REPORT_TABLE, PREDICTED_VS_ACHIEVED = "table", "predicted_vs_achieved"
 SAVINGS_RUNS, BASELINE_COMPARISON, SAVINGS_FIGURE = "runs", "baseline_compare_measured", "savings"
+# Each way of choosing a configuration (the law's answer, each baseline rule): its regret per budget, as a table
+# and a figure (docs/savings.md, what an answer is worth).
+WORTH, WORTH_FIGURE = "worth", "regret_by_budget"
+
+
+def savings_paths(directory: str | None = None) -> tuple[str, str, str]:
+    """The study's directory, a budget's and a run's (wildcards ``savings_budget``, ``role``), for a savings
+    study in ``directory`` (None: :data:`SAVINGS`)."""
+    root = directory or SAVINGS
+    return root, f"{root}/{{savings_budget}}", f"{root}/{{savings_budget}}/{{role}}"
 
 
 def run_id(axes: Sequence[Axis] = RUN_AXES) -> str:

@@ -247,12 +247,14 @@ def savings_settings(config: Config):
 
 def savings_plan_settings(config: Config, label: str) -> dict[str, Any]:
     """Rule ``savings_plan``'s param: the ``savings`` block with budget ``label`` only and without its
-    evaluation, so adding a budget or changing how runs are scored replans nothing."""
+    evaluation and directory, so adding a budget, changing how runs are scored or where the study lives replans
+    nothing."""
     run = typed(config)
     block = run.savings.to_mapping()
     budget = savings_settings(run).budget(label)
     entries = [entry for entry in block["budgets"] if _budget_label(entry, run.accounting.delta) == budget.label]
-    return {**{key: value for key, value in block.items() if key != "evaluation"}, "budgets": entries}
+    return {**{key: value for key, value in block.items() if key not in ("evaluation", "directory")},
+            "budgets": entries}
 
 
 def _budget_label(entry: Mapping[str, Any], default_delta: float) -> str:

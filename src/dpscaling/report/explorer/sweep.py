@@ -139,6 +139,9 @@ def node_record(answer: Answer) -> dict[str, Any]:
                 "tpp": _round(optimum.tokens_per_parameter)},
         "near": {"count": answer.near_optimal_count, "tolerance": answer.query["tolerance"], **near},
         "model_note": runnable.model_note or None,
+        # the predicted margin over each rule of thumb: [rule, margin, its 90% interval, verdict]
+        "vs": [[margin.rule, _round(margin.margin) if math.isfinite(margin.margin) else None,
+                _pair(margin.interval), margin.verdict] for margin in answer.margins],
     }
 
 

@@ -4,7 +4,9 @@
   the law's predicted loss of the baselines and of its answer over the privacy budget (top) beside the loss the
   private runs measured (bottom, held-out; the answer's seed range as a bar);
 * ``fig:savings`` — per budget, the answer re-optimised at C/k against compute, measured and predicted, with
-  the best baseline's measured loss and the seed noise around it, the other baselines and the neighbours at C.
+  the best baseline's measured loss and the seed noise around it, the other baselines and the neighbours at C;
+* ``fig:regret_by_budget`` — per budget, the regret of each way of choosing (the law's answer, each fixed
+  rule; :mod:`dpscaling.private.worth`), with the answer's seed spread.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pandas as pd
 
 from dpscaling.report.figures.common import FigureSpec, budget_label, colours, footnote, subplots
 from dpscaling.private.savings_plan import ANSWER, BASELINE, FRACTION, NEIGHBOUR
+from dpscaling.private.worth import LAW, MEAN, WORST, worth_table
 
 REPORT = "savings"  # what the figures need: the report's tables
 
@@ -113,6 +116,43 @@ def _draw_savings(data: pd.DataFrame, context: SavingsContext):
     return figure
 
 
+def _regret_data(context: SavingsContext) -> pd.DataFrame:
+    table = worth_table(context.runs)
+    per_budget = table[~table["budget"].isin([WORST, MEAN])]
+    rules = [c for c in table.columns if c not in ("budget", "epsilon", "data_budget", "compute", "best", "seed_spread")]
+    return per_budget.melt(id_vars=["budget", "epsilon", "data_budget", "compute", "seed_spread"], value_vars=rules,
+                           var_name="rule", value_name="regret")
+
+
+def _draw_regret(data: pd.DataFrame, context: SavingsContext):
+    budgets = list(dict.fromkeys(data["budget"]))
+    figure, axes = subplots(1, 2, width=5.0, height=3.6, gridspec_kw={"width_ratios": [3, 1]})
+    ax, worst = axes[0]
+    rules = list(dict.fromkeys(data["rule"]))
+    palette = dict(zip([r for r in rules if r != LAW], colours(max(1, len(rules) - 1), "plasma")))
+    positions = {label: index for index, label in enumerate(budgets)}
+    for offset, rule in zip(np.linspace(-0.2, 0.2, len(rules)), rules):
+        mine = data[data["rule"] == rule]
+        colour = "black" if rule == LAW else palette[rule]
+        ax.plot([positions[b] + offset for b in mine["budget"]], mine["regret"], "o" if rule == LAW else "s",
+                color=colour, markersize=4, label="law's answer" if rule == LAW else rule)
+        worst.bar(rule, mine["regret"].max(), color=colour)
+    spread = data.drop_duplicates("budget")
+    ax.bar(range(len(budgets)), spread["seed_spread"], width=0.8, color="grey", alpha=0.2,
+           label="answer's seed spread")
+    first = data.drop_duplicates("budget").set_index("budget")
+    ax.set_xticks(range(len(budgets)),
+                  [f"ε {first.loc[b, 'epsilon']:g}\nN {budget_label(first.loc[b, 'data_budget'])}\n"
+                   f"C {first.loc[b, 'compute']:.0e}" for b in budgets], fontsize=5)
+    ax.set_ylabel("regret: held-out loss − best at the budget (nats)")
+    ax.legend(fontsize=6)
+    worst.set_ylabel("worst regret over the budgets (nats)")
+    worst.tick_params(axis="x", labelsize=6, rotation=30)
+    footnote(figure, "Each rule trained at the budget's compute (the answer's); the law's answer: the mean of its "
+             "seeds.")
+    return figure
+
+
 BASELINE_COMPARE_MEASURED = FigureSpec(
     label="fig:baseline_compare_measured",
     caption=("The paper's comparison of the compute-optimal configuration to natural baselines, predicted by the "
@@ -131,4 +171,13 @@ SAVINGS = FigureSpec(
     compute=_savings_data,
     draw=_draw_savings,
 )
-FIGURES = (BASELINE_COMPARE_MEASURED, SAVINGS)
+REGRET_BY_BUDGET = FigureSpec(
+    label="fig:regret_by_budget",
+    caption=("What an answer is worth: at each budget, the regret of the law's answer and of each fixed rule a "
+             "practitioner would use without a law (held-out loss minus the best of them), and each one's worst "
+             "regret over the budgets."),
+    needs=(REPORT,),
+    compute=_regret_data,
+    draw=_draw_regret,
+)
+FIGURES = (BASELINE_COMPARE_MEASURED, SAVINGS, REGRET_BY_BUDGET)

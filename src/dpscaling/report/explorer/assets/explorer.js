@@ -181,6 +181,15 @@
       li.append(name, `: ${message}`);
       flags.append(li);
     }
+    const vsRows = [["rule", "margin", "90% interval", "verdict"],
+      ...node.vs.map(([rule, margin, interval, verdict]) => [rule, margin === null ? "–" : sig(margin, 3),
+        interval ? `[${sig(interval[0], 3)}, ${sig(interval[1], 3)}]` : "–", verdict])];
+    document.getElementById("vs").replaceChildren(...vsRows.map((cells, r) => {
+      const tr = document.createElement("tr");
+      if (r) tr.dataset.rule = cells[0];
+      cells.forEach((cell) => { const td = document.createElement(r ? "td" : "th"); td.textContent = cell; tr.append(td); });
+      return tr;
+    }));
     const near = node.near;
     text("near-summary", `${near.count} candidate configurations within ${near.tolerance * 100}% of the law's ` +
       `optimum loss ${sig(node.opt.loss, 5)}; their range:`);
