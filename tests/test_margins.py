@@ -74,3 +74,27 @@ def test_the_cli_prints_the_margins_in_json_and_text(bundle, capsys) -> None:
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert "vs rules" in text and all(m["verdict"] in text for m in margins)
+
+
+def test_the_default_savings_baselines_are_the_rules_of_thumb_at_its_horizon() -> None:
+    """config/config.yaml's savings baselines (trained) and RULES_OF_THUMB (predicted) are the same three rules."""
+    import yaml
+
+    from conftest import REPO
+    from dpscaling.law.runnable import custom_param_count
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    horizon, data = config["training"]["steps"], config["data"]
+    sizes = {name: custom_param_count("bert", shape["layers"], shape["heads"], shape["hidden"], data["vocab_size"],
+                                      data["seq_len"]) for name, shape in config["models"]["custom"].items()
+             if name in config["models"]["names"]}
+    ordered = sorted(sizes, key=sizes.get)
+    models = {"smallest": ordered[0], "middle": ordered[len(ordered) // 2]}
+    baselines = {entry["name"]: entry for entry in config["savings"]["baselines"]}
+    for rule in RULES_OF_THUMB:
+        baseline = baselines[rule.name]
+        assert baseline["iterations"] == round(rule.horizon_fraction * horizon)
+        if rule.tokens_per_parameter is not None:
+            assert baseline["tokens_per_parameter"] == rule.tokens_per_parameter
+        else:
+            assert baseline["model"] == models[rule.model]
