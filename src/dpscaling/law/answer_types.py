@@ -7,6 +7,8 @@ flags, saturation and provenance, each as the JSON ``dpscaling query --json`` pr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,8 +183,14 @@ class Answer:
     inference: InferenceAware | None = None
     # With allow_extrapolation: why the same query without it is refused ("" when it is answered).
     refusal: str = ""
-    # The answer's predicted margin over each rule of thumb (dpscaling.law.margins.Margin); () across lengths.
-    margins: tuple = ()
+    # What computes the answer's predicted margin over each rule of thumb (dpscaling.law.margins), on first use:
+    # pricing three more configurations that a plan's queries never read. None across lengths (no margins).
+    margins_of: Callable[[], tuple] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def margins(self) -> tuple:
+        """The answer's predicted margin over each rule of thumb (:class:`dpscaling.law.margins.Margin`)."""
+        return () if self.margins_of is None else tuple(self.margins_of())
 
     @property
     def predicted_loss(self) -> float:

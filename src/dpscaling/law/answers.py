@@ -234,7 +234,8 @@ class ScalingLaw:
                 else {})
         runnable = choose_runnable(self, answer, budget, priced, settings)
         return render_answer(self.bundle, answer, runnable, budget, priced, settings, interval_bands, note, saturation,
-                             inference=inference, held=held, margins=margins(self, runnable, budget, priced, settings))
+                             inference=inference, held=held,
+                             margins_of=functools.partial(margins, self, runnable, budget, priced, settings))
 
     def _user_budget(self, budget: Budget, progress: Callable[[str], None] | None) -> tuple[SigmaSource, float]:
         """σ's source for the budget, and the sampled units per user of it (docs/query.md, "A budget per user"):

@@ -4,6 +4,7 @@ it was priced and where the law came from, as one :class:`~dpscaling.law.answer_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dpscaling.law.answer_types import Answer, Configuration, Runnable
@@ -18,7 +19,7 @@ from dpscaling.law.range_checks import (
 def render_answer(bundle: Bundle, answer: ComputeOptimal, runnable: Runnable, budget: Budget, priced: PricedSurface,
                   settings: AnswerSettings, bands, note: str, saturation: dict | None, *, per_length=None,
                   lengths_without_answer=None, inference=None, held: dict | None = None,
-                  margins: tuple = ()) -> Answer:
+                  margins_of: Callable[[], tuple] | None = None) -> Answer:
     """The :class:`Answer` of ``answer`` (the search) and ``runnable`` (its rounded twin) at ``budget``, flagged
     against ``bundle``'s validated ranges."""
     surface, units, ranges = priced.surface, priced.units, bundle.ranges
@@ -42,7 +43,7 @@ def render_answer(bundle: Bundle, answer: ComputeOptimal, runnable: Runnable, bu
                   len(answer.near_optimal), answer.candidates, answer.unanswered, bands, note, surface.calibration,
                   surface.calibration_note, tuple(flags), saturation, source.description, source.sampling,
                   bundle.loss_units, bundle.provenance, priced.correction, per_length, lengths_without_answer or {},
-                  inference, refused.message if refused is not None else "", tuple(margins))
+                  inference, refused.message if refused is not None else "", margins_of)
 
 
 def _query_record(budget: Budget, priced: PricedSurface, settings: AnswerSettings, held: dict | None) -> dict[str, Any]:
