@@ -95,9 +95,9 @@ def test_worth_is_each_rules_loss_above_the_best_at_its_budget_and_its_worst_ove
     """Two budgets: the law's answer (two seeds, their mean) wins the first, the DP expert's rule the second."""
     from dpscaling.private.worth import worth_table
 
-    def run(budget, epsilon, kind, role, loss):
+    def run(budget, epsilon, kind, role, loss):  # the law predicts each run 0.1 above what it measures
         return {"budget": budget, "epsilon": epsilon, "data_budget": 5000, "compute": 1e12, "kind": kind,
-                "role": role, "heldout_loss": loss}
+                "role": role, "heldout_loss": loss, "predicted_loss": loss + 0.1}
 
     runs = pd.DataFrame([run("a", 1.0, "answer", "answer", 5.00), run("a", 1.0, "answer", "answer_seed1", 5.02),
                          run("a", 1.0, "baseline", "baseline_dp_expert", 5.05),
@@ -115,3 +115,5 @@ def test_worth_is_each_rules_loss_above_the_best_at_its_budget_and_its_worst_ove
     assert table.loc["worst", "chinchilla"] == pytest.approx(0.30)
     assert table.loc["b", "seed_spread"] == pytest.approx(0.04) and table.loc["worst", "seed_spread"] == pytest.approx(0.04)
     assert table.loc["mean", "best"] == "law 1, chinchilla 0, dp_expert 1"
+    assert table.loc["a", "predicted_best"] == "law" and table.loc["b", "predicted_best"] == "dp_expert"
+    assert table.loc["mean", "predicted_best"] == "2 of 2 as measured"

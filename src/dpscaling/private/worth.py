@@ -4,8 +4,8 @@ rules a practitioner would use without a law, each trained privately at every bu
 A rule of thumb (the DP expert's smallest model at a very large batch, Chinchilla's 20 tokens per parameter, the
 grid's middle model) can be right at one budget; the law's claim is that no single rule is right everywhere.
 Per budget, each way of choosing (``law``: the answer's mean held-out loss over its seeds; each baseline rule:
-its run) has a **regret**, its held-out loss minus the lowest of them at that budget (0 for the best). Per
-rule, its **worst regret** over the budgets and its mean regret. The answer's seed spread (max − min of its
+its run) has a **regret**, its held-out loss minus the lowest of them at that budget (0 for the best), beside the rule the law predicted
+best there. Per rule, its **worst regret** over the budgets and its mean regret. The answer's seed spread (max − min of its
 seeds' held-out losses) is stated per budget and as its largest: a regret below it is not told apart from 0.
 """
 
@@ -39,16 +39,21 @@ def worth_table(runs: pd.DataFrame) -> pd.DataFrame:
     rules = [LAW, *sorted(rule for rule in losses.columns if rule != LAW)]
     losses = losses[[rule for rule in rules if rule in losses.columns]]
     regrets = losses.sub(losses.min(axis=1), axis=0)
+    predicted = chosen.pivot_table(index=["budget", "epsilon", "data_budget", "compute"], columns="rule",
+                                   values="predicted_loss", aggfunc="mean", sort=False)[list(losses.columns)]
     answers = chosen[chosen["rule"] == LAW].groupby("budget")["heldout_loss"]
     spread = (answers.max() - answers.min()).rename("seed_spread")
     table = regrets.reset_index()
     table["best"] = losses.idxmin(axis=1).to_numpy()
+    # the rule the law predicted best at the budget (the same prediction every answer's margins read)
+    table["predicted_best"] = predicted.idxmin(axis=1).to_numpy()
     table = table.merge(spread, left_on="budget", right_index=True, how="left")
     columns = list(losses.columns)
     summary = [{"budget": WORST, **regrets.max().to_dict(), "seed_spread": spread.max(),
                 "best": ", ".join(f"{rule}@{regrets[rule].idxmax()[0]}" for rule in columns)},
                {"budget": MEAN, **regrets.mean().to_dict(), "seed_spread": spread.mean(),
-                "best": ", ".join(f"{rule} {int((regrets[rule] == 0).sum())}" for rule in columns)}]
+                "best": ", ".join(f"{rule} {int((regrets[rule] == 0).sum())}" for rule in columns),
+                "predicted_best": f"{int((table['predicted_best'] == table['best']).sum())} of {len(table)} as measured"}]
     return pd.concat([table, pd.DataFrame(summary)], ignore_index=True)
 
 
@@ -56,6 +61,7 @@ def shown(table: pd.DataFrame) -> dict[str, str]:
     """The table's columns as the Markdown and LaTeX tables name them."""
     names = {"epsilon": "ε", "data_budget": "N", "compute": "C"}
     rules = [column for column in table.columns if column not in
-             ("budget", "epsilon", "data_budget", "compute", "best", "seed_spread")]
+             ("budget", "epsilon", "data_budget", "compute", "best", "predicted_best", "seed_spread")]
     return {"budget": "budget", **names, **{rule: f"regret {rule}" for rule in rules},
-            "best": "best (worst row: where; mean row: budgets won)", "seed_spread": "answer's seed spread"}
+            "best": "best (worst row: where; mean row: budgets won)", "predicted_best": "law predicted best",
+            "seed_spread": "answer's seed spread"}

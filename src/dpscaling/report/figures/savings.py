@@ -119,7 +119,8 @@ def _draw_savings(data: pd.DataFrame, context: SavingsContext):
 def _regret_data(context: SavingsContext) -> pd.DataFrame:
     table = worth_table(context.runs)
     per_budget = table[~table["budget"].isin([WORST, MEAN])]
-    rules = [c for c in table.columns if c not in ("budget", "epsilon", "data_budget", "compute", "best", "seed_spread")]
+    rules = [c for c in table.columns
+             if c not in ("budget", "epsilon", "data_budget", "compute", "best", "predicted_best", "seed_spread")]
     return per_budget.melt(id_vars=["budget", "epsilon", "data_budget", "compute", "seed_spread"], value_vars=rules,
                            var_name="rule", value_name="regret")
 
