@@ -12,6 +12,10 @@ configuration is priced, which only the runnable answer carries."""
 
 from __future__ import annotations
 
+import pandas as pd
+
+from dpscaling.law.columns import CROSS_ENTROPY
+
 GAIN = "Gain (nats)"
 # T* beyond the last measured iteration of its law's curves: the law's extrapolation answers it.
 EXTRAPOLATED = "Extrapolated"
@@ -21,3 +25,8 @@ def column(name: str, side: str) -> str:
     """The comparison table's column of measure ``name`` on one ``side`` of the comparison, e.g. "Model Size
     (scratch)"."""
     return f"{name} ({side})"
+
+
+def answered_by_both(table: pd.DataFrame, side: str, baseline: str) -> pd.DataFrame:
+    """The rows of a comparison table where both sides' laws answered (a loss on each side)."""
+    return table.dropna(subset=[column(CROSS_ENTROPY, side), column(CROSS_ENTROPY, baseline)])

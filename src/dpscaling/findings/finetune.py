@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.report.figures.context import AnalysisContext
-from dpscaling.findings.comparison import EXTRAPOLATED, GAIN, column
+from dpscaling.findings.comparison import EXTRAPOLATED, GAIN, answered_by_both, column
 from dpscaling.findings.paper import Finding, check_findings
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, PRIVACY_BUDGET, TOKENS_PER_PARAMETER)
@@ -100,14 +100,10 @@ def counted_optimum(finetuned: AnalysisContext, epsilon: float, users: float, co
     return best
 
 
-def both_answered(table: pd.DataFrame) -> pd.DataFrame:
-    return table.dropna(subset=[column(CROSS_ENTROPY, SCRATCH), column(CROSS_ENTROPY, FINETUNED)])
-
-
 def pretraining_lowers_the_loss(table: pd.DataFrame) -> Finding:
     """(f) The fine-tuned optimum's loss is below the from-scratch optimum's at every compared (C, ε, N)."""
     claim = "pretraining lowers the compute-optimal loss at every (C, eps, N)"
-    compared = both_answered(table)
+    compared = answered_by_both(table, FINETUNED, SCRATCH)
     if compared.empty:
         return Finding(claim, False, "no (C, eps) is answered by both laws")
     gain = compared[GAIN]
@@ -167,7 +163,7 @@ def larger_pretrained_models_learn_better(scratch: AnalysisContext, finetuned: A
 def optimal_model_is_larger(table: pd.DataFrame) -> Finding:
     """(h) At equal (C, ε, N) the fine-tuned compute-optimal model is larger than the from-scratch one."""
     claim = "the compute-optimal model is larger when fine-tuning than from scratch"
-    compared = both_answered(table)
+    compared = answered_by_both(table, FINETUNED, SCRATCH)
     if compared.empty:
         return Finding(claim, False, "no (C, eps) is answered by both laws")
     ratio = compared[column(MODEL_SIZE, FINETUNED)] / compared[column(MODEL_SIZE, SCRATCH)]

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.report.figures.context import AnalysisContext
-from dpscaling.findings.comparison import EXTRAPOLATED, GAIN, column
+from dpscaling.findings.comparison import EXTRAPOLATED, GAIN, answered_by_both, column
 from dpscaling.findings.paper import Finding
 from dpscaling.law.columns import (
     BATCH_SIZE, COMPUTE, CROSS_ENTROPY, DATA_BUDGET, ITERATIONS, MODEL_SIZE, PRIVACY_BUDGET)
@@ -79,10 +79,6 @@ def comparison_table(contexts: Mapping[str, AnalysisContext], epsilons: Sequence
     return table
 
 
-def both_answered(table: pd.DataFrame) -> pd.DataFrame:
-    return table.dropna(subset=[column(CROSS_ENTROPY, BASELINE), column(CROSS_ENTROPY, MECHANISM)])
-
-
 def _inside(table: pd.DataFrame) -> pd.DataFrame:
     """Rows where neither optimum's T* is past its law's measured horizon."""
     return table[~table[column(EXTRAPOLATED, BASELINE)].astype(bool) & ~table[column(EXTRAPOLATED, MECHANISM)].astype(bool)]
@@ -91,7 +87,7 @@ def _inside(table: pd.DataFrame) -> pd.DataFrame:
 def at_least_matches(table: pd.DataFrame) -> Finding:
     """(a) BandMF's compute-optimal loss is at most DP-SGD's (+ :data:`MATCH_TOLERANCE`) wherever both answer."""
     claim = f"BandMF at least matches DP-SGD (gain >= -{MATCH_TOLERANCE} nats at every answered (eps, N, C))"
-    compared = both_answered(table)
+    compared = answered_by_both(table, MECHANISM, BASELINE)
     if compared.empty:
         return Finding(claim, False, "no (eps, N, C) is answered by both laws")
     parts = []
@@ -108,7 +104,7 @@ def grows_with_epsilon(table: pd.DataFrame) -> Finding:
     """(b) At every (mechanism, N, C) answered at two or more ε, the gain does not fall as ε rises (within
     :data:`MATCH_TOLERANCE`)."""
     claim = "BandMF's advantage grows with eps (at fixed N and C)"
-    compared = both_answered(table)
+    compared = answered_by_both(table, MECHANISM, BASELINE)
     slices = [group.sort_values(PRIVACY_BUDGET)[GAIN].to_numpy()
               for _, group in compared.groupby([MECHANISM, DATA_BUDGET, COMPUTE]) if len(group) >= 2]
     if not slices:
@@ -125,7 +121,7 @@ def shrinks_with_epochs(table: pd.DataFrame) -> Finding:
     """(c) The gain falls as the BandMF optimum's epochs rise: Spearman's rank correlation < 0 (and where the
     optimum trains under one epoch, the gain is larger than where it trains over one)."""
     claim = "BandMF's advantage shrinks with epochs"
-    compared = both_answered(table)
+    compared = answered_by_both(table, MECHANISM, BASELINE)
     if len(compared) < 3:
         return Finding(claim, False, f"{len(compared)} answered points: too few to rank")
     epochs = compared[column(EPOCHS, MECHANISM)]
@@ -144,7 +140,7 @@ def how_the_optimum_moves(table: pd.DataFrame) -> Finding:
     """(d) Where BandMF wins, its optimum against DP-SGD's: medians of the M*, B*, T* ratios (a record, not
     a claim of the literature: it holds when a win exists)."""
     claim = "where BandMF wins, its compute-optimal M, B and T against DP-SGD's"
-    wins = both_answered(table)
+    wins = answered_by_both(table, MECHANISM, BASELINE)
     wins = wins[wins[GAIN] > 0]
     if wins.empty:
         return Finding(claim, False, "BandMF wins nowhere")
