@@ -141,6 +141,17 @@ def documents(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     return path, frame
 
 
+def _assert_each_user_holds_its_own_capped_rows(rows: np.ndarray, users: np.ndarray,
+                                                own: list[np.ndarray], cap: int) -> np.ndarray:
+    """Each packed user ``u``'s rows are at most ``cap`` of ``own[u]``, the independently packed block of its
+    own text; returns each block's length before the cap."""
+    for user, block in enumerate(own):
+        mine = rows[users == user]
+        assert len(mine) == min(len(block), cap)
+        assert {row.tobytes() for row in mine} <= {row.tobytes() for row in block}
+    return np.array([len(block) for block in own])
+
+
 def test_document_users_pack_each_document_alone_and_are_capped(documents, tmp_path: Path) -> None:
     path, frame = documents
     spec = UserSpec("document", max_examples=20)
@@ -153,11 +164,7 @@ def test_document_users_pack_each_document_alone_and_are_capped(documents, tmp_p
     own = [pack_sequences([doc], 64, vocabulary.cls_id, vocabulary.sep_id) for doc in ids]
     own = [block for block in own if len(block)]
     assert meta.users["n_users"] == len(own) == len(np.unique(users))
-    for user, block in enumerate(own):
-        mine = rows[users == user]
-        assert len(mine) == min(len(block), 20)
-        assert {row.tobytes() for row in mine} <= {row.tobytes() for row in block}
-    before = np.array([len(block) for block in own])
+    before = _assert_each_user_holds_its_own_capped_rows(rows, users, own, 20)
     assert meta.users["capped_users"] == int((before > 20).sum()) > 0
     assert meta.users["dropped_sequences"] == int(np.clip(before - 20, 0, None).sum())
     assert meta.users["examples_per_user"] == 20 and meta.users["contributions"]["max"] == before.max()
@@ -230,11 +237,7 @@ def test_column_users_split_by_user_and_pack_each_users_documents_together(tmp_p
     own = [pack_sequences(tokenize_documents(tokenizer, train.loc[train.user == name, "text"]), 64, vocabulary.cls_id,
                           vocabulary.sep_id) for name in order]
     assert meta.users["n_users"] == len(order) == len(np.unique(users))
-    for user, block in enumerate(own):
-        mine = rows[users == user]
-        assert len(mine) == min(len(block), 20)
-        assert {row.tobytes() for row in mine} <= {row.tobytes() for row in block}
-    before = np.array([len(block) for block in own])
+    before = _assert_each_user_holds_its_own_capped_rows(rows, users, own, 20)
     assert meta.users["unit"] == "column" and meta.users["column"] == "user"
     assert meta.users["capped_users"] == int((before > 20).sum()) > 0
     assert meta.users["examples_per_user"] == 20 and meta.users["contributions"]["max"] == before.max()

@@ -13,8 +13,8 @@ with log_to_file(snakemake.log[0]) as log:
         Path(snakemake.output.csv).with_suffix(""),
         Path(snakemake.output.compare_pdf).with_suffix(""),
         Path(snakemake.output.savings_pdf).with_suffix(""),
-        snakemake.input.get("bundle"),
         Path(snakemake.output.worth_csv).with_suffix(""),
         Path(snakemake.output.regret_pdf).with_suffix(""),
+        snakemake.input.get("bundle"),
     )
     log.info("savings:\n%s", budgets.to_string())

@@ -19,6 +19,7 @@ import dataclasses
 import gzip
 import json
 import lzma
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -136,7 +137,7 @@ def _checked_column(names: Sequence[str], column: str, key: str, where: str) -> 
 def _rows(texts: Iterable[Any], users: Iterable[Any] | None, user_column: str | None,
           where: str) -> Iterator[tuple[str, str | None]]:
     """(text, user) of every non-empty document; a document without a user is refused by name."""
-    for index, (text, user) in enumerate(zip(texts, users if users is not None else iter(lambda: None, 0))):
+    for index, (text, user) in enumerate(zip(texts, users if users is not None else itertools.repeat(None))):
         if not (text and text.strip()):
             continue
         if user_column is not None and (user is None or str(user) == ""):
@@ -285,7 +286,8 @@ def split_documents(
         heldout = np.zeros(n, dtype=bool)
         heldout[np.random.default_rng(seed).permutation(n)[:n_heldout]] = True
     else:
-        ids, of_document = np.unique(np.asarray(users, dtype=object).astype(str), return_inverse=True)
+        users = [str(user) for user in users]
+        ids, of_document = np.unique(np.asarray(users, dtype=object), return_inverse=True)
         heldout = heldout_users(ids, heldout_fraction, seed)[of_document]
         if heldout.all() or not heldout.any():
             raise UserError(f"data.heldout_fraction: {heldout_fraction} puts all {len(ids)} users of "
@@ -295,7 +297,7 @@ def split_documents(
             "doc_id": np.arange(n, dtype=np.int64),
             "split": np.where(heldout, "heldout", "train"),
             "text": list(documents),
-            **({"user": [str(user) for user in users]} if users is not None else {}),
+            **({"user": users} if users is not None else {}),
         }
     )
 

@@ -208,8 +208,8 @@ def report(plans: Sequence[Mapping[str, Any]], curves: Mapping[tuple[str, str], 
 def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluation_paths: Sequence[str],
                  window: int | None, runs_stem: str | os.PathLike[str], table_stem: str | os.PathLike[str],
                  compare_stem: str | os.PathLike[str], savings_stem: str | os.PathLike[str],
-                 bundle: str | os.PathLike[str] | None = None, worth_stem: str | os.PathLike[str] | None = None,
-                 regret_stem: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+                 worth_stem: str | os.PathLike[str], regret_stem: str | os.PathLike[str],
+                 bundle: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     """Rule ``savings_report``: the runs' table, the budgets' table, the rules' worth table
     (:mod:`dpscaling.private.worth`) and the three figures. Every trained run's curve and evaluation lie in
     ``<budget>/<role>/`` beside the budget's ``plan.json``; the calibrated intervals are the law ``bundle``'s
@@ -218,7 +218,8 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
 
     from dpscaling.privacy.epsilon_scope import caption_note
     from dpscaling.report.figures import render
-    from dpscaling.report.figures.savings import BASELINE_COMPARE_MEASURED, SAVINGS, SavingsContext
+    from dpscaling.private import worth
+    from dpscaling.report.figures.savings import BASELINE_COMPARE_MEASURED, REGRET_BY_BUDGET, SAVINGS, SavingsContext
     from dpscaling.private.plans import read_json
     from dpscaling.report.tables.write import write_table
 
@@ -240,14 +241,8 @@ def write_report(plan_paths: Sequence[str], curve_paths: Sequence[str], evaluati
     context = SavingsContext(runs, budgets, plans)
     render(BASELINE_COMPARE_MEASURED.name, context, compare_stem)
     render(SAVINGS.name, context, savings_stem)
-    if worth_stem is not None:
-        from dpscaling.private import worth
-
-        table = worth.worth_table(runs)
-        write_table(table, worth_stem, worth.CAPTION + covers, worth.LABEL, shown=worth.shown(table))
-    if regret_stem is not None:
-        from dpscaling.report.figures.savings import REGRET_BY_BUDGET
-
-        render(REGRET_BY_BUDGET.name, context, regret_stem)
+    table = worth.worth_table(runs)
+    write_table(table, worth_stem, worth.CAPTION + covers, worth.LABEL, shown=worth.shown(table))
+    render(REGRET_BY_BUDGET.name, context, regret_stem)
     return budgets
 

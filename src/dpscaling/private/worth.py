@@ -22,6 +22,7 @@ CAPTION = ("What an answer is worth: per budget, the held-out loss of each way o
            "(its regret), the answer's seed spread beside it; the last rows give each rule's worst and mean regret "
            "over the budgets.")
 WORST, MEAN = "worst", "mean"
+_NOT_RULES = ("budget", "epsilon", "data_budget", "compute", "best", "predicted_best", "seed_spread")
 
 
 def rule_of(row: pd.Series) -> str:
@@ -57,11 +58,14 @@ def worth_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([table, pd.DataFrame(summary)], ignore_index=True)
 
 
+def rules(table: pd.DataFrame) -> list[str]:
+    """The ways of choosing that a worth table compares (its regret columns), the law's first."""
+    return [column for column in table.columns if column not in _NOT_RULES]
+
+
 def shown(table: pd.DataFrame) -> dict[str, str]:
     """The table's columns as the Markdown and LaTeX tables name them."""
     names = {"epsilon": "ε", "data_budget": "N", "compute": "C"}
-    rules = [column for column in table.columns if column not in
-             ("budget", "epsilon", "data_budget", "compute", "best", "predicted_best", "seed_spread")]
-    return {"budget": "budget", **names, **{rule: f"regret {rule}" for rule in rules},
+    return {"budget": "budget", **names, **{rule: f"regret {rule}" for rule in rules(table)},
             "best": "best (worst row: where; mean row: budgets won)", "predicted_best": "law predicted best",
             "seed_spread": "answer's seed spread"}

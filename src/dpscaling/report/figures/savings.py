@@ -20,6 +20,7 @@ import pandas as pd
 from dpscaling.report.figures.common import FigureSpec, budget_label, colours, footnote, subplots
 from dpscaling.private.savings_plan import ANSWER, BASELINE, FRACTION, NEIGHBOUR
 from dpscaling.private.worth import LAW, MEAN, WORST, worth_table
+from dpscaling.private.worth import rules as worth_rules
 
 REPORT = "savings"  # what the figures need: the report's tables
 
@@ -119,9 +120,8 @@ def _draw_savings(data: pd.DataFrame, context: SavingsContext):
 def _regret_data(context: SavingsContext) -> pd.DataFrame:
     table = worth_table(context.runs)
     per_budget = table[~table["budget"].isin([WORST, MEAN])]
-    rules = [c for c in table.columns
-             if c not in ("budget", "epsilon", "data_budget", "compute", "best", "predicted_best", "seed_spread")]
-    return per_budget.melt(id_vars=["budget", "epsilon", "data_budget", "compute", "seed_spread"], value_vars=rules,
+    return per_budget.melt(id_vars=["budget", "epsilon", "data_budget", "compute", "seed_spread"],
+                           value_vars=worth_rules(table),
                            var_name="rule", value_name="regret")
 
 
