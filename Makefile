@@ -10,7 +10,7 @@ run: $(STAMP)
 	$(VENV)/bin/snakemake --profile profiles/local
 
 test: $(STAMP) browser
-	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=25
+	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=40
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -2,7 +2,7 @@
 dp-accounting (and SciPy's binomial) directly, without dpscaling's accountants, for DP-SGD, BandMF, ULS and ELS
 (docs/accounting.md, "Pricing a configuration"). The query's answers and the private runs, plans and audit are
 recomputed the same way in tests/test_law_answers.py, tests/test_pricing.py, tests/test_private_training.py,
-tests/test_e2e_userlevel.py and tests/test_workflow_e2e.py."""
+tests/test_e2e_mechanisms.py and tests/test_workflow_e2e.py."""
 
 from __future__ import annotations
 
