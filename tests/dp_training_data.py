@@ -34,14 +34,15 @@ def build_packed_corpus(directory: Path, seq_len: int = 64, n_documents: int = 6
 CURVE = ["step", "loss", "grad_norm", "clipped_fraction", "lr"]
 
 
-def resume_from_midpoint(config, corpus: Path, out: Path, resumed: Path):
+def resume_from_midpoint(config, corpus: Path, out: Path, resumed: Path, resumed_config=None):
     """Run ``config`` again from the checkpoint at ``config.checkpoint_every`` of the finished run in ``out``
-    (a copy in ``resumed``, its last step deleted); assert it resumed there and logged the identical curve."""
+    (a copy in ``resumed``, its last step deleted); assert it resumed there and logged the identical curve.
+    ``resumed_config``: the second half's config instead (one that computes the same curve another way)."""
     from dpscaling.train import run_training
 
     shutil.copytree(out / "ckpt", resumed / "ckpt")
     shutil.rmtree(resumed / "ckpt" / "state" / str(config.num_steps))
-    summary = run_training(config, corpus, resumed / "metrics.parquet", resumed / "ckpt")
+    summary = run_training(resumed_config or config, corpus, resumed / "metrics.parquet", resumed / "ckpt")
     assert summary.resumed_from_step == config.checkpoint_every
     reference = pq.read_table(out / "metrics.parquet", columns=CURVE).to_pydict()
     again = pq.read_table(resumed / "metrics.parquet", columns=CURVE).to_pydict()

@@ -38,7 +38,7 @@ def padded_grads(method: str, microbatch: int = 4, sharded: bool = True) -> dict
                                  microbatch_sharding=parallel.microbatch if sharded else None)
 
     result = jax.jit(grad)(params, tokens, w)
-    return _flat(result.grad)
+    return flat_leaves(result.grad)
 
 
 def unpadded_grads(method: str) -> dict[str, np.ndarray]:
@@ -47,10 +47,10 @@ def unpadded_grads(method: str) -> dict[str, np.ndarray]:
     real = jax.tree.map(lambda x: x[:REAL], batch)
     result = jax.jit(lambda p, b: clipped_mean_grad(loss_fn, p, b, clip_norm=1.0, clipped_sum=CLIPPED_SUMS[method],
                                                     normaliser=EXPECTED))(params, real)
-    return _flat(result.grad)
+    return flat_leaves(result.grad)
 
 
-def _flat(tree) -> dict[str, np.ndarray]:
+def flat_leaves(tree) -> dict[str, np.ndarray]:
     return {jax.tree_util.keystr(path): np.asarray(leaf)
             for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 

@@ -224,7 +224,8 @@ def test_new_training_keys_leave_existing_jobs_params_unchanged_at_their_default
     # repeat_points / seq_lens / the mechanisms and their learning rates, which choose which jobs exist,
     # never a job's param.
     late = ("adam_b1", "adam_b2", "adam_eps", "allow_repeats", "sampling", "truncated_batch_size", "accountant",
-            "bandmf_strategy", "schedule", "cooldown_fraction", "examples_per_user_per_batch", "scan_layers", "remat")
+            "bandmf_strategy", "schedule", "cooldown_fraction", "examples_per_user_per_batch", "scan_layers", "remat",
+            "skip_padding")
     selects = ("repeat_seeds", "repeat_points", "seq_lens", "mechanisms", "mechanism_learning_rates", "runs_per_job")
     before = {key: value for key, value in config["training"].items() if key not in late and key not in selects}
     assert repr(training_params(config)) == repr(before)
@@ -254,7 +255,7 @@ TRAINING_CHANGES = {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.5], "
                     "mechanisms": ["dpsgd", "bandmf-b4"], "mechanism_learning_rates": {"dpsgd": [0.25]},
                     "bandmf_strategy": "max_error", "output_bias": "zeros", "runs_per_job": "shape",
                     "schedule": "constant_cooldown", "cooldown_fraction": 0.3, "examples_per_user_per_batch": 4,
-                    "scan_layers": True, "remat": True}
+                    "scan_layers": True, "remat": True, "skip_padding": False}
 
 
 def _reached(key: str) -> dict[str, bool]:

@@ -133,3 +133,26 @@ def test_an_els_audit_has_power_and_the_private_run_passes() -> None:
     assert private.examples_per_user == 4 and private.sigma > 0
     sequence_level = {r.run: r for r in run_audit(dataclasses.replace(settings, examples_per_user=None))}["private"]
     assert private.sigma > sequence_level.sigma  # a user of 4 costs more noise than one sequence
+
+
+def test_a_private_job_is_sized_by_the_sequences_its_steps_compute_and_its_devices_by_its_cap() -> None:
+    """Its time follows the expected draw plus under one microbatch of padding a step (a ULS slot brings m
+    sequences; BandMF samples one of b groups), its device count divides the cap L."""
+    from dpscaling.accounting.truncation import computed_batch
+    from dpscaling.config.blocks import load_config
+    from dpscaling.workflow.cluster import private_work
+    from test_wordpiece import validate_default
+
+    config = validate_default()
+    config["training"]["microbatch_size"] = 4
+    run = load_config(config)
+    dpsgd = a_plan(batch_size=256, truncated_batch_size=288)  # N = 50,000
+    work = private_work(run, dpsgd)
+    assert work.batch == 288 and work.computed_batch == pytest.approx(computed_batch(50_000, 256 / 50_000, 288, 4))
+    assert 256 < work.computed_batch < 260
+    uls = a_plan(PER_USER, batch_size=30, truncated_batch_size=48, mechanism="uls-m2", sampler="user_poisson",
+                 sequences_per_unit=2)  # N = 600 users
+    work = private_work(run, uls)
+    assert work.batch == 96 and work.computed_batch == pytest.approx(2 * computed_batch(600, 0.05, 48, 4))
+    bandmf = a_plan(batch_size=100, truncated_batch_size=140, mechanism="bandmf-b4")  # groups of 12,500
+    assert private_work(run, bandmf).computed_batch == pytest.approx(computed_batch(12_500, 0.008, 140, 4))

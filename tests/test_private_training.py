@@ -25,8 +25,9 @@ import pytest
 from dp_training_data import build_packed_corpus, resume_from_midpoint
 from dpscaling.accounting.matched import account_run
 from dpscaling.data.shards import load_meta
-from dpscaling.dp import add_gaussian_noise
+from dpscaling.dp import CLIPPED_SUMS, add_gaussian_noise, clipped_mean_grad
 from dpscaling.dp.noise import noise_key_of
+from dpscaling.dp.per_example import real_examples_first
 from dpscaling.core.errors import UserError
 from dpscaling.models.bert import BertMlm
 from dpscaling.train import TrainConfig, run_training
@@ -42,7 +43,7 @@ from dpscaling.train.step import (
     step_hyperparams,
     study_noise_key,
 )
-from private_step_job import REAL, padded_grads, unpadded_grads, weights
+from private_step_job import EXPECTED, REAL, flat_leaves, padded_grads, unpadded_grads, weights
 from test_config_schema import validated
 from test_dp import BATCH, _setup
 
@@ -78,6 +79,31 @@ def test_padding_contributes_nothing_to_the_clipped_gradient(method, microbatch)
         # The reference divides by EXPECTED = 4: a padded sum divided by L = 8 or by the
         # realised 5 would fail here.
         np.testing.assert_allclose(padded[key], unpadded[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+@pytest.mark.parametrize("method", ["vmap", "ghost"])
+def test_trailing_microbatches_of_padding_are_skipped_and_the_sum_is_bit_identical(method):
+    """Laid out real examples first, the 3 padding slots of a batch of 8 in microbatches of 2 fill one whole
+    microbatch (skipped: its losses read 0) and half of another (computed); the clipped sum is bit for bit the
+    scan over every microbatch, and the unpadded batch's to float tolerance."""
+    loss_fn, params, batch = _setup()
+    order = real_examples_first(np.arange(BATCH), 2)
+    laid_out = jax.tree.map(lambda leaf: leaf[order], batch)
+    w = jnp.asarray(weights()[order])
+
+    def clipped(skip_padding):
+        return jax.jit(lambda p, b, w: clipped_mean_grad(
+            loss_fn, p, b, clip_norm=1.0, microbatch_size=2, clipped_sum=CLIPPED_SUMS[method], example_weights=w,
+            normaliser=EXPECTED, skip_padding=skip_padding))(params, laid_out, w)
+
+    skipped, computed = clipped(True), clipped(False)
+    for a, b in zip(jax.tree.leaves(skipped.grad), jax.tree.leaves(computed.grad), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    losses = np.asarray(skipped.losses)[np.argsort(order)]  # back in the batch's order: REAL real, then padding
+    assert np.all(losses[: REAL + 1] > 0) and np.all(losses[REAL + 1 :] == 0)
+    assert np.all(np.asarray(computed.losses) > 0)
+    for key, value in unpadded_grads(method).items():
+        np.testing.assert_allclose(flat_leaves(skipped.grad)[key], value, rtol=1e-5, atol=1e-7, err_msg=key)
 
 
 def test_padded_train_step_ignores_what_the_padding_contains():
@@ -347,6 +373,14 @@ def test_private_run_resumes_exactly(private_run, corpus, tmp_path):
     resume_from_midpoint(config, corpus, out, resumed)
     np.testing.assert_array_equal(_stored_key(resumed / "ckpt", config.num_steps),
                                   _stored_key(out / "ckpt", config.num_steps))
+
+
+def test_computing_the_padding_microbatches_too_gives_the_identical_curve(private_run, corpus, tmp_path):
+    """DP-SGD, truncated Poisson, vmap: the second half computed with every microbatch of padding
+    (``skip_padding=False``) logs, bit for bit, the curve of the run that skipped them."""
+    config, _, out, _ = private_run
+    assert config.skip_padding and config.clipping == "vmap"
+    resume_from_midpoint(config, corpus, out, tmp_path / "unskipped", dataclasses.replace(config, skip_padding=False))
 
 
 # --- the study mode's reproducible, shared noise stream ------------------------------------

@@ -14,6 +14,7 @@ from dpscaling.config.schema import schema
 from dpscaling.core.errors import UserError
 from dpscaling.privacy.samplers import (
     CYCLIC, SAMPLERS, SHUFFLE, TRUNCATED_POISSON, USER_POISSON, USER_SHUFFLE, sampler_named, shuffle_max_participations)
+from dpscaling.dp.per_example import microbatches
 from dpscaling.train.data import BatchSampler
 from dpscaling.train.sampling import PADDING_INDEX, PoissonBatches
 
@@ -51,6 +52,24 @@ def test_batch_sources_draw_the_samplers_batches() -> None:
     assert len(poisson.indices(3)) == 16 and PADDING_INDEX in poisson.indices(3)
     with pytest.raises(ValueError, match="secret key"):
         TRUNCATED_POISSON.batch_source()(rows, 0, 8, 16, 5)
+
+
+@pytest.mark.parametrize("cycle_length", [1, 2])
+def test_a_padded_batch_puts_its_padding_in_whole_trailing_microbatches(cycle_length) -> None:
+    """Laid out for microbatches of 4, each step's batch holds the draw of the unlaid-out sampler (same key), its
+    real examples filling the leading microbatches: only the last one holding a real example may hold padding."""
+    key = np.array([3, 9], np.uint32)
+    laid_out = PoissonBatches(400, 20, 32, key, cycle_length, microbatch_size=4)
+    plain = PoissonBatches(400, 20, 32, key, cycle_length)
+    computed = 0
+    for step in range(50):
+        indices, drawn = laid_out.indices(step), plain.indices(step)
+        assert sorted(indices) == sorted(drawn)
+        real = int(np.sum(indices != PADDING_INDEX))
+        holds_real = (np.asarray(microbatches(indices, 4)) != PADDING_INDEX).any(axis=1)
+        assert holds_real.tolist() == [k < -(-real // 4) for k in range(8)]
+        computed += 4 * holds_real.sum() - real
+    assert computed / 50 < 4  # under one microbatch of padding computed per step, against 32 − 20 expected
 
 
 def test_records_say_what_each_sampler_is() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from dpscaling.accounting.matched import account_run
 from dpscaling.accounting.truncation import (
+    computed_batch,
     EPSILON_TOLERANCE,
     padding_share,
     tail_truncated_batch_size,
@@ -168,3 +169,13 @@ def test_the_vectorised_truncated_pld_is_dp_accountings(sigma, q, steps, dataset
     expected = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval).compose(event).get_epsilon(DELTA)
     assert truncated_poisson_epsilon(sigma, q, steps, dataset_size, size, DELTA, interval) == pytest.approx(
         expected, rel=1e-4)
+
+
+def test_a_step_skipping_its_padding_microbatches_computes_its_draw_and_under_one_microbatch_more() -> None:
+    """m · E[⌈min(X, L)/m⌉] against 400,000 simulated binomial draws; between E[min(X, L)] and it plus m."""
+    n, expected, size, microbatch = 20_000, 181, 240, 8
+    draws = np.minimum(np.random.default_rng(0).binomial(n, expected / n, 400_000), size)
+    computed = computed_batch(n, expected / n, size, microbatch)
+    assert computed == pytest.approx(np.mean(microbatch * np.ceil(draws / microbatch)), rel=1e-3)
+    assert np.mean(draws) < computed < np.mean(draws) + microbatch
+    assert computed_batch(n, expected / n, size, size) == pytest.approx(size)  # one microbatch: always computed

@@ -3,6 +3,7 @@ truncated Poisson sampling, each run's ε recomputed with dp-accounting from the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import dp_accounting
@@ -143,13 +144,26 @@ def test_a_user_level_run_resumes_exactly(user_run, user_corpus, tmp_path: Path)
     resume_from_midpoint(config, user_corpus, out, tmp_path / "resumed")
 
 
+def test_a_user_level_run_computing_its_padding_users_too_gives_the_identical_curve(user_run, user_corpus,
+                                                                                  tmp_path: Path) -> None:
+    """ULS: the second half computed with every microbatch of padding user slots logs, bit for bit, the curve of
+    the run that skipped them."""
+    config, _, out = user_run
+    resume_from_midpoint(config, user_corpus, out, tmp_path / "unskipped",
+                         dataclasses.replace(config, skip_padding=False))
+
+
 def test_an_els_runs_user_level_epsilon_and_truncation_delta_are_recomputed(user_corpus, tmp_path: Path) -> None:
     """Example-level sampling accounted per user: the mixture of Gaussians over how many of a user's k
     sequences a step drew, rebuilt with dp-accounting alone; the truncation's δ from SciPy's binomial tail."""
     from scipy import stats
 
-    config = TrainConfig(**(USER_LEVEL | dict(sampling="els_poisson", examples_per_user_per_batch=1)))
+    config = TrainConfig(**(USER_LEVEL | dict(sampling="els_poisson", examples_per_user_per_batch=1,
+                                              clipping="ghost")))
     run_training(config, user_corpus, tmp_path / "metrics.parquet", tmp_path / "ckpt")
+    # ELS with ghost clipping: computing every microbatch of padding too gives, bit for bit, the same curve
+    resume_from_midpoint(config, user_corpus, tmp_path, tmp_path / "unskipped",
+                         dataclasses.replace(config, skip_padding=False))
     row = pq.read_table(tmp_path / "metrics.parquet").to_pandas().iloc[-1]
     users = load_users(user_corpus)
     k, n = int(np.bincount(users).max()), len(users)

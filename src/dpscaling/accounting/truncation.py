@@ -110,6 +110,14 @@ def padding_share(dataset_size: int, q: float, truncated_batch_size: int) -> flo
     return 1.0 - filled / truncated_batch_size
 
 
+def computed_batch(dataset_size: int, q: float, truncated_batch_size: int, microbatch_size: int) -> float:
+    """Expected examples a padded step computes when it skips its whole microbatches of padding
+    (:mod:`dpscaling.dp.per_example`): m · E[⌈min(X, L)/m⌉] = m · Σ_{k < L/m} P(X > k·m), X ~ Binomial(N, q);
+    between E[min(X, L)] and L, under one microbatch above the former."""
+    starts = np.arange(0, truncated_batch_size, microbatch_size)
+    return microbatch_size * float(np.sum(stats.binom.sf(starts, dataset_size, q)))
+
+
 def round_up(value: float, multiple: int) -> int:
     return -(-math.ceil(value) // multiple) * multiple
 

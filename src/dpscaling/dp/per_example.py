@@ -24,6 +24,12 @@ Variable-size (Poisson) batches run at a static shape: the batch is padded, and
 padding example's clipped gradient is exactly zero whatever it contains; the sum is
 divided by ``normaliser``, the *expected* batch size (dividing by the realised size
 would make the update's scale depend on the data).
+
+A padded batch costs its drawn size, not its cap: the samplers lay a padded batch out with
+:func:`real_examples_first` (real examples fill the leading microbatches, padding whole trailing
+ones), and the accumulation stops after the last microbatch that holds a real example (a dynamic
+trip count, ``lax.fori_loop``). A skipped microbatch would have added exactly zero, so the sum is
+bit-identical to the scan over every microbatch (``skip_padding=False``).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 PyTree = Any
 # Per-example loss of a batch: (params, batch) -> (batch,) losses. Examples must not
@@ -90,6 +97,18 @@ def microbatches(batch: PyTree, microbatch_size: int) -> PyTree:
     )
 
 
+def real_examples_first(padded: np.ndarray, microbatch_size: int | None) -> np.ndarray:
+    """The physical batch (leading axis) reordered so that microbatch k of :func:`microbatches` holds
+    ``padded[k·m : (k+1)·m]``: a padded batch listed real examples first then has its padding in whole
+    trailing microbatches, which :func:`clipped_mean_grad` skips. ``None``: one microbatch, unchanged."""
+    size = len(padded)
+    m = microbatch_size or size
+    if size % m:
+        raise ValueError(f"batch size {size} is not a multiple of microbatch size {m}")
+    n = size // m
+    return np.swapaxes(np.reshape(padded, (n, m) + np.shape(padded)[1:]), 0, 1).reshape(np.shape(padded))
+
+
 def clipped_mean_grad(
     loss_fn: BatchLossFn,
     params: PyTree,
@@ -101,6 +120,7 @@ def clipped_mean_grad(
     microbatch_sharding: jax.sharding.Sharding | None = None,
     example_weights: jnp.ndarray | None = None,
     normaliser: float | None = None,
+    skip_padding: bool = True,
 ) -> ClippedGrad:
     """ḡ = (1/B) Σ_b clip(∇ℓ(θ; x_b)) of Algorithm 1, accumulated over microbatches.
 
@@ -117,6 +137,8 @@ def clipped_mean_grad(
         (0 marks a padding example, whose contribution is then exactly zero).
       normaliser: the divisor of the clipped sum (None = the physical batch size B);
         padded Poisson batches pass the expected batch size.
+      skip_padding: with ``example_weights``, stop after the last microbatch holding a real example
+        (its losses and norms read 0 beyond it); False scans every microbatch (the same sum, bit for bit).
     """
     size = jax.tree.leaves(batch)[0].shape[0]
     micro = microbatches((batch, example_weights), microbatch_size or size)
@@ -131,8 +153,31 @@ def clipped_mean_grad(
         return jax.tree.map(jnp.add, total, grad_sum), (losses, norms)
 
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    total, (losses, norms) = jax.lax.scan(step, zeros, micro)
+    if example_weights is None or not skip_padding:
+        total, (losses, norms) = jax.lax.scan(step, zeros, micro)
+    else:
+        total, (losses, norms) = _accumulate_real_microbatches(step, zeros, micro)
     # Undo the strided microbatch layout so losses/norms line up with the batch.
     unstride = lambda x: jnp.swapaxes(x, 0, 1).reshape(size)  # noqa: E731
     mean = jax.tree.map(lambda g: g / (size if normaliser is None else normaliser), total)
     return ClippedGrad(mean, unstride(losses), unstride(norms))
+
+
+def _accumulate_real_microbatches(step, zeros: PyTree, micro: PyTree):
+    """``lax.scan(step, zeros, micro)`` over the microbatches up to the last one holding a real example
+    (weight > 0): the same carry, bit for bit, since a microbatch of padding adds exactly zero; the skipped
+    microbatches' outputs read 0."""
+    weights = micro[1]
+    n = weights.shape[0]
+    holds_real = jnp.any(weights > 0, axis=tuple(range(1, weights.ndim)))
+    active = jnp.max(jnp.where(holds_real, jnp.arange(1, n + 1), 0))
+    first = jax.tree.map(lambda x: x[0], micro)
+    _, out_shape = jax.eval_shape(step, zeros, first)
+    outputs = jax.tree.map(lambda o: jnp.zeros((n,) + o.shape, o.dtype), out_shape)
+
+    def body(k, carry):
+        total, outputs = carry
+        total, out = step(total, jax.tree.map(lambda x: x[k], micro))
+        return total, jax.tree.map(lambda buffer, o: buffer.at[k].set(o), outputs, out)
+
+    return jax.lax.fori_loop(0, active, body, (zeros, outputs))

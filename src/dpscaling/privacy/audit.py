@@ -116,7 +116,7 @@ def canary_scores(settings: AuditSettings, noise_batch_ratio: float, included: n
     members = np.repeat(np.flatnonzero(included), settings.sequences_per_canary)
     mechanism = mechanism_named(settings.mechanism, "audit.mechanism")
     sampler = PoissonBatches(len(members), settings.expected_batch_size, truncated_batch_size, key,
-                             mechanism.cycle_length)
+                             mechanism.cycle_length, settings.microbatch_size)
     params = jnp.zeros(settings.n_canaries, jnp.float32)
 
     def loss_fn(p, batch):  # canary c's gradient: CANARY_GRADIENT_SCALE · e_c

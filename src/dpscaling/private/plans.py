@@ -172,6 +172,17 @@ class PrivatePlan:
         """N as the private run's accountant counts it."""
         return int(self.budget.data_budget if self.dataset_size is None else self.dataset_size)
 
+    def computed_sequences(self, microbatch_size: int | None) -> float:
+        """The sequences one step is expected to compute, skipping its whole microbatches of padding
+        (:func:`dpscaling.accounting.truncation.computed_batch`; a cyclic mechanism samples one of its b groups)."""
+        from dpscaling.accounting.truncation import computed_batch
+        from dpscaling.privacy.mechanisms import mechanism_named
+
+        group = self.units // mechanism_named(self.mechanism).cycle_length
+        slots = computed_batch(group, self.batch_size / group, self.truncated_batch_size,
+                               microbatch_size or self.truncated_batch_size)
+        return slots * self.sequences_per_unit
+
     def to_json(self) -> dict[str, Any]:
         """The record ``plan.json`` holds: every field, the search's counts only where a search ran, the
         mechanism's fields only for a budget that names one, the unit's only for a budget per user."""

@@ -72,6 +72,9 @@ class TrainConfig:
     # what it computes; recorded, so a checkpoint is resumed only in its own layout
     scan_layers: bool = configured("training.scan_layers", after_runs=True)
     remat: bool = configured("training.remat", after_runs=True)
+    # A padded batch's trailing microbatches of padding skipped (dpscaling.dp.per_example): how the step runs, not
+    # what it computes (bit-identical), so left out of to_dict like allow_repeats
+    skip_padding: bool = configured("training.skip_padding")
     distributed: bool | None = None  # None: initialise jax.distributed if Slurm/TPU-pod multi-host
     # More than one pass over the training sequences (steps × batch > sequences) is allowed; the
     # workflow sets False unless training.allow_repeats (dpscaling.data.epochs). A policy, not part
@@ -275,10 +278,11 @@ class TrainConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """All fields, except the private-training ones at their defaults and the allow_repeats policy:
-        a study run's dict (and so its checkpoint's config.json) is the one it had before they existed."""
+        """All fields, except the private-training ones at their defaults and the allow_repeats and skip_padding
+        policies: a study run's dict (and so its checkpoint's config.json) is the one it had before they existed."""
         values = dataclasses.asdict(self)
         values.pop("allow_repeats")
+        values.pop("skip_padding")
         for f in dataclasses.fields(self):
             if f.metadata.get("after_runs") and values[f.name] == f.default:
                 del values[f.name]

@@ -337,6 +337,7 @@ def _batch_source(
         cycle_length=config.noise_mechanism.cycle_length,
         users=users,
         examples_per_user=config.examples_per_user_per_batch,
+        microbatch_size=config.microbatch,
     )
     return state, batches
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from dpscaling.core.errors import UserError
 from dpscaling.core.streams import Stream
+from dpscaling.dp.per_example import real_examples_first
 from dpscaling.train.data import BatchSampler
 
 PADDING_INDEX = -1
@@ -48,8 +49,10 @@ def secret_key() -> np.ndarray:
 
 
 class PoissonBatches:
-    """Padded index arrays of truncated Poisson batches: ``indices(step)`` has length L, real
-    indices first, then ``PADDING_INDEX``.
+    """Padded index arrays of truncated Poisson batches: ``indices(step)`` has length L, the real
+    indices then ``PADDING_INDEX``, laid out for microbatches of ``microbatch_size``
+    (:func:`dpscaling.dp.per_example.real_examples_first`): real examples fill the leading microbatches,
+    padding whole trailing ones, which the step skips (None: one microbatch, real indices first).
 
     With ``cycle_length`` b > 1 (DP-BandMF's cyclic Poisson sampling) the examples are split once into b
     groups of ⌊N/b⌋ (jax-privacy's ``EQUAL_SPLIT``; N mod b examples are never sampled) and step t samples
@@ -65,6 +68,7 @@ class PoissonBatches:
         truncated_batch_size: int,
         key: np.ndarray,
         cycle_length: int = 1,
+        microbatch_size: int | None = None,
     ):
         if expected_batch_size > n_rows // cycle_length:
             raise UserError(
@@ -77,6 +81,7 @@ class PoissonBatches:
         self.n_rows = n_rows
         self.cycle_length = cycle_length
         self.truncated_batch_size = truncated_batch_size
+        self.microbatch_size = microbatch_size
         self.sampling_probability = expected_batch_size / (n_rows // cycle_length)
         self._seed = [int(w) for w in np.asarray(key, dtype=np.uint32).ravel()]
         # Imported here: jax-privacy loads its accountants with it, a second of every study job's start-up.
@@ -99,7 +104,7 @@ class PoissonBatches:
         (padded,) = split_and_pad_global_batch(
             self._batch(step).astype(np.int64), minibatch_size=self.truncated_batch_size
         )
-        return padded
+        return real_examples_first(padded, self.microbatch_size)
 
     def _batch(self, step: int) -> np.ndarray:
         if self.cycle_length == 1:
@@ -166,7 +171,7 @@ class ShuffledStepBatches:
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
                  key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
-                 examples_per_user: int = 1):
+                 examples_per_user: int = 1, microbatch_size: int | None = None):
         self._rows = rows
         self._shuffle = BatchSampler(len(rows), batch_size, seed, reshuffle=self.reshuffle)
 
@@ -192,14 +197,14 @@ class TruncatedPoissonStepBatches:
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
                  key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
-                 examples_per_user: int = 1):
+                 examples_per_user: int = 1, microbatch_size: int | None = None):
         if key is None:
             raise ValueError("truncated_poisson batches need the run's secret key")
         # One extra row of [PAD] tokens, not derived from any example, for the padding slots.
         self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
         self._weights = np.ones(len(rows) + 1, np.float32)
         self._weights[-1] = 0.0
-        self._poisson = PoissonBatches(len(rows), batch_size, physical_batch_size, key, cycle_length)
+        self._poisson = PoissonBatches(len(rows), batch_size, physical_batch_size, key, cycle_length, microbatch_size)
 
     def indices(self, step: int) -> np.ndarray:
         """Row indices of the step's physical batch (padding slots = ``PADDING_INDEX``)."""
@@ -219,7 +224,7 @@ class UserShuffledStepBatches:
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
                  key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
-                 examples_per_user: int = 1):
+                 examples_per_user: int = 1, microbatch_size: int | None = None):
         if users is None:
             raise ValueError("user-level batches need each sequence's user")
         self._rows = rows
@@ -242,13 +247,14 @@ class UserPoissonStepBatches:
 
     def __init__(self, rows: np.ndarray, pad_id: int, batch_size: int, physical_batch_size: int, seed: int,
                  key: np.ndarray | None = None, cycle_length: int = 1, users: np.ndarray | None = None,
-                 examples_per_user: int = 1):
+                 examples_per_user: int = 1, microbatch_size: int | None = None):
         if key is None or users is None:
             raise ValueError("user_poisson batches need the run's secret key and each sequence's user")
         self._rows = np.concatenate([rows, np.full((1,) + rows.shape[1:], pad_id, rows.dtype)])
         words = [int(w) for w in np.asarray(key, dtype=np.uint32).ravel()]
         self._examples = UserExamples(users, examples_per_user, words)
-        self._poisson = PoissonBatches(self._examples.n_users, batch_size, physical_batch_size, key, cycle_length)
+        self._poisson = PoissonBatches(self._examples.n_users, batch_size, physical_batch_size, key, cycle_length,
+                                      microbatch_size)
 
     def users(self, step: int) -> np.ndarray:
         """The step's L user slots (padding = ``PADDING_INDEX``)."""

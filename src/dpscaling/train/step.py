@@ -153,6 +153,7 @@ def make_train_step(
                 microbatch_sharding=microbatch_sharding,
                 example_weights=example_weights,
                 normaliser=None if example_weights is None else config.batch_size,
+                skip_padding=config.skip_padding,
             )
         updates, opt_state = optimizer.update(grad, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)

@@ -212,9 +212,12 @@ def train_resources(
     site: Site | None = None,
     throughput: str = "paper_table",
     mechanism: str = DPSGD.name,
+    computed_batch: float | None = None,
 ) -> TrainResources:
     """Size one training job; ``attempt`` (Snakemake's retry counter) scales time and memory;
-    ``throughput`` is the model family's basis (:func:`param_tokens_per_gpu_second`).
+    ``throughput`` is the model family's basis (:func:`param_tokens_per_gpu_second`). ``batch`` is the
+    physical batch (a padded one's cap L: the devices divide it); ``computed_batch`` the sequences a step is
+    expected to compute (a padded batch skips its microbatches of padding), which its time follows (None = batch).
 
     Wall time: work / throughput on the chosen devices, ×1.5 safety, +15 min for start-up,
     compilation and checkpoints. Host memory per node: 4 GiB for the runtime and data
@@ -223,7 +226,7 @@ def train_resources(
     :func:`dpscaling.privacy.mechanisms.state_copies`), held on the device and copied to the host by orbax.
     """
     site = site or Site.from_env()
-    work = float(steps) * batch * seq_len * n_params  # parameter·tokens
+    work = float(steps) * (batch if computed_batch is None else computed_batch) * seq_len * n_params  # param·tokens
     per_gpu = param_tokens_per_gpu_second(throughput, n_params, site)
     one_gpu_hours = work / per_gpu / 3600.0
     # Device counts are powers of two so that they divide the (power-of-two) batch, as
@@ -267,6 +270,7 @@ class Work:
     param_count: int | None = None
     family: str | None = None
     mechanism: str = DPSGD.name  # a correlated mechanism's state holds b − 1 past noise draws
+    computed_batch: float | None = None  # a padded batch's expected computed sequences (None = batch)
 
 
 # The resources a sized job sets; every training-like rule gets all of them (None = not requested).
@@ -285,7 +289,8 @@ def sized_resources(run: RunConfig, work: Work, attempt: int = 1) -> dict[str, A
     """The Snakemake resources of ``work`` under the run's config (:func:`train_resources`)."""
     n_params, family, seq_len = _shape_of(run, work)
     return train_resources(n_params, steps=work.steps, batch=work.batch, seq_len=seq_len,
-                           throughput=family.throughput, attempt=attempt, mechanism=work.mechanism).snakemake()
+                           throughput=family.throughput, attempt=attempt, mechanism=work.mechanism,
+                           computed_batch=work.computed_batch).snakemake()
 
 
 def grid_work(run: RunConfig, model: str, training: Mapping[str, Any] | None = None,
@@ -315,13 +320,13 @@ def evaluation_work(model: str, examples: int) -> Work:
 
 def plan_work(run: RunConfig, plan: str | os.PathLike[str], scoring: int | None = None) -> Work:
     """A ``private_model`` job: its plan's model, iterations and padded batch L once the plan exists (the
-    job is then ready to run); before that (a dry run), the largest of the run's models at the grid's
-    horizon. ``scoring`` = sequences scored, for the held-out evaluation of the plan's model."""
+    job is then ready to run; its time from the sequences a step computes: :func:`private_work`); before that (a
+    dry run), the largest of the run's models at the grid's horizon. ``scoring`` = sequences scored, for the
+    held-out evaluation of the plan's model."""
     from dpscaling.private.plans import read_plan
 
     if os.path.exists(plan):
-        chosen = read_plan(plan)
-        work = Work(chosen.model, int(chosen.iterations), int(chosen.truncated_batch_size))
+        work = private_work(run, read_plan(plan))
     else:
         work = _largest_private_work(run)
     return work if scoring is None else evaluation_work(work.model, scoring)
@@ -341,10 +346,18 @@ def savings_work(run: RunConfig, plan: str | os.PathLike[str], role: str) -> Wor
     if os.path.exists(plan):
         record = read_json(plan)["runs"].get(role, {})
         if "model_shape" in record:  # a run that trains (a skipped one says why not)
-            chosen, shape = PrivatePlan.from_json(record), record["model_shape"]
-            return Work(chosen.model, int(chosen.iterations), int(chosen.truncated_batch_size),
-                        param_count=int(shape["param_count"]), family=shape["family"])
+            shape = record["model_shape"]
+            return private_work(run, PrivatePlan.from_json(record), param_count=int(shape["param_count"]),
+                                family=shape["family"])
     return _largest_private_work(run)
+
+
+def private_work(run: RunConfig, plan, **shape: Any) -> Work:
+    """A planned private run: its L user slots or sequences (each slot a unit's sequences) as the physical batch,
+    and the sequences a step is expected to compute, skipping whole microbatches of padding, as its work."""
+    microbatch = run.training.to_mapping().get("microbatch_size")
+    return Work(plan.model, int(plan.iterations), int(plan.truncated_batch_size) * plan.sequences_per_unit,
+                mechanism=plan.mechanism, computed_batch=plan.computed_sequences(microbatch), **shape)
 
 
 class _SizedResource:
