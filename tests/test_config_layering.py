@@ -48,6 +48,7 @@ PAPER_VALUES: dict[str, tuple[Any, str]] = {
     "training.microbatch_size": (None, NOT_STATED + " (memory only: whole batch)"),
     "training.scan_layers": (True, NOT_STATED + " (how the step runs: the same curve, compiled once per layer shape)"),
     "training.remat": (False, NOT_STATED + " (memory only)"),
+    "training.skip_padding": (True, NOT_STATED + " (how a padded step runs: the same curve, bit for bit)"),
     "training.clipping": ("vmap", NOT_STATED + " (same clipped sum either way)"),
     "training.adam_b1": (0.9, NOT_STATED + " (optax's default)"),
     "training.adam_b2": (0.999, NOT_STATED + " (optax's default)"),
