@@ -86,26 +86,24 @@ def microbatches(batch: PyTree, microbatch_size: int) -> PyTree:
     The strided assignment keeps each device's contiguous shard of a data-parallel
     batch inside every microbatch, so no example moves between devices.
     """
-    size = jax.tree.leaves(batch)[0].shape[0]
-    if size % microbatch_size:
-        raise ValueError(
-            f"batch size {size} is not a multiple of microbatch size {microbatch_size}"
-        )
-    n = size // microbatch_size
+    n = _microbatch_count(jax.tree.leaves(batch)[0].shape[0], microbatch_size)
     return jax.tree.map(
         lambda x: jnp.swapaxes(x.reshape((microbatch_size, n) + x.shape[1:]), 0, 1), batch
     )
+
+
+def _microbatch_count(size: int, microbatch_size: int) -> int:
+    if size % microbatch_size:
+        raise ValueError(f"batch size {size} is not a multiple of microbatch size {microbatch_size}")
+    return size // microbatch_size
 
 
 def real_examples_first(padded: np.ndarray, microbatch_size: int | None) -> np.ndarray:
     """The physical batch (leading axis) reordered so that microbatch k of :func:`microbatches` holds
     ``padded[k·m : (k+1)·m]``: a padded batch listed real examples first then has its padding in whole
     trailing microbatches, which :func:`clipped_mean_grad` skips. ``None``: one microbatch, unchanged."""
-    size = len(padded)
-    m = microbatch_size or size
-    if size % m:
-        raise ValueError(f"batch size {size} is not a multiple of microbatch size {m}")
-    n = size // m
+    m = microbatch_size or len(padded)
+    n = _microbatch_count(len(padded), m)
     return np.swapaxes(np.reshape(padded, (n, m) + np.shape(padded)[1:]), 0, 1).reshape(np.shape(padded))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from dpscaling.workflow.grid import canonical
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
-from dpscaling.privacy.mechanisms import DPSGD
+from dpscaling.privacy.mechanisms import DPSGD, mechanism_named
 from dpscaling.privacy.samplers import TRUNCATED_POISSON
 
 
@@ -175,8 +175,7 @@ class PrivatePlan:
     def computed_sequences(self, microbatch_size: int | None) -> float:
         """The sequences one step is expected to compute, skipping its whole microbatches of padding
         (:func:`dpscaling.accounting.truncation.computed_batch`; a cyclic mechanism samples one of its b groups)."""
-        from dpscaling.accounting.truncation import computed_batch
-        from dpscaling.privacy.mechanisms import mechanism_named
+        from dpscaling.accounting.truncation import computed_batch  # SciPy: only where a job is sized
 
         group = self.units // mechanism_named(self.mechanism).cycle_length
         slots = computed_batch(group, self.batch_size / group, self.truncated_batch_size,

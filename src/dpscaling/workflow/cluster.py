@@ -25,6 +25,7 @@ from dpscaling.privacy.samplers import SHUFFLE, TRUNCATED_POISSON, sampler_named
 
 if TYPE_CHECKING:
     from dpscaling.config.blocks import RunConfig
+    from dpscaling.private.plans import PrivatePlan
 
 # Paper appendix "Training Throughput" (Table): params, records/s per TPUv3 core (seq 512).
 PAPER_THROUGHPUT: tuple[tuple[float, float], ...] = (
@@ -352,12 +353,12 @@ def savings_work(run: RunConfig, plan: str | os.PathLike[str], role: str) -> Wor
     return _largest_private_work(run)
 
 
-def private_work(run: RunConfig, plan, **shape: Any) -> Work:
+def private_work(run: RunConfig, plan: PrivatePlan, **shape: Any) -> Work:
     """A planned private run: its L user slots or sequences (each slot a unit's sequences) as the physical batch,
     and the sequences a step is expected to compute, skipping whole microbatches of padding, as its work."""
-    microbatch = run.training.to_mapping().get("microbatch_size")
     return Work(plan.model, int(plan.iterations), int(plan.truncated_batch_size) * plan.sequences_per_unit,
-                mechanism=plan.mechanism, computed_batch=plan.computed_sequences(microbatch), **shape)
+                mechanism=plan.mechanism, computed_batch=plan.computed_sequences(run.training.microbatch_size),
+                **shape)
 
 
 class _SizedResource:
