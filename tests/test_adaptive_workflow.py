@@ -1,10 +1,11 @@
-"""The adaptive design end to end on the smoke grid (docs/adaptive-design.md): the seed design, two rounds chosen
-by the committee, runs continued from the run one horizon shorter, every round recorded, the design's law bundle
-answering queries, and the design resuming from its records."""
+"""The adaptive design end to end on the smoke grid (docs/adaptive-design.md): the seed design, a round chosen by
+the committee, runs continued from the run one horizon shorter, every round recorded, the design's law bundle
+answering queries, and the stopped design continued to one more round from its records."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -47,11 +48,11 @@ def _curve(workdir: Path, run: dict) -> pd.DataFrame:
 
 def test_the_design_runs_its_rounds_and_stops_at_the_limit(design_run: Path) -> None:
     records = _records(design_run)
-    # the seed design, two rounds that choose, and the round that stops at the limit with the final law's answers
-    assert [record["round"] for record in records] == [0, 1, 2, 3]
+    # the seed design, a round that chooses, and the round that stops at the limit with the final law's answers
+    assert [record["round"] for record in records] == [0, 1, 2]
     assert all(c["kind"] == "seed design" for c in records[0]["chosen"]) and not records[0]["answers"]
-    assert [bool(record["stopped"]) for record in records] == [False, False, False, True]
-    assert records[-1]["stopped"] == "the round limit (2)"
+    assert [bool(record["stopped"]) for record in records] == [False, False, True]
+    assert records[-1]["stopped"] == "the round limit (1)"
     for before, after in zip(records, records[1:]):
         # what a round trained is what the rounds before it chose, and it never chose a run twice
         chosen = {json.dumps({k: c[k] for k in after["trained"][0]}, sort_keys=True) for c in before["chosen"]}
@@ -102,7 +103,7 @@ def test_the_report_and_the_bundle(design_run: Path, capsys) -> None:
 
     results = _results(design_run)
     table = pd.read_csv(results / "design" / "rounds.csv")
-    assert list(table["round"]) == [1, 2, 3]
+    assert list(table["round"]) == [1, 2]
     assert table["FLOPs share of grid"].is_monotonic_increasing
     assert (results / "design" / "intervals.pdf").stat().st_size > 0
     capsys.readouterr()
@@ -112,25 +113,35 @@ def test_the_report_and_the_bundle(design_run: Path, capsys) -> None:
     assert status == 0 and answer["model_size"] > 0 and answer["iterations"] > 0
 
 
-def test_the_design_resumes_from_its_records(design_run: Path) -> None:
-    """Done is done (nothing to rerun). A design stopped before its last round (killed once round 2's runs had
-    trained: no round 3, law or report yet) resumes there, retraining nothing, to the same record."""
+def test_a_stopped_design_continues_from_its_records(design_run: Path, tmp_path: Path) -> None:
+    """Done is done (nothing to rerun); a lost record is planned again from the one before it. With one more round
+    (adaptive_design.rounds 1 -> 2) the round that stopped at the limit is planned again from the same runs, to the
+    same answers, and now chooses; only its runs train, and the next round stops at the new limit. (The last test of
+    the design run: it leaves the design one round longer.)"""
     import shutil
 
     dry = run_snakemake("adaptive", "-n", *CONFIG_FILES, cwd=design_run)
     assert "Nothing to be done" in dry.stdout + dry.stderr
     design = _results(design_run) / "design"
-    last = design / "rounds" / "round-3.json"
-    kept = json.loads(last.read_text())
-    last.unlink()
-    shutil.rmtree(design / "law")
-    for report in ("rounds.csv", "rounds.md", "intervals.pdf", "intervals.png"):
-        (design / report).unlink()
-    rerun = run_snakemake("adaptive", "--cores", "2", *CONFIG_FILES, cwd=design_run)
-    assert "design_train" not in rerun.stdout + rerun.stderr
-    again = json.loads(last.read_text())
-    assert again["trained"] == kept["trained"] and again["stopped"] == kept["stopped"]
-    assert again["answers"] == pytest.approx(kept["answers"], abs=1e-9)
+    stopped = design / "rounds" / "round-2.json"
+    kept = json.loads(stopped.read_text())
+    earlier = {path.name: path.read_bytes() for path in (design / "rounds").glob("round-*.json") if path != stopped}
+    aside = tmp_path / "round-2.json"
+    shutil.move(stopped, aside)  # a lost record is planned again from the one before it, retraining nothing
+    lost = run_snakemake(str(stopped.relative_to(design_run)), "-n", *CONFIG_FILES, cwd=design_run).stdout
+    assert "design_round:" in lost and "wildcards: round=2" in lost and "design_train" not in lost
+    shutil.move(aside, stopped)
+    longer = tmp_path / "longer.yaml"
+    longer.write_text("adaptive_design:\n  rounds: 2\n")
+    rerun = run_snakemake("adaptive", "--cores", "2", *CONFIG_FILES, str(longer), cwd=design_run)
+    continued = json.loads(stopped.read_text())
+    assert continued["trained"] == kept["trained"] and continued["answers"] == pytest.approx(kept["answers"], abs=1e-9)
+    assert kept["stopped"] == "the round limit (1)" and not continued["stopped"] and continued["chosen"]
+    trained = re.findall(r"^(?:local)?rule design_train:$", rerun.stdout + rerun.stderr, flags=re.MULTILINE)
+    assert len(trained) == len(continued["chosen"])  # only round 2's runs; no earlier run is trained again
+    last = json.loads((design / "rounds" / "round-3.json").read_text())
+    assert last["stopped"] == "the round limit (2)" and len(last["trained"]) == len(kept["trained"]) + len(trained)
+    assert {path.name: path.read_bytes() for path in (design / "rounds").glob("round-[0-1].json")} == earlier
 
 
 def test_a_design_that_cannot_continue_its_runs_is_refused() -> None:

@@ -383,3 +383,41 @@ def test_a_sigma_the_accountant_refuses_is_shown_apart_never_as_runnable(bundle)
                                              flags=tuple(unpriced_sigma_flag(runnable.sigma, runnable.unpriced))))
     assert "none priced" in text and "sigma_not_priced" in text and "train with   snakemake" not in text
     assert answer.runnable.priced and answer.to_json()["interpolated_sigma"] is None
+
+
+def test_no_answer_is_below_the_non_private_law_at_its_compute(bundle, monkeypatch) -> None:
+    """Every answer over a sweep of budgets lies at or above the non-private law's best up to its compute (recomputed
+    here from the law at σ = 0 on a finer lattice); where the law predicts less, the loss and both intervals are raised
+    to that floor and a flag says so."""
+    from dpscaling.law.queries import compute_cost, model_size_grid, nonprivate_best_up_to
+
+    law = dpscaling.load_law(bundle)
+    fitted = law.bundle.law
+    sizes, bounds = model_size_grid(*fitted.model_size_range()), fitted.iteration_bounds()
+    answered: list[bool] = []
+    for compute in (1e11, 1e12, 3e12, 1e13):
+        lattice = compute * 2.0 ** (-np.arange(0, 161) / 8)
+        lattice = lattice[lattice >= compute_cost(sizes[0], fitted.physical_batch, bounds[0], fitted.seq_len)]
+        floor = float(law.nonprivate_floor(compute)[0])
+        if not len(lattice):  # below the law's smallest budget: no floor
+            assert floor == math.inf
+            continue
+        finer = nonprivate_best_up_to(fitted.loss, lattice, fitted.seq_len, sizes, bounds, fitted.physical_batch)[0]
+        assert finer <= floor <= finer + 0.02  # the query's 2^(1/2) lattice is a little coarser
+        for epsilon in (1.0, 4.0, 64.0):
+            try:
+                answer = law.query(compute, epsilon, users=1e6, allow_extrapolation=True, optimum_interval=False)
+            except UserError:  # a budget outside the law's range
+                continue
+            answered.append(answer.predicted_loss >= floor)
+    assert len(answered) >= 4 and all(answered)
+    # Where the law predicts less, the answer says so and is raised (a floor above this law's answers, patched in).
+    honest = law.query(**QUERY, optimum_interval=False)
+    assert "below_nonprivate_law" not in {flag.code for flag in honest.flags}
+    monkeypatch.setattr(type(law), "nonprivate_floor", lambda self, computes: np.atleast_1d(honest.predicted_loss + 0.5))
+    raised = dpscaling.load_law(bundle).query(**QUERY, optimum_interval=False)
+    flag = next(flag for flag in raised.flags if flag.code == "below_nonprivate_law")
+    assert flag.value == pytest.approx(honest.predicted_loss) and flag.limit == pytest.approx(raised.predicted_loss)
+    assert raised.predicted_loss == pytest.approx(honest.predicted_loss + 0.5)
+    assert min(raised.calibrated_interval) >= raised.predicted_loss and min(raised.seed_only_interval) >= raised.predicted_loss
+    assert raised.runnable.batch_size == honest.runnable.batch_size  # the configuration is the law's

@@ -128,6 +128,46 @@ def test_the_sigma_0_run_at_a_ladder_rate_continues_the_protocols_run_and_no_oth
     assert protocol_prefix(config, {key: value for key, value in zero.items() if key != "seq"}) is None  # the ablation's
 
 
+def test_the_protocol_s_cost_counts_each_step_once() -> None:
+    """The σ̄ = 0 grid runs that continue the protocol's runs pay only their steps past it: the grid's FLOPs are
+    every run to the horizon less those prefixes, recomputed here from the parameter counts."""
+    from dpscaling.config.blocks import typed
+    from dpscaling.models.family import run_model_config
+    from dpscaling.tuning.stage import protocol_cost
+
+    config = tuned_config(domain="private")
+    chosen = {"BertTiny": 0.02, "BertMini": 0.005}
+    run = typed(config)
+    steps, protocol_steps = run.training.steps, run.learning_rate_protocol.steps
+    size = {name: run_model_config(run, name).param_count().total for name in run.models.names}
+    points = main_grid(config, chosen) + repeat_grid(config, chosen)
+    full = sum(6.0 * size[p.model] * p.batch * run.data.seq_len * steps for p in points)
+    prefixes = 6.0 * 8 * run.data.seq_len * protocol_steps * (size["BertTiny"] + size["BertMini"])
+    cost = protocol_cost(config, chosen)
+    assert cost["grid_runs_continuing_the_protocol"] == 2
+    assert cost["grid_flops"] == pytest.approx(full - prefixes, rel=1e-12)
+    assert cost["protocol_flops"] == pytest.approx(
+        3 * 6.0 * 8 * run.data.seq_len * protocol_steps * (size["BertTiny"] + size["BertMini"]), rel=1e-12)
+    public = protocol_cost(tuned_config(domain="public"), chosen)  # public protocol runs: the grid starts at step 0
+    assert public["grid_runs_continuing_the_protocol"] == 0 and public["grid_flops"] == pytest.approx(full, rel=1e-12)
+
+
+def test_an_adaptive_design_pays_the_protocol_once_as_the_grid_does() -> None:
+    """Both designs train at the protocol's rates: its FLOPs are the adaptive design's first spend and part of the
+    grid's, whose continuing σ̄ = 0 runs pay only their steps past it."""
+    from dpscaling.config.blocks import typed
+    from dpscaling.design.rounds import design_settings, grid_flops
+    from dpscaling.tuning.stage import protocol_cost
+
+    config = tuned_config(domain="private")
+    chosen = {"BertTiny": 0.02, "BertMini": 0.005}
+    cost = protocol_cost(config, chosen)
+    run = typed(config)
+    assert design_settings(run, chosen).spent_before == pytest.approx(cost["protocol_flops"], rel=1e-12)
+    assert cost["protocol_flops"] > 0
+    assert grid_flops(run, chosen) == pytest.approx(cost["protocol_flops"] + cost["grid_flops"], rel=1e-12)
+
+
 def test_tuned_point_rates_need_a_tuned_config() -> None:
     config = validated({"models": {"names": ["BertTiny"]},
                         "training": {"noise_batch_ratios": [0.0, 0.5], "learning_rates": [0.01], "repeat_seeds": [1],

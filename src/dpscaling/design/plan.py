@@ -62,7 +62,7 @@ def plan_round(index: int, trained: Sequence[DesignRun], results: pd.DataFrame,
     members = committee(results, fit, law_settings, design, context_of, fit_options, targets,
                         coverage_points(grid, sizes, design))
     widths = members.widths()[: len(targets)]
-    spent = design_flops(trained, sizes, design.batch, design.seq_len)
+    spent = design.spent_before + design_flops(trained, sizes, design.batch, design.seq_len)
     record = Round(index, len(trained), spent,
                    [float(v) for v in np.nanmedian(members.bootstrap_answers[:, : len(targets)], axis=0)],
                    [float(v) for v in widths])

@@ -18,7 +18,8 @@ What the workflow fixes here, from the config:
 - the law: the run's (paper or reference-compatible mode), with the sparse-design options ``curve_horizons`` and
   ``fill_missing_models`` (:mod:`dpscaling.law.settings`), which leave a full grid's law as it was;
 - the compute cap: ``adaptive_design.compute_cap`` of the grid's FLOPs (its main grid and repeat seeds to
-  ``training.steps``; the learning-rate protocol, which both designs use, counted in neither).
+  ``training.steps``). Both designs pay the learning-rate protocol, whose rates they train at, once: it is the
+  design's first spend, and a grid run that continues a protocol run pays only its steps past it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from dpscaling.law.collect import collect_training_curves, read_curve
 from dpscaling.law.settings import LawSettings, law_settings_of, mode_name
 from dpscaling.law.queries import compute_cost
 from dpscaling.models.family import run_model_config
+from dpscaling.tuning.stage import grid_run_flops, protocol_flops
 
 SEED_KIND = "seed design"
 
@@ -109,11 +111,18 @@ def model_sizes(run: RunConfig) -> dict[str, float]:
     return {name: float(run_model_config(run, name).param_count().total) for name in run.models.names}
 
 
+def protocol_spend(run: RunConfig) -> float:
+    """What both designs spend before their runs: the learning-rate protocol's runs (0 when the config gives its
+    rates), whose chosen rates both train at."""
+    return float(protocol_flops(run, model_sizes(run)))
+
+
 def grid_flops(run: RunConfig, chosen: Mapping[str, float] | None) -> float:
-    """What the grid design trains (module doc): every main-grid and repeat run to ``training.steps``."""
+    """What the grid design trains (module doc): the protocol's runs, then every main-grid and repeat run to
+    ``training.steps``, each step once (a σ̄ = 0 run that continues the protocol's pays only its steps past it)."""
     sizes = model_sizes(run)
     points = _primary_points(run, main_grid(run, chosen) + repeat_grid(run, chosen))
-    return float(sum(compute_cost(sizes[p.model], p.batch, run.training.steps, run.data.seq_len) for p in points))
+    return protocol_spend(run) + float(sum(grid_run_flops(run, point, sizes) for point in points))
 
 
 def targets(run: RunConfig) -> list[Target]:
@@ -137,7 +146,7 @@ def design_settings(run: RunConfig, chosen: Mapping[str, float] | None) -> Desig
         stop_width=block.stop_width, replicates=block.replicates, batch=training.physical_batch,
         seq_len=run.data.seq_len, seed=training.seed, repeat_seeds=tuple(block.repeat_seeds),
         coverage=block.coverage, fill_forms=block.fill_forms, model_forms=block.model_forms,
-        jackknife=block.jackknife, contenders=block.contenders)
+        jackknife=block.jackknife, contenders=block.contenders, spent_before=protocol_spend(run))
 
 
 # ----------------------------------------------------------------------------------------------- records
@@ -180,7 +189,7 @@ def write_round(config: Mapping[str, Any], index: int, output: str | Path, *, ch
     if index == 0:
         seeds = seed_design(list(run.models.names), [n for _, n, _ in design_grid(run, chosen_rates)],
                             seed_rates(run, chosen_rates), design.seed, design.repeat_seeds, design.seed_steps)
-        record = {**base, "trained": [], "flops": 0.0, "seconds": 0.0, "answers": [], "widths": [],
+        record = {**base, "trained": [], "flops": design.spent_before, "seconds": 0.0, "answers": [], "widths": [],
                   "chosen": [{**run_record(r), "kind": SEED_KIND,
                               "flops": float(compute_cost(sizes[r.model], design.batch, r.steps, design.seq_len)),
                               "variance_reduction": None} for r in seeds], "stopped": ""}
@@ -325,7 +334,7 @@ def compare_with_grid(config: Mapping[str, Any], records: Sequence[str | Path], 
     final = read_round(records[-1])
     trained = runs_after(final)
     goals = targets(run)
-    spent = design_flops(trained, model_sizes(run), run.training.physical_batch, run.data.seq_len)
+    spent = protocol_spend(run) + design_flops(trained, model_sizes(run), run.training.physical_batch, run.data.seq_len)
     result = comparison(load_results(grid_results)[0], trained, read_law(grid_law), read_law(design_law),
                         contexts(run, sigma_table),
                         goals, spent, float(final["grid_flops"]), run.training.seed)

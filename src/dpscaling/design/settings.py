@@ -25,3 +25,4 @@ class DesignSettings:
     model_forms: bool = True  # the committee also holds the law under other extrapolation choices (MODEL_FORMS)
     jackknife: bool = False  # the committee also holds the laws refitted with one trained point left out each
     contenders: int = 0  # per target, how many rival answers' loss gaps to the consensus are targets too
+    spent_before: float = 0.0  # FLOPs the design spent before its runs: the learning-rate protocol's, counted once

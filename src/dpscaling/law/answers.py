@@ -43,8 +43,8 @@ from dpscaling.law.noise import SigmaSource, els_sigma_source
 from dpscaling.law.physical_batch import PhysicalBatchCorrection
 from dpscaling.law.queries import (
     DEFAULT_BATCH_SIZES, DEFAULT_TOLERANCE, REFERENCE_BAND_TOLERANCE, compute_cost, evaluate_configurations,
-    model_size_grid)
-from dpscaling.law.range_checks import ExtrapolationRefused, ValidatedRanges
+    model_size_grid, nonprivate_best_up_to)
+from dpscaling.law.range_checks import ExtrapolationRefused, ValidatedRanges, nonprivate_floor_flag
 from dpscaling.law.rendering import render_answer
 from dpscaling.law.rounding import choose_runnable, ranking
 from dpscaling.law.runnable import ModelShape, nearest_shape
@@ -64,6 +64,7 @@ class ScalingLaw:
         self._accounting = accounting  # the authors' accounting tables given by the caller
         self._sources: dict[float | None, SigmaSource] = {}
         self._scan = BudgetScan()  # per-budget optima of saturation scans, remembered across queries
+        self._floors: dict[float, float] = {}  # the non-private law's best up to each budget (nonprivate_floor)
 
     @property
     def ranges(self) -> ValidatedRanges:
@@ -143,6 +144,25 @@ class ScalingLaw:
             raise UserError(f"--model-size-range {low:g}..{high:g}: no pretrained model of this fine-tuning law "
                             f"lies inside it ({', '.join(f'{n} {sizes[n]:g}' for n in self.pretrained if n in sizes)})")
         return np.array(inside)
+
+    def nonprivate_floor(self, computes: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        """The non-private law at each of ``computes``, the best up to it over the budgets C·2^(-k/2) below it
+        (:func:`dpscaling.law.queries.nonprivate_best_up_to`): no private answer at that compute is better, and every
+        answer respects it (:meth:`query`); inf where the law answers no budget up to it."""
+        fitted = self.bundle.law
+        sizes = model_size_grid(*fitted.model_size_range())
+        bounds = fitted.iteration_bounds()
+        lowest = float(compute_cost(sizes[0], fitted.physical_batch, bounds[0], fitted.seq_len))
+        asked = np.atleast_1d(np.asarray(computes, float))
+        missing = sorted({float(f"{c:.12g}") for c in asked} - set(self._floors))
+        if missing:
+            lattice = sorted({float(f"{c * 2.0 ** (-k / 2):.12g}") for c in missing
+                              for k in range(int(2 * math.log2(max(c / lowest, 1.0))) + 1)})
+            values = nonprivate_best_up_to(fitted.loss, np.array(lattice), fitted.seq_len, sizes, bounds,
+                                           fitted.physical_batch)
+            running = dict(zip(lattice, values))
+            self._floors.update({c: running[c] for c in missing})
+        return np.array([self._floors[float(f"{c:.12g}")] for c in asked])
 
     def default_tolerance(self) -> float:
         return REFERENCE_BAND_TOLERANCE if self.bundle.law.settings.reference_compatible else DEFAULT_TOLERANCE
@@ -232,9 +252,10 @@ class ScalingLaw:
         held = ({"sequences": float(priced.units), "sequences_assumed": budget.sequences is None}
                 if priced.source.examples_per_user is not None and mechanism_named(self.mechanism).unit == "sequence"
                 else {})
-        runnable = choose_runnable(self, answer, budget, priced, settings)
+        runnable, floor = at_least(choose_runnable(self, answer, budget, priced, settings),
+                                   float(self.nonprivate_floor(compute)[0]))
         return render_answer(self.bundle, answer, runnable, budget, priced, settings, interval_bands, note, saturation,
-                             inference=inference, held=held,
+                             inference=inference, held=held, floor_flags=floor,
                              margins_of=functools.partial(margins, self, runnable, budget, priced, settings))
 
     def _user_budget(self, budget: Budget, progress: Callable[[str], None] | None) -> tuple[SigmaSource, float]:
@@ -395,6 +416,20 @@ class ScalingLaw:
         evaluated.attrs.update(accounting=source.description, sampling=source.sampling,
                                unanswered=reason_counts(evaluated[REASON].to_numpy()))
         return evaluated
+
+
+def at_least(runnable: Runnable, floor: float) -> tuple[Runnable, list]:
+    """``runnable`` with its predicted loss and intervals raised to ``floor`` (the non-private law at its compute)
+    where the law predicts less, and the flag that says so (:func:`nonprivate_floor_flag`); as it was otherwise."""
+    flags = nonprivate_floor_flag(runnable.predicted_loss, floor)
+    if not flags:
+        return runnable, []
+
+    def raised(pair: tuple[float, float] | None) -> tuple[float, float] | None:
+        return None if pair is None else (max(pair[0], floor), max(pair[1], floor))
+
+    return dataclasses.replace(runnable, predicted_loss=floor, seed_only_interval=raised(runnable.seed_only_interval),
+                               calibrated_interval=raised(runnable.calibrated_interval)), flags
 
 
 __all__ = ["Answer", "Configuration", "ExtrapolationRefused", "Runnable", "ScalingLaw"]

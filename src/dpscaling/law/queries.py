@@ -329,3 +329,20 @@ def saturating_table(budgets: np.ndarray, privacy_budgets, data_budgets, loss: L
                TOKENS_PER_PARAMETER, TOKENS, SIGMA, NOISE_BATCH_RATIO]
     table = pd.DataFrame(rows).reindex(columns=columns + ["Budgets Without Answer", REASON])
     return table.reset_index(drop=True)
+
+
+def nonprivate_best_up_to(loss: LossFunction, computes: np.ndarray, seq_len: float, model_sizes: np.ndarray,
+                          iteration_bounds: tuple[float, float], physical_batch: float) -> np.ndarray:
+    """The non-private law (σ̄ = 0) at the law's physical batch (a law measured at one batch says nothing about
+    another B: the paper's non-private reproduction), per budget the best loss up to it (a larger budget can always
+    be spent like a smaller one); inf below the first answered budget. No private configuration at the same compute
+    can be better: noise only adds loss, and a private run's batch is at least the physical one."""
+    computes = np.asarray(computes, float)
+    best = best_loss_per_compute(computes, np.inf, 1e300, loss, lambda epsilon, steps, rate: np.zeros(len(steps)),
+                                 seq_len, model_sizes, iteration_bounds, batch_sizes=np.array([float(physical_batch)]))
+    by_budget = dict(zip(best[COMPUTE].astype(float), best[CROSS_ENTROPY].astype(float)))
+    order = np.argsort(computes, kind="stable")
+    running = np.minimum.accumulate([by_budget.get(float(computes[i]), np.inf) for i in order])
+    floor = np.empty(len(computes))
+    floor[order] = running
+    return floor

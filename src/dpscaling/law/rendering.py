@@ -4,7 +4,7 @@ it was priced and where the law came from, as one :class:`~dpscaling.law.answer_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dpscaling.law.answer_types import Answer, Configuration, Runnable
@@ -12,16 +12,16 @@ from dpscaling.law.budget import AnswerSettings, Budget, PricedSurface
 from dpscaling.law.bundle import Bundle
 from dpscaling.law.queries import NO_SIGMA, SATURATION_TOLERANCE, ComputeOptimal
 from dpscaling.law.range_checks import (
-    data_flags, iteration_flags, model_size_flags, noise_flags, point_optimum_flags, refusal, saturation_flag,
+    Flag, data_flags, iteration_flags, model_size_flags, noise_flags, point_optimum_flags, refusal, saturation_flag,
     sigma_flags, unpriced_sigma_flag)
 
 
 def render_answer(bundle: Bundle, answer: ComputeOptimal, runnable: Runnable, budget: Budget, priced: PricedSurface,
                   settings: AnswerSettings, bands, note: str, saturation: dict | None, *, per_length=None,
                   lengths_without_answer=None, inference=None, held: dict | None = None,
-                  margins_of: Callable[[], tuple] | None = None) -> Answer:
+                  margins_of: Callable[[], tuple] | None = None, floor_flags: Sequence[Flag] = ()) -> Answer:
     """The :class:`Answer` of ``answer`` (the search) and ``runnable`` (its rounded twin) at ``budget``, flagged
-    against ``bundle``'s validated ranges."""
+    against ``bundle``'s validated ranges, and with ``floor_flags`` (the non-private floor's, when it bound)."""
     surface, units, ranges = priced.surface, priced.units, bundle.ranges
     optimum = Configuration.from_row(answer.optimum, surface.seq_len, surface.sequences_per_unit)
     flags = [*iteration_flags(float(runnable.iterations), ranges, settings.allow_extrapolation),
@@ -31,7 +31,7 @@ def render_answer(bundle: Bundle, answer: ComputeOptimal, runnable: Runnable, bu
              *data_flags(runnable.batch_size, runnable.iterations, units, budget.data.privacy_unit, ranges),
              *sigma_flags(answer.unanswered.get(NO_SIGMA, 0), answer.candidates, answer.unpriced_sampling_rates,
                           optimum.batch_size / units),
-             *([] if runnable.priced else unpriced_sigma_flag(runnable.sigma, runnable.unpriced))]
+             *([] if runnable.priced else unpriced_sigma_flag(runnable.sigma, runnable.unpriced)), *floor_flags]
     if saturation is not None:
         flags += saturation_flag(budget.compute, saturation["compute"], optimum.predicted_loss,
                                  saturation["answer"]["predicted_loss"], SATURATION_TOLERANCE)

@@ -10,30 +10,47 @@ from typing import Any
 
 import pandas as pd
 
-from dpscaling.config.blocks import typed
+from dpscaling.config.blocks import RunConfig, typed
 from dpscaling.models.family import run_model_config
-from dpscaling.workflow.grid import correction_grid, learning_rate_protocol_grid, main_grid, repeat_grid
+from dpscaling.workflow.grid import (
+    TrainPoint, canonical, correction_grid, learning_rate_protocol_grid, main_grid, protocol_prefix, repeat_grid)
 from dpscaling.tuning.rule import CAPTION, RateChoice, choice_table, choose_rates, write_choice
 from dpscaling.report.tables.write import write_table
 
 
+def continues_the_protocol(run: RunConfig, point: TrainPoint) -> bool:
+    """Whether the grid run ``point`` continues a protocol run (:func:`protocol_prefix`): its first steps are the
+    protocol's, trained and paid once."""
+    return protocol_prefix(run, {"seq": canonical(point.seq_len or run.data.seq_len), **point.wildcards}) is not None
+
+
+def grid_run_flops(run: RunConfig, point: TrainPoint, sizes: Mapping[str, float]) -> float:
+    """What the grid run ``point`` trains itself, in the paper's compute (6 M per token): ``training.steps``, less the
+    protocol's steps where it continues the protocol's run."""
+    steps = run.training.steps - (run.learning_rate_protocol.steps if continues_the_protocol(run, point) else 0)
+    return 6.0 * sizes[point.model] * point.batch * (point.seq_len or run.data.seq_len) * steps
+
+
+def protocol_flops(run: RunConfig, sizes: Mapping[str, float]) -> float:
+    """What the protocol's runs train (0 when the config gives its rates)."""
+    return sum(6.0 * sizes[point.model] * point.batch * run.data.seq_len * run.learning_rate_protocol.steps
+               for point in learning_rate_protocol_grid(run))
+
+
 def protocol_cost(config: Any, chosen: Mapping[str, float]) -> dict[str, Any]:
     """The protocol's cost beside the grid it tunes, in the paper's compute (6 M per token trained): its runs
-    against the main, repeat and correction runs trained at the ``chosen`` rates (``config``: the run's)."""
+    against the main, repeat and correction runs trained at the ``chosen`` rates (``config``: the run's), every step
+    counted once (:func:`grid_run_flops`)."""
     run = typed(config)
     sizes = {name: run_model_config(run, name).param_count().total for name in run.models.names}
     protocol = run.learning_rate_protocol
-
-    def flops(model: str, batch: int, steps: int, seq_len: int | None = None) -> float:
-        return 6.0 * sizes[model] * batch * (seq_len or run.data.seq_len) * steps
-
-    protocol_flops = sum(flops(model, run.training.physical_batch, protocol.steps) * len(protocol.ladder)
-                         for model in run.models.names)
+    spent = protocol_flops(run, sizes)
     grid = set(main_grid(run, chosen) + repeat_grid(run, chosen) + correction_grid(run, chosen))
-    grid_flops = sum(flops(point.model, point.batch, run.training.steps, point.seq_len) for point in grid)
-    return {"protocol_runs": len(sizes) * len(protocol.ladder), "protocol_steps": protocol.steps,
-            "protocol_flops": protocol_flops, "grid_runs": len(grid), "grid_steps": run.training.steps,
-            "grid_flops": grid_flops, "protocol_share": protocol_flops / (protocol_flops + grid_flops)}
+    grid_flops = sum(grid_run_flops(run, point, sizes) for point in grid)
+    return {"protocol_runs": len(learning_rate_protocol_grid(run)), "protocol_steps": protocol.steps,
+            "protocol_flops": spent, "grid_runs": len(grid), "grid_steps": run.training.steps,
+            "grid_runs_continuing_the_protocol": sum(continues_the_protocol(run, point) for point in grid),
+            "grid_flops": grid_flops, "protocol_share": spent / (spent + grid_flops)}
 
 
 def run_protocol(config: Any, curve_paths: Sequence[str | Path], chosen_path: str | Path,

@@ -23,9 +23,8 @@ import numpy as np
 from dpscaling.core.errors import UserError
 from dpscaling.law.answers import Answer, ScalingLaw
 from dpscaling.law.loading import load_primary_law
-from dpscaling.law.queries import best_loss_per_compute, model_size_grid
 from dpscaling.law.columns import (
-    BATCH_SIZE, COMPUTE, CROSS_ENTROPY, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)
+    BATCH_SIZE, ITERATIONS, MODEL_SIZE, NOISE_BATCH_RATIO, TOKENS_PER_PARAMETER)
 
 DEFAULT_EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 # Data budgets 10^3 … 10^9 privacy units, two per decade.
@@ -191,17 +190,6 @@ def sweep(bundle: str | os.PathLike[str], grid: ExplorerGrid, workers: int = 1) 
 
 
 def nonprivate_curve(law: ScalingLaw, computes: Sequence[float]) -> list[float | None]:
-    """The law without privacy (σ̄ = 0) at its own S, B the law's physical batch (the paper's non-private
-    reproduction: a law measured at one batch says nothing about another B): per budget, the best loss up to
-    it (a larger budget can always be spent like a smaller one); None below the first answered budget."""
-    fitted = law.bundle.law
-    sizes = model_size_grid(*fitted.model_size_range())
-    best = best_loss_per_compute(np.asarray(computes, float), math.inf, 1e300, fitted.loss,
-                                 lambda epsilon, steps, rate: np.zeros(len(steps)), fitted.seq_len, sizes,
-                                 fitted.iteration_bounds(), batch_sizes=np.array([float(fitted.physical_batch)]))
-    by_budget = dict(zip(best[COMPUTE].astype(float), best[CROSS_ENTROPY].astype(float)))
-    running, lowest = [], math.inf
-    for compute in computes:
-        lowest = min(lowest, by_budget.get(float(compute), math.inf))
-        running.append(_round(lowest))  # None while nothing is answered (inf)
-    return running
+    """The law without privacy at each budget, the best up to it (:meth:`ScalingLaw.nonprivate_floor`, the floor
+    every answer respects); None below the first answered budget."""
+    return [_round(value) for value in law.nonprivate_floor(np.asarray(computes, float))]
