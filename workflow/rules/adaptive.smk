@@ -57,7 +57,8 @@ checkpoint design_round:
         curve=lambda wildcards: f"{RESULTS}/{DESIGN_RUN_PATHS.curve}",
         # Whether adaptive_design.rounds stops the design at this round: raising it changes this param of the round
         # that stopped there only, which Snakemake plans again, so a stopped design continues from its records.
-        round_limit_stops=lambda wildcards: int(wildcards.round) > CFG.adaptive_design.rounds,
+        round_limit_stops=lambda wildcards: int(wildcards.round)
+        > CFG.adaptive_design.rounds,
     script:
         "../scripts/design_round.py"
 
