@@ -2,13 +2,17 @@
 
     python benchmarks/adaptive_design.py --scale paper     # the paper's grid: 6 BERTs x 19 sigma-bar x 3 rates, 128K
     python benchmarks/adaptive_design.py --scale small     # 3 models x 5 sigma-bar, 2,000 steps (a minute)
+    python benchmarks/adaptive_design.py --competitors     # and the designs it competes with, at its FLOPs
 
 The truth is the synthetic law of dpscaling.law.synthetic (the paper's shape: E + A M^-a + B(1 + C s(sigma)) T^-b),
 the worse two learning rates 2% and 4% worse; each run has a seed offset and measurement noise. The full grid trains
 every point at every rate to the horizon (the paper's design); the adaptive design trains at the best rate only
 (the protocol's choice, given here), its seed runs, then rounds chosen by dpscaling.design.choice. Both laws are
 fitted with the sparse-design options (curve_horizons, fill_missing_models), which leave a full grid's law as the
-paper's. Prints one row per design and the ratios.
+paper's. Prints one row per design and the ratios; with --competitors, one row per competing design
+(dpscaling.design.competitors: random, cheapest-first, cost-weighted random, the grid thinned evenly) at the adaptive
+design's FLOPs, each scored as it is: error on the measurements it did not train, the same at the largest model and
+the longest horizon, regret at the targets under the full grid's law.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import numpy as np
 
 from dpscaling.design.answers import Target
 from dpscaling.design.compare import compare
-from dpscaling.design.runs import DesignRun
+from dpscaling.design.competitors import COMPETITORS
+from dpscaling.design.runs import DesignRun, design_flops, horizons
 from dpscaling.design.settings import DesignSettings
 from dpscaling.design.simulate import Simulator, run_design
 from dpscaling.report.figures.context import AnalysisContext
@@ -63,6 +68,8 @@ def main() -> None:
                         help="every grid point's loss at the horizon is a target beside the answers")
     parser.add_argument("--fill-forms", action="store_true",
                         help="the committee's model forms include the fills' alternatives")
+    parser.add_argument("--competitors", action="store_true",
+                        help="also score the designs it competes with, at the adaptive design's FLOPs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scale = SCALES[args.scale]
@@ -105,6 +112,19 @@ def main() -> None:
               "regret per target": [round(value, 4) for value in result.regret],
               "rounds": [{"round": r.index, "runs": r.runs, "FLOPs fraction": r.flops / full_flops,
                           "widest band": max(r.widths), "chosen": len(r.chosen), "stopped": r.stopped} for r in rounds]}
+    if args.competitors:
+        spent = design_flops(trained, sizes, scale["batch"], scale["seq_len"])
+        ladder = horizons(design.seed_steps, horizon)
+        report["competitors"] = {"adaptive": _scores(result)}
+        for name, choose in COMPETITORS.items():
+            runs = choose(grid, ladder, spent, sizes, scale["batch"], scale["seq_len"], rng=np.random.default_rng(0))
+            try:
+                scored = _scores(compare(simulator, grid, runs, horizon, fit, context_of, targets, scale["batch"],
+                                         scale["seq_len"], full_runs=full_runs))
+            except Exception as error:  # a design too sparse for a law is a result too
+                scored = {"FLOPs fraction": design_flops(runs, sizes, scale["batch"], scale["seq_len"]) / full_flops,
+                          "failed": f"{type(error).__name__}: {error}"[:120]}
+            report["competitors"][name] = {"runs": len(runs), **scored}
     if args.json:
         print(json.dumps(report, indent=2, default=float))
         return
@@ -117,6 +137,16 @@ def main() -> None:
     print(f"ratios: FLOPs {result.fraction:.3f}; error adaptive/grid "
           f"{result.adaptive_error / result.grid_error:.2f}; vs truth "
           f"{result.adaptive_truth_error / result.grid_truth_error:.2f}")
+    for name, scores in report.get("competitors", {}).items():
+        print(f"{name:>22}: " + ", ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+                                          for key, value in scores.items()))
+
+
+def _scores(result) -> dict:
+    """(a) error on the untrained measurements, (b) the same at the largest model and longest horizon, (c) regret."""
+    return {"FLOPs fraction": result.fraction, "error": result.adaptive_error,
+            "high-compute error": result.high_compute_error, "largest regret": max(result.regret),
+            "mean regret": float(np.mean(result.regret))}
 
 
 if __name__ == "__main__":

@@ -62,3 +62,29 @@ def test_a_rounds_candidates_are_new_points_longer_horizons_and_missing_repeats(
     again = [c for c in candidates(extended, grid, 0, [1], horizons(125, 500)) if c.kind == EXTEND
              and c.run.point == by_kind[EXTEND][0].run.point]
     assert [c.run.steps for c in again] == [500]
+
+
+def test_the_competing_designs_spend_within_the_budget_each_point_once() -> None:
+    """Random, cheapest-first, cost-weighted random and the thinned grid (dpscaling.design.competitors) pick from the
+    adaptive design's pool (each grid point once, at one of its horizons) within the same FLOPs."""
+    import numpy as np
+
+    from dpscaling.design.competitors import COMPETITORS
+
+    grid = [(model, nbr, RATES[model]) for model, nbr in product(MODELS, [0.0, *NOISY])]
+    ladder = horizons(125, 1000)
+    full = design_flops([DesignRun(*point, 0, 1000) for point in grid], SIZES, 8, 64)
+    budget = 0.2 * full
+    for name, choose in COMPETITORS.items():
+        runs = choose(grid, ladder, budget, SIZES, 8, 64, rng=np.random.default_rng(3))
+        assert runs and design_flops(runs, SIZES, 8, 64) <= budget, name
+        assert len({run.point for run in runs}) == len(runs) and {run.steps for run in runs} <= set(ladder), name
+    cheapest = COMPETITORS["cheapest_first"](grid, ladder, budget, SIZES, 8, 64)
+    assert {run.model for run in cheapest} >= {"BertNano"} and {run.steps for run in cheapest} == {125}
+    assert all(run.model != "BertSlim" for run in cheapest[:len(NOISY) + 1])  # the smallest model first
+    thinned = COMPETITORS["thinned_grid"](grid, ladder, budget, SIZES, 8, 64)
+    ordered = sorted(grid)
+    step = ordered.index(thinned[1].point) - ordered.index(thinned[0].point)
+    assert [run.point for run in thinned] == ordered[::step] and {run.steps for run in thinned} == {1000}
+    if step > 1:  # the smallest step that fits
+        assert design_flops([DesignRun(*point, 0, 1000) for point in ordered[::step - 1]], SIZES, 8, 64) > budget

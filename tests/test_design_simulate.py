@@ -94,6 +94,11 @@ def test_the_comparison_of_a_design_that_trained_the_whole_grid_is_the_grids_own
     whole = compare(SIMULATOR, grid, [DesignRun(*point, 0, 2000) for point in grid], 2000, fit, context_of, targets,
                     PHYSICAL_BATCH, SEQ_LEN)
     assert whole.fraction == 1 and whole.untrained_measurements == 0 and whole.regret == (0.0,)
+    # the high-compute region (largest model, longest horizon) is scored whether trained or not: the whole grid's law
+    # there is its own, and the seed runs' law extrapolates to it
+    assert whole.high_compute_error == pytest.approx(whole.grid_high_compute_error)
+    assert partial.grid_high_compute_error == pytest.approx(whole.grid_high_compute_error)
+    assert partial.high_compute_error > partial.grid_high_compute_error
 
 
 def test_the_model_forms_see_the_short_horizons_extrapolation_and_agree_once_runs_are_long() -> None:

@@ -6,6 +6,8 @@
   error against the truth's clean loss there, which a simulation knows.
 - **Regret** per target budget: the loss the full-grid law predicts for the adaptive law's answer (its M, B, T,
   σ̄), minus the full-grid law's own answer's loss.
+- **High-compute error**: the law's mean absolute error on the full grid's measurements of the largest model at the
+  longest horizon, trained or not (the region a sparse design knows least and the answers need most).
 - **FLOPs** of both designs (:func:`dpscaling.design.runs.design_flops`: an extended run paid once).
 """
 
@@ -36,6 +38,8 @@ class Comparison:
     grid_truth_error: float
     regret: tuple[float, ...]  # per target, nats
     answers: tuple[tuple[float, float], ...]  # per target: (adaptive answer's loss, full grid's), each its own law
+    high_compute_error: float = float("nan")  # its law's error at the largest model and longest horizon
+    grid_high_compute_error: float = float("nan")  # the full-grid law's there
 
     @property
     def fraction(self) -> float:
@@ -46,7 +50,15 @@ class Comparison:
                 "untrained measurements": self.untrained_measurements, "adaptive error": self.adaptive_error,
                 "grid error": self.grid_error, "adaptive error vs truth": self.adaptive_truth_error,
                 "grid error vs truth": self.grid_truth_error, "largest regret": max(self.regret, default=np.nan),
-                "mean regret": float(np.mean(self.regret)) if self.regret else np.nan}
+                "mean regret": float(np.mean(self.regret)) if self.regret else np.nan,
+                "adaptive high-compute error": self.high_compute_error,
+                "grid high-compute error": self.grid_high_compute_error}
+
+
+def best_measurements(full: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """The full grid's main-seed measurements as the law reads them: each (model, σ̄, T)'s best learning rate."""
+    main = full[full[SEED] == seed]
+    return main.loc[main.groupby([MODEL, NOISE_BATCH_RATIO, ITERATIONS])[CROSS_ENTROPY].idxmin()]
 
 
 def untrained(full: pd.DataFrame, trained: Sequence[DesignRun], seed: int) -> pd.DataFrame:
@@ -58,8 +70,7 @@ def untrained(full: pd.DataFrame, trained: Sequence[DesignRun], seed: int) -> pd
         if run.seed == seed:
             key = (run.model, run.noise_batch_ratio)
             reached[key] = max(reached.get(key, 0), run.steps)
-    main = full[full[SEED] == seed]
-    best = main.loc[main.groupby([MODEL, NOISE_BATCH_RATIO, ITERATIONS])[CROSS_ENTROPY].idxmin()]
+    best = best_measurements(full, seed)
     horizon = np.array([reached.get((m, float(s)), 0) for m, s in zip(best[MODEL], best[NOISE_BATCH_RATIO])], float)
     return best[best[ITERATIONS].to_numpy(float) > horizon]
 
@@ -93,9 +104,15 @@ def comparison(full: pd.DataFrame, trained: Sequence[DesignRun], grid_law: Any, 
     clean = truth(held) if truth is not None else np.full(len(held), np.nan)
     adaptive, full_law = adaptive_law.loss(m, t, s), grid_law.loss(m, t, s)
     regret, answers = _regret(context_of(adaptive_law), context_of(grid_law), grid_law, targets)
+    # the high-compute region, trained or not: the largest model at the longest horizon
+    best = best_measurements(full, seed)
+    high = best[(best[MODEL_SIZE] == best[MODEL_SIZE].max()) & (best[ITERATIONS] == best[ITERATIONS].max())]
+    hm, ht, hs = (high[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
+    measured_high = high[CROSS_ENTROPY].to_numpy(float)
     return Comparison(adaptive_flops, grid_flops, len(held), _mean_abs(adaptive - measured),
                       _mean_abs(full_law - measured), _mean_abs(adaptive - clean), _mean_abs(full_law - clean),
-                      regret, answers)
+                      regret, answers, _mean_abs(adaptive_law.loss(hm, ht, hs) - measured_high),
+                      _mean_abs(grid_law.loss(hm, ht, hs) - measured_high))
 
 
 def _regret(adaptive: Any, full: Any, full_law: Any, targets: Sequence[Target]):
