@@ -421,3 +421,22 @@ def test_no_answer_is_below_the_non_private_law_at_its_compute(bundle, monkeypat
     assert raised.predicted_loss == pytest.approx(honest.predicted_loss + 0.5)
     assert min(raised.calibrated_interval) >= raised.predicted_loss and min(raised.seed_only_interval) >= raised.predicted_loss
     assert raised.runnable.batch_size == honest.runnable.batch_size  # the configuration is the law's
+
+
+def test_a_sweep_of_budgets_finds_no_answer_below_the_floor_and_lists_every_rise(bundle) -> None:
+    from dpscaling.law.monotonicity import rises, sweep
+
+    frame = sweep(dpscaling.load_law(bundle), [1.0, 8.0], [1e5, 1e6], [1e12, 3e12, 1e13])
+    assert len(frame) == 12 and frame["predicted_loss"].notna().sum() >= 6
+    answered = frame.dropna(subset=["predicted_loss"])
+    assert (answered["predicted_loss"] >= answered["floor"]).all()
+    assert set(frame.loc[frame["predicted_loss"].isna(), "unanswered"].str.len() > 0) <= {True}
+    # rises: each step along one axis whose loss went up, the other two fixed
+    made = pd.DataFrame({"epsilon": [1.0, 2.0, 4.0, 1.0], "users": [10.0, 10.0, 10.0, 20.0],
+                         "compute": [1.0, 1.0, 1.0, 1.0], "predicted_loss": [5.0, 5.2, 4.9, 6.0]})
+    up = rises(made, "epsilon")
+    assert list(up["epsilon"]) == [1.0] and list(up["next"]) == [2.0] and up["rise"].iloc[0] == pytest.approx(0.2)
+    assert rises(made, "users")["rise"].tolist() == pytest.approx([1.0])  # at ε 1: N 10 -> 20 raised it
+    assert rises(made, "compute").empty  # one compute: no step
+    with pytest.raises(ValueError, match="axis"):
+        rises(made, "seq_len")
