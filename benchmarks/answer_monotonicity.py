@@ -3,7 +3,7 @@
     python benchmarks/answer_monotonicity.py results/default/law/bundle            # 10 ε x 10 N x 10 C = 1,000
     python benchmarks/answer_monotonicity.py BUNDLE --count 4 --json               # 64 budgets
 
-ε from 1 to 1,024, N and C over the explorer's default ranges for the bundle (or --users / --compute), each at
+ε from 1 to 1,024 (or --epsilon), N and C over the explorer's default ranges for the bundle (or --users / --compute), each at
 ``--count`` points evenly spaced in log. Prints how many budgets were answered, how many the non-private floor bound
 (dpscaling.law.monotonicity), and per axis how many steps to a larger value raised the predicted loss, and by how
 much at most. Run from the workflow's directory when the bundle names its σ table relative to it.
@@ -26,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bundle")
     parser.add_argument("--count", type=int, default=10, help="points per axis")
+    parser.add_argument("--epsilon", type=float, nargs=2, default=(1.0, 1024.0), help="ε range")
     parser.add_argument("--users", type=float, nargs=2, default=None, help="N range (default: the explorer's)")
     parser.add_argument("--compute", type=float, nargs=2, default=None, help="C range (default: the explorer's)")
     parser.add_argument("--json", action="store_true")
@@ -38,7 +39,7 @@ def main() -> None:
         return np.geomspace(float(low), float(high), args.count)
 
     started = time.perf_counter()
-    frame = sweep(law, axis(1.0, 1024.0), axis(*users), axis(*compute))
+    frame = sweep(law, axis(*args.epsilon), axis(*users), axis(*compute))
     answered = frame.dropna(subset=["predicted_loss"])
     report = {"budgets": len(frame), "answered": len(answered), "seconds": round(time.perf_counter() - started, 1),
               "below the floor after the query": int((answered["predicted_loss"] < answered["floor"] - 1e-9).sum()),
