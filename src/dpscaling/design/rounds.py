@@ -111,10 +111,10 @@ def model_sizes(run: RunConfig) -> dict[str, float]:
     return {name: float(run_model_config(run, name).param_count().total) for name in run.models.names}
 
 
-def protocol_spend(run: RunConfig) -> float:
+def protocol_spend(run: RunConfig, sizes: Mapping[str, float] | None = None) -> float:
     """What both designs spend before their runs: the learning-rate protocol's runs (0 when the config gives its
     rates), whose chosen rates both train at."""
-    return float(protocol_flops(run, model_sizes(run)))
+    return float(protocol_flops(run, sizes or model_sizes(run)))
 
 
 def grid_flops(run: RunConfig, chosen: Mapping[str, float] | None) -> float:
@@ -122,7 +122,7 @@ def grid_flops(run: RunConfig, chosen: Mapping[str, float] | None) -> float:
     ``training.steps``, each step once (a σ̄ = 0 run that continues the protocol's pays only its steps past it)."""
     sizes = model_sizes(run)
     points = _primary_points(run, main_grid(run, chosen) + repeat_grid(run, chosen))
-    return protocol_spend(run) + float(sum(grid_run_flops(run, point, sizes) for point in points))
+    return protocol_spend(run, sizes) + float(sum(grid_run_flops(run, point, sizes) for point in points))
 
 
 def targets(run: RunConfig) -> list[Target]:

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from dpscaling.config.blocks import RunConfig, typed
+from dpscaling.law.queries import compute_cost
 from dpscaling.models.family import run_model_config
 from dpscaling.workflow.grid import (
     TrainPoint, canonical, correction_grid, learning_rate_protocol_grid, main_grid, protocol_prefix, repeat_grid)
@@ -28,12 +29,12 @@ def grid_run_flops(run: RunConfig, point: TrainPoint, sizes: Mapping[str, float]
     """What the grid run ``point`` trains itself, in the paper's compute (6 M per token): ``training.steps``, less the
     protocol's steps where it continues the protocol's run."""
     steps = run.training.steps - (run.learning_rate_protocol.steps if continues_the_protocol(run, point) else 0)
-    return 6.0 * sizes[point.model] * point.batch * (point.seq_len or run.data.seq_len) * steps
+    return float(compute_cost(sizes[point.model], point.batch, steps, point.seq_len or run.data.seq_len))
 
 
 def protocol_flops(run: RunConfig, sizes: Mapping[str, float]) -> float:
     """What the protocol's runs train (0 when the config gives its rates)."""
-    return sum(6.0 * sizes[point.model] * point.batch * run.data.seq_len * run.learning_rate_protocol.steps
+    return sum(float(compute_cost(sizes[point.model], point.batch, run.learning_rate_protocol.steps, run.data.seq_len))
                for point in learning_rate_protocol_grid(run))
 
 
