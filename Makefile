@@ -4,12 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test browser clean-venv
+.PHONY: run test browser bytecode clean-venv
 
-run: $(STAMP)
+run: $(STAMP) bytecode
 	$(VENV)/bin/snakemake --profile profiles/local
 
-test: $(STAMP) browser
+test: $(STAMP) browser bytecode
 	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=40
 
 $(STAMP): pyproject.toml
@@ -20,6 +20,11 @@ $(STAMP): pyproject.toml
 	@# process would write them later, and each would compile its imports again.
 	$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib >/dev/null
 	touch $(STAMP)
+
+# The package's own modules byte-compiled too (an editable install leaves them in src/): every workflow job is
+# a new process that imports them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.
+bytecode: $(STAMP)
+	$(VENV)/bin/python -m compileall -q -j 0 src >/dev/null
 
 # The explorer's browser tests use Debian's chromium: installed here when we are root with apt and it is
 # missing (elsewhere the tests say how to install it, and skip; under CI=true they fail).

@@ -115,6 +115,13 @@ def test_a_report_row_carries_both_intervals_the_correction_and_the_split() -> N
     assert row["inside_calibrated"] and not row["inside_seed_only"]  # no replicates: no seed-only interval
     assert (row["law_error"], row["physical_batch_effect"], row["sampler_effect"]) == pytest.approx((0.03, -0.05, -0.03))
     assert (row["twin_grid_batch"], row["twin_recommended_batch"]) == (32, 256)
+    # private_model.cause_split false: no twins were trained, the split is empty and the rest of the row the same
+    alone = report_row(plan, curve(law_loss - 0.05, 256), {"loss": 5.0}, {"audited_epsilon": 0.5,
+                       "audit_has_power": True}, law, None, None, {}, correction, calibration)
+    split = ("twin_grid_batch", "twin_recommended_batch", "achieved_grid_batch", "achieved_recommended_batch",
+             "law_error", "physical_batch_effect", "sampler_effect")
+    assert all(np.isnan(alone[column]) for column in split)
+    assert {k: v for k, v in alone.items() if k not in split} == {k: v for k, v in row.items() if k not in split}
     # A distance-scaled calibration: the half-width at the plan's point, q · (1 + its distance from the measured
     # points; here one doubling beyond a horizon of 500 steps, at a measured model and σ̄).
     from dpscaling.law.distance import DistanceScale, MeasuredPoints

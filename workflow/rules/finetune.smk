@@ -203,8 +203,14 @@ use rule private_model_report as finetune_private_model_report with:
         audits=expand(
             rules.private_model_audit.output.summary, budget=PRETRAINED_BUDGETS
         ),
-        twins=expand(
-            rules.private_model_twin.output[0], budget=PRETRAINED_BUDGETS, twin=TWINS
+        twins=(
+            expand(
+                rules.private_model_twin.output[0],
+                budget=PRETRAINED_BUDGETS,
+                twin=TWINS,
+            )
+            if config["private_model"]["cause_split"]
+            else []
         ),
         correction=[],
         calibration=rules.finetune_validate_law.output.calibration,

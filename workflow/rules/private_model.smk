@@ -175,8 +175,12 @@ rule private_model_report:
             rules.private_model_evaluate.output[0], budget=SCRATCH_BUDGETS
         ),
         audits=expand(rules.private_model_audit.output.summary, budget=SCRATCH_BUDGETS),
-        twins=expand(
-            rules.private_model_twin.output[0], budget=SCRATCH_BUDGETS, twin=TWINS
+        twins=(
+            expand(
+                rules.private_model_twin.output[0], budget=SCRATCH_BUDGETS, twin=TWINS
+            )
+            if config["private_model"]["cause_split"]
+            else []
         ),
         correction=CORRECTION,
         calibration=rules.validate_law.output.calibration,

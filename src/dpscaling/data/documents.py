@@ -32,10 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpscaling.core.errors import UserError
+from dpscaling.data import check_split
 from dpscaling.data.users import heldout_users
 
 SOURCES = ("core", "text", "parquet", "huggingface")
-SPLITS = ("train", "heldout")
 USER_COLUMN_SOURCES = ("parquet", "huggingface")  # the sources with columns (data.users unit column)
 
 _OPENERS = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
@@ -303,6 +303,5 @@ def split_documents(
 
 
 def documents_of_split(frame: pd.DataFrame, split: str) -> Iterable[str]:
-    if split not in SPLITS:
-        raise UserError(f"split: {split!r} is not one of {list(SPLITS)}")
+    check_split(split)
     return frame.loc[frame["split"] == split, "text"]

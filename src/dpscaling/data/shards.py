@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpscaling.data.documents import SPLITS
+from dpscaling.data import check_split
 from dpscaling.core.errors import UserError
 from dpscaling.core.io import atomic_path, write_json_atomic
 
@@ -80,8 +80,7 @@ def write_split(rows: np.ndarray, directory: str | Path, shard_rows: int,
 
 def load_split(data_dir: str | Path, split: str) -> np.ndarray:
     """All sequences of ``split`` as an (n, seq_len) int32 array, in shard order."""
-    if split not in SPLITS:
-        raise UserError(f"split: {split!r} is not one of {list(SPLITS)}")
+    check_split(split)
     directory = Path(data_dir) / split
     shards = sorted(directory.glob("part-*.parquet"))
     if not shards:

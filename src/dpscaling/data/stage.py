@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpscaling.data.documents import SPLITS, CorpusSpec, documents_of_split, load_user_documents, split_documents
+from dpscaling.data import SPLITS
+from dpscaling.data.documents import CorpusSpec, documents_of_split, load_user_documents, split_documents
 from dpscaling.data.packing import Vocabulary, load_vocabulary, make_tokenizer, pack_sequences, tokenize_documents
 from dpscaling.data.shards import DatasetMeta, write_meta, write_split
 from dpscaling.data.users import (

@@ -56,6 +56,9 @@ def _draw(data: pd.DataFrame, context: PrivateModelContext):
     for offset, (column, label) in zip((-width, 0.0, width), SPLIT.items()):
         split.bar(x + offset, data[column], width, label=label)
     split.axhline(0.0, color="black", linewidth=0.5)
+    if data["law_error"].isna().all():
+        split.text(0.5, 0.5, "no study twins\n(private_model.cause_split: false)", transform=split.transAxes,
+                   ha="center", va="center", fontsize=7)
     split.set_xticks(x, labels, fontsize=7)
     split.set_ylabel("achieved − law, split (nats)")
     split.legend(fontsize=6)

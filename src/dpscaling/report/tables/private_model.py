@@ -53,12 +53,27 @@ def cause_split(law_loss: float, achieved: float, twins: Mapping[str, float]) ->
             "sampler_effect": achieved - recommended}
 
 
+def twin_columns(law_loss: float, achieved: float, twins: Mapping[str, pd.DataFrame],
+                 window: int | None) -> dict[str, float]:
+    """The study twins' batches and losses and the :func:`cause_split`; NaN without twins
+    (``private_model.cause_split: false``)."""
+    if not twins:
+        return dict.fromkeys(("twin_grid_batch", "twin_recommended_batch", "achieved_grid_batch",
+                              "achieved_recommended_batch", "law_error", "physical_batch_effect",
+                              "sampler_effect"), math.nan)
+    losses = {name: achieved_training_loss(twin, window) for name, twin in twins.items()}
+    return {"twin_grid_batch": int(twins["grid_batch"]["batch_size"].iloc[0]),
+            "twin_recommended_batch": int(twins["recommended_batch"]["batch_size"].iloc[0]),
+            "achieved_grid_batch": losses["grid_batch"], "achieved_recommended_batch": losses["recommended_batch"],
+            **cause_split(law_loss, achieved, losses)}
+
+
 def report_row(plan: PrivatePlan, curve: pd.DataFrame, evaluation: Mapping[str, Any],
                audit: Mapping[str, Any], law, replicates, window: int | None,
                twins: Mapping[str, pd.DataFrame], correction=None, calibration=None) -> dict[str, Any]:
     """One budget's line: the law's prediction at what was trained (corrected for the physical batch when
     the run fits that correction), its seed-only and calibrated intervals, what was achieved, the cause
-    split, ε spent and audited."""
+    split (empty ``twins``: none), ε spent and audited."""
     from dpscaling.law.bootstrap import interval
     from dpscaling.law.calibration import calibrated_interval
 
@@ -78,7 +93,6 @@ def report_row(plan: PrivatePlan, curve: pd.DataFrame, evaluation: Mapping[str, 
         calibrated_low, calibrated_high = calibrated_interval(predicted, calibration, float(plan.model_size),
                                                               float(plan.iterations), nbr)
     achieved = achieved_training_loss(curve, window)
-    twin_losses = {name: achieved_training_loss(twin, window) for name, twin in twins.items()}
     return {
         "budget": budget.label, "epsilon": budget.epsilon, "delta": budget.delta,
         "data_budget": budget.data_budget, "compute": budget.compute,
@@ -100,11 +114,7 @@ def report_row(plan: PrivatePlan, curve: pd.DataFrame, evaluation: Mapping[str, 
         "error_train": achieved - predicted,
         "inside_seed_only": bool(low <= achieved <= high),
         "inside_calibrated": bool(calibrated_low <= achieved <= calibrated_high),
-        "twin_grid_batch": int(twins["grid_batch"]["batch_size"].iloc[0]),
-        "twin_recommended_batch": int(twins["recommended_batch"]["batch_size"].iloc[0]),
-        "achieved_grid_batch": twin_losses["grid_batch"],
-        "achieved_recommended_batch": twin_losses["recommended_batch"],
-        **cause_split(law_loss, achieved, twin_losses),
+        **twin_columns(law_loss, achieved, twins, window),
         "epsilon_spent": float(last["epsilon"]), "accountant": str(last["accountant"]),
         "audited_epsilon": float(audit["audited_epsilon"]),
         "audit_has_power": bool(audit["audit_has_power"]), "status": str(last["status"]),
@@ -115,7 +125,8 @@ def report_row(plan: PrivatePlan, curve: pd.DataFrame, evaluation: Mapping[str, 
 def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
     """Every budget's row, and what the seed-only interval is over. ``inputs``: the rule's named inputs,
     ``law``, ``plans``, ``curves``, ``evaluations``, ``audits`` (one per budget, in the same order),
-    ``twins`` (per budget, its :data:`dpscaling.private.model.TWINS` in order), and lists (empty when
+    ``twins`` (per budget, its :data:`dpscaling.private.model.TWINS` in order; empty when
+    ``private_model.cause_split`` is off), and lists (empty when
     absent) ``bootstrap``, ``correction`` (the physical-batch correction) and ``calibration``."""
     from dpscaling.law import LawSettings, read_law
     from dpscaling.law.bootstrap import NO_REPEATS, load_replicates
@@ -136,7 +147,7 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
     note = f"90% over {len(replicates)} bootstrap replicates" if replicates else NO_REPEATS
     plans = list(inputs["plans"])
     twins = list(inputs["twins"])
-    if len(twins) != len(TWINS) * len(plans):
+    if twins and len(twins) != len(TWINS) * len(plans):
         raise ValueError(f"private_model report: {len(twins)} twin curves for {len(plans)} budgets")
     rows = []
     for index, (plan, curve, evaluation, audit) in enumerate(zip(plans, inputs["curves"], inputs["evaluations"],
@@ -149,7 +160,8 @@ def report_from_files(inputs: Mapping[str, Any], settings: Mapping[str, Any]) ->
             own = (*by_mechanism[plan.mechanism][:2], correction, by_mechanism[plan.mechanism][2])
         row = report_row(plan, pd.read_parquet(curve), read_json(evaluation), read_json(audit), own[0], own[1],
                          law_settings.rolling_window,
-                         {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)}, own[2], own[3])
+                         {name: pd.read_parquet(path) for name, path in zip(TWINS, pair, strict=True)} if twins else {},
+                         own[2], own[3])
         if plan.budget.mechanism is not None:
             row["mechanism"] = plan.mechanism
         if plan.budget.per_user:  # N and ε are a user's; the run names its sampler and its N in that unit
