@@ -161,9 +161,13 @@ def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_file(tmp_path
 
 # A corrupted array fails one of orbax's concurrent reads; the reads still pending are abandoned, and
 # orbax's read coroutine turns the GeneratorExit of their finalisation into an "Exception ignored"
-# report. That report, and only it, is expected here (CI once saw it).
+# report. That report, and only it, is expected here (CI once saw it). Under load an abandoned read may instead
+# finish on orbax's thread after its event loop closed, and asyncio reports that it could not hand the result
+# back (CI saw it once, 58 times in one test): that report, with its RuntimeError, is expected too.
 @pytest.mark.filterwarnings("ignore:Exception ignored in. <coroutine object _read_array_index_and_device_put"
                             ":pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings(r"ignore:Exception ignored in. None[\s\S]*call_soon_threadsafe[\s\S]*"
+                            r"RuntimeError. Event loop is closed:pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("corrupted", ["latest", "all", "swapped"])
 def test_corrupted_checkpoint_is_detected_and_never_trained_on(corpus, reference, interrupted, tmp_path, caplog,
                                                              corrupted):
