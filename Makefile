@@ -3,6 +3,9 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# One test worker more than cores: the end-to-end tests wait on Snakemake's jobs, Slurm's status polls and
+# subprocesses, and one more worker fills those waits (measured in docs/runs.md).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 .PHONY: run test browser bytecode clean-venv
 
@@ -10,7 +13,7 @@ run: $(STAMP) bytecode
 	$(VENV)/bin/snakemake --profile profiles/local
 
 test: $(STAMP) browser bytecode
-	$(VENV)/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=40
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

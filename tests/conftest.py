@@ -110,7 +110,7 @@ def sigma_cache(tmp_path_factory) -> Iterator[Path]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest modules first, by their ``slow(minutes=...)`` marks: with pytest-xdist's
-    per-file distribution (the Makefile's ``-n auto --dist loadfile --no-loadscope-reorder``;
+    per-file distribution (the Makefile's ``-n <cores + 1> --dist loadfile --no-loadscope-reorder``;
     without the last flag xdist starts the files with the most tests first) the end-to-end files
     then run side by side on separate workers instead of one of them running alone at the end."""
     minutes: dict[str, float] = {}
