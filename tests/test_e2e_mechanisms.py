@@ -336,3 +336,6 @@ def test_a_budget_per_user_is_trained_on_its_users_and_spends_its_epsilon(mechan
     report = pd.read_csv(mechanisms_run / "private_model" / "table.csv")
     assert list(report["privacy_unit"]) == ["user"] and list(report["sampler"]) == [plan["sampler"]]
     assert report["epsilon_spent"].iloc[0] == pytest.approx(float(row["epsilon"]))
+    # private_model.cause_split: false (smoke-mechanisms.yaml): no study twin trained, the split left empty
+    assert not list(budget_dir.glob("twin_*"))
+    assert report[["twin_grid_batch", "law_error", "physical_batch_effect", "sampler_effect"]].isna().all(axis=None)
