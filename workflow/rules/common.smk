@@ -463,6 +463,14 @@ def private_plan_correction(wildcards):
     return [] if wildcards.budget in PRETRAINED_BUDGETS else CORRECTION
 
 
+def private_twin_curves(budgets):
+    """The study twins' curves (private_model_twin) of ``budgets`` that a private_model report reads, or none
+    when private_model.cause_split is off."""
+    if not config["private_model"]["cause_split"]:
+        return []
+    return expand(rules.private_model_twin.output[0], budget=budgets, twin=TWINS)
+
+
 def private_plan_users(wildcards):
     """The packed data's train split, whose users a budget per user trains on (none for the other budgets)."""
     return (

@@ -203,15 +203,7 @@ use rule private_model_report as finetune_private_model_report with:
         audits=expand(
             rules.private_model_audit.output.summary, budget=PRETRAINED_BUDGETS
         ),
-        twins=(
-            expand(
-                rules.private_model_twin.output[0],
-                budget=PRETRAINED_BUDGETS,
-                twin=TWINS,
-            )
-            if config["private_model"]["cause_split"]
-            else []
-        ),
+        twins=private_twin_curves(PRETRAINED_BUDGETS),
         correction=[],
         calibration=rules.finetune_validate_law.output.calibration,
     output:

@@ -175,13 +175,7 @@ rule private_model_report:
             rules.private_model_evaluate.output[0], budget=SCRATCH_BUDGETS
         ),
         audits=expand(rules.private_model_audit.output.summary, budget=SCRATCH_BUDGETS),
-        twins=(
-            expand(
-                rules.private_model_twin.output[0], budget=SCRATCH_BUDGETS, twin=TWINS
-            )
-            if config["private_model"]["cause_split"]
-            else []
-        ),
+        twins=private_twin_curves(SCRATCH_BUDGETS),
         correction=CORRECTION,
         calibration=rules.validate_law.output.calibration,
         # Budgets that name a mechanism are predicted by that mechanism's law.

@@ -61,16 +61,17 @@ def best_measurements(full: pd.DataFrame, seed: int) -> pd.DataFrame:
     return main.loc[main.groupby([MODEL, NOISE_BATCH_RATIO, ITERATIONS])[CROSS_ENTROPY].idxmin()]
 
 
-def untrained(full: pd.DataFrame, trained: Sequence[DesignRun], seed: int) -> pd.DataFrame:
+def untrained(full: pd.DataFrame, trained: Sequence[DesignRun], seed: int,
+              best: pd.DataFrame | None = None) -> pd.DataFrame:
     """The full grid's main-seed measurements, as the law reads them (each (model, σ̄, T)'s best learning rate:
-    paper §3.3), that the design did not train: a point it never trained at any rate, or a step past the horizon it
-    trained that point to."""
+    paper §3.3; ``best``, :func:`best_measurements` when the caller has them), that the design did not train: a point
+    it never trained at any rate, or a step past the horizon it trained that point to."""
     reached: dict[tuple, int] = {}
     for run in trained:
         if run.seed == seed:
             key = (run.model, run.noise_batch_ratio)
             reached[key] = max(reached.get(key, 0), run.steps)
-    best = best_measurements(full, seed)
+    best = best_measurements(full, seed) if best is None else best
     horizon = np.array([reached.get((m, float(s)), 0) for m, s in zip(best[MODEL], best[NOISE_BATCH_RATIO])], float)
     return best[best[ITERATIONS].to_numpy(float) > horizon]
 
@@ -98,14 +99,14 @@ def comparison(full: pd.DataFrame, trained: Sequence[DesignRun], grid_law: Any, 
                seed: int, truth: Callable[[pd.DataFrame], np.ndarray] | None = None) -> Comparison:
     """The three numbers from the full grid's tidy measurements ``full`` and both laws, simulated or trained;
     ``truth`` (held-out measurements → their clean loss) where a simulation knows it."""
-    held = untrained(full, trained, seed)
+    best = best_measurements(full, seed)
+    held = untrained(full, trained, seed, best)
     m, t, s = (held[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
     measured = held[CROSS_ENTROPY].to_numpy(float)
     clean = truth(held) if truth is not None else np.full(len(held), np.nan)
     adaptive, full_law = adaptive_law.loss(m, t, s), grid_law.loss(m, t, s)
     regret, answers = _regret(context_of(adaptive_law), context_of(grid_law), grid_law, targets)
     # the high-compute region, trained or not: the largest model at the longest horizon
-    best = best_measurements(full, seed)
     high = best[(best[MODEL_SIZE] == best[MODEL_SIZE].max()) & (best[ITERATIONS] == best[ITERATIONS].max())]
     hm, ht, hs = (high[c].to_numpy(float) for c in (MODEL_SIZE, ITERATIONS, NOISE_BATCH_RATIO))
     measured_high = high[CROSS_ENTROPY].to_numpy(float)

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from dpscaling.core.errors import UserError
+from dpscaling.law.range_checks import BELOW_NONPRIVATE_LAW
 
 AXES = ("epsilon", "users", "compute")
-FLOOR_FLAG = "below_nonprivate_law"
 
 
 def sweep(law: Any, epsilons: Sequence[float], users: Sequence[float], computes: Sequence[float]) -> pd.DataFrame:
@@ -35,7 +35,7 @@ def sweep(law: Any, epsilons: Sequence[float], users: Sequence[float], computes:
             rows.append({**row, "predicted_loss": np.nan, "floor_bound": False, "unanswered": str(error)[:200]})
             continue
         rows.append({**row, "predicted_loss": float(answer.predicted_loss),
-                     "floor_bound": FLOOR_FLAG in {flag.code for flag in answer.flags}, "unanswered": ""})
+                     "floor_bound": BELOW_NONPRIVATE_LAW in {flag.code for flag in answer.flags}, "unanswered": ""})
     return pd.DataFrame(rows)
 
 

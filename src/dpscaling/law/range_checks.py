@@ -223,12 +223,15 @@ def saturation_flag(compute: float, saturating: float, loss: float, saturating_l
                  f"({saturating_loss:.4g} against {loss:.4g})", compute, saturating)]
 
 
+BELOW_NONPRIVATE_LAW = "below_nonprivate_law"  # the code of nonprivate_floor_flag's flag
+
+
 def nonprivate_floor_flag(loss: float, floor: float) -> list[Flag]:
     """An answer the law predicts below the non-private law at its compute: no private run can beat it (noise only
     adds loss), so the law extrapolates wrongly there; its loss is raised to the floor."""
     if not loss < floor:
         return []
-    return [Flag("below_nonprivate_law", WARNING,
+    return [Flag(BELOW_NONPRIVATE_LAW, WARNING,
                  f"the law predicts {loss:.4g}, below the non-private law's {floor:.4g} at this compute (σ̄ = 0 at the "
                  f"law's physical batch, the best up to this budget): no private run can beat it, so the answer's loss "
                  f"and intervals are raised to {floor:.4g}; the law extrapolates here", loss, floor)]

@@ -53,14 +53,16 @@ def cause_split(law_loss: float, achieved: float, twins: Mapping[str, float]) ->
             "sampler_effect": achieved - recommended}
 
 
+TWIN_COLUMNS = ("twin_grid_batch", "twin_recommended_batch", "achieved_grid_batch", "achieved_recommended_batch",
+                "law_error", "physical_batch_effect", "sampler_effect")
+
+
 def twin_columns(law_loss: float, achieved: float, twins: Mapping[str, pd.DataFrame],
                  window: int | None) -> dict[str, float]:
     """The study twins' batches and losses and the :func:`cause_split`; NaN without twins
     (``private_model.cause_split: false``)."""
     if not twins:
-        return dict.fromkeys(("twin_grid_batch", "twin_recommended_batch", "achieved_grid_batch",
-                              "achieved_recommended_batch", "law_error", "physical_batch_effect",
-                              "sampler_effect"), math.nan)
+        return dict.fromkeys(TWIN_COLUMNS, math.nan)
     losses = {name: achieved_training_loss(twin, window) for name, twin in twins.items()}
     return {"twin_grid_batch": int(twins["grid_batch"]["batch_size"].iloc[0]),
             "twin_recommended_batch": int(twins["recommended_batch"]["batch_size"].iloc[0]),
