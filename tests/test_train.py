@@ -263,6 +263,41 @@ def test_host_threads_follow_the_job_unless_xla_flags_say_otherwise(monkeypatch)
     assert result.returncode == 0 and result.stdout.strip() == "1", result.stderr[-2000:]
 
 
+_FAULTS_OF_REALLOCATION = """
+import resource, sys
+import numpy as np
+from dpscaling.train.distributed import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "keep" else None
+def steps():
+    for _ in range(50):  # a step's buffers: four of 16 MiB live at once, then all freed
+        buffers = [np.ones(2**21) for _ in range(4)]
+        del buffers
+steps()  # the first time, faulted in either way
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+steps()
+print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_a_job_keeps_the_memory_it_frees_unless_the_environment_tunes_malloc() -> None:
+    """glibc returns the freed top of its heap to the system and faults those pages in again when the next
+    step allocates them; a job (configure_job) keeps them: 50 more steps fault almost no page in."""
+    def faults(mode: str, **environment: str) -> tuple[str, int]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")} | environment
+        result = subprocess.run([sys.executable, "-c", _FAULTS_OF_REALLOCATION, mode], capture_output=True, text=True,
+                                env=env, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        kept, count = result.stdout.split()
+        return kept, int(count)
+
+    kept, default = faults("default")
+    assert default > 20_000  # glibc's default: ~100,000 pages (400 MiB) faulted in again
+    kept, reused = faults("keep")
+    assert kept == "True" and reused < default / 20
+    kept, tuned = faults("keep", MALLOC_TRIM_THRESHOLD_="131072")  # the user's own setting wins
+    assert kept == "False" and tuned > default / 2
+
+
 def test_jobs_ask_for_deterministic_gpu_kernels_when_configured_unless_xla_flags_say_otherwise(monkeypatch) -> None:
     """On an H100 two processes of one job differed in the 7th digit of the first loss without them; on an
     H200 a DP step took 2.8 times as long with them, so they are the config's choice (off by default)."""

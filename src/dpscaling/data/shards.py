@@ -78,6 +78,12 @@ def write_split(rows: np.ndarray, directory: str | Path, shard_rows: int,
     return written
 
 
+def _read_column(shard: Path, name: str):
+    """One column of a shard, read as a single file: ``pq.read_table`` would import pyarrow's dataset layer (a
+    quarter of a second of every training job's start-up) to read what is always one file."""
+    return pq.ParquetFile(shard).read(columns=[name]).column(name)
+
+
 def load_split(data_dir: str | Path, split: str) -> np.ndarray:
     """All sequences of ``split`` as an (n, seq_len) int32 array, in shard order."""
     check_split(split)
@@ -87,7 +93,7 @@ def load_split(data_dir: str | Path, split: str) -> np.ndarray:
         raise UserError(f"data: no shards in {str(directory)!r}; run the data stage first")
     blocks = []
     for shard in shards:
-        column = pq.read_table(shard, columns=[COLUMN]).column(COLUMN).combine_chunks()
+        column = _read_column(shard, COLUMN).combine_chunks()
         width = column.type.list_size
         blocks.append(column.values.to_numpy(zero_copy_only=False).reshape(-1, width))
     return np.concatenate(blocks).astype(np.int32, copy=False)
@@ -102,7 +108,7 @@ def load_users(data_dir: str | Path) -> np.ndarray:
     if USER_COLUMN not in pq.read_schema(shards[0]).names:
         raise UserError(f"data.users: the data in {str(data_dir)!r} was packed without users; set data.users "
                         "(unit: document, synthetic or column) to give each sequence its user")
-    return np.concatenate([pq.read_table(shard, columns=[USER_COLUMN]).column(USER_COLUMN).to_numpy()
+    return np.concatenate([_read_column(shard, USER_COLUMN).to_numpy()
                            for shard in shards]).astype(np.int32, copy=False)
 
 

@@ -49,12 +49,39 @@ def deterministic_accelerators() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISTIC_GPU_FLAG}".strip()
 
 
+# glibc's mallopt parameters (malloc.h), and the values a job sets: freed blocks below 256 MiB stay in the process
+# for the next allocation, and up to 1 GiB of free heap is kept. By default glibc hands every freed block above
+# 128 KiB back to the system and faults it in again on the next allocation of its size: a smoke training job
+# took 510,000 page faults and 1.4 s of system time for 40 steps; with these, 165,000 and 0.7 s, and 17% less CPU
+# in all (docs/runs.md).
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_KEPT_FREE_MEMORY = {_M_MMAP_THRESHOLD: 256 * 2**20, _M_TRIM_THRESHOLD: 2**30, _M_TOP_PAD: 256 * 2**20}
+_MALLOC_ENVIRONMENT = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's allocator keep the memory a job frees, for its next step's buffers (:data:`_KEPT_FREE_MEMORY`).
+    Whether it was set: not where the C library is not glibc, nor where the environment already tunes glibc's
+    allocator (``MALLOC_MMAP_THRESHOLD_`` and its siblings win). Changes no result, only where memory comes from."""
+    import ctypes
+
+    if any(name in os.environ for name in _MALLOC_ENVIRONMENT):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, musl without it): its allocator as it is
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return all(mallopt(parameter, value) == 1 for parameter, value in _KEPT_FREE_MEMORY.items())
+
+
 def configure_job(threads: int, config: Mapping[str, Any]) -> None:
     """A training or evaluation job's start-up, before JAX creates its backend: the cores it was
     given (:func:`limit_host_threads`), and the run config's job settings, which never change what a
     job computes: deterministic GPU kernels if ``deterministic_gpu_ops`` asks for them
     (:func:`deterministic_accelerators`) and the shared ``compilation_cache``
-    (:func:`use_compilation_cache`)."""
+    (:func:`use_compilation_cache`); and freed memory kept for reuse (:func:`keep_freed_memory`)."""
+    keep_freed_memory()
     limit_host_threads(threads)
     if config["deterministic_gpu_ops"]:
         deterministic_accelerators()
