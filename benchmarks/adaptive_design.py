@@ -12,7 +12,8 @@ fitted with the sparse-design options (curve_horizons, fill_missing_models), whi
 paper's. Prints one row per design and the ratios; with --competitors, one row per competing design
 (dpscaling.design.competitors: random, cheapest-first, cost-weighted random, the grid thinned evenly) at the adaptive
 design's FLOPs, each scored as it is: error on the measurements it did not train, the same at the largest model and
-the longest horizon, regret at the targets under the full grid's law.
+the longest horizon, regret at the targets under the full grid's law. The randomised designs (random, cost-weighted
+random) are scored over --draws draws (5 by default): each score's median and range, and the draws that left no law.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from dpscaling.design.answers import Target
 from dpscaling.design.compare import compare
-from dpscaling.design.competitors import COMPETITORS
+from dpscaling.design.competitors import COMPETITORS, RANDOMISED
 from dpscaling.design.runs import DesignRun, design_flops, horizons
 from dpscaling.design.settings import DesignSettings
 from dpscaling.design.simulate import Simulator, run_design
@@ -70,6 +71,9 @@ def main() -> None:
                         help="the committee's model forms include the fills' alternatives")
     parser.add_argument("--competitors", action="store_true",
                         help="also score the designs it competes with, at the adaptive design's FLOPs")
+    parser.add_argument("--draws", type=int, default=5,
+                        help="with --competitors: the draws each randomised design is scored over (their median and "
+                             "range are printed)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scale = SCALES[args.scale]
@@ -117,14 +121,18 @@ def main() -> None:
         ladder = horizons(design.seed_steps, horizon)
         report["competitors"] = {"adaptive": _scores(result)}
         for name, choose in COMPETITORS.items():
-            runs = choose(grid, ladder, spent, sizes, scale["batch"], scale["seq_len"], rng=np.random.default_rng(0))
-            try:
-                scored = _scores(compare(simulator, grid, runs, horizon, fit, context_of, targets, scale["batch"],
-                                         scale["seq_len"], full_runs=full_runs))
-            except Exception as error:  # a design too sparse for a law is a result too
-                scored = {"FLOPs fraction": design_flops(runs, sizes, scale["batch"], scale["seq_len"]) / full_flops,
-                          "failed": f"{type(error).__name__}: {error}"[:120]}
-            report["competitors"][name] = {"runs": len(runs), **scored}
+            draws = []
+            for draw in range(args.draws if name in RANDOMISED else 1):
+                runs = choose(grid, ladder, spent, sizes, scale["batch"], scale["seq_len"],
+                              rng=np.random.default_rng(draw))
+                try:
+                    scored = _scores(compare(simulator, grid, runs, horizon, fit, context_of, targets, scale["batch"],
+                                             scale["seq_len"], full_runs=full_runs))
+                except Exception as error:  # a design too sparse for a law is a result too
+                    scored = {"FLOPs fraction": design_flops(runs, sizes, scale["batch"], scale["seq_len"]) / full_flops,
+                              "failed": f"{type(error).__name__}: {error}"[:120]}
+                draws.append({"runs": len(runs), **scored})
+            report["competitors"][name] = draws[0] if len(draws) == 1 else _over_draws(draws)
     if args.json:
         print(json.dumps(report, indent=2, default=float))
         return
@@ -140,6 +148,23 @@ def main() -> None:
     for name, scores in report.get("competitors", {}).items():
         print(f"{name:>22}: " + ", ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
                                           for key, value in scores.items()))
+
+
+def _over_draws(draws: list[dict]) -> dict:
+    """A randomised design's scores over its draws: each score's median and [min, max] over the draws that gave a
+    law, and how many did not (a failed draw is a result: that design at that budget may leave no law). A score a
+    draw's law could not give (NaN: no answer at a target, no prediction in the high-compute region) is left out
+    of its median and counted beside its range."""
+    scored = [draw for draw in draws if "failed" not in draw]
+    summary: dict = {"draws": len(draws), "failed draws": len(draws) - len(scored)}
+    for key in ("runs", "FLOPs fraction", "error", "high-compute error", "largest regret", "mean regret"):
+        values = np.array([draw[key] for draw in scored], dtype=float)
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            summary[key] = float(np.median(finite))
+            missing = f", {values.size - finite.size} NaN" if finite.size < values.size else ""
+            summary[f"{key} range"] = f"[{finite.min():.4g}, {finite.max():.4g}]{missing}"
+    return summary
 
 
 def _scores(result) -> dict:

@@ -69,7 +69,7 @@ def test_the_competing_designs_spend_within_the_budget_each_point_once() -> None
     adaptive design's pool (each grid point once, at one of its horizons) within the same FLOPs."""
     import numpy as np
 
-    from dpscaling.design.competitors import COMPETITORS
+    from dpscaling.design.competitors import COMPETITORS, RANDOMISED
 
     grid = [(model, nbr, RATES[model]) for model, nbr in product(MODELS, [0.0, *NOISY])]
     ladder = horizons(125, 1000)
@@ -82,6 +82,10 @@ def test_the_competing_designs_spend_within_the_budget_each_point_once() -> None
     cheapest = COMPETITORS["cheapest_first"](grid, ladder, budget, SIZES, 8, 64)
     assert {run.model for run in cheapest} >= {"BertNano"} and {run.steps for run in cheapest} == {125}
     assert all(run.model != "BertSlim" for run in cheapest[:len(NOISY) + 1])  # the smallest model first
+    # the designs scored over several draws (benchmarks/adaptive_design.py --draws) are exactly those a draw changes
+    draws = {name: {tuple(choose(grid, ladder, budget, SIZES, 8, 64, rng=np.random.default_rng(seed)))
+                    for seed in range(5)} for name, choose in COMPETITORS.items()}
+    assert {name for name, designs in draws.items() if len(designs) > 1} == RANDOMISED
     thinned = COMPETITORS["thinned_grid"](grid, ladder, budget, SIZES, 8, 64)
     ordered = sorted(grid)
     step = ordered.index(thinned[1].point) - ordered.index(thinned[0].point)

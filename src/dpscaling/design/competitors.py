@@ -81,3 +81,6 @@ def thinned_grid(grid: Sequence[Point], ladder: Sequence[int], budget: float, si
 Design = Callable[..., list[DesignRun]]
 COMPETITORS: dict[str, Design] = {"random": random_design, "cheapest_first": cheapest_first,
                                   "cost_weighted_random": cost_weighted_random, "thinned_grid": thinned_grid}
+# The designs whose picks depend on their random draw: one draw of them is one sample of the design, so they are
+# scored over several (the others give the same runs for every draw).
+RANDOMISED = frozenset({"random", "cost_weighted_random"})

@@ -52,7 +52,7 @@ def deterministic_accelerators() -> None:
 # glibc's mallopt parameters (malloc.h), and the values a job sets: freed blocks below 256 MiB stay in the process
 # for the next allocation, and up to 1 GiB of free heap is kept. By default glibc hands every freed block above
 # 128 KiB back to the system and faults it in again on the next allocation of its size: a smoke training job
-# took 510,000 page faults and 1.4 s of system time for 40 steps; with these, 165,000 and 0.7 s, and 17% less CPU
+# took 510,000 page faults and 1.4 s of system time for 40 steps; with these, 165,000 and 0.7 s, and 15% less CPU
 # in all (docs/runs.md).
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _KEPT_FREE_MEMORY = {_M_MMAP_THRESHOLD: 256 * 2**20, _M_TRIM_THRESHOLD: 2**30, _M_TOP_PAD: 256 * 2**20}
